@@ -1,0 +1,18 @@
+//! The `#[idempotent]` attribute of idem.
+//!
+//! This crate only parses the attribute and the handler's signature and emits a thin call
+//! into `idem_runtime::__private`; all behaviour lives in `idem-runtime`, which re-exports
+//! the attribute and documents it. Depend on `idem-runtime` alone.
+
+mod args;
+mod duration;
+mod expand;
+mod signature;
+
+use proc_macro::TokenStream;
+
+/// Makes an axum handler safe to retry. Documented in `idem_runtime::idempotent`.
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand(args.into(), item.into()).into()
+}

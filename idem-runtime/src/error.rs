@@ -1,0 +1,146 @@
+//! What can go wrong around an idempotent operation, and the problem each answers.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+
+use crate::key::KeyError;
+use crate::problem::Problem;
+
+/// Why idem answered instead of the handler.
+///
+/// Every variant maps to one RFC 9457 problem ([`Error::problem`]); the type URIs are stable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operation requires a key and the request has none. `400`.
+    #[error("this operation requires an Idempotency-Key header")]
+    MissingKey,
+    /// The key is malformed. `400`.
+    #[error("invalid Idempotency-Key: {0}")]
+    InvalidKey(#[from] KeyError),
+    /// The scope needs a tenant or user that the authenticated principal does not have. `403`.
+    #[error("the authenticated principal has no {0}, which this operation's scope needs")]
+    NoScope(&'static str),
+    /// The input could not be serialised for the fingerprint. `400`.
+    #[error("the request input cannot be fingerprinted: {0}")]
+    Input(#[source] serde_json::Error),
+    /// Same key, different request. `422`; nothing ran.
+    #[error("this Idempotency-Key was already used with a different request")]
+    Mismatch,
+    /// A request with the same key is still running. `409` with `Retry-After`.
+    #[error("a request with this Idempotency-Key is still in progress")]
+    InFlight {
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// The key expired and the operation's policy is `gone`. `410`.
+    #[error("this Idempotency-Key has expired")]
+    Expired,
+    /// The handler's response body exceeded the configured limit; everything rolled back. `500`.
+    #[error("the response is larger than the {limit} bytes that can be stored")]
+    ResponseTooLarge {
+        /// The configured limit, in bytes.
+        limit: usize,
+    },
+    /// The handler panicked; everything rolled back. `500`.
+    #[error("the handler panicked; nothing was committed")]
+    Panicked,
+    /// COMMIT failed and its outcome is unknown. `503` with `Retry-After`: retry with the
+    /// same key, which replays if the commit happened and executes if it did not.
+    #[error("the outcome of the commit is unknown: {0}")]
+    CommitUnknown(#[source] sqlx::Error),
+    /// The store failed before anything was committed. `503` with `Retry-After`.
+    #[error("the idempotency store failed: {0}")]
+    Store(#[source] sqlx::Error),
+    /// A fault injected by a test (feature `failpoints`). `500`.
+    #[error("fault injected at {0}")]
+    Injected(&'static str),
+}
+
+const RETRY_SOON: Duration = Duration::from_secs(1);
+
+impl Error {
+    /// The HTTP status this error answers with.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingKey | Self::InvalidKey(_) | Self::Input(_) => StatusCode::BAD_REQUEST,
+            Self::NoScope(_) => StatusCode::FORBIDDEN,
+            Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::InFlight { .. } => StatusCode::CONFLICT,
+            Self::Expired => StatusCode::GONE,
+            Self::ResponseTooLarge { .. } | Self::Panicked | Self::Injected(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            Self::CommitUnknown(_) | Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The problem details this error answers with.
+    #[must_use]
+    pub fn problem(&self) -> Problem {
+        let (type_uri, title) = match self {
+            Self::MissingKey => ("urn:idem:problem:missing-key", "Idempotency-Key required"),
+            Self::InvalidKey(_) => ("urn:idem:problem:invalid-key", "invalid Idempotency-Key"),
+            Self::NoScope(_) => ("urn:idem:problem:no-scope", "no scope for this key"),
+            Self::Input(_) => ("urn:idem:problem:invalid-input", "invalid request input"),
+            Self::Mismatch => (
+                "urn:idem:problem:key-reused",
+                "Idempotency-Key reused with a different request",
+            ),
+            Self::InFlight { .. } => (
+                "urn:idem:problem:in-flight",
+                "request with this Idempotency-Key in progress",
+            ),
+            Self::Expired => ("urn:idem:problem:key-expired", "Idempotency-Key expired"),
+            Self::ResponseTooLarge { .. } => (
+                "urn:idem:problem:response-too-large",
+                "response too large to store",
+            ),
+            Self::Panicked | Self::Injected(_) => {
+                ("urn:idem:problem:handler-failed", "the operation failed")
+            }
+            Self::CommitUnknown(_) => (
+                "urn:idem:problem:outcome-unknown",
+                "outcome unknown: retry with the same Idempotency-Key",
+            ),
+            Self::Store(_) => (
+                "urn:idem:problem:store-unavailable",
+                "idempotency store unavailable",
+            ),
+        };
+        let detail = match self {
+            // Do not leak database error text to clients; it is logged instead.
+            Self::CommitUnknown(_) => {
+                "the commit may or may not have happened; retry with the same Idempotency-Key \
+                 and you get the stored response or a single new execution"
+                    .to_owned()
+            }
+            Self::Store(_) => {
+                "nothing was committed; retry with the same Idempotency-Key".to_owned()
+            }
+            Self::Input(_) => "the request input could not be serialised".to_owned(),
+            other => other.to_string(),
+        };
+        let problem = Problem::new(self.status(), type_uri, title).with_detail(detail);
+        match self {
+            Self::InFlight { retry_after } => problem.with_retry_after(*retry_after),
+            Self::CommitUnknown(_) | Self::Store(_) => problem.with_retry_after(RETRY_SOON),
+            _ => problem,
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::CommitUnknown(_) | Self::Store(_) | Self::Panicked | Self::Injected(_) => {
+                tracing::error!(error = %self, "idempotent operation failed");
+            }
+            _ => tracing::debug!(error = %self, "idempotent request refused"),
+        }
+        self.problem().into_response()
+    }
+}

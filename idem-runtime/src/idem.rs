@@ -1,0 +1,550 @@
+//! [`Idem`]: the store handle and the execution protocol (the plain function API).
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
+use http::HeaderName;
+use sqlx::{Pool, Transaction};
+
+use crate::clock::{Clock, SystemClock, millis};
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::key::{IdempotencyKey, KeyFormat};
+use crate::spec::{ExpiryPolicy, OperationSpec};
+use crate::store::{
+    Backend, Failure, KeyRef, ROLLBACK_TO_SAVEPOINT, Record, SAVEPOINT, StoredKey, TxSettings,
+};
+
+/// Settings shared by every operation of one [`Idem`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// How long a duplicate waits for the first request's transaction before it gets
+    /// `409` with `Retry-After`. Also PostgreSQL's `lock_timeout` and SQLite's
+    /// `busy_timeout`. Default 2 s.
+    pub in_flight_wait: Duration,
+    /// PostgreSQL `statement_timeout` inside idempotent transactions. Default 30 s.
+    pub statement_timeout: Duration,
+    /// The `Retry-After` of a `409`. Default 1 s.
+    pub retry_after: Duration,
+    /// Largest request body [`crate::Json`] reads; larger → `413`. Default 64 KiB.
+    pub max_request_body: usize,
+    /// Largest response body that can be stored; larger → rolled back, `500`. Default 1 MiB.
+    pub max_response_body: usize,
+    /// Which spellings of `Idempotency-Key` are accepted. Default lenient.
+    pub key_format: KeyFormat,
+    /// Response headers stored and replayed. Default `content-type`, `location`,
+    /// `content-language`, `cache-control`.
+    pub stored_headers: Vec<HeaderName>,
+    /// Pool size when idem opens the pool ([`Idem::connect`]). Default 16.
+    pub max_connections: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            in_flight_wait: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(30),
+            retry_after: Duration::from_secs(1),
+            max_request_body: 64 * 1024,
+            max_response_body: 1024 * 1024,
+            key_format: KeyFormat::Lenient,
+            stored_headers: vec![
+                http::header::CONTENT_TYPE,
+                http::header::LOCATION,
+                http::header::CONTENT_LANGUAGE,
+                http::header::CACHE_CONTROL,
+            ],
+            max_connections: 16,
+        }
+    }
+}
+
+impl Config {
+    /// Sets [`Config::in_flight_wait`].
+    #[must_use]
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
+        self
+    }
+    /// Sets [`Config::max_request_body`].
+    #[must_use]
+    pub fn max_request_body(mut self, bytes: usize) -> Self {
+        self.max_request_body = bytes;
+        self
+    }
+    /// Sets [`Config::max_response_body`].
+    #[must_use]
+    pub fn max_response_body(mut self, bytes: usize) -> Self {
+        self.max_response_body = bytes;
+        self
+    }
+    /// Sets [`Config::key_format`].
+    #[must_use]
+    pub fn key_format(mut self, format: KeyFormat) -> Self {
+        self.key_format = format;
+        self
+    }
+    /// Sets [`Config::max_connections`].
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    fn tx_settings(&self) -> TxSettings {
+        TxSettings {
+            lock_timeout: self.in_flight_wait,
+            statement_timeout: self.statement_timeout,
+        }
+    }
+}
+
+/// The request side of one execution: who, which key, what input.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The scope value: `global`, `tenant:<id>` or `user:<id>` (see [`Call::scope_value`]).
+    pub scope: &'a str,
+    /// The client's key.
+    pub key: &'a IdempotencyKey,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+}
+
+impl Call<'_> {
+    /// Formats a scope value from its kind and owner, as the HTTP layer does.
+    #[must_use]
+    pub fn scope_value(kind: crate::ScopeKind, owner: Option<&str>) -> String {
+        match owner {
+            Some(owner) => format!("{}:{owner}", kind.as_str()),
+            None => kind.as_str().to_owned(),
+        }
+    }
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// The work ran now and its record was stored and committed.
+    Executed,
+    /// The key was already completed: this is the stored record; nothing ran.
+    Replayed,
+    /// The work ran and failed (`status >= 400`, not stored): everything rolled back and the
+    /// key is free again.
+    Failed,
+}
+
+/// The record to answer with, and how it came about.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// What happened.
+    pub kind: OutcomeKind,
+    /// The response.
+    pub record: Record,
+}
+
+/// The work of one operation: runs inside the key's transaction and returns its record.
+pub type Work<'t> = BoxFuture<'t, Record>;
+
+/// Pins a closure to the signature [`Idem::execute`] takes, so that closures stored in a
+/// variable first still infer the higher-ranked lifetime.
+pub fn work_fn<DB, F>(work: F) -> F
+where
+    DB: Backend,
+    F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+{
+    work
+}
+
+/// The handle to idem's store: a pool, the settings and a clock. Cheap to clone.
+///
+/// ```no_run
+/// use idem_runtime::{Call, Config, Fingerprint, IdempotencyKey, Idem, OperationSpec, Record};
+/// use sqlx::Sqlite;
+///
+/// const SYNC: OperationSpec = OperationSpec::new("sync-invoice:v1");
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let idem = Idem::<Sqlite>::connect("sqlite://app.db", Config::default()).await?;
+/// idem.migrate().await?;
+///
+/// // A message consumer: the message id is the key, the payload the input.
+/// let payload = serde_json::json!({"invoice": 42});
+/// let key = IdempotencyKey::new("msg-7f3a")?;
+/// let call = Call { scope: "global", key: &key, fingerprint: Fingerprint::of(SYNC.id, &payload, &[])? };
+/// let outcome = idem
+///     .execute(&SYNC, call, |tx| Box::pin(async move {
+///         sqlx::query("UPDATE invoices SET synced = 1 WHERE id = 42").execute(&mut **tx).await.ok();
+///         Record::json(200, &serde_json::json!({"synced": true})).unwrap_or_default()
+///     }))
+///     .await?;
+/// println!("{:?}", outcome.kind); // Executed the first time, Replayed after
+/// # Ok(()) }
+/// ```
+pub struct Idem<DB: Backend> {
+    inner: Arc<Inner<DB>>,
+}
+
+struct Inner<DB: Backend> {
+    pool: Pool<DB>,
+    config: Config,
+    tx_settings: TxSettings,
+    clock: Arc<dyn Clock>,
+    #[cfg(feature = "failpoints")]
+    armed: std::sync::Mutex<Option<crate::failpoint::FailPointSpec>>,
+}
+
+impl<DB: Backend> Clone for Idem<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Idem<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the connection string: never print it.
+        f.debug_struct("Idem")
+            .field("backend", &<DB as sqlx::Database>::NAME)
+            .field("config", &self.inner.config)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> Idem<DB> {
+    /// Opens a pool on `url` with settings suited to the protocol (SQLite: WAL, created if
+    /// missing, `busy_timeout` = [`Config::in_flight_wait`]).
+    ///
+    /// # Errors
+    /// When the URL is invalid or the database unreachable.
+    pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
+        let pool = DB::connect(url, config.max_connections, &config.tx_settings()).await?;
+        Ok(Self::from_pool(pool, config))
+    }
+
+    /// Uses an existing pool. For SQLite, set `busy_timeout` on it to bound lock waits.
+    #[must_use]
+    pub fn from_pool(pool: Pool<DB>, config: Config) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                tx_settings: config.tx_settings(),
+                config,
+                clock: Arc::new(SystemClock),
+                #[cfg(feature = "failpoints")]
+                armed: std::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Replaces the clock (tests, simulations). Call before cloning the handle.
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            pool: shared.pool.clone(),
+            config: shared.config.clone(),
+            tx_settings: shared.tx_settings.clone(),
+            clock: Arc::clone(&shared.clock),
+            #[cfg(feature = "failpoints")]
+            armed: std::sync::Mutex::new(None),
+        });
+        Self {
+            inner: Arc::new(Inner {
+                clock: Arc::new(clock),
+                ..inner
+            }),
+        }
+    }
+
+    /// Creates or updates the key table.
+    ///
+    /// # Errors
+    /// When a migration fails.
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        DB::migrate(&self.inner.pool).await
+    }
+
+    /// The pool, for the application's own queries.
+    #[must_use]
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.inner.pool
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Now, by the injected clock.
+    #[must_use]
+    pub fn now_millis(&self) -> i64 {
+        self.inner.clock.now_millis()
+    }
+
+    /// Reads one key row: the store's view of a key, for tools and tests.
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn lookup(&self, key: KeyRef<'_>) -> Result<Option<StoredKey>, sqlx::Error> {
+        DB::lookup(&self.inner.pool, key).await
+    }
+
+    /// Runs `work` at most once per (`call.scope`, `spec.id`, `call.key`):
+    ///
+    /// 1. one `SELECT` of the key row (outside any transaction): a completed key with the same
+    ///    fingerprint replays its record; another fingerprint is [`Error::Mismatch`]; an expired
+    ///    key is [`Error::Expired`] or, with [`ExpiryPolicy::Reexecute`], runs again;
+    /// 2. otherwise `BEGIN`, `INSERT … ON CONFLICT DO NOTHING` of the key row, `work` on the
+    ///    same transaction, `UPDATE` of the row with the record, `COMMIT`.
+    ///
+    /// A concurrent duplicate waits on the row's lock up to [`Config::in_flight_wait`]: it
+    /// replays if the first commits, runs if the first rolls back, and gets
+    /// [`Error::InFlight`] past the wait. A record with `status >= 400` rolls everything back
+    /// and is not stored ([`OutcomeKind::Failed`]), except `4xx` with
+    /// [`OperationSpec::store_client_errors`], stored with the work's writes rolled back to a
+    /// savepoint. A panic in `work` rolls back and is [`Error::Panicked`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn execute<F>(
+        &self,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+    {
+        let key = KeyRef {
+            scope: call.scope,
+            operation: spec.id,
+            key: call.key.as_str(),
+        };
+        let mut work = Some(work);
+        // A lost race (the key appeared or was replaced between lookup and insert) is
+        // resolved by looking again; a few rounds at most.
+        for _ in 0..3 {
+            let now = self.now_millis();
+            let stored = DB::lookup(&self.inner.pool, key)
+                .await
+                .map_err(Error::Store)?;
+            let replace_expired = match stored {
+                None => false,
+                Some(stored) => match judge(spec, stored, &call.fingerprint, now)? {
+                    Judgement::Replay(record) => {
+                        return Ok(Outcome {
+                            kind: OutcomeKind::Replayed,
+                            record,
+                        });
+                    }
+                    Judgement::InFlight => return Err(self.in_flight()),
+                    Judgement::Reexecute => true,
+                },
+            };
+            let mut tx = DB::begin(&self.inner.pool, &self.inner.tx_settings)
+                .await
+                .map_err(|e| self.reservation_error(e))?;
+            let expires = now.saturating_add(millis(spec.ttl));
+            let reserved = DB::reserve(
+                &mut tx,
+                key,
+                call.fingerprint.as_bytes(),
+                now,
+                expires,
+                replace_expired,
+            )
+            .await
+            .map_err(|e| self.reservation_error(e))?;
+            if !reserved {
+                drop(tx);
+                continue;
+            }
+            let work = work.take().ok_or(Error::Panicked)?;
+            return self.run_reserved(spec, key, tx, work).await;
+        }
+        Err(self.in_flight())
+    }
+
+    /// Runs `work` in a transaction with no key: for operations whose key is optional.
+    ///
+    /// # Errors
+    /// [`Error::Store`], [`Error::Panicked`] or [`Error::CommitUnknown`].
+    pub async fn execute_unkeyed<F>(&self, work: F) -> Result<Outcome, Error>
+    where
+        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+    {
+        let mut tx = DB::begin(&self.inner.pool, &self.inner.tx_settings)
+            .await
+            .map_err(Error::Store)?;
+        let record = AssertUnwindSafe(work(&mut tx))
+            .catch_unwind()
+            .await
+            .map_err(|_| Error::Panicked)?;
+        if record.is_failure() {
+            tx.rollback().await.map_err(Error::Store)?;
+            return Ok(Outcome {
+                kind: OutcomeKind::Failed,
+                record,
+            });
+        }
+        tx.commit().await.map_err(Error::CommitUnknown)?;
+        Ok(Outcome {
+            kind: OutcomeKind::Executed,
+            record,
+        })
+    }
+
+    async fn run_reserved<F>(
+        &self,
+        spec: &OperationSpec,
+        key: KeyRef<'_>,
+        mut tx: Transaction<'static, DB>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+    {
+        if spec.store_client_errors {
+            DB::execute_raw(&mut tx, SAVEPOINT)
+                .await
+                .map_err(Error::Store)?;
+        }
+        // A panic drops `tx`, which rolls back: neither the effect nor the key remain.
+        let record = AssertUnwindSafe(work(&mut tx))
+            .catch_unwind()
+            .await
+            .map_err(|_| Error::Panicked)?;
+        self.fail_point(crate::failpoint::FailPoint::AfterHandler)?;
+        if record.is_failure() {
+            if spec.store_client_errors && record.status < 500 {
+                DB::execute_raw(&mut tx, ROLLBACK_TO_SAVEPOINT)
+                    .await
+                    .map_err(Error::Store)?;
+            } else {
+                tx.rollback().await.map_err(Error::Store)?;
+                return Ok(Outcome {
+                    kind: OutcomeKind::Failed,
+                    record,
+                });
+            }
+        }
+        let headers = record.headers_json(&self.inner.config.stored_headers);
+        DB::complete(&mut tx, key, &record, &headers, self.now_millis())
+            .await
+            .map_err(Error::Store)?;
+        self.fail_point(crate::failpoint::FailPoint::AfterRecord)?;
+        tx.commit().await.map_err(Error::CommitUnknown)?;
+        self.fail_point(crate::failpoint::FailPoint::AfterCommit)?;
+        Ok(Outcome {
+            kind: OutcomeKind::Executed,
+            record,
+        })
+    }
+
+    /// Deletes keys that expired more than `grace` ago, `batch` rows per statement, until
+    /// none are left. Returns how many were deleted.
+    ///
+    /// A deleted key is unknown again: with [`ExpiryPolicy::Gone`] a request for it after the
+    /// sweep runs anew, so choose `grace` longer than any client keeps retrying.
+    ///
+    /// # Errors
+    /// When the store fails; rows deleted by earlier batches stay deleted.
+    pub async fn sweep_expired(&self, grace: Duration, batch: u32) -> Result<u64, sqlx::Error> {
+        let before = self.now_millis().saturating_sub(millis(grace));
+        let batch = i64::from(batch.max(1));
+        let mut total = 0;
+        loop {
+            let deleted = DB::sweep(&self.inner.pool, before, batch).await?;
+            total += deleted;
+            if deleted < u64::try_from(batch).unwrap_or(u64::MAX) {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn in_flight(&self) -> Error {
+        Error::InFlight {
+            retry_after: self.inner.config.retry_after,
+        }
+    }
+
+    fn reservation_error(&self, error: sqlx::Error) -> Error {
+        match DB::classify(&error) {
+            Failure::LockTimeout => self.in_flight(),
+            Failure::Other => Error::Store(error),
+        }
+    }
+
+    /// Arms a fail point: the next execution that reaches it fails there (feature
+    /// `failpoints`).
+    #[cfg(feature = "failpoints")]
+    pub fn fail_at(&self, point: crate::FailPoint, action: crate::FailAction) {
+        *self
+            .inner
+            .armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(crate::failpoint::FailPointSpec(point, action));
+    }
+
+    #[cfg(feature = "failpoints")]
+    fn fail_point(&self, point: crate::FailPoint) -> Result<(), Error> {
+        let mut armed = self
+            .inner
+            .armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *armed {
+            Some(crate::failpoint::FailPointSpec(p, action)) if p == point => {
+                *armed = None;
+                match action {
+                    crate::FailAction::Error => Err(Error::Injected(point.as_str())),
+                    crate::FailAction::Abort => std::process::abort(),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    #[inline(always)]
+    #[allow(clippy::unused_self, clippy::unnecessary_wraps)] // compiled out without the feature
+    fn fail_point(&self, _point: crate::failpoint::FailPoint) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+enum Judgement {
+    Replay(Record),
+    InFlight,
+    Reexecute,
+}
+
+fn judge(
+    spec: &OperationSpec,
+    stored: StoredKey,
+    fingerprint: &Fingerprint,
+    now: i64,
+) -> Result<Judgement, Error> {
+    if stored.expires_at_ms <= now {
+        return match spec.on_expired {
+            ExpiryPolicy::Gone => Err(Error::Expired),
+            ExpiryPolicy::Reexecute => Ok(Judgement::Reexecute),
+        };
+    }
+    if stored.fingerprint.as_slice() != fingerprint.as_bytes() {
+        return Err(Error::Mismatch);
+    }
+    Ok(match stored.record {
+        Some(record) => Judgement::Replay(record),
+        None => Judgement::InFlight,
+    })
+}

@@ -1,0 +1,186 @@
+//! The `Idempotency-Key` request header.
+//!
+//! The IETF httpapi draft defines the header as a structured-field *item* whose value is a
+//! string: `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Many clients follow
+//! Stripe's convention and send the key unquoted (`Idempotency-Key: 8e03978e-…`); those
+//! *bare* keys are accepted unless [`KeyFormat::Strict`] is configured.
+//!
+//! Either way a key is 1 to 255 visible ASCII characters (`!` to `~`): no spaces, no
+//! control characters and, for a bare key, no quotes.
+
+use std::fmt;
+
+/// Name of the request header that carries the key.
+pub const HEADER: &str = "idempotency-key";
+
+/// Longest accepted key, in characters.
+pub const MAX_LEN: usize = 255;
+
+/// Which spellings of the header are accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyFormat {
+    /// Structured-field strings (`"abc"`) and bare keys (`abc`). The default.
+    #[default]
+    Lenient,
+    /// Only structured-field strings, as the IETF draft specifies.
+    Strict,
+}
+
+/// A validated idempotency key.
+///
+/// ```
+/// use idem_runtime::{IdempotencyKey, KeyFormat};
+///
+/// let quoted = IdempotencyKey::parse(b"\"order-42\"", KeyFormat::Strict).unwrap();
+/// let bare = IdempotencyKey::parse(b"order-42", KeyFormat::Lenient).unwrap();
+/// assert_eq!(quoted, bare);
+/// assert_eq!(bare.as_str(), "order-42");
+/// assert!(IdempotencyKey::parse(b"order-42", KeyFormat::Strict).is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Parses the raw value of one `Idempotency-Key` header.
+    ///
+    /// # Errors
+    /// [`KeyError`] says what is wrong with the value.
+    pub fn parse(raw: &[u8], format: KeyFormat) -> Result<Self, KeyError> {
+        let trimmed = raw.trim_ascii();
+        if trimmed.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        let key = if trimmed[0] == b'"' {
+            let item: sfv::Item = sfv::Parser::new(trimmed)
+                .parse_item()
+                .map_err(|_| KeyError::NotStructured)?;
+            item.bare_item
+                .as_string()
+                .ok_or(KeyError::NotStructured)?
+                .as_str()
+                .to_owned()
+        } else if format == KeyFormat::Strict {
+            return Err(KeyError::Unquoted);
+        } else {
+            // `trimmed` is not empty, so a failure here is an invalid byte, caught below.
+            String::from_utf8(trimmed.to_vec()).map_err(|_| KeyError::InvalidCharacter)?
+        };
+        Self::new(key)
+    }
+
+    /// Validates an already unquoted key, e.g. one given to the plain function API.
+    ///
+    /// # Errors
+    /// [`KeyError`] if the key is empty, longer than [`MAX_LEN`] or has a character outside
+    /// visible ASCII.
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > MAX_LEN {
+            return Err(KeyError::TooLong);
+        }
+        if !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(KeyError::InvalidCharacter);
+        }
+        Ok(Self(key))
+    }
+
+    /// The key as sent, without quotes.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyKey").field(&self.0).finish()
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why an `Idempotency-Key` value was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The header is present but empty (or the string inside it is).
+    #[error("the key is empty")]
+    Empty,
+    /// Longer than [`MAX_LEN`] characters.
+    #[error("the key is longer than 255 characters")]
+    TooLong,
+    /// A space, control character, non-ASCII character or stray quote.
+    #[error("the key may only contain visible ASCII characters (no spaces)")]
+    InvalidCharacter,
+    /// Starts with a quote but is not a valid structured-field string item.
+    #[error("the key is not a valid structured-field string, e.g. \"8e03978e-40d5\"")]
+    NotStructured,
+    /// A bare key where [`KeyFormat::Strict`] requires a quoted string.
+    #[error("the key must be a quoted structured-field string, e.g. \"8e03978e-40d5\"")]
+    Unquoted,
+    /// The header appears more than once.
+    #[error("the request has more than one Idempotency-Key header")]
+    Repeated,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lenient(raw: &str) -> Result<IdempotencyKey, KeyError> {
+        IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Lenient)
+    }
+
+    #[test]
+    fn quoted_and_bare_keys_are_the_same_key() {
+        assert_eq!(lenient("\"abc-123\"").unwrap(), lenient("abc-123").unwrap());
+        assert_eq!(lenient("  \"abc\"  ").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn strict_mode_refuses_bare_keys_only() {
+        let strict = |raw: &str| IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Strict);
+        assert_eq!(strict("abc"), Err(KeyError::Unquoted));
+        assert_eq!(strict("\"abc\"").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn length_limits() {
+        assert_eq!(lenient(""), Err(KeyError::Empty));
+        assert_eq!(lenient("\"\""), Err(KeyError::Empty));
+        assert_eq!(lenient(&"k".repeat(255)).unwrap().as_str().len(), 255);
+        assert_eq!(lenient(&"k".repeat(256)), Err(KeyError::TooLong));
+        assert_eq!(
+            lenient(&format!("\"{}\"", "k".repeat(256))),
+            Err(KeyError::TooLong)
+        );
+    }
+
+    #[test]
+    fn invisible_and_non_ascii_characters_are_refused() {
+        assert_eq!(lenient("a b"), Err(KeyError::InvalidCharacter));
+        assert_eq!(lenient("\"a b\""), Err(KeyError::InvalidCharacter));
+        assert_eq!(lenient("a\tb"), Err(KeyError::InvalidCharacter));
+        assert_eq!(lenient("clé"), Err(KeyError::InvalidCharacter));
+        assert_eq!(lenient("ab\"c"), Err(KeyError::InvalidCharacter));
+    }
+
+    #[test]
+    fn malformed_structured_values_are_refused() {
+        assert_eq!(lenient("\"unterminated"), Err(KeyError::NotStructured));
+        assert_eq!(lenient("\"a\", \"b\""), Err(KeyError::NotStructured));
+        assert_eq!(lenient("\"a\" trailing"), Err(KeyError::NotStructured));
+    }
+
+    #[test]
+    fn structured_parameters_are_ignored() {
+        assert_eq!(lenient("\"abc\";v=1").unwrap().as_str(), "abc");
+    }
+}

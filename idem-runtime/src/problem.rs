@@ -1,0 +1,115 @@
+//! RFC 9457 problem details: every error idem answers is `application/problem+json`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Serialize;
+
+/// Media type of problem details.
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// An RFC 9457 problem: `{"type", "title", "status", "detail"}`.
+///
+/// idem's own problem types are URNs under `urn:idem:problem:` (listed in the crate docs);
+/// applications can use any URI for theirs.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use idem_runtime::Problem;
+///
+/// let problem = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "urn:shop:problem:sku", "invalid sku")
+///     .with_detail("`sku` must match ^[A-Z0-9-]{1,32}$");
+/// assert_eq!(problem.status(), StatusCode::UNPROCESSABLE_ENTITY);
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    type_uri: Cow<'static, str>,
+    title: Cow<'static, str>,
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+    #[serde(skip)]
+    retry_after: Option<Duration>,
+}
+
+impl Problem {
+    /// A problem with a type URI and a short, fixed title.
+    #[must_use]
+    pub fn new(
+        status: StatusCode,
+        type_uri: impl Into<Cow<'static, str>>,
+        title: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self {
+            type_uri: type_uri.into(),
+            title: title.into(),
+            status: status.as_u16(),
+            detail: None,
+            retry_after: None,
+        }
+    }
+
+    /// Adds the occurrence-specific explanation.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Adds a `Retry-After` header (whole seconds, at least 1).
+    #[must_use]
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// The HTTP status.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The type URI.
+    #[must_use]
+    pub fn type_uri(&self) -> &str {
+        &self.type_uri
+    }
+
+    /// The detail, if any.
+    #[must_use]
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status, self.title)?;
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problem {}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (self.status(), body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(CONTENT_TYPE),
+        );
+        if let Some(after) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+        }
+        response
+    }
+}

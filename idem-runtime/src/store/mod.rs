@@ -1,0 +1,313 @@
+//! The key table and the queries on it, one implementation per backend.
+//!
+//! Both backends run the same statements (see the `sql` modules beside this file); they
+//! differ only in how they write timestamps and how a lock wait times out. Every query lives
+//! here so the operator tool and future modes reuse them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use sqlx::migrate::Migrator;
+use sqlx::{Database, Pool, Transaction};
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+/// The identity of one key row: (scope, operation, idempotency_key).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRef<'a> {
+    /// `global`, `tenant:<id>` or `user:<id>`.
+    pub scope: &'a str,
+    /// The operation id, e.g. `create_order:v1`.
+    pub operation: &'a str,
+    /// The client's key.
+    pub key: &'a str,
+}
+
+/// A response (or any result of the plain function API): status, headers and body.
+///
+/// Only the headers in the configured allow-list are stored; a replay answers with those.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    /// HTTP status. `>= 400` counts as failure: rolled back and not stored, except `4xx`
+    /// for operations with `store_client_errors`.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Record {
+    /// A `status` record with a JSON body, for the plain function API.
+    ///
+    /// # Errors
+    /// When `value` cannot be serialised.
+    pub fn json(status: u16, value: &impl serde::Serialize) -> Result<Self, serde_json::Error> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Ok(Self {
+            status,
+            headers,
+            body: serde_json::to_vec(value)?.into(),
+        })
+    }
+
+    /// Whether the record is a failure (`status >= 400`).
+    #[must_use]
+    pub fn is_failure(&self) -> bool {
+        self.status >= 400
+    }
+
+    pub(crate) fn headers_json(&self, allow: &[HeaderName]) -> String {
+        let pairs: Vec<(&str, &str)> = allow
+            .iter()
+            .flat_map(|name| {
+                self.headers
+                    .get_all(name)
+                    .iter()
+                    .filter_map(move |v| Some((name.as_str(), v.to_str().ok()?)))
+            })
+            .collect();
+        serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    pub(crate) fn from_stored(status: i32, headers: Option<&str>, body: Vec<u8>) -> Self {
+        let mut map = HeaderMap::new();
+        let pairs: Vec<(String, String)> = headers
+            .and_then(|h| serde_json::from_str(h).ok())
+            .unwrap_or_default();
+        for (name, value) in pairs {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                map.append(name, value);
+            }
+        }
+        Self {
+            status: u16::try_from(status).unwrap_or(500),
+            headers: map,
+            body: body.into(),
+        }
+    }
+}
+
+/// What the key table holds for one key.
+#[derive(Debug, Clone)]
+pub struct StoredKey {
+    /// SHA-256 of the first request.
+    pub fingerprint: Vec<u8>,
+    /// `processing` or `completed`.
+    pub status: String,
+    /// The stored response, once completed.
+    pub record: Option<Record>,
+    /// Expiry, in milliseconds since the Unix epoch.
+    pub expires_at_ms: i64,
+}
+
+/// How a database error bears on the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A lock wait ran out: another transaction holds the key.
+    LockTimeout,
+    /// Anything else.
+    Other,
+}
+
+/// Per-transaction settings the store applies when it begins one.
+#[derive(Debug, Clone)]
+pub(crate) struct TxSettings {
+    pub lock_timeout: Duration,
+    pub statement_timeout: Duration,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A database idem can keep keys in: `sqlx::Postgres` (feature `postgres`) or
+/// `sqlx::Sqlite` (feature `sqlite`).
+///
+/// Sealed: the protocol's guarantees are proven per backend by this crate's tests.
+pub trait Backend: Database + sealed::Sealed {
+    /// The migrations that create and evolve the key table.
+    fn migrator() -> Migrator;
+
+    #[doc(hidden)]
+    fn migrate(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;
+
+    #[doc(hidden)]
+    fn connect(
+        url: &str,
+        max_connections: u32,
+        settings: &TxSettings,
+    ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn begin(
+        pool: &Pool<Self>,
+        settings: &TxSettings,
+    ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn lookup(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+    ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn reserve(
+        tx: &mut Transaction<'static, Self>,
+        key: KeyRef<'_>,
+        fingerprint: &[u8],
+        now_ms: i64,
+        expires_ms: i64,
+        replace_expired: bool,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn execute_raw(
+        tx: &mut Transaction<'static, Self>,
+        sql: &'static str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn complete(
+        tx: &mut Transaction<'static, Self>,
+        key: KeyRef<'_>,
+        record: &Record,
+        headers_json: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn sweep(
+        pool: &Pool<Self>,
+        before_ms: i64,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    fn classify(error: &sqlx::Error) -> Failure;
+}
+
+/// The body of every `Backend` implementation: the statements differ, the code does not.
+macro_rules! impl_backend_queries {
+    () => {
+        async fn migrate(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError> {
+            Self::migrator().run(pool).await
+        }
+
+        async fn lookup(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+        ) -> Result<Option<StoredKey>, sqlx::Error> {
+            use sqlx::Row as _;
+            let row = sqlx::query(sql::LOOKUP)
+                .bind(key.scope)
+                .bind(key.operation)
+                .bind(key.key)
+                .fetch_optional(pool)
+                .await?;
+            let Some(row) = row else { return Ok(None) };
+            let status: String = row.try_get(1)?;
+            let response_status: Option<i32> = row.try_get(2)?;
+            let record = match response_status {
+                Some(code) if status == "completed" => {
+                    let headers: Option<String> = row.try_get(3)?;
+                    let body: Option<Vec<u8>> = row.try_get(4)?;
+                    Some(Record::from_stored(
+                        code,
+                        headers.as_deref(),
+                        body.unwrap_or_default(),
+                    ))
+                }
+                _ => None,
+            };
+            Ok(Some(StoredKey {
+                fingerprint: row.try_get(0)?,
+                status,
+                record,
+                expires_at_ms: row.try_get(5)?,
+            }))
+        }
+
+        async fn reserve(
+            tx: &mut Transaction<'static, Self>,
+            key: KeyRef<'_>,
+            fingerprint: &[u8],
+            now_ms: i64,
+            expires_ms: i64,
+            replace_expired: bool,
+        ) -> Result<bool, sqlx::Error> {
+            let statement = if replace_expired {
+                sql::RESERVE_OR_REPLACE_EXPIRED
+            } else {
+                sql::RESERVE
+            };
+            let row = sqlx::query(statement)
+                .bind(key.scope)
+                .bind(key.operation)
+                .bind(key.key)
+                .bind(fingerprint)
+                .bind(now_ms)
+                .bind(expires_ms)
+                .fetch_optional(&mut **tx)
+                .await?;
+            Ok(row.is_some())
+        }
+
+        async fn execute_raw(
+            tx: &mut Transaction<'static, Self>,
+            statement: &'static str,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query(statement).execute(&mut **tx).await?;
+            Ok(())
+        }
+
+        async fn complete(
+            tx: &mut Transaction<'static, Self>,
+            key: KeyRef<'_>,
+            record: &Record,
+            headers_json: &str,
+            now_ms: i64,
+        ) -> Result<(), sqlx::Error> {
+            sqlx::query(sql::COMPLETE)
+                .bind(key.scope)
+                .bind(key.operation)
+                .bind(key.key)
+                .bind(i32::from(record.status))
+                .bind(headers_json)
+                .bind(record.body.as_ref())
+                .bind(now_ms)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        async fn sweep(pool: &Pool<Self>, before_ms: i64, batch: i64) -> Result<u64, sqlx::Error> {
+            let done = sqlx::query(sql::SWEEP)
+                .bind(before_ms)
+                .bind(batch)
+                .execute(pool)
+                .await?;
+            Ok(done.rows_affected())
+        }
+    };
+}
+use impl_backend_queries;
+
+/// Savepoint that separates the handler's writes from the key row.
+pub(crate) const SAVEPOINT: &str = "SAVEPOINT idem_handler";
+/// Undoes the handler's writes, keeping the key row.
+pub(crate) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT idem_handler";
