@@ -37,9 +37,9 @@ struct Arg {
 impl Parse for Arg {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let name: Ident = input.parse()?;
-        input.parse::<Token![=]>().map_err(|e| {
-            syn::Error::new(e.span(), format!("expected `{name} = …`"))
-        })?;
+        input
+            .parse::<Token![=]>()
+            .map_err(|e| syn::Error::new(e.span(), format!("expected `{name} = …`")))?;
         Ok(Self {
             name,
             value: input.parse()?,
@@ -75,11 +75,7 @@ fn string(value: &Expr, what: &str) -> syn::Result<LitStr> {
     }
 }
 
-fn choice<T: Copy>(
-    value: &Expr,
-    what: &str,
-    options: &[(&str, T)],
-) -> syn::Result<T> {
+fn choice<T: Copy>(value: &Expr, what: &str, options: &[(&str, T)]) -> syn::Result<T> {
     let lit = string(value, what)?;
     let text = lit.value();
     options

@@ -8,7 +8,9 @@ pub(crate) fn parse_seconds(text: &str) -> Option<u64> {
         return None;
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return None;
         }
@@ -45,7 +47,17 @@ mod tests {
 
     #[test]
     fn refused() {
-        for bad in ["", "24", "h", "24 parsecs", "0s", "24H", "-1h", "1.5h", "1h 30m"] {
+        for bad in [
+            "",
+            "24",
+            "h",
+            "24 parsecs",
+            "0s",
+            "24H",
+            "-1h",
+            "1.5h",
+            "1h 30m",
+        ] {
             assert_eq!(parse_seconds(bad), None, "{bad:?}");
         }
         assert_eq!(parse_seconds("99999999999999999999d"), None);

@@ -359,9 +359,10 @@ where
         };
         let value: T = serde_json::from_slice(&bytes).map_err(|error| {
             let (status, type_uri) = match error.classify() {
-                serde_json::error::Category::Data => {
-                    (StatusCode::UNPROCESSABLE_ENTITY, "urn:idem:problem:invalid-body")
-                }
+                serde_json::error::Category::Data => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "urn:idem:problem:invalid-body",
+                ),
                 _ => (StatusCode::BAD_REQUEST, "urn:idem:problem:malformed-json"),
             };
             Problem::new(status, type_uri, "invalid request body").with_detail(error.to_string())

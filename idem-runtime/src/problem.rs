@@ -103,12 +103,12 @@ impl IntoResponse for Problem {
         let body = serde_json::to_vec(&self).unwrap_or_default();
         let mut response = (self.status(), body).into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(CONTENT_TYPE),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
         if let Some(after) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(after.as_secs().max(1)),
+            );
         }
         response
     }

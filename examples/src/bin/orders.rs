@@ -1,1 +1,125 @@
-fn main() {}
+//! `orders`: the example server.
+//!
+//! ```text
+//! cargo run --release -p idem-examples --bin orders
+//! ```
+//!
+//! - `DATABASE_URL`: unset → SQLite file `orders.db` in the working directory;
+//!   `sqlite://…` or `postgres://…` otherwise. Several instances may share one PostgreSQL.
+//! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
+//!
+//! Applies the migrations at start, logs `listening on http://ADDR` once it accepts
+//! connections, and shuts down gracefully on SIGTERM or SIGINT.
+
+use std::error::Error;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use idem_examples::orders::{self, OrdersDb};
+use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::{Config, Idem};
+use tokio::net::TcpListener;
+
+const DEFAULT_DATABASE_URL: &str = "sqlite://orders.db";
+const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
+    let result = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        serve::<Postgres>(&url).await
+    } else if url.starts_with("sqlite:") {
+        serve::<Sqlite>(&url).await
+    } else {
+        Err("DATABASE_URL must start with sqlite:, postgres: or postgresql:".into())
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("orders: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
+    let addr: SocketAddr = std::env::var("LISTEN_ADDR")
+        .unwrap_or_else(|_| DEFAULT_LISTEN_ADDR.to_owned())
+        .parse()
+        .map_err(|e| format!("LISTEN_ADDR: {e}"))?;
+    let config = Config::default().max_request_body(16 * 1024);
+    let idem = Idem::<DB>::connect(url, config).await?;
+    idem.migrate().await?;
+    DB::migrate_orders(idem.pool()).await?;
+    arm_fail_point(&idem)?;
+
+    // Expired keys answer 410 for a week after expiry, then the sweeper forgets them.
+    let sweeper = idem.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(600));
+        loop {
+            every.tick().await;
+            match sweeper
+                .sweep_expired(Duration::from_secs(7 * 24 * 3600), 500)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "swept expired idempotency keys"),
+                Err(error) => tracing::warn!(%error, "sweeping expired keys failed"),
+            }
+        }
+    });
+
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, orders::router(idem))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// With the `failpoints` feature, `IDEM_FAILPOINT=after_commit=abort` (say) arms one fault
+/// for the crash tests. Without it the variable is refused, so it is never silently ignored.
+fn arm_fail_point<DB: OrdersDb>(idem: &Idem<DB>) -> Result<(), Box<dyn Error>> {
+    let Ok(spec) = std::env::var("IDEM_FAILPOINT") else {
+        return Ok(());
+    };
+    #[cfg(feature = "failpoints")]
+    {
+        let idem_runtime::failpoint::FailPointSpec(point, action) = spec.parse()?;
+        idem.fail_at(point, action);
+        tracing::warn!(point = point.as_str(), ?action, "fail point armed");
+        Ok(())
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = idem;
+        Err(format!("IDEM_FAILPOINT={spec} needs the `failpoints` feature").into())
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return interrupt.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await.unwrap_or(());
+}

@@ -115,7 +115,8 @@ pub struct StoredKey {
 
 /// How a database error bears on the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
+#[doc(hidden)]
+pub enum Failure {
     /// A lock wait ran out: another transaction holds the key.
     LockTimeout,
     /// Anything else.
@@ -124,7 +125,8 @@ pub(crate) enum Failure {
 
 /// Per-transaction settings the store applies when it begins one.
 #[derive(Debug, Clone)]
-pub(crate) struct TxSettings {
+#[doc(hidden)]
+pub struct TxSettings {
     pub lock_timeout: Duration,
     pub statement_timeout: Duration,
 }

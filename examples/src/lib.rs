@@ -1,0 +1,4 @@
+//! Runnable examples of idem. Each binary in `src/bin` is a thin `main` around a module here,
+//! so tests can drive the same router in process.
+
+pub mod orders;

@@ -1,0 +1,284 @@
+//! The `orders` example: `POST /orders` made safe to retry with one attribute.
+//!
+//! - `Authorization: Bearer <tenant>` is a stand-in for real authentication: the tenant is
+//!   whatever the token says, if it matches `^[a-z0-9-]{1,64}$`. Replace [`BearerTenant`]
+//!   with your own verified extractor.
+//! - `POST /orders` takes `{"sku": "^[A-Z0-9-]{1,32}$", "quantity": 1..=20}` and is
+//!   `#[idempotent(ttl = "24h", scope = "tenant")]`.
+//! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise.
+//!
+//! The handlers are generic over the backend so one binary serves SQLite and PostgreSQL; an
+//! application on one database writes them for that database directly.
+
+use std::future::Future;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite, Transaction};
+use idem_runtime::{Backend, Idem, IdemState, Json, Principal, Problem, Validate, idempotent};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The application state: idem's handle, whose pool the handlers also use.
+#[derive(Debug)]
+pub struct AppState<DB: Backend> {
+    /// Store handle and pool.
+    pub idem: Idem<DB>,
+}
+
+impl<DB: Backend> Clone for AppState<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+        }
+    }
+}
+
+impl<DB: OrdersDb> IdemState<DB> for AppState<DB> {
+    type Principal = BearerTenant;
+    fn idem(&self) -> &Idem<DB> {
+        &self.idem
+    }
+}
+
+/// Demo authentication: `Authorization: Bearer <tenant>`.
+#[derive(Debug, Clone)]
+pub struct BearerTenant(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for BearerTenant {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Problem> {
+        let tenant = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .filter(|t| {
+                (1..=64).contains(&t.len())
+                    && t.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            });
+        match tenant {
+            Some(tenant) => Ok(Self(tenant.to_owned())),
+            None => Err(Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "urn:idem:example:unauthenticated",
+                "authentication required",
+            )
+            .with_detail(
+                "send `Authorization: Bearer <tenant>`, tenant matching ^[a-z0-9-]{1,64}$",
+            )),
+        }
+    }
+}
+
+impl Principal for BearerTenant {
+    fn tenant(&self) -> Option<&str> {
+        Some(&self.0)
+    }
+}
+
+/// The body of `POST /orders`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewOrder {
+    /// `^[A-Z0-9-]{1,32}$`
+    pub sku: String,
+    /// `1..=20`
+    pub quantity: i32,
+}
+
+impl Validate for NewOrder {
+    fn validate(&self) -> Result<(), Problem> {
+        let invalid = |detail: &str| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "urn:idem:example:invalid-order",
+                "invalid order",
+            )
+            .with_detail(detail)
+        };
+        let sku_ok = (1..=32).contains(&self.sku.len())
+            && self
+                .sku
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-');
+        if !sku_ok {
+            return Err(invalid("`sku` must match ^[A-Z0-9-]{1,32}$"));
+        }
+        if !(1..=20).contains(&self.quantity) {
+            return Err(invalid("`quantity` must be between 1 and 20"));
+        }
+        Ok(())
+    }
+}
+
+/// An order as the API returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Order {
+    /// Its id.
+    pub id: Uuid,
+    /// What was ordered.
+    pub sku: String,
+    /// How many.
+    pub quantity: i32,
+}
+
+/// The example's own queries, one implementation per backend.
+pub trait OrdersDb: Backend {
+    /// Creates the `orders` table.
+    fn migrate_orders(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;
+    /// Inserts an order in the request's transaction.
+    fn insert_order(
+        conn: &mut <Self as sqlx::Database>::Connection,
+        tenant: &str,
+        order: &Order,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    /// Reads one of the tenant's orders.
+    fn find_order(
+        pool: &Pool<Self>,
+        tenant: &str,
+        id: Uuid,
+    ) -> impl Future<Output = Result<Option<Order>, sqlx::Error>> + Send;
+}
+
+macro_rules! orders_db {
+    ($db:ty, $migrations:literal, $insert:literal, $find:literal) => {
+        impl OrdersDb for $db {
+            async fn migrate_orders(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError> {
+                let mut migrator = sqlx::migrate!($migrations);
+                migrator.set_ignore_missing(true); // idem's migrations share the table
+                migrator.run(pool).await
+            }
+
+            async fn insert_order(
+                conn: &mut <Self as sqlx::Database>::Connection,
+                tenant: &str,
+                order: &Order,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query($insert)
+                    .bind(order.id.to_string())
+                    .bind(tenant)
+                    .bind(&order.sku)
+                    .bind(order.quantity)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            }
+
+            async fn find_order(
+                pool: &Pool<Self>,
+                tenant: &str,
+                id: Uuid,
+            ) -> Result<Option<Order>, sqlx::Error> {
+                let row: Option<(String, i32)> = sqlx::query_as($find)
+                    .bind(id.to_string())
+                    .bind(tenant)
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.map(|(sku, quantity)| Order { id, sku, quantity }))
+            }
+        }
+    };
+}
+
+orders_db!(
+    Postgres,
+    "migrations/postgres",
+    "INSERT INTO orders (id, tenant, sku, quantity) VALUES ($1::uuid, $2, $3, $4)",
+    "SELECT sku, quantity FROM orders WHERE id = $1::uuid AND tenant = $2"
+);
+orders_db!(
+    Sqlite,
+    "migrations/sqlite",
+    "INSERT INTO orders (id, tenant, sku, quantity) VALUES (?1, ?2, ?3, ?4)",
+    "SELECT sku, quantity FROM orders WHERE id = ?1 AND tenant = ?2"
+);
+
+fn internal(error: &sqlx::Error) -> Problem {
+    tracing::error!(%error, "database error");
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "urn:idem:example:internal",
+        "internal error",
+    )
+}
+
+/// `POST /orders`: creates an order. Safe to retry with the same `Idempotency-Key`.
+#[idempotent(ttl = "24h", scope = "tenant")]
+pub async fn create_order<DB: OrdersDb>(
+    BearerTenant(tenant): BearerTenant,
+    tx: &mut Transaction<'_, DB>,
+    Json(new): Json<NewOrder>,
+) -> Result<impl IntoResponse, Problem> {
+    let order = Order {
+        id: Uuid::new_v4(),
+        sku: new.sku,
+        quantity: new.quantity,
+    };
+    DB::insert_order(&mut **tx, &tenant, &order)
+        .await
+        .map_err(|e| internal(&e))?;
+    let location = format!("/orders/{}", order.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        axum::Json(order),
+    ))
+}
+
+/// `GET /orders/{id}`: the tenant's own order, `404` for anything else.
+pub async fn get_order<DB: OrdersDb>(
+    State(state): State<AppState<DB>>,
+    BearerTenant(tenant): BearerTenant,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Order>, Problem> {
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "urn:idem:example:not-found",
+            "order not found",
+        )
+    };
+    let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    DB::find_order(state.idem.pool(), &tenant, id)
+        .await
+        .map_err(|e| internal(&e))?
+        .map(axum::Json)
+        .ok_or_else(not_found)
+}
+
+async fn no_route() -> Response {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "urn:idem:example:not-found",
+        "no such resource",
+    )
+    .into_response()
+}
+
+async fn no_method() -> Response {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "urn:idem:example:method-not-allowed",
+        "method not allowed",
+    )
+    .into_response()
+}
+
+/// The example's routes.
+pub fn router<DB: OrdersDb>(idem: Idem<DB>) -> Router {
+    Router::new()
+        .route("/orders", post(create_order::<DB>))
+        .route("/orders/{id}", get(get_order::<DB>))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .with_state(AppState { idem })
+}
