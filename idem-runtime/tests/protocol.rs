@@ -1,0 +1,616 @@
+//! The execution protocol on real databases, through the plain function API: every case
+//! runs on PostgreSQL and on SQLite.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Harness, TestDb};
+use idem_runtime::sqlx::Transaction;
+use idem_runtime::store::KeyRef;
+use idem_runtime::{
+    Call, Config, Error, ExpiryPolicy, Fingerprint, IdempotencyKey, OperationSpec, OutcomeKind,
+    Record, Work, work_fn,
+};
+use serde_json::json;
+
+const SPEC: OperationSpec = OperationSpec::new("test-op:v1");
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+fn fp(input: &serde_json::Value) -> Fingerprint {
+    Fingerprint::of(SPEC.id, input, &[]).unwrap()
+}
+
+/// Work that writes one effect, optionally waits, and answers `status` with a unique body.
+fn work<DB: TestDb>(
+    note: &'static str,
+    status: u16,
+    delay: Duration,
+) -> impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send {
+    work_fn::<DB, _>(move |tx| {
+        Box::pin(async move {
+            DB::write_effect(&mut **tx, note).await;
+            tokio::time::sleep(delay).await;
+            let mut record = Record::json(
+                status,
+                &json!({"note": note, "nonce": uuid::Uuid::new_v4().to_string()}),
+            )
+            .unwrap();
+            record
+                .headers
+                .insert("location", "/things/1".parse().unwrap());
+            record
+                .headers
+                .insert("x-request-id", "not-stored".parse().unwrap());
+            record
+        })
+    })
+}
+
+fn ok<DB: TestDb>(
+    note: &'static str,
+) -> impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send {
+    work::<DB>(note, 201, Duration::ZERO)
+}
+
+async fn sequential_replay<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-1");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({"a": 1})),
+    };
+    let first = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("first"))
+        .await
+        .unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    assert_eq!(first.record.status, 201);
+    for _ in 0..3 {
+        let again = h
+            .idem
+            .execute(&SPEC, call, ok::<DB>("again"))
+            .await
+            .unwrap();
+        assert_eq!(again.kind, OutcomeKind::Replayed);
+        assert_eq!(again.record.status, 201);
+        assert_eq!(again.record.body, first.record.body);
+        assert_eq!(again.record.headers["location"], "/things/1");
+        assert_eq!(again.record.headers["content-type"], "application/json");
+        // Headers outside the allow-list are not stored.
+        assert!(again.record.headers.get("x-request-id").is_none());
+    }
+    assert_eq!(h.effects().await, 1);
+    let stored = h
+        .idem
+        .lookup(KeyRef {
+            scope: "global",
+            operation: SPEC.id,
+            key: "k-1",
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, "completed");
+    assert_eq!(stored.fingerprint, fp(&json!({"a": 1})).as_bytes());
+}
+
+async fn replay_survives_a_new_process<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-restart");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    let first = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("first"))
+        .await
+        .unwrap();
+    h.idem.pool().close().await;
+    let other = h.reopen(Config::default()).await;
+    let again = other.execute(&SPEC, call, ok::<DB>("again")).await.unwrap();
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.body, first.record.body);
+    assert_eq!(DB::count_effects(other.pool()).await, 1);
+}
+
+async fn mismatch_runs_nothing<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-2");
+    let first = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({"a": 1})),
+    };
+    h.idem
+        .execute(&SPEC, first, ok::<DB>("first"))
+        .await
+        .unwrap();
+    let other = Call {
+        fingerprint: fp(&json!({"a": 2})),
+        ..first
+    };
+    let err = h
+        .idem
+        .execute(&SPEC, other, ok::<DB>("other"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Mismatch), "{err:?}");
+    assert_eq!(err.status(), 422);
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn scopes_and_operations_are_independent<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("shared");
+    let f = fp(&json!({}));
+    let a = Call {
+        scope: "tenant:a",
+        key: &k,
+        fingerprint: f,
+    };
+    let b = Call {
+        scope: "tenant:b",
+        key: &k,
+        fingerprint: f,
+    };
+    let ra = h.idem.execute(&SPEC, a, ok::<DB>("a")).await.unwrap();
+    let rb = h.idem.execute(&SPEC, b, ok::<DB>("b")).await.unwrap();
+    assert_eq!(
+        (ra.kind, rb.kind),
+        (OutcomeKind::Executed, OutcomeKind::Executed)
+    );
+    assert_ne!(ra.record.body, rb.record.body);
+    const OTHER: OperationSpec = OperationSpec::new("other-op:v1");
+    let ro = h.idem.execute(&OTHER, a, ok::<DB>("other")).await.unwrap();
+    assert_eq!(ro.kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 3);
+    assert_eq!(h.keys().await, 3);
+}
+
+async fn failure_is_rolled_back_and_frees_the_key<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-fail");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    for status in [400, 409, 500] {
+        let failed = h
+            .idem
+            .execute(&SPEC, call, work::<DB>("failing", status, Duration::ZERO))
+            .await
+            .unwrap();
+        assert_eq!(failed.kind, OutcomeKind::Failed);
+        assert_eq!(failed.record.status, status);
+    }
+    assert_eq!(h.effects().await, 0);
+    assert_eq!(h.keys().await, 0);
+    let ok = h.idem.execute(&SPEC, call, ok::<DB>("ok")).await.unwrap();
+    assert_eq!(ok.kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn client_errors_can_be_stored_without_their_writes<DB: TestDb>() {
+    const STORING: OperationSpec = OperationSpec::new("storing:v1").store_client_errors(true);
+    let h = Harness::<DB>::new().await;
+    let k = key("k-4xx");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    let first = h
+        .idem
+        .execute(&STORING, call, work::<DB>("declined", 402, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    let again = h
+        .idem
+        .execute(&STORING, call, ok::<DB>("ok"))
+        .await
+        .unwrap();
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.status, 402);
+    assert_eq!(again.record.body, first.record.body);
+    // The handler's write was rolled back to the savepoint; the key row was kept.
+    assert_eq!(h.effects().await, 0);
+    assert_eq!(h.keys().await, 1);
+
+    // 5xx is never stored, even here.
+    let k5 = key("k-5xx");
+    let call = Call { key: &k5, ..call };
+    let failed = h
+        .idem
+        .execute(&STORING, call, work::<DB>("broken", 503, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(failed.kind, OutcomeKind::Failed);
+    assert_eq!(h.keys().await, 1);
+}
+
+async fn panic_rolls_back<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-panic");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    let err = h
+        .idem
+        .execute(
+            &SPEC,
+            call,
+            work_fn::<DB, _>(|tx| {
+                Box::pin(async move {
+                    DB::write_effect(&mut **tx, "before panic").await;
+                    panic!("handler bug");
+                })
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Panicked), "{err:?}");
+    assert_eq!(err.status(), 500);
+    assert_eq!(h.effects().await, 0);
+    assert_eq!(h.keys().await, 0);
+    let ok = h.idem.execute(&SPEC, call, ok::<DB>("ok")).await.unwrap();
+    assert_eq!(ok.kind, OutcomeKind::Executed);
+}
+
+async fn expired_key_is_gone<DB: TestDb>() {
+    const SHORT: OperationSpec = OperationSpec::new("short:v1").ttl(Duration::from_secs(60));
+    let h = Harness::<DB>::new().await;
+    let k = key("k-exp");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    h.idem
+        .execute(&SHORT, call, ok::<DB>("first"))
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(59));
+    let replay = h
+        .idem
+        .execute(&SHORT, call, ok::<DB>("again"))
+        .await
+        .unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    h.advance(Duration::from_secs(1));
+    let err = h
+        .idem
+        .execute(&SHORT, call, ok::<DB>("late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Expired), "{err:?}");
+    assert_eq!(err.status(), 410);
+    // Gone even with another payload: nothing runs after expiry.
+    let other = Call {
+        fingerprint: fp(&json!({"x": 1})),
+        ..call
+    };
+    assert!(matches!(
+        h.idem.execute(&SHORT, other, ok::<DB>("late")).await,
+        Err(Error::Expired)
+    ));
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn expired_key_reexecutes<DB: TestDb>() {
+    const AGAIN: OperationSpec = OperationSpec::new("again:v1")
+        .ttl(Duration::from_secs(60))
+        .on_expired(ExpiryPolicy::Reexecute);
+    let h = Harness::<DB>::new().await;
+    let k = key("k-reexec");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({"v": 1})),
+    };
+    let first = h
+        .idem
+        .execute(&AGAIN, call, ok::<DB>("first"))
+        .await
+        .unwrap();
+    h.advance(Duration::from_secs(61));
+    // After expiry the key is new again, even for another payload.
+    let call2 = Call {
+        fingerprint: fp(&json!({"v": 2})),
+        ..call
+    };
+    let second = h
+        .idem
+        .execute(&AGAIN, call2, ok::<DB>("second"))
+        .await
+        .unwrap();
+    assert_eq!(second.kind, OutcomeKind::Executed);
+    assert_ne!(second.record.body, first.record.body);
+    let replay = h
+        .idem
+        .execute(&AGAIN, call2, ok::<DB>("third"))
+        .await
+        .unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(replay.record.body, second.record.body);
+    // The new row has the new fingerprint and a new expiry.
+    assert!(matches!(
+        h.idem.execute(&AGAIN, call, ok::<DB>("x")).await,
+        Err(Error::Mismatch)
+    ));
+    assert_eq!(h.effects().await, 2);
+    assert_eq!(h.keys().await, 1);
+}
+
+async fn concurrent_duplicates_execute_once<DB: TestDb>() {
+    let config = Config::default().in_flight_wait(Duration::from_secs(20));
+    let h = Harness::<DB>::with_config(config.clone()).await;
+    let second_process = h.reopen(config).await;
+    let handles = [h.idem.clone(), second_process];
+    let k = Arc::new(key("k-race"));
+    let f = fp(&json!({"race": true}));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let idem = handles[i % 2].clone();
+        let k = Arc::clone(&k);
+        tasks.push(tokio::spawn(async move {
+            let call = Call {
+                scope: "global",
+                key: &k,
+                fingerprint: f,
+            };
+            idem.execute(
+                &SPEC,
+                call,
+                work::<DB>("race", 201, Duration::from_millis(300)),
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    let mut executed = 0;
+    let mut bodies = Vec::new();
+    for task in tasks {
+        let outcome = task.await.unwrap();
+        if outcome.kind == OutcomeKind::Executed {
+            executed += 1;
+        } else {
+            assert_eq!(outcome.kind, OutcomeKind::Replayed);
+        }
+        bodies.push(outcome.record.body);
+    }
+    assert_eq!(executed, 1);
+    assert!(
+        bodies.windows(2).all(|w| w[0] == w[1]),
+        "all bodies identical"
+    );
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
+    let h =
+        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
+    let k = Arc::new(key("k-rollback"));
+    let f = fp(&json!({}));
+    let first = {
+        let (idem, k) = (h.idem.clone(), Arc::clone(&k));
+        tokio::spawn(async move {
+            let call = Call {
+                scope: "global",
+                key: &k,
+                fingerprint: f,
+            };
+            idem.execute(
+                &SPEC,
+                call,
+                work::<DB>("first", 500, Duration::from_millis(600)),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let second = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("second"))
+        .await
+        .unwrap();
+    assert_eq!(first.await.unwrap().kind, OutcomeKind::Failed);
+    assert_eq!(second.kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
+    let h =
+        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_millis(300)))
+            .await;
+    let k = Arc::new(key("k-slow"));
+    let f = fp(&json!({}));
+    let first = {
+        let (idem, k) = (h.idem.clone(), Arc::clone(&k));
+        tokio::spawn(async move {
+            let call = Call {
+                scope: "global",
+                key: &k,
+                fingerprint: f,
+            };
+            idem.execute(
+                &SPEC,
+                call,
+                work::<DB>("slow", 201, Duration::from_millis(1500)),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let err = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("dup"))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::InFlight { retry_after } => assert_eq!(*retry_after, Duration::from_secs(1)),
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+    assert_eq!(err.status(), 409);
+    let first = first.await.unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    let replay = h.idem.execute(&SPEC, call, ok::<DB>("late")).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(replay.record.body, first.record.body);
+    assert_eq!(h.effects().await, 1);
+}
+
+async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
+    const SHORT: OperationSpec = OperationSpec::new("short:v1").ttl(Duration::from_secs(10));
+    let h = Harness::<DB>::new().await;
+    let f = fp(&json!({}));
+    for i in 0..7 {
+        let k = key(&format!("old-{i}"));
+        let call = Call {
+            scope: "global",
+            key: &k,
+            fingerprint: f,
+        };
+        h.idem.execute(&SHORT, call, ok::<DB>("old")).await.unwrap();
+    }
+    h.advance(Duration::from_secs(11));
+    for i in 0..3 {
+        let k = key(&format!("new-{i}"));
+        let call = Call {
+            scope: "global",
+            key: &k,
+            fingerprint: f,
+        };
+        h.idem.execute(&SHORT, call, ok::<DB>("new")).await.unwrap();
+    }
+    // With a grace period longer than the expiry, nothing is old enough yet.
+    assert_eq!(
+        h.idem
+            .sweep_expired(Duration::from_secs(60), 2)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(h.idem.sweep_expired(Duration::ZERO, 2).await.unwrap(), 7);
+    assert_eq!(h.keys().await, 3);
+    // A swept key is unknown again: it runs anew.
+    let k = key("old-0");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let again = h
+        .idem
+        .execute(&SHORT, call, ok::<DB>("again"))
+        .await
+        .unwrap();
+    assert_eq!(again.kind, OutcomeKind::Executed);
+}
+
+async fn unkeyed_work_runs_each_time<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    for _ in 0..2 {
+        let outcome = h.idem.execute_unkeyed(ok::<DB>("unkeyed")).await.unwrap();
+        assert_eq!(outcome.kind, OutcomeKind::Executed);
+    }
+    let failed = h
+        .idem
+        .execute_unkeyed(work::<DB>("bad", 422, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(failed.kind, OutcomeKind::Failed);
+    assert_eq!(h.effects().await, 2);
+    assert_eq!(h.keys().await, 0);
+}
+
+#[cfg(feature = "failpoints")]
+async fn injected_fault_rolls_back<DB: TestDb>(point: idem_runtime::FailPoint) {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-fault");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    h.idem.fail_at(point, idem_runtime::FailAction::Error);
+    let err = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("faulty"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Injected(_)), "{err:?}");
+    assert_eq!(h.effects().await, 0, "business write rolled back");
+    assert_eq!(h.keys().await, 0, "key row rolled back");
+    let retry = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("retry"))
+        .await
+        .unwrap();
+    assert_eq!(retry.kind, OutcomeKind::Executed);
+    let replay = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("replay"))
+        .await
+        .unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(h.effects().await, 1);
+}
+
+#[cfg(feature = "failpoints")]
+async fn fault_after_business_write<DB: TestDb>() {
+    injected_fault_rolls_back::<DB>(idem_runtime::FailPoint::AfterHandler).await;
+}
+
+#[cfg(feature = "failpoints")]
+async fn fault_after_response_write<DB: TestDb>() {
+    injected_fault_rolls_back::<DB>(idem_runtime::FailPoint::AfterRecord).await;
+}
+
+on_both_backends!(
+    sequential_replay,
+    replay_survives_a_new_process,
+    mismatch_runs_nothing,
+    scopes_and_operations_are_independent,
+    failure_is_rolled_back_and_frees_the_key,
+    client_errors_can_be_stored_without_their_writes,
+    panic_rolls_back,
+    expired_key_is_gone,
+    expired_key_reexecutes,
+    concurrent_duplicates_execute_once,
+    waiting_duplicate_runs_when_the_first_rolls_back,
+    duplicate_past_the_wait_is_in_flight,
+    sweeper_deletes_only_expired_keys,
+    unkeyed_work_runs_each_time,
+);
+
+#[cfg(feature = "failpoints")]
+mod faults {
+    use super::*;
+    on_both_backends!(fault_after_business_write, fault_after_response_write);
+}
