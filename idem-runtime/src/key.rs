@@ -61,8 +61,9 @@ impl IdempotencyKey {
                 .to_owned()
         } else if format == KeyFormat::Strict {
             return Err(KeyError::Unquoted);
+        } else if trimmed.contains(&b'"') {
+            return Err(KeyError::InvalidCharacter);
         } else {
-            // `trimmed` is not empty, so a failure here is an invalid byte, caught below.
             String::from_utf8(trimmed.to_vec()).map_err(|_| KeyError::InvalidCharacter)?
         };
         Self::new(key)
@@ -177,6 +178,11 @@ mod tests {
         assert_eq!(lenient("\"unterminated"), Err(KeyError::NotStructured));
         assert_eq!(lenient("\"a\", \"b\""), Err(KeyError::NotStructured));
         assert_eq!(lenient("\"a\" trailing"), Err(KeyError::NotStructured));
+    }
+
+    #[test]
+    fn escaped_quotes_are_allowed_inside_quoted_keys() {
+        assert_eq!(lenient(r#""a\"b""#).unwrap().as_str(), "a\"b");
     }
 
     #[test]

@@ -1,0 +1,323 @@
+//! Harness for the `orders` HTTP tests: real server processes on real databases.
+//!
+//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
+//! each test creates its own database. An unreachable server fails the test: nothing is
+//! skipped. SQLite tests use a fresh file.
+#![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use idem_runtime::sqlx::{self, PgPool, SqlitePool};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Postgres,
+    Sqlite,
+}
+
+/// A fresh database and a direct connection to it, for assertions.
+pub struct Db {
+    pub url: String,
+    pool: Pool,
+    pub dir: PathBuf,
+}
+
+enum Pool {
+    Pg(PgPool),
+    Lite(SqlitePool),
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+impl Db {
+    pub async fn fresh(kind: Kind) -> Self {
+        let dir = std::env::temp_dir()
+            .join("idem-example-tests")
+            .join(unique("run"));
+        std::fs::create_dir_all(&dir).unwrap();
+        match kind {
+            Kind::Postgres => {
+                let admin_url = std::env::var("DATABASE_URL")
+                    .ok()
+                    .filter(|u| u.starts_with("postgres"))
+                    .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned());
+                let admin = PgPool::connect(&admin_url).await.unwrap_or_else(|e| {
+                    panic!("PostgreSQL is required for these tests and is unreachable at {admin_url}: {e}")
+                });
+                let name = unique("idem_orders");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let mut url = reqwest::Url::parse(&admin_url).unwrap();
+                url.set_path(&format!("/{name}"));
+                let url = url.to_string();
+                // The server creates the tables; connect lazily for assertions.
+                let pool = PgPool::connect_lazy(&url).unwrap();
+                Self {
+                    url,
+                    pool: Pool::Pg(pool),
+                    dir,
+                }
+            }
+            Kind::Sqlite => {
+                let file = dir.join("orders.db");
+                let url = format!("sqlite://{}", file.display());
+                Self::sqlite_at(url, dir)
+            }
+        }
+    }
+
+    pub fn sqlite_at(url: String, dir: PathBuf) -> Self {
+        let pool = SqlitePool::connect_lazy(&url).unwrap();
+        Self {
+            url,
+            pool: Pool::Lite(pool),
+            dir,
+        }
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        match &self.pool {
+            Pool::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Pool::Lite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        }
+    }
+
+    pub async fn orders(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM orders").await
+    }
+
+    pub async fn keys(&self) -> i64 {
+        self.scalar("SELECT count(*) FROM idempotency_keys").await
+    }
+
+    /// Seconds from now until the key expires.
+    pub async fn seconds_to_expiry(&self, key: &str) -> i64 {
+        let sql = match &self.pool {
+            Pool::Pg(_) => format!(
+                "SELECT extract(epoch FROM expires_at - now())::int8 FROM idempotency_keys \
+                 WHERE idempotency_key = '{key}'"
+            ),
+            Pool::Lite(_) => format!(
+                "SELECT CAST(round((julianday(expires_at) - julianday('now')) * 86400) AS INTEGER) \
+                 FROM idempotency_keys WHERE idempotency_key = '{key}'"
+            ),
+        };
+        self.scalar(&sql).await
+    }
+
+    /// Moves every key's expiry into the past, as an operator or time would.
+    pub async fn expire_all_keys(&self) {
+        match &self.pool {
+            Pool::Pg(p) => {
+                sqlx::query("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'")
+                    .execute(p)
+                    .await
+                    .unwrap();
+            }
+            Pool::Lite(p) => {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET expires_at = datetime('now', '-1 second')",
+                )
+                .execute(p)
+                .await
+                .unwrap();
+            }
+        }
+    }
+}
+
+/// One `orders` process.
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    pub fn start(db: &Db) -> Self {
+        Self::start_with(db, &[("DATABASE_URL", db.url.as_str())])
+    }
+
+    pub fn start_with(db: &Db, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_orders"));
+        command
+            .current_dir(&db.dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("IDEM_FAILPOINT")
+            .env("LISTEN_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("orders binary starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                println!("[orders] {line}");
+                if !sent {
+                    if let Some(at) = line.find("listening on http://") {
+                        let addr = line[at + "listening on ".len()..].trim().to_owned();
+                        let _ = tx.send(addr);
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("orders logs `listening on http://…` within 60 s");
+        Self { child, base }
+    }
+
+    /// SIGTERM, then waits for the process to exit.
+    pub fn stop(mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap()
+    }
+
+    /// Waits for the process to exit by itself (e.g. an injected abort).
+    pub fn wait_for_exit(&mut self) -> ExitStatus {
+        for _ in 0..200 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server did not exit");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    /// Asserts an RFC 9457 problem with this status.
+    pub fn assert_problem(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let problem = self.json();
+        assert_eq!(problem["status"], status);
+        assert!(problem["type"].as_str().is_some_and(|t| !t.is_empty()));
+        assert!(problem["title"].as_str().is_some_and(|t| !t.is_empty()));
+        problem
+    }
+}
+
+/// A client for one server.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    pub base: String,
+}
+
+impl Client {
+    pub fn new(server: &Server) -> Self {
+        Self::for_base(&server.base)
+    }
+
+    pub fn for_base(base: &str) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            base: base.to_owned(),
+        }
+    }
+
+    pub async fn try_post(
+        &self,
+        tenant: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> reqwest::Result<Reply> {
+        let mut request = self
+            .http
+            .post(format!("{}/orders", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(tenant) = tenant {
+            request = request.header("authorization", format!("Bearer {tenant}"));
+        }
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let response = request.send().await?;
+        Ok(Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.text().await?,
+        })
+    }
+
+    pub async fn post(&self, tenant: Option<&str>, key: Option<&str>, body: &str) -> Reply {
+        self.try_post(tenant, key, body).await.unwrap()
+    }
+
+    pub async fn get(&self, tenant: &str, path: &str) -> Reply {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("authorization", format!("Bearer {tenant}"))
+            .send()
+            .await
+            .unwrap();
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            body: response.text().await.unwrap(),
+        }
+    }
+}
+
+pub fn exists(path: &Path) -> bool {
+    path.try_exists().unwrap_or(false)
+}

@@ -1,0 +1,309 @@
+//! The `orders` example's contract, driven over HTTP against real server processes on
+//! PostgreSQL and SQLite.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{Client, Db, Kind, Server};
+use futures_util::future::join_all;
+
+const ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 2}"#;
+/// The same order, other key order and formatting.
+const ORDER_REFORMATTED: &str = r#"{"quantity":2,"sku":"BOOK-1"}"#;
+const OTHER_ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 3}"#;
+
+async fn contract(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let server = Server::start(&db);
+    let c = Client::new(&server);
+
+    // Authentication comes before anything else.
+    c.post(None, Some("k1"), ORDER).await.assert_problem(401);
+    c.post(Some("ACME"), Some("k1"), ORDER)
+        .await
+        .assert_problem(401);
+    c.post(Some(&"a".repeat(65)), Some("k1"), ORDER)
+        .await
+        .assert_problem(401);
+
+    // Missing or malformed keys: 400, nothing stored.
+    c.post(Some("acme"), None, ORDER).await.assert_problem(400);
+    for bad in [
+        "\"unterminated",
+        "\"a b\"",
+        "a\"b",
+        &"k".repeat(256),
+        "\"\"",
+    ] {
+        c.post(Some("acme"), Some(bad), ORDER)
+            .await
+            .assert_problem(400);
+    }
+
+    // Invalid bodies: 4xx, nothing stored, the key is not burned.
+    let bad_bodies = [
+        r#"{"sku": "BOOK-1", "quantity": 0}"#,
+        r#"{"sku": "BOOK-1", "quantity": 21}"#,
+        r#"{"sku": "book-1", "quantity": 2}"#,
+        r#"{"sku": "", "quantity": 2}"#,
+        r#"{"sku": "BOOK-1", "quantity": 2, "coupon": "x"}"#,
+        r#"{"sku": "BOOK-1"}"#,
+        r#"{"sku": "BOOK-1", "quantity": "#,
+        "not json",
+    ];
+    for body in bad_bodies {
+        let reply = c.post(Some("acme"), Some("k1"), body).await;
+        assert!(
+            matches!(reply.status, 400 | 422),
+            "{body}: {}",
+            reply.status
+        );
+        reply.assert_problem(reply.status);
+    }
+    let huge = format!(
+        r#"{{"sku": "BOOK-1", "quantity": 2, "pad": "{}"}}"#,
+        "x".repeat(17 * 1024)
+    );
+    c.post(Some("acme"), Some("k1"), &huge)
+        .await
+        .assert_problem(413);
+    assert_eq!(db.orders().await, 0);
+    assert_eq!(db.keys().await, 0);
+
+    // First execution.
+    let first = c.post(Some("acme"), Some("\"k1\""), ORDER).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert!(!first.replayed());
+    let order = first.json();
+    let id = order["id"].as_str().unwrap().to_owned();
+    assert_eq!(order["sku"], "BOOK-1");
+    assert_eq!(order["quantity"], 2);
+    assert_eq!(first.header("location").unwrap(), format!("/orders/{id}"));
+    assert_eq!(first.header("content-type"), Some("application/json"));
+
+    // Replays: identical, whatever the formatting, quoted or bare key.
+    for (key, body) in [("\"k1\"", ORDER), ("k1", ORDER_REFORMATTED)] {
+        let replay = c.post(Some("acme"), Some(key), body).await;
+        assert_eq!(replay.status, 201);
+        assert!(replay.replayed());
+        assert_eq!(replay.body, first.body);
+        assert_eq!(replay.header("location"), first.header("location"));
+        assert_eq!(replay.header("content-type"), Some("application/json"));
+    }
+
+    // Same key, other payload: 422, nothing runs.
+    let mismatch = c.post(Some("acme"), Some("k1"), OTHER_ORDER).await;
+    mismatch.assert_problem(422);
+    assert_eq!(db.orders().await, 1);
+
+    // The same key under another tenant is a new, independent order.
+    let other = c.post(Some("globex"), Some("k1"), ORDER).await;
+    assert_eq!(other.status, 201);
+    assert!(!other.replayed());
+    assert_ne!(other.json()["id"], order["id"]);
+    assert_eq!(db.orders().await, 2);
+
+    // Reading: own tenant only.
+    let read = c.get("acme", &format!("/orders/{id}")).await;
+    assert_eq!(read.status, 200);
+    assert_eq!(read.json(), order);
+    c.get("globex", &format!("/orders/{id}"))
+        .await
+        .assert_problem(404);
+    c.get("acme", "/orders/not-a-uuid")
+        .await
+        .assert_problem(404);
+    c.get("acme", "/nowhere").await.assert_problem(404);
+
+    // The key row, as operators see it.
+    assert_eq!(db.keys().await, 2);
+    let ttl = db.seconds_to_expiry("k1").await;
+    assert!((86_000..=86_400).contains(&ttl), "expires in {ttl} s");
+    assert!(server.stop().success(), "graceful shutdown exits 0");
+}
+
+async fn expired_key_is_gone(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let server = Server::start(&db);
+    let c = Client::new(&server);
+    assert_eq!(c.post(Some("acme"), Some("k-exp"), ORDER).await.status, 201);
+    db.expire_all_keys().await;
+    c.post(Some("acme"), Some("k-exp"), ORDER)
+        .await
+        .assert_problem(410);
+    c.post(Some("acme"), Some("k-exp"), OTHER_ORDER)
+        .await
+        .assert_problem(410);
+    assert_eq!(db.orders().await, 1);
+}
+
+/// 32 concurrent requests with one key, spread over `servers`: one order, 32 identical 201s.
+async fn concurrent_same_key(kind: Kind, servers: usize) {
+    let db = Db::fresh(kind).await;
+    let servers: Vec<Server> = (0..servers).map(|_| Server::start(&db)).collect();
+    let clients: Vec<Client> = servers.iter().map(Client::new).collect();
+    let requests = (0..32).map(|i| {
+        let c = clients[i % clients.len()].clone();
+        async move { c.post(Some("acme"), Some("k-race"), ORDER).await }
+    });
+    let replies = join_all(requests).await;
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert!(statuses.iter().all(|s| *s == 201), "{statuses:?}");
+    let bodies: HashSet<&str> = replies.iter().map(|r| r.body.as_str()).collect();
+    assert_eq!(bodies.len(), 1, "identical bodies");
+    assert_eq!(replies.iter().filter(|r| !r.replayed()).count(), 1);
+    assert_eq!(db.orders().await, 1);
+    assert_eq!(db.keys().await, 1);
+}
+
+/// A fault after the business write, or after the response write: both roll back, and the
+/// retry succeeds exactly once.
+async fn injected_fault(kind: Kind, point: &str) {
+    let db = Db::fresh(kind).await;
+    let failpoint = format!("{point}=error");
+    let server = Server::start_with(
+        &db,
+        &[("DATABASE_URL", &db.url), ("IDEM_FAILPOINT", &failpoint)],
+    );
+    let c = Client::new(&server);
+    c.post(Some("acme"), Some("k-fault"), ORDER)
+        .await
+        .assert_problem(500);
+    assert_eq!(db.orders().await, 0);
+    assert_eq!(db.keys().await, 0);
+    let retry = c.post(Some("acme"), Some("k-fault"), ORDER).await;
+    assert_eq!(retry.status, 201);
+    assert!(!retry.replayed());
+    let again = c.post(Some("acme"), Some("k-fault"), ORDER).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, retry.body);
+    assert_eq!(db.orders().await, 1);
+}
+
+/// The process dies after COMMIT, before the response leaves: the retry, on a restarted
+/// server, replays the committed order.
+async fn crash_after_commit(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let mut crashing = Server::start_with(
+        &db,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("IDEM_FAILPOINT", "after_commit=abort"),
+        ],
+    );
+    let c = Client::new(&crashing);
+    assert!(
+        c.try_post(Some("acme"), Some("k-crash"), ORDER)
+            .await
+            .is_err(),
+        "the response is lost"
+    );
+    assert!(!crashing.wait_for_exit().success());
+    assert_eq!(db.orders().await, 1, "the commit happened");
+
+    let server = Server::start(&db);
+    let c = Client::new(&server);
+    let retry = c.post(Some("acme"), Some("k-crash"), ORDER).await;
+    assert_eq!(retry.status, 201);
+    assert!(retry.replayed());
+    let id = retry.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(c.get("acme", &format!("/orders/{id}")).await.status, 200);
+    assert_eq!(db.orders().await, 1);
+}
+
+/// Restarts keep every key: the store is the database, not memory.
+async fn persistence_across_restart(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let server = Server::start(&db);
+    let first = Client::new(&server)
+        .post(Some("acme"), Some("k-persist"), ORDER)
+        .await;
+    assert_eq!(first.status, 201);
+    assert!(server.stop().success());
+    let server = Server::start(&db);
+    let replay = Client::new(&server)
+        .post(Some("acme"), Some("k-persist"), ORDER)
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    assert_eq!(db.orders().await, 1);
+}
+
+macro_rules! on_both {
+    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
+            })*
+        }
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
+            })*
+        }
+    };
+}
+
+on_both!(
+    contract,
+    expired_key_is_gone,
+    crash_after_commit,
+    persistence_across_restart,
+);
+
+mod faults {
+    use super::{Kind, injected_fault};
+
+    #[tokio::test]
+    async fn postgres_after_business_write() {
+        injected_fault(Kind::Postgres, "after_handler").await;
+    }
+    #[tokio::test]
+    async fn postgres_after_response_write() {
+        injected_fault(Kind::Postgres, "after_record").await;
+    }
+    #[tokio::test]
+    async fn sqlite_after_business_write() {
+        injected_fault(Kind::Sqlite, "after_handler").await;
+    }
+    #[tokio::test]
+    async fn sqlite_after_response_write() {
+        injected_fault(Kind::Sqlite, "after_record").await;
+    }
+}
+
+mod concurrency {
+    use super::{Kind, concurrent_same_key};
+
+    #[tokio::test]
+    async fn postgres_two_processes() {
+        concurrent_same_key(Kind::Postgres, 2).await;
+    }
+    #[tokio::test]
+    async fn sqlite_one_process() {
+        concurrent_same_key(Kind::Sqlite, 1).await;
+    }
+}
+
+/// `DATABASE_URL` unset: an SQLite file `orders.db` in the working directory.
+#[tokio::test]
+async fn default_database_is_a_sqlite_file_in_the_working_directory() {
+    let dir = std::env::temp_dir()
+        .join("idem-example-tests")
+        .join(format!("default_{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("orders.db");
+    let db = Db::sqlite_at(format!("sqlite://{}", file.display()), dir);
+    let server = Server::start_with(&db, &[]);
+    let reply = Client::new(&server)
+        .post(Some("acme"), Some("k-default"), ORDER)
+        .await;
+    assert_eq!(reply.status, 201);
+    assert!(common::exists(&file));
+    assert_eq!(db.orders().await, 1);
+    assert!(server.stop().success());
+}
