@@ -144,3 +144,64 @@ impl IntoResponse for Error {
         self.problem().into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(error: Error) -> (StatusCode, http::HeaderMap, serde_json::Value) {
+        let response = error.problem().into_response();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
+            response.into_body(),
+            usize::MAX,
+        ))
+        .and_then(Result::ok)
+        .unwrap_or_default();
+        (status, headers, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[test]
+    fn in_flight_is_409_with_retry_after() {
+        let (status, headers, body) = parts(Error::InFlight {
+            retry_after: Duration::from_secs(3),
+        });
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(headers[http::header::RETRY_AFTER], "3");
+        assert_eq!(headers[http::header::CONTENT_TYPE], "application/problem+json");
+        assert_eq!(body["type"], "urn:idem:problem:in-flight");
+        assert_eq!(body["status"], 409);
+    }
+
+    #[test]
+    fn unknown_commit_is_503_with_retry_after_and_no_database_text() {
+        let (status, headers, body) = parts(Error::CommitUnknown(sqlx::Error::PoolClosed));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(headers[http::header::RETRY_AFTER], "1");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("same Idempotency-Key"), "{detail}");
+        assert!(!detail.contains("pool"), "{detail}");
+    }
+
+    #[test]
+    fn every_error_is_a_problem_with_its_status() {
+        let errors = [
+            (Error::MissingKey, 400),
+            (Error::InvalidKey(KeyError::TooLong), 400),
+            (Error::NoScope("tenant"), 403),
+            (Error::Mismatch, 422),
+            (Error::Expired, 410),
+            (Error::ResponseTooLarge { limit: 1 }, 500),
+            (Error::Panicked, 500),
+            (Error::Store(sqlx::Error::PoolTimedOut), 503),
+        ];
+        for (error, expected) in errors {
+            let (status, headers, body) = parts(error);
+            assert_eq!(status.as_u16(), expected);
+            assert_eq!(headers[http::header::CONTENT_TYPE], "application/problem+json");
+            assert_eq!(body["status"], expected);
+            assert!(body["type"].as_str().is_some_and(|t| t.starts_with("urn:idem:problem:")));
+        }
+    }
+}

@@ -533,6 +533,36 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
     assert_eq!(again.kind, OutcomeKind::Executed);
 }
 
+async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key("k-commit");
+    let call = Call { scope: "global", key: &k, fingerprint: fp(&json!({})) };
+    let err = h
+        .idem
+        .execute(
+            &SPEC,
+            call,
+            work_fn::<DB, _>(|tx| {
+                Box::pin(async move {
+                    DB::write_effect(&mut **tx, "lost").await;
+                    DB::violate_at_commit(&mut **tx).await;
+                    Record::json(201, &json!({})).unwrap()
+                })
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CommitUnknown(_)), "{err:?}");
+    assert_eq!(err.status(), 503);
+    assert!(err.problem().detail().unwrap().contains("same Idempotency-Key"));
+    assert_eq!(h.effects().await, 0);
+    assert_eq!(h.keys().await, 0);
+    // The advice holds: the retry with the same key executes once.
+    let retry = h.idem.execute(&SPEC, call, ok::<DB>("retry")).await.unwrap();
+    assert_eq!(retry.kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 1);
+}
+
 async fn unkeyed_work_runs_each_time<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     for _ in 0..2 {
@@ -607,6 +637,7 @@ on_both_backends!(
     duplicate_past_the_wait_is_in_flight,
     sweeper_deletes_only_expired_keys,
     unkeyed_work_runs_each_time,
+    failed_commit_answers_503_and_keeps_nothing,
 );
 
 #[cfg(feature = "failpoints")]

@@ -36,6 +36,10 @@ pub trait TestDb: Backend {
         conn: &mut <Self as sqlx::Database>::Connection,
         note: &str,
     ) -> impl Future<Output = ()> + Send;
+    /// A write that is only refused at COMMIT (a deferred foreign key).
+    fn violate_at_commit(
+        conn: &mut <Self as sqlx::Database>::Connection,
+    ) -> impl Future<Output = ()> + Send;
     /// How many business writes were committed.
     fn count_effects(pool: &Pool<Self>) -> impl Future<Output = i64> + Send;
     /// How many key rows exist.
@@ -50,10 +54,27 @@ macro_rules! test_db {
             }
             async fn create_effects(pool: &Pool<Self>) {
                 sqlx::query($create).execute(pool).await.unwrap();
+                sqlx::query("CREATE TABLE deferred_parent (id INTEGER PRIMARY KEY)")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                sqlx::query(
+                    "CREATE TABLE deferred_child (parent_id INTEGER \
+                     REFERENCES deferred_parent (id) DEFERRABLE INITIALLY DEFERRED)",
+                )
+                .execute(pool)
+                .await
+                .unwrap();
             }
             async fn write_effect(conn: &mut <Self as sqlx::Database>::Connection, note: &str) {
                 sqlx::query("INSERT INTO effects (note) VALUES ($1)")
                     .bind(note)
+                    .execute(conn)
+                    .await
+                    .unwrap();
+            }
+            async fn violate_at_commit(conn: &mut <Self as sqlx::Database>::Connection) {
+                sqlx::query("INSERT INTO deferred_child (parent_id) VALUES (99)")
                     .execute(conn)
                     .await
                     .unwrap();
