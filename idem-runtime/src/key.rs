@@ -72,7 +72,7 @@ impl IdempotencyKey {
     /// Validates an already unquoted key, e.g. one given to the plain function API.
     ///
     /// # Errors
-    /// [`KeyError`] if the key is empty, longer than [`MAX_LEN`] or has a character outside
+    /// [`KeyError`] if the key is empty, longer than 255 characters or has a character outside
     /// visible ASCII.
     pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
         let key = key.into();
@@ -114,7 +114,7 @@ pub enum KeyError {
     /// The header is present but empty (or the string inside it is).
     #[error("the key is empty")]
     Empty,
-    /// Longer than [`MAX_LEN`] characters.
+    /// Longer than 255 characters.
     #[error("the key is longer than 255 characters")]
     TooLong,
     /// A space, control character, non-ASCII character or stray quote.

@@ -171,12 +171,10 @@ impl Server {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 println!("[orders] {line}");
-                if !sent {
-                    if let Some(at) = line.find("listening on http://") {
-                        let addr = line[at + "listening on ".len()..].trim().to_owned();
-                        let _ = tx.send(addr);
-                        sent = true;
-                    }
+                if let (false, Some(at)) = (sent, line.find("listening on http://")) {
+                    let addr = line[at + "listening on ".len()..].trim().to_owned();
+                    let _ = tx.send(addr);
+                    sent = true;
                 }
             }
         });
