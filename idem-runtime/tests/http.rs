@@ -1,0 +1,458 @@
+//! The attribute's behaviour over HTTP, in process (`tower::ServiceExt::oneshot`), on SQLite
+//! and PostgreSQL: the cases the `orders` example does not reach.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use common::{Harness, TestDb};
+use http_body_util::BodyExt as _;
+use idem_runtime::sqlx::Transaction;
+use idem_runtime::{
+    Config, Idem, IdemState, Input, Json, KeyFormat, Principal, Problem, Validate, idempotent,
+};
+use serde::{Deserialize, Serialize};
+use tower::ServiceExt as _;
+
+#[derive(Debug)]
+struct State<DB: TestDb> {
+    idem: Idem<DB>,
+}
+
+impl<DB: TestDb> Clone for State<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+        }
+    }
+}
+
+impl<DB: TestDb> IdemState<DB> for State<DB> {
+    type Principal = Caller;
+    fn idem(&self) -> &Idem<DB> {
+        &self.idem
+    }
+}
+
+/// `x-tenant` / `x-user` headers: a test stand-in for an authenticated extractor.
+struct Caller {
+    tenant: Option<String>,
+    user: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = StatusCode;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
+        let get = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        match (get("x-tenant"), get("x-user")) {
+            (None, None) => Err(StatusCode::UNAUTHORIZED),
+            (tenant, user) => Ok(Self { tenant, user }),
+        }
+    }
+}
+
+impl Principal for Caller {
+    fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+    fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Item {
+    name: String,
+    #[serde(default)]
+    note: String,
+}
+impl Validate for Item {}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Page {
+    dry_run: bool,
+}
+
+/// A custom input extractor: the `x-amount` header.
+struct Amount(u32);
+
+impl<S: Send + Sync> FromRequestParts<S> for Amount {
+    type Rejection = StatusCode;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
+        parts
+            .headers
+            .get("x-amount")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .map(Amount)
+            .ok_or(StatusCode::BAD_REQUEST)
+    }
+}
+
+impl Input for Amount {
+    const PART: &'static str = "query";
+    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        Ok(self.0.into())
+    }
+}
+
+async fn effect<DB: TestDb>(tx: &mut Transaction<'_, DB>, note: &str) {
+    DB::write_effect(&mut **tx, note).await;
+}
+
+fn created(body: String) -> Response {
+    (StatusCode::CREATED, [("x-secret", "not stored")], body).into_response()
+}
+
+#[idempotent(scope = "user", ttl = "1h", exclude = ["body.note"])]
+async fn by_user<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    Path(id): Path<u32>,
+    Query(page): Query<Page>,
+    Json(item): Json<Item>,
+) -> Response {
+    effect(tx, "by_user").await;
+    created(format!(
+        "{id}:{}:{}:{}",
+        page.dry_run,
+        item.name,
+        uuid::Uuid::new_v4()
+    ))
+}
+
+#[idempotent(scope = "tenant", key = "optional")]
+async fn optional_key<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    Json(item): Json<Item>,
+) -> Response {
+    effect(tx, "optional").await;
+    created(format!("{}:{}", item.name, uuid::Uuid::new_v4()))
+}
+
+#[idempotent(scope = "global", store_client_errors = true)]
+async fn declines<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    Json(item): Json<Item>,
+) -> Result<Response, Problem> {
+    effect(tx, "declined").await;
+    Err(Problem::new(
+        StatusCode::PAYMENT_REQUIRED,
+        "urn:test:declined",
+        "declined",
+    )
+    .with_detail(format!("{} {}", item.name, uuid::Uuid::new_v4())))
+}
+
+#[idempotent(scope = "global")]
+async fn panics<DB: TestDb>(tx: &mut Transaction<'_, DB>, Json(item): Json<Item>) -> Response {
+    effect(tx, "panics").await;
+    assert!(item.name != "boom", "handler bug");
+    created(item.name)
+}
+
+#[idempotent(scope = "global")]
+async fn huge<DB: TestDb>(tx: &mut Transaction<'_, DB>, Json(item): Json<Item>) -> Response {
+    effect(tx, "huge").await;
+    created("x".repeat(item.name.len() * 1024))
+}
+
+#[idempotent(scope = "global", operation = "POST /amounts")]
+async fn amounts<DB: TestDb>(#[input] Amount(n): Amount, tx: &mut Transaction<'_, DB>) -> Response {
+    effect(tx, "amount").await;
+    created(format!("{n}:{}", uuid::Uuid::new_v4()))
+}
+
+async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
+    let h = Harness::<DB>::with_config(config).await;
+    let router = Router::new()
+        .route("/users/{id}", post(by_user::<DB>))
+        .route("/optional", post(optional_key::<DB>))
+        .route("/declines", post(declines::<DB>))
+        .route("/panics", post(panics::<DB>))
+        .route("/huge", post(huge::<DB>))
+        .route("/amounts", post(amounts::<DB>))
+        .with_state(State {
+            idem: h.idem.clone(),
+        });
+    (h, router)
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+    fn problem(&self, status: StatusCode) -> serde_json::Value {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(self.headers["content-type"], "application/problem+json");
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+async fn send(router: &Router, uri: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut request = Request::post(uri).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = router
+        .clone()
+        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap(),
+    }
+}
+
+async fn inputs_are_path_query_and_body<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let user = [("x-user", "ann"), ("idempotency-key", "k1")];
+    let first = send(
+        &app,
+        "/users/7?dry_run=false",
+        &user,
+        r#"{"name": "a", "note": "x"}"#,
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert!(first.body.starts_with("7:false:a:"));
+    // Excluded field: another note is the same request.
+    let replay = send(
+        &app,
+        "/users/7?dry_run=false",
+        &user,
+        r#"{"note": "y", "name": "a"}"#,
+    )
+    .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, first.body);
+    // Headers outside the allow-list are returned the first time only.
+    assert_eq!(first.headers["x-secret"], "not stored");
+    assert!(replay.headers.get("x-secret").is_none());
+    // Path, query and body each belong to the fingerprint.
+    for (uri, body) in [
+        ("/users/8?dry_run=false", r#"{"name": "a"}"#),
+        ("/users/7?dry_run=true", r#"{"name": "a"}"#),
+        ("/users/7?dry_run=false", r#"{"name": "b"}"#),
+    ] {
+        send(&app, uri, &user, body)
+            .await
+            .problem(StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    // The scope is the user: another user's identical key is independent.
+    let bob = [("x-user", "bob"), ("idempotency-key", "k1")];
+    let other = send(&app, "/users/7?dry_run=false", &bob, r#"{"name": "a"}"#).await;
+    assert_eq!(other.status, StatusCode::CREATED);
+    assert!(!other.replayed());
+    assert_eq!(h.effects().await, 2);
+}
+
+async fn principal_rules<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    // The principal's rejection comes first, even before a malformed key.
+    let reply = send(
+        &app,
+        "/users/1?dry_run=false",
+        &[("idempotency-key", "a b")],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    // A principal without a user cannot use a user-scoped operation.
+    let tenant_only = [("x-tenant", "t"), ("idempotency-key", "k")];
+    send(
+        &app,
+        "/users/1?dry_run=false",
+        &tenant_only,
+        r#"{"name":"a"}"#,
+    )
+    .await
+    .problem(StatusCode::FORBIDDEN);
+    assert_eq!(h.keys().await, 0);
+}
+
+async fn key_rules<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default().key_format(KeyFormat::Strict)).await;
+    let t = ("x-tenant", "t");
+    // Strict mode: bare keys are refused, quoted keys accepted.
+    let bare = send(
+        &app,
+        "/optional",
+        &[t, ("idempotency-key", "k")],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    let problem = bare.problem(StatusCode::BAD_REQUEST);
+    assert_eq!(problem["type"], "urn:idem:problem:invalid-key");
+    let quoted = send(
+        &app,
+        "/optional",
+        &[t, ("idempotency-key", "\"k\"")],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    assert_eq!(quoted.status, StatusCode::CREATED);
+    // Two key headers: refused.
+    let twice = send(
+        &app,
+        "/optional",
+        &[
+            t,
+            ("idempotency-key", "\"k\""),
+            ("idempotency-key", "\"j\""),
+        ],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    twice.problem(StatusCode::BAD_REQUEST);
+    // `key = "optional"`: without a key the handler runs every time.
+    for _ in 0..2 {
+        let unkeyed = send(&app, "/optional", &[t], r#"{"name":"a"}"#).await;
+        assert_eq!(unkeyed.status, StatusCode::CREATED);
+        assert!(!unkeyed.replayed());
+    }
+    assert_eq!(h.effects().await, 3);
+    assert_eq!(h.keys().await, 1);
+}
+
+async fn stored_client_error_is_replayed<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let key = [("idempotency-key", "k")];
+    let first = send(&app, "/declines", &key, r#"{"name":"a"}"#).await;
+    first.problem(StatusCode::PAYMENT_REQUIRED);
+    let again = send(&app, "/declines", &key, r#"{"name":"a"}"#).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+    assert_eq!(
+        h.effects().await,
+        0,
+        "the handler's writes were rolled back"
+    );
+    assert_eq!(h.keys().await, 1);
+}
+
+async fn panic_is_500_and_leaves_nothing<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let key = [("idempotency-key", "k")];
+    send(&app, "/panics", &key, r#"{"name":"boom"}"#)
+        .await
+        .problem(StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!((h.effects().await, h.keys().await), (0, 0));
+    // The key is free: a corrected request with it runs.
+    let key2 = [("idempotency-key", "k2")];
+    assert_eq!(
+        send(&app, "/panics", &key2, r#"{"name":"fine"}"#)
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+}
+
+async fn oversized_response_rolls_back<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default().max_response_body(4 * 1024)).await;
+    let key = [("idempotency-key", "k")];
+    let problem = send(&app, "/huge", &key, r#"{"name":"abcdefgh"}"#)
+        .await
+        .problem(StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(problem["type"], "urn:idem:problem:response-too-large");
+    assert_eq!((h.effects().await, h.keys().await), (0, 0));
+    let small = send(&app, "/huge", &key, r#"{"name":"ab"}"#).await;
+    assert_eq!(small.status, StatusCode::CREATED);
+}
+
+async fn body_limits_and_media_type<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default().max_request_body(64)).await;
+    let key = [("idempotency-key", "k")];
+    let big = format!(r#"{{"name":"{}"}}"#, "a".repeat(100));
+    send(&app, "/huge", &key, &big)
+        .await
+        .problem(StatusCode::PAYLOAD_TOO_LARGE);
+    let response = app
+        .clone()
+        .oneshot(
+            Request::post("/huge")
+                .header("idempotency-key", "k")
+                .header("content-type", "text/plain")
+                .body(Body::from(r#"{"name":"a"}"#))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!((h.effects().await, h.keys().await), (0, 0));
+}
+
+async fn custom_input_marker<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let first = send(
+        &app,
+        "/amounts",
+        &[("idempotency-key", "k"), ("x-amount", "5")],
+        "",
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let replay = send(
+        &app,
+        "/amounts",
+        &[("idempotency-key", "k"), ("x-amount", "5")],
+        "",
+    )
+    .await;
+    assert!(replay.replayed());
+    send(
+        &app,
+        "/amounts",
+        &[("idempotency-key", "k"), ("x-amount", "6")],
+        "",
+    )
+    .await
+    .problem(StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(h.effects().await, 1);
+    let stored = h
+        .idem
+        .lookup(idem_runtime::store::KeyRef {
+            scope: "global",
+            operation: "POST /amounts:v1",
+            key: "k",
+        })
+        .await
+        .unwrap();
+    assert!(stored.is_some(), "the operation id comes from `operation`");
+}
+
+on_both_backends!(
+    inputs_are_path_query_and_body,
+    principal_rules,
+    key_rules,
+    stored_client_error_is_replayed,
+    panic_is_500_and_leaves_nothing,
+    oversized_response_rolls_back,
+    body_limits_and_media_type,
+    custom_input_marker,
+);
