@@ -39,7 +39,7 @@ impl Parse for Arg {
         let name: Ident = input.parse()?;
         input
             .parse::<Token![=]>()
-            .map_err(|e| syn::Error::new(e.span(), format!("expected `{name} = …`")))?;
+            .map_err(|_| syn::Error::new(name.span(), format!("expected `{name} = …`")))?;
         Ok(Self {
             name,
             value: input.parse()?,
@@ -70,7 +70,7 @@ fn string(value: &Expr, what: &str) -> syn::Result<LitStr> {
         }) => Ok(s.clone()),
         other => Err(syn::Error::new_spanned(
             other,
-            format!("`{what}` takes a string literal"),
+            format!("`{what}` takes a string literal, such as `{what} = \"…\"`"),
         )),
     }
 }

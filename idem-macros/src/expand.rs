@@ -2,8 +2,9 @@
 //! of the same name that runs the protocol through `idem_runtime::__private::run`.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote};
-use syn::{ItemFn, LitStr};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned as _;
+use syn::{GenericParam, ItemFn, LitStr, ReturnType};
 
 use crate::args::{Args, Errors, Scope};
 use crate::signature::{self, Role};
@@ -54,7 +55,15 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     } = item;
     let name = &sig.ident;
     let (_, _, where_clause) = sig.generics.split_for_impl();
-    let generics = &sig.generics;
+    // The wrapper keeps the type and const parameters; lifetimes can only have named the
+    // transaction's, which the wrapper does not take.
+    let mut generics = sig.generics.clone();
+    generics.params = generics
+        .params
+        .into_iter()
+        .filter(|p| !matches!(p, GenericParam::Lifetime(_)))
+        .collect();
+    let generics = &generics;
 
     let operation = args.operation.clone().unwrap_or_else(|| name.to_string());
     let id = LitStr::new(&format!("{operation}:v{}", args.version), Span::call_site());
@@ -83,20 +92,30 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let mut call = Vec::new();
     let mut inputs = Vec::new();
     for (i, argument) in signature.arguments.iter().enumerate() {
-        let ident = format_ident!("__idem_arg{}", i);
+        // The argument's span, so that trait errors about it point at the user's type.
+        let ident = format_ident!("__idem_arg{}", i, span = argument.ty.span());
         match argument.role {
             Role::Transaction => call.push(quote!(__idem_tx)),
             Role::Input | Role::Other => {
                 let ty = &argument.ty;
                 params.push(quote!(#ident: #ty));
                 if matches!(argument.role, Role::Input) {
-                    inputs.push(quote!(&#ident as &dyn #rt::DynInput));
+                    // Spanned on the argument's type: "`X` is not an `Input`" points there.
+                    inputs.push(quote_spanned!(ty.span()=>
+                        ::idem_runtime::__private::input(&#ident)
+                    ));
                 }
                 call.push(quote!(#ident));
             }
         }
     }
 
+    let into_response = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            quote_spanned!(ty.span()=> ::idem_runtime::__private::IntoResponse::into_response)
+        }
+        ReturnType::Default => quote!(#rt::IntoResponse::into_response),
+    };
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
     let doc = format!(
@@ -120,7 +139,8 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             __idem_ctx: #rt::Ctx<#db, #rt::#scope_marker>,
             #(#params),*
         ) -> #rt::Response #where_clause {
-            #[allow(clippy::too_many_arguments)]
+            // `async` is required by the attribute even where the body awaits nothing.
+            #[allow(clippy::too_many_arguments, clippy::unused_async)]
             #inner_sig #block
 
             static __IDEM_SPEC: #rt::OperationSpec = #rt::OperationSpec {
@@ -135,7 +155,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #rt::run(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_tx| {
                 #rt::Box::pin(async move {
-                    #rt::IntoResponse::into_response(__idem_handler(#(#call),*).await)
+                    #into_response(__idem_handler(#(#call),*).await)
                 })
             })
             .await

@@ -71,12 +71,15 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
                 Role::Transaction
             }
             Type::Reference(reference) => {
+                // Most likely the transaction with `&` for `&mut`: say so, and count it as
+                // the transaction so that no "missing transaction" error follows.
                 errors.push(syn::Error::new_spanned(
                     reference,
-                    "extractors are taken by value; only the transaction is a reference, \
-                     and it is `&mut`",
+                    "the transaction is taken by `&mut` (`tx: &mut Transaction<'_, DB>`); \
+                     extractors are taken by value",
                 ));
-                Role::Other
+                transaction.get_or_insert_with(|| (*reference.elem).clone());
+                Role::Transaction
             }
             ty if marked || is_input_type(ty) => Role::Input,
             _ => Role::Other,

@@ -159,7 +159,11 @@ mod tests {
         ))
         .and_then(Result::ok)
         .unwrap_or_default();
-        (status, headers, serde_json::from_slice(&body).unwrap_or_default())
+        (
+            status,
+            headers,
+            serde_json::from_slice(&body).unwrap_or_default(),
+        )
     }
 
     #[test]
@@ -169,7 +173,10 @@ mod tests {
         });
         assert_eq!(status, StatusCode::CONFLICT);
         assert_eq!(headers[http::header::RETRY_AFTER], "3");
-        assert_eq!(headers[http::header::CONTENT_TYPE], "application/problem+json");
+        assert_eq!(
+            headers[http::header::CONTENT_TYPE],
+            "application/problem+json"
+        );
         assert_eq!(body["type"], "urn:idem:problem:in-flight");
         assert_eq!(body["status"], 409);
     }
@@ -199,9 +206,16 @@ mod tests {
         for (error, expected) in errors {
             let (status, headers, body) = parts(error);
             assert_eq!(status.as_u16(), expected);
-            assert_eq!(headers[http::header::CONTENT_TYPE], "application/problem+json");
+            assert_eq!(
+                headers[http::header::CONTENT_TYPE],
+                "application/problem+json"
+            );
             assert_eq!(body["status"], expected);
-            assert!(body["type"].as_str().is_some_and(|t| t.starts_with("urn:idem:problem:")));
+            assert!(
+                body["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("urn:idem:problem:"))
+            );
         }
     }
 }

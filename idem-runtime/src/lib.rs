@@ -32,6 +32,9 @@ pub use idem_macros::idempotent;
 /// Re-exported so that users need no extra dependency for the types in handler signatures.
 pub use sqlx;
 
+/// Re-exported for implementations of [`Input`].
+pub use serde_json;
+
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
@@ -41,6 +44,12 @@ pub mod __private {
     pub use axum::response::{IntoResponse, Response};
     pub use core::time::Duration;
     pub use std::boxed::Box;
+
+    /// One input part, as the expansion lists them (a function, not a cast, so that the
+    /// error for a non-input points at the argument).
+    pub fn input<T: DynInput>(part: &T) -> &dyn DynInput {
+        part
+    }
 
     /// Names the backend of a handler's transaction argument.
     pub trait TxArg {

@@ -536,7 +536,11 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
 async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let k = key("k-commit");
-    let call = Call { scope: "global", key: &k, fingerprint: fp(&json!({})) };
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
     let err = h
         .idem
         .execute(
@@ -554,11 +558,20 @@ async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
         .unwrap_err();
     assert!(matches!(err, Error::CommitUnknown(_)), "{err:?}");
     assert_eq!(err.status(), 503);
-    assert!(err.problem().detail().unwrap().contains("same Idempotency-Key"));
+    assert!(
+        err.problem()
+            .detail()
+            .unwrap()
+            .contains("same Idempotency-Key")
+    );
     assert_eq!(h.effects().await, 0);
     assert_eq!(h.keys().await, 0);
     // The advice holds: the retry with the same key executes once.
-    let retry = h.idem.execute(&SPEC, call, ok::<DB>("retry")).await.unwrap();
+    let retry = h
+        .idem
+        .execute(&SPEC, call, ok::<DB>("retry"))
+        .await
+        .unwrap();
     assert_eq!(retry.kind, OutcomeKind::Executed);
     assert_eq!(h.effects().await, 1);
 }

@@ -1,0 +1,71 @@
+//! Every argument of the attribute at once.
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
+
+#[derive(Deserialize, Serialize)]
+struct NewOrder {
+    sku: String,
+    note: Option<String>,
+}
+
+impl Validate for NewOrder {}
+
+#[idempotent(
+    ttl = "2d",
+    scope = "global",
+    operation = "POST /orders",
+    version = 3,
+    on_expired = "reexecute",
+    key = "optional",
+    store_client_errors = true,
+    exclude = ["body.note", "query.trace"],
+)]
+async fn create_order(
+    tx: &mut Transaction<'_, Sqlite>,
+    Json(order): Json<NewOrder>,
+) -> (StatusCode, String) {
+    let _ = tx;
+    (StatusCode::CREATED, order.sku)
+}
+
+#[idempotent(
+    ttl = "30s",
+    scope = "global",
+    operation = "DELETE /orders",
+    version = 1,
+    on_expired = "gone",
+    key = "required",
+    store_client_errors = false,
+    exclude = [],
+)]
+async fn delete_orders(tx: &mut Transaction<'_, Sqlite>) -> StatusCode {
+    let _ = tx;
+    StatusCode::NO_CONTENT
+}
+
+fn router(idem: Idem<Sqlite>) -> Router {
+    Router::new()
+        .route("/orders", post(create_order).delete(delete_orders))
+        .with_state(AppState { idem })
+}
+
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = router;
+}

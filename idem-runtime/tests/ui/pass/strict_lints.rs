@@ -1,0 +1,81 @@
+//! The expansion compiles without a single warning under strict lints. (trybuild runs rustc,
+//! not clippy, so `clippy::pedantic` would check nothing here.)
+
+#![deny(warnings)]
+#![deny(rust_2018_idioms, unused)]
+#![deny(
+    missing_debug_implementations,
+    unreachable_pub,
+    unused_qualifications,
+    unused_results,
+    unused_lifetimes,
+    single_use_lifetimes,
+    trivial_casts,
+    trivial_numeric_casts,
+    let_underscore_drop,
+    elided_lifetimes_in_paths
+)]
+
+use axum::Router;
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::routing::post;
+use idem_runtime::sqlx::{self, Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct NewOrder {
+    sku: String,
+    note: String,
+}
+
+impl Validate for NewOrder {}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Options {
+    dry_run: bool,
+}
+
+/// Creates an order.
+#[idempotent(ttl = "24h", scope = "global", exclude = ["body.note"])]
+async fn create_order(
+    Path(shop): Path<u32>,
+    Query(options): Query<Options>,
+    tx: &mut Transaction<'_, Sqlite>,
+    Json(order): Json<NewOrder>,
+) -> Result<(StatusCode, String), StatusCode> {
+    if options.dry_run {
+        return Err(StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    let _done = sqlx::query("INSERT INTO orders (shop, sku, note) VALUES (?1, ?2, ?3)")
+        .bind(shop)
+        .bind(&order.sku)
+        .bind(&order.note)
+        .execute(&mut **tx)
+        .await
+        .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+    Ok((StatusCode::CREATED, order.sku))
+}
+
+fn router(idem: Idem<Sqlite>) -> Router {
+    Router::new()
+        .route("/shops/{shop}/orders", post(create_order))
+        .with_state(AppState { idem })
+}
+
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = router;
+}
