@@ -217,13 +217,34 @@ pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
     tx: &mut Transaction<'_, DB>,
     Json(new): Json<NewOrder>,
-) -> Result<impl IntoResponse, Problem> {
+) -> Result<Response, Problem> {
+    place_order::<DB>(&mut **tx, &tenant, new).await
+}
+
+/// The same handler without `#[idempotent]`, in its own transaction: what the benchmarks
+/// compare against (`POST /bench/plain-orders`, only with `ORDERS_BENCH_ROUTES=1`).
+pub async fn create_order_plain<DB: OrdersDb>(
+    State(state): State<AppState<DB>>,
+    BearerTenant(tenant): BearerTenant,
+    Json(new): Json<NewOrder>,
+) -> Result<Response, Problem> {
+    let mut tx = state.idem.pool().begin().await.map_err(|e| internal(&e))?;
+    let response = place_order::<DB>(&mut *tx, &tenant, new).await?;
+    tx.commit().await.map_err(|e| internal(&e))?;
+    Ok(response)
+}
+
+async fn place_order<DB: OrdersDb>(
+    conn: &mut <DB as sqlx::Database>::Connection,
+    tenant: &str,
+    new: NewOrder,
+) -> Result<Response, Problem> {
     let order = Order {
         id: Uuid::new_v4(),
         sku: new.sku,
         quantity: new.quantity,
     };
-    DB::insert_order(&mut **tx, &tenant, &order)
+    DB::insert_order(conn, tenant, &order)
         .await
         .map_err(|e| internal(&e))?;
     let location = format!("/orders/{}", order.id);
@@ -231,7 +252,8 @@ pub async fn create_order<DB: OrdersDb>(
         StatusCode::CREATED,
         [(header::LOCATION, location)],
         axum::Json(order),
-    ))
+    )
+        .into_response())
 }
 
 /// `GET /orders/{id}`: the tenant's own order, `404` for anything else.
@@ -275,9 +297,18 @@ async fn no_method() -> Response {
 
 /// The example's routes.
 pub fn router<DB: OrdersDb>(idem: Idem<DB>) -> Router {
-    Router::new()
+    router_with(idem, false)
+}
+
+/// The example's routes, plus `POST /bench/plain-orders` when `bench_routes` is set.
+pub fn router_with<DB: OrdersDb>(idem: Idem<DB>, bench_routes: bool) -> Router {
+    let mut router = Router::new()
         .route("/orders", post(create_order::<DB>))
-        .route("/orders/{id}", get(get_order::<DB>))
+        .route("/orders/{id}", get(get_order::<DB>));
+    if bench_routes {
+        router = router.route("/bench/plain-orders", post(create_order_plain::<DB>));
+    }
+    router
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .with_state(AppState { idem })

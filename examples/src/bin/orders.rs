@@ -7,6 +7,8 @@
 //! - `DATABASE_URL`: unset → SQLite file `orders.db` in the working directory;
 //!   `sqlite://…` or `postgres://…` otherwise. Several instances may share one PostgreSQL.
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
+//! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
+//!   idempotency, for the benchmarks.
 //!
 //! Applies the migrations at start, logs `listening on http://ADDR` once it accepts
 //! connections, and shuts down gracefully on SIGTERM or SIGINT.
@@ -79,7 +81,8 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
 
     let listener = TcpListener::bind(addr).await?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, orders::router(idem))
+    let bench_routes = std::env::var("ORDERS_BENCH_ROUTES").is_ok_and(|v| v == "1");
+    axum::serve(listener, orders::router_with(idem, bench_routes))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     tracing::info!("shut down");
