@@ -96,10 +96,11 @@ impl Config {
         self
     }
 
-    fn tx_settings(&self) -> TxSettings {
+    fn tx_settings(&self, session_has_timeouts: bool) -> TxSettings {
         TxSettings {
             lock_timeout: self.in_flight_wait,
             statement_timeout: self.statement_timeout,
+            session_has_timeouts,
         }
     }
 }
@@ -224,17 +225,25 @@ impl<DB: Backend> Idem<DB> {
     /// # Errors
     /// When the URL is invalid or the database unreachable.
     pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
-        let pool = DB::connect(url, config.max_connections, &config.tx_settings()).await?;
-        Ok(Self::from_pool(pool, config))
+        let settings = config.tx_settings(true);
+        let pool = DB::connect(url, config.max_connections, &settings).await?;
+        Ok(Self::with_settings(pool, config, settings))
     }
 
-    /// Uses an existing pool. For SQLite, set `busy_timeout` on it to bound lock waits.
+    /// Uses an existing pool. For SQLite, set `busy_timeout` on it to bound lock waits; on
+    /// PostgreSQL each transaction sets its `lock_timeout` and `statement_timeout` with
+    /// `SET LOCAL` (in the same round trip as `BEGIN`).
     #[must_use]
     pub fn from_pool(pool: Pool<DB>, config: Config) -> Self {
+        let settings = config.tx_settings(false);
+        Self::with_settings(pool, config, settings)
+    }
+
+    fn with_settings(pool: Pool<DB>, config: Config, tx_settings: TxSettings) -> Self {
         Self {
             inner: Arc::new(Inner {
                 pool,
-                tx_settings: config.tx_settings(),
+                tx_settings,
                 config,
                 clock: Arc::new(SystemClock),
                 #[cfg(feature = "failpoints")]
@@ -293,7 +302,8 @@ impl<DB: Backend> Idem<DB> {
     /// # Errors
     /// When the store fails.
     pub async fn lookup(&self, key: KeyRef<'_>) -> Result<Option<StoredKey>, sqlx::Error> {
-        DB::lookup(&self.inner.pool, key).await
+        let mut conn = self.inner.pool.acquire().await?;
+        DB::lookup(&mut conn, key).await
     }
 
     /// Runs `work` at most once per (`call.scope`, `spec.id`, `call.key`):
@@ -332,9 +342,9 @@ impl<DB: Backend> Idem<DB> {
         // resolved by looking again; a few rounds at most.
         for _ in 0..3 {
             let now = self.now_millis();
-            let stored = DB::lookup(&self.inner.pool, key)
-                .await
-                .map_err(Error::Store)?;
+            // One connection for the lookup and, if it comes to that, the transaction.
+            let mut conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
+            let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
             let replace_expired = match stored {
                 None => false,
                 Some(stored) => match judge(spec, stored, &call.fingerprint, now)? {
@@ -348,7 +358,7 @@ impl<DB: Backend> Idem<DB> {
                     Judgement::Reexecute => true,
                 },
             };
-            let mut tx = DB::begin(&self.inner.pool, &self.inner.tx_settings)
+            let mut tx = DB::begin(conn, &self.inner.tx_settings)
                 .await
                 .map_err(|e| self.reservation_error(e))?;
             let expires = now.saturating_add(millis(spec.ttl));
@@ -380,7 +390,8 @@ impl<DB: Backend> Idem<DB> {
     where
         F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
     {
-        let mut tx = DB::begin(&self.inner.pool, &self.inner.tx_settings)
+        let conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
+        let mut tx = DB::begin(conn, &self.inner.tx_settings)
             .await
             .map_err(Error::Store)?;
         let record = AssertUnwindSafe(work(&mut tx))

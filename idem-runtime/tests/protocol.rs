@@ -658,3 +658,45 @@ mod faults {
     use super::*;
     on_both_backends!(fault_after_business_write, fault_after_response_write);
 }
+
+/// A pool the application opened itself: the timeouts are set per transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
+    use idem_runtime::sqlx::{PgPool, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    let config = Config::default().in_flight_wait(Duration::from_millis(300));
+    let idem =
+        idem_runtime::Idem::<Postgres>::from_pool(PgPool::connect(&h.url).await.unwrap(), config);
+    let k = Arc::new(key("k-own-pool"));
+    let f = fp(&json!({}));
+    let first = {
+        let (idem, k) = (idem.clone(), Arc::clone(&k));
+        tokio::spawn(async move {
+            let call = Call {
+                scope: "global",
+                key: &k,
+                fingerprint: f,
+            };
+            idem.execute(
+                &SPEC,
+                call,
+                work::<Postgres>("slow", 201, Duration::from_millis(1500)),
+            )
+            .await
+            .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let err = idem
+        .execute(&SPEC, call, ok::<Postgres>("dup"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InFlight { .. }), "{err:?}");
+    assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 1);
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool, Transaction};
 
 #[cfg(feature = "postgres")]
@@ -129,6 +130,9 @@ pub enum Failure {
 pub struct TxSettings {
     pub lock_timeout: Duration,
     pub statement_timeout: Duration,
+    /// Whether the pool's sessions already have the timeouts (pools idem opened itself);
+    /// otherwise each transaction sets them with `SET LOCAL`.
+    pub session_has_timeouts: bool,
 }
 
 mod sealed {
@@ -157,13 +161,13 @@ pub trait Backend: Database + sealed::Sealed {
 
     #[doc(hidden)]
     fn begin(
-        pool: &Pool<Self>,
+        conn: PoolConnection<Self>,
         settings: &TxSettings,
     ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>> + Send;
 
     #[doc(hidden)]
     fn lookup(
-        pool: &Pool<Self>,
+        conn: &mut <Self as Database>::Connection,
         key: KeyRef<'_>,
     ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
 
@@ -211,7 +215,7 @@ macro_rules! impl_backend_queries {
         }
 
         async fn lookup(
-            pool: &Pool<Self>,
+            conn: &mut <Self as sqlx::Database>::Connection,
             key: KeyRef<'_>,
         ) -> Result<Option<StoredKey>, sqlx::Error> {
             use sqlx::Row as _;
@@ -219,7 +223,7 @@ macro_rules! impl_backend_queries {
                 .bind(key.scope)
                 .bind(key.operation)
                 .bind(key.key)
-                .fetch_optional(pool)
+                .fetch_optional(conn)
                 .await?;
             let Some(row) = row else { return Ok(None) };
             let status: String = row.try_get(1)?;
@@ -257,16 +261,16 @@ macro_rules! impl_backend_queries {
             } else {
                 sql::RESERVE
             };
-            let row = sqlx::query(statement)
+            let done = sqlx::query(statement)
                 .bind(key.scope)
                 .bind(key.operation)
                 .bind(key.key)
                 .bind(fingerprint)
                 .bind(now_ms)
                 .bind(expires_ms)
-                .fetch_optional(&mut **tx)
+                .execute(&mut **tx)
                 .await?;
-            Ok(row.is_some())
+            Ok(done.rows_affected() == 1)
         }
 
         async fn execute_raw(

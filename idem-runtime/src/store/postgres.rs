@@ -6,6 +6,7 @@
 
 use std::str::FromStr;
 
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Pool, Postgres, Transaction};
 
@@ -20,7 +21,7 @@ mod sql {
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
          VALUES ($1, $2, $3, $4, 'processing', to_timestamp($5::float8 / 1000), \
          to_timestamp($6::float8 / 1000)) \
-         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING RETURNING 1";
+         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
     pub const RESERVE_OR_REPLACE_EXPIRED: &str = "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
@@ -30,7 +31,7 @@ mod sql {
          fingerprint = EXCLUDED.fingerprint, status = 'processing', response_status = NULL, \
          response_headers = NULL, response_body = NULL, created_at = EXCLUDED.created_at, \
          completed_at = NULL, expires_at = EXCLUDED.expires_at \
-         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at RETURNING 1";
+         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at";
 
     pub const COMPLETE: &str = "UPDATE idempotency_keys SET status = 'completed', \
          response_status = $4, response_headers = $5, response_body = $6, \
@@ -56,26 +57,46 @@ impl Backend for Postgres {
     async fn connect(
         url: &str,
         max_connections: u32,
-        _settings: &TxSettings,
+        settings: &TxSettings,
     ) -> Result<Pool<Self>, sqlx::Error> {
-        let options = PgConnectOptions::from_str(url)?.application_name("idem");
+        // The timeouts go in the startup packet: no statement per transaction.
+        let options = PgConnectOptions::from_str(url)?.options([
+            (
+                "lock_timeout",
+                settings.lock_timeout.as_millis().max(1).to_string(),
+            ),
+            (
+                "statement_timeout",
+                settings.statement_timeout.as_millis().max(1).to_string(),
+            ),
+        ]);
         PgPoolOptions::new()
             .max_connections(max_connections)
+            // A dead connection fails its query (answered 503, retry with the same key)
+            // instead of costing every request a ping round trip.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
     }
 
     async fn begin(
-        pool: &Pool<Self>,
+        conn: PoolConnection<Self>,
         settings: &TxSettings,
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        // One round trip: the simple-query protocol takes several statements.
-        let begin = format!(
-            "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
-            settings.lock_timeout.as_millis().max(1),
-            settings.statement_timeout.as_millis().max(1),
-        );
-        pool.begin_with(begin).await
+        let statement = if settings.session_has_timeouts {
+            None
+        } else {
+            // Still one round trip: the simple-query protocol takes several statements.
+            Some(
+                format!(
+                    "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+                    settings.lock_timeout.as_millis().max(1),
+                    settings.statement_timeout.as_millis().max(1),
+                )
+                .into(),
+            )
+        };
+        Transaction::begin(conn, statement).await
     }
 
     super::impl_backend_queries!();

@@ -6,6 +6,7 @@
 
 use std::str::FromStr;
 
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Pool, Sqlite, Transaction};
 
@@ -22,7 +23,7 @@ mod sql {
          VALUES (?1, ?2, ?3, ?4, 'processing', \
          strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
          strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
-         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING RETURNING 1";
+         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
     pub const RESERVE_OR_REPLACE_EXPIRED: &str = "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
@@ -34,7 +35,7 @@ mod sql {
          response_headers = NULL, response_body = NULL, created_at = excluded.created_at, \
          completed_at = NULL, expires_at = excluded.expires_at \
          WHERE julianday(idempotency_keys.expires_at) <= julianday(excluded.created_at) \
-         RETURNING 1";
+        ";
 
     pub const COMPLETE: &str = "UPDATE idempotency_keys SET status = 'completed', \
          response_status = ?4, response_headers = ?5, response_body = ?6, \
@@ -69,15 +70,16 @@ impl Backend for Sqlite {
             .busy_timeout(settings.lock_timeout);
         SqlitePoolOptions::new()
             .max_connections(max_connections)
+            .test_before_acquire(false)
             .connect_with(options)
             .await
     }
 
     async fn begin(
-        pool: &Pool<Self>,
+        conn: PoolConnection<Self>,
         _settings: &TxSettings,
     ) -> Result<Transaction<'static, Self>, sqlx::Error> {
-        pool.begin_with("BEGIN IMMEDIATE").await
+        Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await
     }
 
     super::impl_backend_queries!();
