@@ -337,49 +337,50 @@ impl<DB: Backend> Idem<DB> {
             operation: spec.id,
             key: call.key.as_str(),
         };
-        let mut work = Some(work);
         // A lost race (the key appeared or was replaced between lookup and insert) is
         // resolved by looking again; a few rounds at most.
-        for _ in 0..3 {
-            let now = self.now_millis();
-            // One connection for the lookup and, if it comes to that, the transaction.
-            let mut conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
-            let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
-            let replace_expired = match stored {
-                None => false,
-                Some(stored) => match judge(spec, stored, &call.fingerprint, now)? {
-                    Judgement::Replay(record) => {
-                        return Ok(Outcome {
-                            kind: OutcomeKind::Replayed,
-                            record,
-                        });
-                    }
-                    Judgement::InFlight => return Err(self.in_flight()),
-                    Judgement::Reexecute => true,
-                },
-            };
-            let mut tx = DB::begin(conn, &self.inner.tx_settings)
+        let tx = 'reserved: {
+            for _ in 0..3 {
+                let now = self.now_millis();
+                // One connection for the lookup and, if it comes to that, the transaction.
+                let mut conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
+                let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
+                let replace_expired = match stored {
+                    None => false,
+                    Some(stored) => match judge(spec, stored, &call.fingerprint, now)? {
+                        Judgement::Replay(record) => {
+                            return Ok(Outcome {
+                                kind: OutcomeKind::Replayed,
+                                record,
+                            });
+                        }
+                        Judgement::InFlight => return Err(self.in_flight()),
+                        Judgement::Reexecute => true,
+                    },
+                };
+                let mut tx = DB::begin(conn, &self.inner.tx_settings)
+                    .await
+                    .map_err(|e| self.reservation_error(e))?;
+                let expires = now.saturating_add(millis(spec.ttl));
+                let reserved = DB::reserve(
+                    &mut tx,
+                    key,
+                    call.fingerprint.as_bytes(),
+                    now,
+                    expires,
+                    replace_expired,
+                )
                 .await
                 .map_err(|e| self.reservation_error(e))?;
-            let expires = now.saturating_add(millis(spec.ttl));
-            let reserved = DB::reserve(
-                &mut tx,
-                key,
-                call.fingerprint.as_bytes(),
-                now,
-                expires,
-                replace_expired,
-            )
-            .await
-            .map_err(|e| self.reservation_error(e))?;
-            if !reserved {
+                if reserved {
+                    break 'reserved tx;
+                }
+                // Dropping rolls back, pipelined with the connection's return to the pool.
                 drop(tx);
-                continue;
             }
-            let work = work.take().ok_or(Error::Panicked)?;
-            return self.run_reserved(spec, key, tx, work).await;
-        }
-        Err(self.in_flight())
+            return Err(self.in_flight());
+        };
+        self.run_reserved(spec, key, tx, work).await
     }
 
     /// Runs `work` in a transaction with no key: for operations whose key is optional.
