@@ -460,15 +460,24 @@ impl<DB: Backend> Idem<DB> {
         })
     }
 
-    /// Deletes keys that expired more than `grace` ago, `batch` rows per statement, until
-    /// none are left. Returns how many were deleted.
+    /// Deletes keys that expired more than `grace` ago, `batch` rows per statement with
+    /// `pause` between statements, until none are left. Returns how many were deleted.
+    ///
+    /// Each batch is one short statement (on PostgreSQL it skips rows a running request
+    /// holds), so the sweep never blocks requests for long; the pause bounds how much of the
+    /// database's write capacity it takes from them.
     ///
     /// A deleted key is unknown again: with [`ExpiryPolicy::Gone`] a request for it after the
     /// sweep runs anew, so choose `grace` longer than any client keeps retrying.
     ///
     /// # Errors
     /// When the store fails; rows deleted by earlier batches stay deleted.
-    pub async fn sweep_expired(&self, grace: Duration, batch: u32) -> Result<u64, sqlx::Error> {
+    pub async fn sweep_expired(
+        &self,
+        grace: Duration,
+        batch: u32,
+        pause: Duration,
+    ) -> Result<u64, sqlx::Error> {
         let before = self.now_millis().saturating_sub(millis(grace));
         let batch = i64::from(batch.max(1));
         let mut total = 0;
@@ -478,7 +487,11 @@ impl<DB: Backend> Idem<DB> {
             if deleted < u64::try_from(batch).unwrap_or(u64::MAX) {
                 return Ok(total);
             }
-            tokio::task::yield_now().await;
+            if pause.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(pause).await;
+            }
         }
     }
 

@@ -69,7 +69,11 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
         loop {
             every.tick().await;
             match sweeper
-                .sweep_expired(Duration::from_secs(7 * 24 * 3600), 500)
+                .sweep_expired(
+                    Duration::from_secs(7 * 24 * 3600),
+                    500,
+                    Duration::from_millis(20),
+                )
                 .await
             {
                 Ok(0) => {}

@@ -1,7 +1,7 @@
 //! `sweep`: deletes expired idempotency keys once and reports how long it took.
 //!
 //! ```text
-//! DATABASE_URL=postgres://… cargo run --release -p idem-examples --bin sweep -- [GRACE_SECS] [BATCH]
+//! DATABASE_URL=postgres://… cargo run --release -p idem-examples --bin sweep -- [GRACE_SECS] [BATCH] [PAUSE_MS]
 //! ```
 //!
 //! Prints one JSON line: `{"deleted": …, "seconds": …, "rows_per_second": …}`. The `orders`
@@ -31,18 +31,24 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set")?;
     let mut args = std::env::args().skip(1);
     let grace = Duration::from_secs(args.next().map_or(Ok(0), |a| a.parse())?);
-    let batch: u32 = args.next().map_or(Ok(1000), |a| a.parse())?;
+    let batch: u32 = args.next().map_or(Ok(500), |a| a.parse())?;
+    let pause = Duration::from_millis(args.next().map_or(Ok(20), |a| a.parse())?);
     if url.starts_with("postgres") {
-        sweep::<Postgres>(&url, grace, batch).await
+        sweep::<Postgres>(&url, grace, batch, pause).await
     } else {
-        sweep::<Sqlite>(&url, grace, batch).await
+        sweep::<Sqlite>(&url, grace, batch, pause).await
     }
 }
 
-async fn sweep<DB: Backend>(url: &str, grace: Duration, batch: u32) -> Result<(), Box<dyn Error>> {
+async fn sweep<DB: Backend>(
+    url: &str,
+    grace: Duration,
+    batch: u32,
+    pause: Duration,
+) -> Result<(), Box<dyn Error>> {
     let idem = Idem::<DB>::connect(url, Config::default().max_connections(1)).await?;
     let started = Instant::now();
-    let deleted = idem.sweep_expired(grace, batch).await?;
+    let deleted = idem.sweep_expired(grace, batch, pause).await?;
     let seconds = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)] // a rate for humans
     let rate = deleted as f64 / seconds.max(f64::EPSILON);
