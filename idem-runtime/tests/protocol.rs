@@ -400,28 +400,33 @@ async fn concurrent_duplicates_execute_once<DB: TestDb>() {
     assert_eq!(h.effects().await, 1);
 }
 
+/// Starts a first execution of `k` that answers `status` after `delay`, holding the key.
+fn spawn_first<DB: TestDb>(
+    idem: &idem_runtime::Idem<DB>,
+    k: &Arc<IdempotencyKey>,
+    f: Fingerprint,
+    status: u16,
+    delay: Duration,
+) -> tokio::task::JoinHandle<idem_runtime::Outcome> {
+    let (idem, k) = (idem.clone(), Arc::clone(k));
+    tokio::spawn(async move {
+        let call = Call {
+            scope: "global",
+            key: &k,
+            fingerprint: f,
+        };
+        idem.execute(&SPEC, call, work::<DB>("first", status, delay))
+            .await
+            .unwrap()
+    })
+}
+
 async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
     let h =
         Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
     let k = Arc::new(key("k-rollback"));
     let f = fp(&json!({}));
-    let first = {
-        let (idem, k) = (h.idem.clone(), Arc::clone(&k));
-        tokio::spawn(async move {
-            let call = Call {
-                scope: "global",
-                key: &k,
-                fingerprint: f,
-            };
-            idem.execute(
-                &SPEC,
-                call,
-                work::<DB>("first", 500, Duration::from_millis(600)),
-            )
-            .await
-            .unwrap()
-        })
-    };
+    let first = spawn_first::<DB>(&h.idem, &k, f, 500, Duration::from_millis(600));
     tokio::time::sleep(Duration::from_millis(150)).await;
     let call = Call {
         scope: "global",
@@ -444,23 +449,7 @@ async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
             .await;
     let k = Arc::new(key("k-slow"));
     let f = fp(&json!({}));
-    let first = {
-        let (idem, k) = (h.idem.clone(), Arc::clone(&k));
-        tokio::spawn(async move {
-            let call = Call {
-                scope: "global",
-                key: &k,
-                fingerprint: f,
-            };
-            idem.execute(
-                &SPEC,
-                call,
-                work::<DB>("slow", 201, Duration::from_millis(1500)),
-            )
-            .await
-            .unwrap()
-        })
-    };
+    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let call = Call {
         scope: "global",
@@ -675,23 +664,7 @@ async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
         idem_runtime::Idem::<Postgres>::from_pool(PgPool::connect(&h.url).await.unwrap(), config);
     let k = Arc::new(key("k-own-pool"));
     let f = fp(&json!({}));
-    let first = {
-        let (idem, k) = (idem.clone(), Arc::clone(&k));
-        tokio::spawn(async move {
-            let call = Call {
-                scope: "global",
-                key: &k,
-                fingerprint: f,
-            };
-            idem.execute(
-                &SPEC,
-                call,
-                work::<Postgres>("slow", 201, Duration::from_millis(1500)),
-            )
-            .await
-            .unwrap()
-        })
-    };
+    let first = spawn_first::<Postgres>(&idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let call = Call {
         scope: "global",
