@@ -679,3 +679,58 @@ async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
     assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
     assert_eq!(h.effects().await, 1);
 }
+
+/// Pools do not ping before handing out a connection: a dead one fails its request with a
+/// `503` (nothing committed, retry with the same key), and the pool replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_dead_connection_answers_503_then_recovers() {
+    use idem_runtime::sqlx::{self, PgPool, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    let k = key("k-dead");
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    h.idem
+        .execute(&SPEC, call, ok::<Postgres>("first"))
+        .await
+        .unwrap();
+    let application: String = sqlx::query_scalar("SHOW application_name")
+        .fetch_one(h.idem.pool())
+        .await
+        .unwrap();
+    assert!(application.starts_with("idem_test_"), "{application}");
+    let admin = PgPool::connect(&common::postgres_url()).await.unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1) t",
+    )
+    .bind(&application)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let err = h
+        .idem
+        .execute(&SPEC, call, ok::<Postgres>("second"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err:?}");
+    assert_eq!(err.status(), 503);
+    // The next request gets a new connection and replays.
+    let mut replayed = None;
+    for _ in 0..20 {
+        match h.idem.execute(&SPEC, call, ok::<Postgres>("third")).await {
+            Ok(outcome) => {
+                replayed = Some(outcome.kind);
+                break;
+            }
+            Err(Error::Store(_)) => continue, // another dead connection still pooled
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(replayed, Some(OutcomeKind::Replayed));
+    assert_eq!(h.effects().await, 1);
+}

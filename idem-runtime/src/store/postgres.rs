@@ -59,8 +59,12 @@ impl Backend for Postgres {
         max_connections: u32,
         settings: &TxSettings,
     ) -> Result<Pool<Self>, sqlx::Error> {
+        let mut options = PgConnectOptions::from_str(url)?;
+        if options.get_application_name().is_none() {
+            options = options.application_name("idem");
+        }
         // The timeouts go in the startup packet: no statement per transaction.
-        let options = PgConnectOptions::from_str(url)?.options([
+        let options = options.options([
             (
                 "lock_timeout",
                 settings.lock_timeout.as_millis().max(1).to_string(),

@@ -121,7 +121,8 @@ impl FreshUrl for Postgres {
             .unwrap();
         admin.close().await;
         let separator = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{separator}options=-c%20search_path%3D{schema}")
+        // The schema's name doubles as the application name, so a test can find its sessions.
+        format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
     }
 }
 
