@@ -137,6 +137,18 @@ async fn expired_key_is_gone(kind: Kind) {
         .await
         .assert_problem(410);
     assert_eq!(db.orders().await, 1);
+    if kind == Kind::Sqlite {
+        // A Unix time in seconds written by hand is understood too, both ways.
+        let now = db
+            .scalar("SELECT CAST(strftime('%s', 'now') AS INTEGER)")
+            .await;
+        db.set_expiry_unix_seconds(now + 3600).await;
+        assert!(c.post(Some("acme"), Some("k-exp"), ORDER).await.replayed());
+        db.set_expiry_unix_seconds(now - 3600).await;
+        c.post(Some("acme"), Some("k-exp"), ORDER)
+            .await
+            .assert_problem(410);
+    }
 }
 
 /// 32 concurrent requests with one key, spread over `servers`: one order, 32 identical 201s.

@@ -118,6 +118,18 @@ impl Db {
         self.scalar(&sql).await
     }
 
+    /// SQLite only: sets every key's expiry to a Unix time in seconds, as an operator might.
+    pub async fn set_expiry_unix_seconds(&self, seconds: i64) {
+        let Pool::Lite(p) = &self.pool else {
+            panic!("SQLite only")
+        };
+        sqlx::query("UPDATE idempotency_keys SET expires_at = ?1")
+            .bind(seconds)
+            .execute(p)
+            .await
+            .unwrap();
+    }
+
     /// Moves every key's expiry into the past, as an operator or time would.
     pub async fn expire_all_keys(&self) {
         match &self.pool {

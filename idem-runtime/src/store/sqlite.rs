@@ -13,10 +13,28 @@ use sqlx::{Pool, Sqlite, Transaction};
 use super::{Backend, Failure, KeyRef, Record, StoredKey, TxSettings, sealed};
 
 mod sql {
-    pub const LOOKUP: &str = "SELECT fingerprint, status, response_status, response_headers, \
-         response_body, \
-         CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) AS expires_at_ms \
-         FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3";
+    // `expires_at` in milliseconds. idem writes text timestamps; a plain number an operator
+    // wrote by hand (stored as text: the column has text affinity) is read as Unix seconds.
+    macro_rules! expires_ms {
+        ($column:literal) => {
+            concat!(
+                "(CASE WHEN CAST(",
+                $column,
+                " AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(",
+                $column,
+                " AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(",
+                $column,
+                ") - 2440587.5) * 86400000.0) AS INTEGER) END)"
+            )
+        };
+    }
+
+    pub const LOOKUP: &str = concat!(
+        "SELECT fingerprint, status, response_status, response_headers, response_body, ",
+        expires_ms!("expires_at"),
+        " AS expires_at_ms \
+         FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3"
+    );
 
     pub const RESERVE: &str = "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
@@ -25,7 +43,8 @@ mod sql {
          strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
          ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
-    pub const RESERVE_OR_REPLACE_EXPIRED: &str = "INSERT INTO idempotency_keys \
+    pub const RESERVE_OR_REPLACE_EXPIRED: &str = concat!(
+        "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
          VALUES (?1, ?2, ?3, ?4, 'processing', \
          strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
@@ -33,9 +52,10 @@ mod sql {
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET \
          fingerprint = excluded.fingerprint, status = 'processing', response_status = NULL, \
          response_headers = NULL, response_body = NULL, created_at = excluded.created_at, \
-         completed_at = NULL, expires_at = excluded.expires_at \
-         WHERE julianday(idempotency_keys.expires_at) <= julianday(excluded.created_at) \
-        ";
+         completed_at = NULL, expires_at = excluded.expires_at WHERE ",
+        expires_ms!("idempotency_keys.expires_at"),
+        " <= ?5"
+    );
 
     pub const COMPLETE: &str = "UPDATE idempotency_keys SET status = 'completed', \
          response_status = ?4, response_headers = ?5, response_body = ?6, \
