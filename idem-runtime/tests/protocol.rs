@@ -22,6 +22,15 @@ fn key(k: &str) -> IdempotencyKey {
     IdempotencyKey::new(k).unwrap()
 }
 
+/// A global-scope call with an empty input.
+fn global(k: &IdempotencyKey) -> Call<'_> {
+    Call {
+        scope: "global",
+        key: k,
+        fingerprint: fp(&json!({})),
+    }
+}
+
 fn fp(input: &serde_json::Value) -> Fingerprint {
     Fingerprint::of(SPEC.id, input, &[]).unwrap()
 }
@@ -105,11 +114,7 @@ async fn sequential_replay<DB: TestDb>() {
 async fn replay_survives_a_new_process<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let k = key("k-restart");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     let first = h
         .idem
         .execute(&SPEC, call, ok::<DB>("first"))
@@ -180,11 +185,7 @@ async fn scopes_and_operations_are_independent<DB: TestDb>() {
 async fn failure_is_rolled_back_and_frees_the_key<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let k = key("k-fail");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     for status in [400, 409, 500] {
         let failed = h
             .idem
@@ -205,11 +206,7 @@ async fn client_errors_can_be_stored_without_their_writes<DB: TestDb>() {
     const STORING: OperationSpec = OperationSpec::new("storing:v1").store_client_errors(true);
     let h = Harness::<DB>::new().await;
     let k = key("k-4xx");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     let first = h
         .idem
         .execute(&STORING, call, work::<DB>("declined", 402, Duration::ZERO))
@@ -243,11 +240,7 @@ async fn client_errors_can_be_stored_without_their_writes<DB: TestDb>() {
 async fn panic_rolls_back<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let k = key("k-panic");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     let err = h
         .idem
         .execute(
@@ -274,11 +267,7 @@ async fn expired_key_is_gone<DB: TestDb>() {
     const SHORT: OperationSpec = OperationSpec::new("short:v1").ttl(Duration::from_secs(60));
     let h = Harness::<DB>::new().await;
     let k = key("k-exp");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     h.idem
         .execute(&SHORT, call, ok::<DB>("first"))
         .await
@@ -531,11 +520,7 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
 async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let k = key("k-commit");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     let err = h
         .idem
         .execute(
@@ -591,11 +576,7 @@ async fn unkeyed_work_runs_each_time<DB: TestDb>() {
 async fn injected_fault_rolls_back<DB: TestDb>(point: idem_runtime::FailPoint) {
     let h = Harness::<DB>::new().await;
     let k = key("k-fault");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     h.idem.fail_at(point, idem_runtime::FailAction::Error);
     let err = h
         .idem
@@ -687,11 +668,7 @@ async fn postgres_dead_connection_answers_503_then_recovers() {
     use idem_runtime::sqlx::{self, PgPool, Postgres};
     let h = Harness::<Postgres>::new().await;
     let k = key("k-dead");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: fp(&json!({})),
-    };
+    let call = global(&k);
     h.idem
         .execute(&SPEC, call, ok::<Postgres>("first"))
         .await
