@@ -181,14 +181,14 @@ pub async fn run<DB, K, F>(
 where
     DB: Backend,
     K: ScopeMarker,
-    F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Handler<'t> + Send + 'static,
+    F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Handler<'t> + Send + 'static,
 {
     let key = match ctx.key {
         Ok(key) => key,
         Err(error) => return Error::InvalidKey(error).into_response(),
     };
     let limit = ctx.idem.config().max_response_body;
-    let work = crate::idem::work_fn(move |tx: &mut Transaction<'static, DB>| {
+    let work = crate::idem::work_fn(move |tx: &mut Transaction<'_, DB>| {
         Box::pin(async move { capture(handler(tx).await, limit).await })
     });
     let outcome = match key {

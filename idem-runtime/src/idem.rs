@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use http::HeaderName;
-use sqlx::{Pool, Transaction};
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, Pool, Transaction};
 
 use crate::clock::{Clock, SystemClock, millis};
 use crate::error::Error;
@@ -16,7 +17,8 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{IdempotencyKey, KeyFormat};
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
-    Backend, Failure, KeyRef, ROLLBACK_TO_SAVEPOINT, Record, SAVEPOINT, StoredKey, TxSettings,
+    Backend, Failure, KeyRef, NewRow, ROLLBACK_TO_SAVEPOINT, Record, SAVEPOINT, StoredKey,
+    TxSettings,
 };
 
 /// Settings shared by every operation of one [`Idem`].
@@ -156,7 +158,7 @@ pub type Work<'t> = BoxFuture<'t, Record>;
 pub fn work_fn<DB, F>(work: F) -> F
 where
     DB: Backend,
-    F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+    F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
 {
     work
 }
@@ -311,15 +313,20 @@ impl<DB: Backend> Idem<DB> {
     /// 1. one `SELECT` of the key row (outside any transaction): a completed key with the same
     ///    fingerprint replays its record; another fingerprint is [`Error::Mismatch`]; an expired
     ///    key is [`Error::Expired`] or, with [`ExpiryPolicy::Reexecute`], runs again;
-    /// 2. otherwise `BEGIN`, `INSERT … ON CONFLICT DO NOTHING` of the key row, `work` on the
-    ///    same transaction, `UPDATE` of the row with the record, `COMMIT`.
+    /// 2. otherwise `BEGIN` taking the key's lock (PostgreSQL: an advisory lock in the same
+    ///    round trip; SQLite: `BEGIN IMMEDIATE`), `work` on that transaction, one `INSERT` of
+    ///    the completed key row with the record, `COMMIT`.
     ///
-    /// A concurrent duplicate waits on the row's lock up to [`Config::in_flight_wait`]: it
-    /// replays if the first commits, runs if the first rolls back, and gets
-    /// [`Error::InFlight`] past the wait. A record with `status >= 400` rolls everything back
-    /// and is not stored ([`OutcomeKind::Failed`]), except `4xx` with
-    /// [`OperationSpec::store_client_errors`], stored with the work's writes rolled back to a
-    /// savepoint. A panic in `work` rolls back and is [`Error::Panicked`].
+    /// A concurrent duplicate waits for the key's lock up to [`Config::in_flight_wait`] and
+    /// gets [`Error::InFlight`] past the wait. Whenever an execution ends without storing its
+    /// record — the key's row appeared meanwhile (the `INSERT` finds it), `work` failed or
+    /// panicked — everything rolls back and the key is looked up once more: a record a
+    /// concurrent execution committed is the answer then, never a second effect.
+    ///
+    /// A record with `status >= 400` rolls everything back and is not stored
+    /// ([`OutcomeKind::Failed`]), except `4xx` with [`OperationSpec::store_client_errors`],
+    /// stored with the work's writes rolled back to a savepoint. A panic in `work` rolls back
+    /// and is [`Error::Panicked`].
     ///
     /// # Errors
     /// See [`Error`].
@@ -330,57 +337,112 @@ impl<DB: Backend> Idem<DB> {
         work: F,
     ) -> Result<Outcome, Error>
     where
-        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
         let key = KeyRef {
             scope: call.scope,
             operation: spec.id,
             key: call.key.as_str(),
         };
-        // A lost race (the key appeared or was replaced between lookup and insert) is
-        // resolved by looking again; a few rounds at most.
-        let tx = 'reserved: {
-            for _ in 0..3 {
-                let now = self.now_millis();
-                // One connection for the lookup and, if it comes to that, the transaction.
-                let mut conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
-                let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
-                let replace_expired = match stored {
-                    None => false,
-                    Some(stored) => match judge(spec, stored, &call.fingerprint, now)? {
-                        Judgement::Replay(record) => {
-                            return Ok(Outcome {
-                                kind: OutcomeKind::Replayed,
-                                record,
-                            });
-                        }
-                        Judgement::InFlight => return Err(self.in_flight()),
-                        Judgement::Reexecute => true,
-                    },
-                };
-                let mut tx = DB::begin(conn, &self.inner.tx_settings)
-                    .await
-                    .map_err(|e| self.reservation_error(e))?;
-                let expires = now.saturating_add(millis(spec.ttl));
-                let reserved = DB::reserve(
-                    &mut tx,
-                    key,
-                    call.fingerprint.as_bytes(),
-                    now,
-                    expires,
-                    replace_expired,
-                )
+        let started = self.now_millis();
+        // One connection for the lookup and, if it comes to that, the transaction.
+        let mut guarded = self.acquire().await?;
+        let stored = DB::lookup(&mut guarded.conn, key)
+            .await
+            .map_err(Error::Store)?;
+        let replace_expired = match self.settle(spec, &call, stored, started)? {
+            Settled::Answer(outcome) => return Ok(outcome),
+            Settled::Run { replace_expired } => replace_expired,
+        };
+        // (The error goes out through `failed` so that nothing holding the borrow of `conn`
+        // outlives the `let`.)
+        let mut failed = None;
+        guarded.beginning = true;
+        let Some(mut tx) = DB::begin(&mut guarded.conn, &self.inner.tx_settings, Some(key))
+            .await
+            .map_err(|error| failed = Some(error))
+            .ok()
+        else {
+            DB::abandon_begin(&mut guarded.conn).await;
+            guarded.beginning = false;
+            // `failed` is always set here.
+            return Err(failed.map_or_else(|| self.in_flight(), |e| self.reservation_error(e)));
+        };
+        guarded.beginning = false;
+        if spec.store_client_errors {
+            DB::execute_raw(&mut tx, SAVEPOINT)
                 .await
-                .map_err(|e| self.reservation_error(e))?;
-                if reserved {
-                    break 'reserved tx;
-                }
-                // Dropping rolls back, pipelined with the connection's return to the pool.
+                .map_err(Error::Store)?;
+        }
+        let Ok(record) = AssertUnwindSafe(work(&mut tx)).catch_unwind().await else {
+            // Dropping rolls back, pipelined with the lookup that follows.
+            drop(tx);
+            return self
+                .recheck(
+                    &mut guarded.conn,
+                    spec,
+                    &call,
+                    started,
+                    Err(Error::Panicked),
+                )
+                .await;
+        };
+        self.fail_point(crate::failpoint::FailPoint::AfterHandler)?;
+        if record.is_failure() {
+            if spec.store_client_errors && record.status < 500 {
+                DB::execute_raw(&mut tx, ROLLBACK_TO_SAVEPOINT)
+                    .await
+                    .map_err(Error::Store)?;
+            } else {
+                drop(tx);
+                let failed = Ok(Outcome {
+                    kind: OutcomeKind::Failed,
+                    record,
+                });
+                return self
+                    .recheck(&mut guarded.conn, spec, &call, started, failed)
+                    .await;
+            }
+        }
+        let headers = record.headers_json(&self.inner.config.stored_headers);
+        let row = NewRow {
+            key,
+            fingerprint: call.fingerprint.as_bytes(),
+            record: &record,
+            headers_json: &headers,
+            created_ms: started,
+            completed_ms: self.now_millis(),
+            expires_ms: started.saturating_add(millis(spec.ttl)),
+            replace_expired,
+        };
+        let stored = if replace_expired || self.armed(crate::failpoint::FailPoint::AfterRecord) {
+            // Two steps: the replacing `INSERT … ON CONFLICT DO UPDATE … WHERE expired` tells
+            // by its row count whether it won, and the fail point sits between the steps.
+            let stored = DB::store(&mut tx, row).await.map_err(Error::Store)?;
+            if stored {
+                self.fail_point(crate::failpoint::FailPoint::AfterRecord)?;
+                tx.commit().await.map_err(Error::CommitUnknown)?;
+            } else {
                 drop(tx);
             }
-            return Err(self.in_flight());
+            stored
+        } else {
+            DB::store_and_commit(tx, row)
+                .await
+                .map_err(Error::CommitUnknown)?
         };
-        self.run_reserved(spec, key, tx, work).await
+        if !stored {
+            // Rolled back (or about to be, with `tx`): another execution of the key committed.
+            let busy = Err(self.in_flight());
+            return self
+                .recheck(&mut guarded.conn, spec, &call, started, busy)
+                .await;
+        }
+        self.fail_point(crate::failpoint::FailPoint::AfterCommit)?;
+        Ok(Outcome {
+            kind: OutcomeKind::Executed,
+            record,
+        })
     }
 
     /// Runs `work` in a transaction with no key: for operations whose key is optional.
@@ -389,12 +451,22 @@ impl<DB: Backend> Idem<DB> {
     /// [`Error::Store`], [`Error::Panicked`] or [`Error::CommitUnknown`].
     pub async fn execute_unkeyed<F>(&self, work: F) -> Result<Outcome, Error>
     where
-        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
-        let conn = self.inner.pool.acquire().await.map_err(Error::Store)?;
-        let mut tx = DB::begin(conn, &self.inner.tx_settings)
+        let mut guarded = self.acquire().await?;
+        let mut failed = None;
+        guarded.beginning = true;
+        let Some(mut tx) = DB::begin(&mut guarded.conn, &self.inner.tx_settings, None)
             .await
-            .map_err(Error::Store)?;
+            .map_err(|error| failed = Some(error))
+            .ok()
+        else {
+            DB::abandon_begin(&mut guarded.conn).await;
+            guarded.beginning = false;
+            // `failed` is always set here.
+            return Err(failed.map_or(Error::Panicked, Error::Store));
+        };
+        guarded.beginning = false;
         let record = AssertUnwindSafe(work(&mut tx))
             .catch_unwind()
             .await
@@ -413,51 +485,71 @@ impl<DB: Backend> Idem<DB> {
         })
     }
 
-    async fn run_reserved<F>(
+    async fn acquire(&self) -> Result<Guarded<DB>, Error> {
+        Ok(Guarded {
+            conn: self.inner.pool.acquire().await.map_err(Error::Store)?,
+            beginning: false,
+        })
+    }
+
+    /// What a key row found by a lookup at `now` means for `call`.
+    fn settle(
         &self,
         spec: &OperationSpec,
-        key: KeyRef<'_>,
-        mut tx: Transaction<'static, DB>,
-        work: F,
-    ) -> Result<Outcome, Error>
-    where
-        F: for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send,
-    {
-        if spec.store_client_errors {
-            DB::execute_raw(&mut tx, SAVEPOINT)
-                .await
-                .map_err(Error::Store)?;
+        call: &Call<'_>,
+        stored: Option<StoredKey>,
+        now: i64,
+    ) -> Result<Settled, Error> {
+        let Some(stored) = stored else {
+            return Ok(Settled::Run {
+                replace_expired: false,
+            });
+        };
+        if stored.expires_at_ms <= now {
+            return match spec.on_expired {
+                ExpiryPolicy::Gone => Err(Error::Expired),
+                ExpiryPolicy::Reexecute => Ok(Settled::Run {
+                    replace_expired: true,
+                }),
+            };
         }
-        // A panic drops `tx`, which rolls back: neither the effect nor the key remain.
-        let record = AssertUnwindSafe(work(&mut tx))
-            .catch_unwind()
-            .await
-            .map_err(|_| Error::Panicked)?;
-        self.fail_point(crate::failpoint::FailPoint::AfterHandler)?;
-        if record.is_failure() {
-            if spec.store_client_errors && record.status < 500 {
-                DB::execute_raw(&mut tx, ROLLBACK_TO_SAVEPOINT)
-                    .await
-                    .map_err(Error::Store)?;
-            } else {
-                tx.rollback().await.map_err(Error::Store)?;
-                return Ok(Outcome {
-                    kind: OutcomeKind::Failed,
-                    record,
-                });
-            }
+        if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
+            return Err(Error::Mismatch);
         }
-        let headers = record.headers_json(&self.inner.config.stored_headers);
-        DB::complete(&mut tx, key, &record, &headers, self.now_millis())
-            .await
-            .map_err(Error::Store)?;
-        self.fail_point(crate::failpoint::FailPoint::AfterRecord)?;
-        tx.commit().await.map_err(Error::CommitUnknown)?;
-        self.fail_point(crate::failpoint::FailPoint::AfterCommit)?;
-        Ok(Outcome {
-            kind: OutcomeKind::Executed,
-            record,
-        })
+        match stored.record {
+            Some(record) => Ok(Settled::Answer(Outcome {
+                kind: OutcomeKind::Replayed,
+                record,
+            })),
+            // Another execution holds the key (staged mode's committed reservations).
+            None => Err(self.in_flight()),
+        }
+    }
+
+    /// After an execution that stored nothing: a concurrent execution of the same key may
+    /// have committed between this one's lookup and its lock, and its record is then the
+    /// answer. Otherwise `own` is.
+    async fn recheck(
+        &self,
+        conn: &mut DB::Connection,
+        spec: &OperationSpec,
+        call: &Call<'_>,
+        now: i64,
+        own: Result<Outcome, Error>,
+    ) -> Result<Outcome, Error> {
+        let key = KeyRef {
+            scope: call.scope,
+            operation: spec.id,
+            key: call.key.as_str(),
+        };
+        // If even this fails, the answer is unknown: 503, retry with the same key.
+        match DB::lookup(conn, key).await.map_err(Error::Store)? {
+            None => own,
+            stored @ Some(_) => match self.settle(spec, call, stored, now)? {
+                Settled::Answer(outcome) => Ok(outcome),
+                Settled::Run { .. } => own,
+            },
+        }
     }
 
     /// Deletes keys that expired more than `grace` ago, `batch` rows per statement with
@@ -539,6 +631,24 @@ impl<DB: Backend> Idem<DB> {
         }
     }
 
+    /// Whether a fail point is armed at `point` (feature `failpoints`).
+    #[cfg(feature = "failpoints")]
+    fn armed(&self, point: crate::FailPoint) -> bool {
+        self.inner
+            .armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|spec| spec.0 == point)
+    }
+
+    #[cfg(not(feature = "failpoints"))]
+    #[inline(always)]
+    #[allow(clippy::unused_self)] // compiled out without the feature
+    fn armed(&self, _point: crate::failpoint::FailPoint) -> bool {
+        false
+    }
+
     #[cfg(not(feature = "failpoints"))]
     #[inline(always)]
     #[allow(clippy::unused_self, clippy::unnecessary_wraps)] // compiled out without the feature
@@ -547,29 +657,25 @@ impl<DB: Backend> Idem<DB> {
     }
 }
 
-enum Judgement {
-    Replay(Record),
-    InFlight,
-    Reexecute,
+/// A pooled connection that is closed rather than pooled again if the execution using it is
+/// dropped (its client went away) while `BEGIN` is under way: sqlx would pool it inside a
+/// transaction it does not know about, holding the key's lock on PostgreSQL.
+struct Guarded<DB: Database> {
+    conn: PoolConnection<DB>,
+    beginning: bool,
 }
 
-fn judge(
-    spec: &OperationSpec,
-    stored: StoredKey,
-    fingerprint: &Fingerprint,
-    now: i64,
-) -> Result<Judgement, Error> {
-    if stored.expires_at_ms <= now {
-        return match spec.on_expired {
-            ExpiryPolicy::Gone => Err(Error::Expired),
-            ExpiryPolicy::Reexecute => Ok(Judgement::Reexecute),
-        };
+impl<DB: Database> Drop for Guarded<DB> {
+    fn drop(&mut self) {
+        if self.beginning {
+            self.conn.close_on_drop();
+        }
     }
-    if stored.fingerprint.as_slice() != fingerprint.as_bytes() {
-        return Err(Error::Mismatch);
-    }
-    Ok(match stored.record {
-        Some(record) => Judgement::Replay(record),
-        None => Judgement::InFlight,
-    })
+}
+
+enum Settled {
+    /// Answer without running: a replay.
+    Answer(Outcome),
+    /// Run the work; `replace_expired` when an expired row is in the way.
+    Run { replace_expired: bool },
 }

@@ -40,7 +40,7 @@ fn work<DB: TestDb>(
     note: &'static str,
     status: u16,
     delay: Duration,
-) -> impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send {
+) -> impl for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send {
     work_fn::<DB, _>(move |tx| {
         Box::pin(async move {
             DB::write_effect(&mut **tx, note).await;
@@ -63,7 +63,7 @@ fn work<DB: TestDb>(
 
 fn ok<DB: TestDb>(
     note: &'static str,
-) -> impl for<'t> FnOnce(&'t mut Transaction<'static, DB>) -> Work<'t> + Send {
+) -> impl for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send {
     work::<DB>(note, 201, Duration::ZERO)
 }
 
@@ -109,6 +109,53 @@ async fn sequential_replay<DB: TestDb>() {
         .unwrap();
     assert_eq!(stored.status, "completed");
     assert_eq!(stored.fingerprint, fp(&json!({"a": 1})).as_bytes());
+}
+
+/// Values that would break a statement built by hand come back byte for byte.
+async fn awkward_values_round_trip<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let k = key(r"it's\\k');COMMIT;--");
+    let scope = "tenant:O'Brien ✓ \\x00";
+    let call = Call {
+        scope,
+        key: &k,
+        fingerprint: fp(&json!({"q": "'"})),
+    };
+    let body: &'static [u8] = b"\x00\xff'\\x00; ROLLBACK; --\n\xc3\x28";
+    let run = || {
+        work_fn::<DB, _>(move |tx| {
+            Box::pin(async move {
+                DB::write_effect(&mut **tx, "awkward").await;
+                let mut record = Record {
+                    status: 201,
+                    body: bytes::Bytes::from_static(body),
+                    ..Record::default()
+                };
+                record
+                    .headers
+                    .insert("location", "/things/'; --".parse().unwrap());
+                record
+            })
+        })
+    };
+    let first = h.idem.execute(&SPEC, call, run()).await.unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    let again = h.idem.execute(&SPEC, call, run()).await.unwrap();
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.body.as_ref(), body);
+    assert_eq!(again.record.headers["location"], "/things/'; --");
+    let stored = h
+        .idem
+        .lookup(KeyRef {
+            scope,
+            operation: SPEC.id,
+            key: k.as_str(),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.fingerprint, call.fingerprint.as_bytes());
+    assert_eq!(h.effects().await, 1);
 }
 
 async fn replay_survives_a_new_process<DB: TestDb>() {
@@ -432,6 +479,181 @@ async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
     assert_eq!(h.effects().await, 1);
 }
 
+/// What the duplicate in [`waiting_duplicate_answers_with_the_first`] does when it runs.
+#[derive(Clone, Copy, Debug)]
+enum Then {
+    Succeed,
+    Fail,
+    Panic,
+}
+
+/// A duplicate that looked the key up before the first committed waits for the key's lock,
+/// then runs; its writes are rolled back whatever it answered, and it answers with the
+/// first's record.
+async fn waiting_duplicate_answers_with_the_first<DB: TestDb>(then: Then) {
+    let h =
+        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
+    let k = Arc::new(key("k-waited"));
+    let f = fp(&json!({}));
+    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(600));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    let second = h
+        .idem
+        .execute(
+            &SPEC,
+            call,
+            work_fn::<DB, _>(move |tx| {
+                Box::pin(async move {
+                    DB::write_effect(&mut **tx, "second").await;
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    match then {
+                        Then::Succeed => Record::json(201, &json!({"second": true})).unwrap(),
+                        Then::Fail => Record::json(409, &json!({"second": true})).unwrap(),
+                        Then::Panic => panic!("the second execution panics"),
+                    }
+                })
+            }),
+        )
+        .await
+        .unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    assert!(ran.load(std::sync::atomic::Ordering::SeqCst), "{then:?}");
+    assert_eq!(second.kind, OutcomeKind::Replayed, "{then:?}");
+    assert_eq!(second.record.body, first.record.body, "{then:?}");
+    assert_eq!(h.effects().await, 1, "{then:?}");
+    assert_eq!(h.keys().await, 1);
+}
+
+async fn waiting_duplicate_that_succeeds_replays<DB: TestDb>() {
+    waiting_duplicate_answers_with_the_first::<DB>(Then::Succeed).await;
+}
+
+async fn waiting_duplicate_that_fails_replays<DB: TestDb>() {
+    waiting_duplicate_answers_with_the_first::<DB>(Then::Fail).await;
+}
+
+async fn waiting_duplicate_that_panics_replays<DB: TestDb>() {
+    waiting_duplicate_answers_with_the_first::<DB>(Then::Panic).await;
+}
+
+/// A duplicate that gave up waiting leaves its connection clean: with a pool of one, the
+/// next execution on that same connection works.
+async fn connection_is_clean_after_giving_up<DB: TestDb>() {
+    let h =
+        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_millis(300)))
+            .await;
+    let single = h
+        .reopen(
+            Config::default()
+                .in_flight_wait(Duration::from_millis(300))
+                .max_connections(1),
+        )
+        .await;
+    let k = Arc::new(key("k-held"));
+    let f = fp(&json!({}));
+    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let err = single
+        .execute(&SPEC, call, ok::<DB>("dup"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InFlight { .. }), "{err:?}");
+    // (After the first: on SQLite any other write waits for it too.)
+    assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
+    let other = key("k-other");
+    let next = single
+        .execute(&SPEC, global(&other), ok::<DB>("next"))
+        .await
+        .unwrap();
+    assert_eq!(next.kind, OutcomeKind::Executed);
+    let replay = single.execute(&SPEC, call, ok::<DB>("late")).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(h.effects().await, 2);
+}
+
+/// Drops a duplicate (its client went away) while it waits for the key's lock in `BEGIN`.
+/// Returns the harness and the duplicate's single-connection handle.
+async fn drop_a_waiting_duplicate<DB: TestDb>() -> (Harness<DB>, idem_runtime::Idem<DB>) {
+    let config = Config::default().in_flight_wait(Duration::from_secs(5));
+    let h = Harness::<DB>::with_config(config.clone()).await;
+    let single = h.reopen(config.max_connections(1)).await;
+    let k = Arc::new(key("k-cancelled"));
+    let f = fp(&json!({}));
+    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1000));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = Call {
+        scope: "global",
+        key: &k,
+        fingerprint: f,
+    };
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        single.execute(&SPEC, call, ok::<DB>("dropped")),
+    )
+    .await;
+    assert!(dropped.is_err(), "the duplicate was still waiting");
+    assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (h, single)
+}
+
+/// ... and leaves nothing behind: no transaction pooled with the database's write lock
+/// (SQLite) or the key's lock (PostgreSQL) in it. Writes go through elsewhere first, then on
+/// the duplicate's own pool.
+async fn writes_go_on_after_a_dropped_duplicate<DB: TestDb>(
+    h: &Harness<DB>,
+    single: &idem_runtime::Idem<DB>,
+) {
+    let third = key("k-third");
+    let elsewhere = h
+        .idem
+        .execute(&SPEC, global(&third), ok::<DB>("third"))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.kind, OutcomeKind::Executed);
+    let other = key("k-after");
+    let after = single
+        .execute(&SPEC, global(&other), ok::<DB>("after"))
+        .await
+        .unwrap();
+    assert_eq!(after.kind, OutcomeKind::Executed);
+    assert_eq!(h.effects().await, 3);
+}
+
+async fn dropped_duplicate_leaves_no_lock<DB: TestDb>() {
+    let (h, single) = drop_a_waiting_duplicate::<DB>().await;
+    writes_go_on_after_a_dropped_duplicate(&h, &single).await;
+}
+
+/// On PostgreSQL, no session of the test holds an advisory lock once the first is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_dropped_duplicate_holds_no_advisory_lock() {
+    use idem_runtime::sqlx::{self, Postgres};
+    let (h, single) = drop_a_waiting_duplicate::<Postgres>().await;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+         WHERE l.locktype = 'advisory' AND a.application_name = current_setting('application_name')",
+    )
+    .fetch_one(h.idem.pool())
+    .await
+    .unwrap();
+    assert_eq!(held, 0);
+    writes_go_on_after_a_dropped_duplicate(&h, &single).await;
+}
+
 async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
     let h =
         Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_millis(300)))
@@ -613,6 +835,7 @@ async fn fault_after_response_write<DB: TestDb>() {
 
 on_both_backends!(
     sequential_replay,
+    awkward_values_round_trip,
     replay_survives_a_new_process,
     mismatch_runs_nothing,
     scopes_and_operations_are_independent,
@@ -624,6 +847,11 @@ on_both_backends!(
     concurrent_duplicates_execute_once,
     waiting_duplicate_runs_when_the_first_rolls_back,
     duplicate_past_the_wait_is_in_flight,
+    waiting_duplicate_that_succeeds_replays,
+    waiting_duplicate_that_fails_replays,
+    waiting_duplicate_that_panics_replays,
+    connection_is_clean_after_giving_up,
+    dropped_duplicate_leaves_no_lock,
     sweeper_deletes_only_expired_keys,
     unkeyed_work_runs_each_time,
     failed_commit_answers_503_and_keeps_nothing,

@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sqlx::migrate::Migrator;
-use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool, Transaction};
 
 #[cfg(feature = "postgres")]
@@ -114,6 +113,25 @@ pub struct StoredKey {
     pub expires_at_ms: i64,
 }
 
+/// A completed key row, as [`Backend::store`] inserts it.
+#[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
+pub struct NewRow<'a> {
+    pub key: KeyRef<'a>,
+    pub fingerprint: &'a [u8],
+    pub record: &'a Record,
+    /// The stored headers, as JSON pairs.
+    pub headers_json: &'a str,
+    /// When the execution began (`created_at`); an expired row is replaced only if it had
+    /// expired by then.
+    pub created_ms: i64,
+    /// When the record was stored (`completed_at`).
+    pub completed_ms: i64,
+    pub expires_ms: i64,
+    /// Overwrite a row that expired by `created_ms` (`ExpiryPolicy::Reexecute`).
+    pub replace_expired: bool,
+}
+
 /// How a database error bears on the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[doc(hidden)]
@@ -160,41 +178,52 @@ pub trait Backend: Database + sealed::Sealed {
     ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
 
     #[doc(hidden)]
-    fn begin(
-        conn: PoolConnection<Self>,
-        settings: &TxSettings,
-    ) -> impl Future<Output = Result<Transaction<'static, Self>, sqlx::Error>> + Send;
-
-    #[doc(hidden)]
     fn lookup(
         conn: &mut <Self as Database>::Connection,
         key: KeyRef<'_>,
     ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
 
+    /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
+    /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
+    /// of the key in the same round trip as `BEGIN`; SQLite takes the database's write lock
+    /// (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there.
     #[doc(hidden)]
-    fn reserve(
-        tx: &mut Transaction<'static, Self>,
-        key: KeyRef<'_>,
-        fingerprint: &[u8],
-        now_ms: i64,
-        expires_ms: i64,
-        replace_expired: bool,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+    fn begin<'c>(
+        conn: &'c mut <Self as Database>::Connection,
+        settings: &TxSettings,
+        lock: Option<KeyRef<'_>>,
+    ) -> impl Future<Output = Result<Transaction<'c, Self>, sqlx::Error>> + Send;
+
+    /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
+    /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
+    /// transaction that sqlx does not know about.
+    #[doc(hidden)]
+    fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send;
 
     #[doc(hidden)]
     fn execute_raw(
-        tx: &mut Transaction<'static, Self>,
+        tx: &mut Transaction<'_, Self>,
         sql: &'static str,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+    /// Inserts the completed key row with its record. Returns `false`, changing nothing,
+    /// when the row exists already (and, with `replace_expired`, has not expired): another
+    /// execution of the key committed first.
     #[doc(hidden)]
-    fn complete(
-        tx: &mut Transaction<'static, Self>,
-        key: KeyRef<'_>,
-        record: &Record,
-        headers_json: &str,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    fn store(
+        tx: &mut Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Inserts the completed key row and commits, in as few round trips as the backend
+    /// allows (PostgreSQL: one). Returns `false` when the key's row exists already; the
+    /// transaction is rolled back then. An error leaves the outcome unknown: the commit may
+    /// or may not have happened. Never used to replace an expired row.
+    #[doc(hidden)]
+    fn store_and_commit(
+        tx: Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     #[doc(hidden)]
     fn sweep(
@@ -248,57 +277,37 @@ macro_rules! impl_backend_queries {
             }))
         }
 
-        async fn reserve(
-            tx: &mut Transaction<'static, Self>,
-            key: KeyRef<'_>,
-            fingerprint: &[u8],
-            now_ms: i64,
-            expires_ms: i64,
-            replace_expired: bool,
-        ) -> Result<bool, sqlx::Error> {
-            let statement = if replace_expired {
-                sql::RESERVE_OR_REPLACE_EXPIRED
-            } else {
-                sql::RESERVE
-            };
-            let done = sqlx::query(statement)
-                .bind(key.scope)
-                .bind(key.operation)
-                .bind(key.key)
-                .bind(fingerprint)
-                .bind(now_ms)
-                .bind(expires_ms)
-                .execute(&mut **tx)
-                .await?;
-            Ok(done.rows_affected() == 1)
-        }
-
         async fn execute_raw(
-            tx: &mut Transaction<'static, Self>,
+            tx: &mut Transaction<'_, Self>,
             statement: &'static str,
         ) -> Result<(), sqlx::Error> {
             sqlx::query(statement).execute(&mut **tx).await?;
             Ok(())
         }
 
-        async fn complete(
-            tx: &mut Transaction<'static, Self>,
-            key: KeyRef<'_>,
-            record: &Record,
-            headers_json: &str,
-            now_ms: i64,
-        ) -> Result<(), sqlx::Error> {
-            sqlx::query(sql::COMPLETE)
-                .bind(key.scope)
-                .bind(key.operation)
-                .bind(key.key)
-                .bind(i32::from(record.status))
-                .bind(headers_json)
-                .bind(record.body.as_ref())
-                .bind(now_ms)
+        async fn store(
+            tx: &mut Transaction<'_, Self>,
+            row: NewRow<'_>,
+        ) -> Result<bool, sqlx::Error> {
+            let statement = if row.replace_expired {
+                sql::STORE_OR_REPLACE_EXPIRED
+            } else {
+                sql::STORE
+            };
+            let done = sqlx::query(statement)
+                .bind(row.key.scope)
+                .bind(row.key.operation)
+                .bind(row.key.key)
+                .bind(row.fingerprint)
+                .bind(i32::from(row.record.status))
+                .bind(row.headers_json)
+                .bind(row.record.body.as_ref())
+                .bind(row.created_ms)
+                .bind(row.completed_ms)
+                .bind(row.expires_ms)
                 .execute(&mut **tx)
                 .await?;
-            Ok(())
+            Ok(done.rows_affected() == 1)
         }
 
         async fn sweep(pool: &Pool<Self>, before_ms: i64, batch: i64) -> Result<u64, sqlx::Error> {

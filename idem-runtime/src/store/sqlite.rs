@@ -1,16 +1,17 @@
 //! SQLite: the embedded default, for one process.
 //!
 //! Timestamps are UTC text `YYYY-MM-DD HH:MM:SS.SSS`, the format of SQLite's own date
-//! functions. Transactions start with `BEGIN IMMEDIATE`, so a request takes the write lock
-//! before it reserves its key; lock waits are bounded by `busy_timeout`.
+//! functions. Transactions start with `BEGIN IMMEDIATE`: an execution holds the write lock, and
+//! with it its key, from its first statement on; lock waits are bounded by `busy_timeout`.
 
 use std::str::FromStr;
 
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{Pool, Sqlite, Transaction};
 
-use super::{Backend, Failure, KeyRef, Record, StoredKey, TxSettings, sealed};
+use super::{Backend, Failure, KeyRef, NewRow, Record, StoredKey, TxSettings, sealed};
 
 mod sql {
     // `expires_at` in milliseconds. idem writes text timestamps; a plain number an operator
@@ -36,31 +37,34 @@ mod sql {
          FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3"
     );
 
-    pub const RESERVE: &str = "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, 'processing', \
-         strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
-         strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
+    /// The completed row, inserted once the handler has run; nothing if the key exists.
+    pub const STORE: &str = "INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, created_at, completed_at, expires_at) \
+         VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7, \
+         strftime('%Y-%m-%d %H:%M:%f', ?8 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?9 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?10 / 1000.0, 'unixepoch')) \
          ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
-    pub const RESERVE_OR_REPLACE_EXPIRED: &str = concat!(
+    /// The same, overwriting a row that had expired when the execution began.
+    pub const STORE_OR_REPLACE_EXPIRED: &str = concat!(
         "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, 'processing', \
-         strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
-         strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
+         (scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, created_at, completed_at, expires_at) \
+         VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, ?7, \
+         strftime('%Y-%m-%d %H:%M:%f', ?8 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?9 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?10 / 1000.0, 'unixepoch')) \
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET \
-         fingerprint = excluded.fingerprint, status = 'processing', response_status = NULL, \
-         response_headers = NULL, response_body = NULL, created_at = excluded.created_at, \
-         completed_at = NULL, expires_at = excluded.expires_at WHERE ",
+         fingerprint = excluded.fingerprint, status = 'completed', \
+         response_status = excluded.response_status, \
+         response_headers = excluded.response_headers, \
+         response_body = excluded.response_body, created_at = excluded.created_at, \
+         completed_at = excluded.completed_at, expires_at = excluded.expires_at WHERE ",
         expires_ms!("idempotency_keys.expires_at"),
-        " <= ?5"
+        " <= ?8"
     );
-
-    pub const COMPLETE: &str = "UPDATE idempotency_keys SET status = 'completed', \
-         response_status = ?4, response_headers = ?5, response_body = ?6, \
-         completed_at = strftime('%Y-%m-%d %H:%M:%f', ?7 / 1000.0, 'unixepoch') \
-         WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3";
 
     pub const SWEEP: &str = "DELETE FROM idempotency_keys \
          WHERE (scope, operation, idempotency_key) IN (\
@@ -95,11 +99,29 @@ impl Backend for Sqlite {
             .await
     }
 
-    async fn begin(
-        conn: PoolConnection<Self>,
+    async fn begin<'c>(
+        conn: &'c mut SqliteConnection,
         _settings: &TxSettings,
-    ) -> Result<Transaction<'static, Self>, sqlx::Error> {
+        _lock: Option<KeyRef<'_>>,
+    ) -> Result<Transaction<'c, Self>, sqlx::Error> {
+        // The write lock, taken now rather than at the first write: it is the key's lock.
         Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await
+    }
+
+    async fn abandon_begin(_conn: &mut SqliteConnection) {
+        // A failed `BEGIN IMMEDIATE` starts no transaction.
+    }
+
+    async fn store_and_commit(
+        mut tx: Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        // In-process: round trips cost nothing worth merging statements for.
+        if !Self::store(&mut tx, row).await? {
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     super::impl_backend_queries!();
