@@ -59,6 +59,16 @@ for e in one:
         value = e["params"][n]
         sql = sql.replace(f"${n}", value)
     sql = re.sub(r"'cap-\d+'", "('bench-' || :k)", sql)
+    # The merged INSERT writes its text as hexadecimal escapes (E'\x63\x61…'): the key too.
+    sql = re.sub(
+        r"E'((?:\\x[0-9a-f]{2})*)'",
+        lambda m: "('bench-' || :k)"
+        if re.fullmatch(r"cap-\d+", bytes.fromhex(m.group(1).replace("\\x", "")).decode("utf-8", "replace"))
+        else m.group(0),
+        sql,
+    )
+    # The key's advisory lock: one per transaction, as one per key.
+    sql = re.sub(r"pg_advisory_xact_lock\(-?\d+\)", "pg_advisory_xact_lock(:k)", sql)
     sql = uuid_re.sub("gen_random_uuid()::text", sql)
     sql = sql.replace("; ", " \\; ")  # one round trip, as the runtime sends it
     lines.append(sql + ";")

@@ -4,9 +4,10 @@
 Usage: count_round_trips.py LISTEN_PORT PG_HOST PG_PORT COUNT_FILE
 
 Forwards every connection to PG_HOST:PG_PORT and counts, across all connections, the
-client messages after which the client waits for the server: `Sync` (end of an extended-
-protocol exchange) and `Query` (a simple query). Each is one round trip; a pool's `ping`
-counts too. The running total is written to COUNT_FILE after every change. Connect with
+times a client waits for the server: a client turn that holds a `Sync` (end of an
+extended-protocol exchange) or a `Query` (a simple query) after the server has last spoken.
+Messages a client sends together without waiting in between (a queued `ROLLBACK` that goes
+out with the pool's ping, say) are one round trip; a pool's `ping` counts too. The running total is written to COUNT_FILE after every change. Connect with
 `sslmode=disable` so the stream can be read.
 """
 import asyncio
@@ -24,11 +25,20 @@ def bump():
         f.write(str(total))
 
 
-async def pipe(reader, writer, parse):
+class Turn:
+    """Who spoke last on one connection."""
+
+    def __init__(self):
+        self.server_spoke = True
+
+
+async def pipe(reader, writer, parse, turn):
     buffer = b""
     started = not parse  # the startup packet has no type byte
     try:
         while data := await reader.read(65536):
+            if not parse:
+                turn.server_spoke = True
             writer.write(data)
             await writer.drain()
             if not parse:
@@ -53,7 +63,8 @@ async def pipe(reader, writer, parse):
                 if len(buffer) < 1 + length:
                     break
                 buffer = buffer[1 + length:]
-                if kind in (b"S", b"Q"):
+                if kind in (b"S", b"Q") and turn.server_spoke:
+                    turn.server_spoke = False
                     bump()
     finally:
         writer.close()
@@ -61,9 +72,10 @@ async def pipe(reader, writer, parse):
 
 async def handle(client_reader, client_writer):
     server_reader, server_writer = await asyncio.open_connection(pg_host, pg_port)
+    turn = Turn()
     await asyncio.gather(
-        pipe(client_reader, server_writer, True),
-        pipe(server_reader, client_writer, False),
+        pipe(client_reader, server_writer, True, turn),
+        pipe(server_reader, client_writer, False, turn),
         return_exceptions=True,
     )
 

@@ -17,7 +17,7 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{IdempotencyKey, KeyFormat};
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
-    Backend, Failure, KeyRef, NewRow, ROLLBACK_TO_SAVEPOINT, Record, SAVEPOINT, StoredKey,
+    Backend, Failure, KeyLock, KeyRef, NewRow, ROLLBACK_TO_SAVEPOINT, Record, SAVEPOINT, StoredKey,
     TxSettings,
 };
 
@@ -197,6 +197,8 @@ struct Inner<DB: Backend> {
     config: Config,
     tx_settings: TxSettings,
     clock: Arc<dyn Clock>,
+    /// [`Backend::namespace`], asked on the first keyed execution.
+    namespace: std::sync::OnceLock<String>,
     #[cfg(feature = "failpoints")]
     armed: std::sync::Mutex<Option<crate::failpoint::FailPointSpec>>,
 }
@@ -248,6 +250,7 @@ impl<DB: Backend> Idem<DB> {
                 tx_settings,
                 config,
                 clock: Arc::new(SystemClock),
+                namespace: std::sync::OnceLock::new(),
                 #[cfg(feature = "failpoints")]
                 armed: std::sync::Mutex::new(None),
             }),
@@ -262,6 +265,7 @@ impl<DB: Backend> Idem<DB> {
             config: shared.config.clone(),
             tx_settings: shared.tx_settings.clone(),
             clock: Arc::clone(&shared.clock),
+            namespace: shared.namespace.clone(),
             #[cfg(feature = "failpoints")]
             armed: std::sync::Mutex::new(None),
         });
@@ -356,9 +360,19 @@ impl<DB: Backend> Idem<DB> {
         };
         // (The error goes out through `failed` so that nothing holding the borrow of `conn`
         // outlives the `let`.)
+        let namespace = match self.inner.namespace.get() {
+            Some(namespace) => namespace,
+            None => {
+                let found = DB::namespace(&mut guarded.conn)
+                    .await
+                    .map_err(Error::Store)?;
+                self.inner.namespace.get_or_init(|| found)
+            }
+        };
+        let lock = KeyLock { namespace, key };
         let mut failed = None;
         guarded.beginning = true;
-        let Some(mut tx) = DB::begin(&mut guarded.conn, &self.inner.tx_settings, Some(key))
+        let Some(mut tx) = DB::begin(&mut guarded.conn, &self.inner.tx_settings, Some(lock))
             .await
             .map_err(|error| failed = Some(error))
             .ok()

@@ -113,6 +113,14 @@ pub struct StoredKey {
     pub expires_at_ms: i64,
 }
 
+/// The key an execution locks, and the key table's namespace ([`Backend::namespace`]).
+#[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
+pub struct KeyLock<'a> {
+    pub namespace: &'a str,
+    pub key: KeyRef<'a>,
+}
+
 /// A completed key row, as [`Backend::store`] inserts it.
 #[derive(Debug, Clone, Copy)]
 #[doc(hidden)]
@@ -191,8 +199,15 @@ pub trait Backend: Database + sealed::Sealed {
     fn begin<'c>(
         conn: &'c mut <Self as Database>::Connection,
         settings: &TxSettings,
-        lock: Option<KeyRef<'_>>,
+        lock: Option<KeyLock<'_>>,
     ) -> impl Future<Output = Result<Transaction<'c, Self>, sqlx::Error>> + Send;
+
+    /// What tells this key table's locks from those of other key tables the database may
+    /// hold (PostgreSQL: the current schema). Asked once per [`crate::Idem`].
+    #[doc(hidden)]
+    fn namespace(
+        conn: &mut <Self as Database>::Connection,
+    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
 
     /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
     /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted

@@ -14,14 +14,15 @@ use sha2::{Digest as _, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{Executor as _, Pool, Postgres, Transaction};
 
-use super::{Backend, Failure, KeyRef, NewRow, Record, StoredKey, TxSettings, sealed};
+use super::{Backend, Failure, KeyLock, KeyRef, NewRow, Record, StoredKey, TxSettings, sealed};
 
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
-/// bytes of SHA-256 over the three length-prefixed parts. Distinct keys sharing a lock id
-/// (odds 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
-fn lock_id(key: KeyRef<'_>) -> i64 {
+/// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
+/// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
+/// 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
+fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
     let mut hash = Sha256::new();
-    for part in [key.scope, key.operation, key.key] {
+    for part in [namespace, key.scope, key.operation, key.key] {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part.as_bytes());
     }
@@ -106,7 +107,7 @@ impl Backend for Postgres {
     async fn begin<'c>(
         conn: &'c mut PgConnection,
         settings: &TxSettings,
-        lock: Option<KeyRef<'_>>,
+        lock: Option<KeyLock<'_>>,
     ) -> Result<Transaction<'c, Self>, sqlx::Error> {
         if settings.session_has_timeouts && lock.is_none() {
             return Transaction::begin(conn, None).await;
@@ -121,17 +122,20 @@ impl Backend for Postgres {
                 settings.statement_timeout.as_millis().max(1),
             );
         }
-        if let Some(key) = lock {
-            // Advisory locks are per database; keys are per key table: mixing in the schema
-            // keeps applications in other schemas of the same database from waiting on
-            // this one's keys.
+        if let Some(lock) = lock {
             let _ = write!(
                 statement,
-                "; SELECT pg_advisory_xact_lock({} # hashtextextended(current_schema(), 0))",
-                lock_id(key)
+                "; SELECT pg_advisory_xact_lock({})",
+                lock_id(lock.namespace, lock.key)
             );
         }
         Transaction::begin(conn, Some(statement.into())).await
+    }
+
+    async fn namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
+        sqlx::query_scalar("SELECT current_schema()")
+            .fetch_one(conn)
+            .await
     }
 
     async fn abandon_begin(conn: &mut PgConnection) {
@@ -175,8 +179,8 @@ impl Backend for Postgres {
 /// row that exists already fails it, which aborts the transaction and skips the `COMMIT`.
 ///
 /// The simple-query protocol takes no parameters, so every value is written as a literal:
-/// numbers as decimal digits, text and bytes as hexadecimal decoded by the server. Nothing
-/// from the request reaches the statement except as hexadecimal digits.
+/// numbers as decimal digits, text and bytes as hexadecimal escapes. Nothing from the request
+/// reaches the statement except as hexadecimal digits.
 fn store_and_commit_statement(row: &NewRow<'_>) -> String {
     let text_len =
         row.key.scope.len() + row.key.operation.len() + row.key.key.len() + row.headers_json.len();
@@ -208,21 +212,31 @@ fn store_and_commit_statement(row: &NewRow<'_>) -> String {
     sql
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A `bytea` literal: `E'\\x<hex>'::bytea`. The escape-string syntax reads the same whatever
+/// `standard_conforming_strings` says; the server parses the hexadecimal in `bytea`'s input.
 fn push_bytes(sql: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    sql.push_str("decode('");
-    sql.reserve(2 * bytes.len());
+    sql.push_str(r"E'\\x");
+    sql.reserve(2 * bytes.len() + 8);
     for &b in bytes {
         sql.push(char::from(HEX[usize::from(b >> 4)]));
         sql.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    sql.push_str("', 'hex')");
+    sql.push_str("'::bytea");
 }
 
+/// A `text` literal with every byte as an escape, `E'\x74\x65…'`: the lexer makes it the
+/// string; there is no function call for the server to resolve.
 fn push_text(sql: &mut String, text: &str) {
-    sql.push_str("convert_from(");
-    push_bytes(sql, text.as_bytes());
-    sql.push_str(", 'UTF8')");
+    sql.push_str("E'");
+    sql.reserve(4 * text.len() + 1);
+    for &b in text.as_bytes() {
+        sql.push_str(r"\x");
+        sql.push(char::from(HEX[usize::from(b >> 4)]));
+        sql.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    sql.push('\'');
 }
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
@@ -237,11 +251,14 @@ mod tests {
     use super::*;
 
     fn id(scope: &str, operation: &str, key: &str) -> i64 {
-        lock_id(KeyRef {
-            scope,
-            operation,
-            key,
-        })
+        lock_id(
+            "public",
+            KeyRef {
+                scope,
+                operation,
+                key,
+            },
+        )
     }
 
     #[test]
@@ -259,6 +276,12 @@ mod tests {
         assert_ne!(id("ab", "c", "d"), id("a", "bc", "d"));
         assert_ne!(id("a", "b", "cd"), id("a", "bc", "d"));
         assert_ne!(id("global", "op:v1", "k"), id("global", "op:v2", "k"));
+        let key = KeyRef {
+            scope: "global",
+            operation: "op:v1",
+            key: "k",
+        };
+        assert_ne!(lock_id("public", key), lock_id("shop", key));
     }
 
     // Computed independently: SHA-256 over the length-prefixed parts, first 8 bytes LE.
@@ -285,24 +308,29 @@ mod tests {
         };
         let sql = store_and_commit_statement(&row);
         assert!(sql.ends_with("; COMMIT; BEGIN"), "{sql}");
-        // Every quote in the statement opens or closes a hex literal or a fixed word.
+        // Every quote in the statement opens or closes a literal of hexadecimal escapes or
+        // a fixed word: `\xHH…` (text), `\\x<hex>` (bytea), `completed`.
         let quoted: Vec<&str> = sql.split('\'').skip(1).step_by(2).collect();
+        assert_eq!(quoted.len(), 7, "{sql}");
         for literal in &quoted {
-            assert!(
-                ["hex", "UTF8", "completed"].contains(literal)
-                    || literal.bytes().all(|b| b.is_ascii_hexdigit()),
-                "{literal}"
-            );
+            let text = literal.len() % 4 == 0
+                && literal.as_bytes().chunks(4).all(|c| {
+                    c[0] == b'\\' && c[1] == b'x' && c[2..].iter().all(u8::is_ascii_hexdigit)
+                });
+            let bytea = literal
+                .strip_prefix("\\\\x")
+                .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert!(text || bytea || *literal == "completed", "{literal}");
         }
-        assert!(sql.contains("decode('00ff10', 'hex')"), "{sql}");
+        assert!(sql.contains(r"E'\\x00ff10'::bytea"), "{sql}");
         assert!(sql.contains("to_timestamp(3000::float8 / 1000))"), "{sql}");
         // The key, byte for byte.
-        let key_hex: String = "k'); COMMIT; --"
+        let key_escaped: String = "k'); COMMIT; --"
             .bytes()
-            .map(|b| format!("{b:02x}"))
+            .map(|b| format!("\\x{b:02x}"))
             .collect();
-        assert!(sql.contains(&key_hex), "{sql}");
+        assert!(sql.contains(&format!("E'{key_escaped}'")), "{sql}");
     }
 
-    const LOCK_ID_TENANT_T1_K1: i64 = 2_721_261_994_374_111_820;
+    const LOCK_ID_TENANT_T1_K1: i64 = 3_618_639_434_383_866_314;
 }

@@ -11,7 +11,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Pool, Sqlite, Transaction};
 
-use super::{Backend, Failure, KeyRef, NewRow, Record, StoredKey, TxSettings, sealed};
+use super::{Backend, Failure, KeyLock, KeyRef, NewRow, Record, StoredKey, TxSettings, sealed};
 
 mod sql {
     // `expires_at` in milliseconds. idem writes text timestamps; a plain number an operator
@@ -102,10 +102,15 @@ impl Backend for Sqlite {
     async fn begin<'c>(
         conn: &'c mut SqliteConnection,
         _settings: &TxSettings,
-        _lock: Option<KeyRef<'_>>,
+        _lock: Option<KeyLock<'_>>,
     ) -> Result<Transaction<'c, Self>, sqlx::Error> {
         // The write lock, taken now rather than at the first write: it is the key's lock.
         Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await
+    }
+
+    async fn namespace(_conn: &mut SqliteConnection) -> Result<String, sqlx::Error> {
+        // One database file, one key table, one write lock: nothing to tell apart.
+        Ok(String::new())
     }
 
     async fn abandon_begin(_conn: &mut SqliteConnection) {
