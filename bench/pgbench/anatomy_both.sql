@@ -1,0 +1,8 @@
+-- Anatomy, prepared statements like sqlx's: the floor plus the lookup and the key row: the
+-- database work of a first execution, in separate round trips.
+\set k random(1, 9000000000000000000)
+SELECT fingerprint, status, response_status, response_headers, response_body, expires_at FROM idempotency_keys WHERE scope = 'tenant-anatomy' AND operation = 'create_order-v1' AND idempotency_key = 'both-' || :k::text;
+BEGIN;
+INSERT INTO orders (id, tenant, sku, quantity) VALUES (gen_random_uuid(), 'bench', 'BENCH-1', 1);
+INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, response_status, response_headers, response_body, created_at, completed_at, expires_at) VALUES ('tenant-anatomy', 'create_order-v1', 'both-' || :k::text, sha256('x'::bytea), 'completed', 201, '[["content-type","application/json"],["location","/orders/6f1c3a52-7f3e-4c1e-9a53-0c2e4c7f1b11"]]', convert_to(repeat('x', 80), 'UTF8'), now(), now(), now() + interval '1 day');
+COMMIT;
