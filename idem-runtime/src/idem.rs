@@ -358,8 +358,6 @@ impl<DB: Backend> Idem<DB> {
             Settled::Answer(outcome) => return Ok(outcome),
             Settled::Run { replace_expired } => replace_expired,
         };
-        // (The error goes out through `failed` so that nothing holding the borrow of `conn`
-        // outlives the `let`.)
         let namespace = match self.inner.namespace.get() {
             Some(namespace) => namespace,
             None => {
@@ -370,6 +368,8 @@ impl<DB: Backend> Idem<DB> {
             }
         };
         let lock = KeyLock { namespace, key };
+        // (The error goes out through `failed` so that nothing holding the borrow of the
+        // connection outlives the `let`.)
         let mut failed = None;
         guarded.beginning = true;
         let Some(mut tx) = DB::begin(&mut guarded.conn, &self.inner.tx_settings, Some(lock))

@@ -939,3 +939,41 @@ async fn postgres_dead_connection_answers_503_then_recovers() {
     assert_eq!(replayed, Some(OutcomeKind::Replayed));
     assert_eq!(h.effects().await, 1);
 }
+
+/// A unique constraint of the application's that is only checked at `COMMIT` refuses the
+/// merged `INSERT …; COMMIT`: that is a failed commit (`503`), not the key's row existing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deferred_unique_violation_is_a_failed_commit() {
+    use idem_runtime::sqlx::{self, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    sqlx::query("CREATE TABLE deferred_unique (v INTEGER UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        .execute(h.idem.pool())
+        .await
+        .unwrap();
+    let k = key("k-deferred-unique");
+    let call = global(&k);
+    let err = h
+        .idem
+        .execute(
+            &SPEC,
+            call,
+            work_fn::<Postgres, _>(|tx| {
+                Box::pin(async move {
+                    Postgres::write_effect(&mut **tx, "lost").await;
+                    for _ in 0..2 {
+                        sqlx::query("INSERT INTO deferred_unique (v) VALUES (1)")
+                            .execute(&mut **tx)
+                            .await
+                            .unwrap();
+                    }
+                    Record::json(201, &json!({})).unwrap()
+                })
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CommitUnknown(_)), "{err:?}");
+    assert_eq!(err.status(), 503);
+    assert_eq!(h.effects().await, 0);
+    assert_eq!(h.keys().await, 0);
+}

@@ -6,9 +6,8 @@
 //! bounded by `lock_timeout`, set in the startup packet of pools idem opens and with
 //! `SET LOCAL` (in that same round trip) on pools the application brings.
 
-use std::str::FromStr;
-
 use std::fmt::Write as _;
+use std::str::FromStr;
 
 use sha2::{Digest as _, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
@@ -157,7 +156,8 @@ impl Backend for Postgres {
             // `ROLLBACK` goes out with the connection's next message (the pool's release
             // ping), so sqlx's view of the connection and the server's agree again.
             Ok(_) => Ok(true),
-            // The key's row exists: the transaction is aborted and dropping `tx` rolls it back.
+            // The key's row exists: the `INSERT` failed, the transaction is aborted, the
+            // `COMMIT` skipped, and dropping `tx` rolls back.
             Err(error) if is_unique_violation(&error) => Ok(false),
             Err(error) => Err(error),
         }
@@ -184,8 +184,10 @@ impl Backend for Postgres {
 fn store_and_commit_statement(row: &NewRow<'_>) -> String {
     let text_len =
         row.key.scope.len() + row.key.operation.len() + row.key.key.len() + row.headers_json.len();
-    let mut sql =
-        String::with_capacity(512 + 2 * (text_len + row.fingerprint.len() + row.record.body.len()));
+    // Text takes four characters a byte (`\xHH`), bytes two.
+    let mut sql = String::with_capacity(
+        512 + 4 * text_len + 2 * (row.fingerprint.len() + row.record.body.len()),
+    );
     sql.push_str(
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
          response_status, response_headers, response_body, created_at, completed_at, \
@@ -239,11 +241,13 @@ fn push_text(sql: &mut String, text: &str) {
     sql.push('\'');
 }
 
+/// The key table's primary key refused the row (and not, say, a deferred unique constraint
+/// of the application's refusing the `COMMIT`).
 fn is_unique_violation(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == "23505")
+    error.as_database_error().is_some_and(|e| {
+        e.code().is_some_and(|code| code == "23505")
+            && e.constraint() == Some("idempotency_keys_pkey")
+    })
 }
 
 #[cfg(test)]
