@@ -495,7 +495,8 @@ async fn waiting_duplicate_answers_with_the_first<DB: TestDb>(then: Then) {
         Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
     let k = Arc::new(key("k-waited"));
     let f = fp(&json!({}));
-    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(600));
+    // Long enough that the duplicate surely looks the key up before the first commits.
+    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(150)).await;
     let call = Call {
         scope: "global",
