@@ -396,6 +396,7 @@ impl<DB: Backend> Idem<DB> {
                     &mut guarded.conn,
                     spec,
                     &call,
+                    key,
                     started,
                     Err(Error::Panicked),
                 )
@@ -414,7 +415,7 @@ impl<DB: Backend> Idem<DB> {
                     record,
                 });
                 return self
-                    .recheck(&mut guarded.conn, spec, &call, started, failed)
+                    .recheck(&mut guarded.conn, spec, &call, key, started, failed)
                     .await;
             }
         }
@@ -449,7 +450,7 @@ impl<DB: Backend> Idem<DB> {
             // Rolled back (or about to be, with `tx`): another execution of the key committed.
             let busy = Err(self.in_flight());
             return self
-                .recheck(&mut guarded.conn, spec, &call, started, busy)
+                .recheck(&mut guarded.conn, spec, &call, key, started, busy)
                 .await;
         }
         self.fail_point(crate::failpoint::FailPoint::AfterCommit)?;
@@ -548,14 +549,10 @@ impl<DB: Backend> Idem<DB> {
         conn: &mut DB::Connection,
         spec: &OperationSpec,
         call: &Call<'_>,
+        key: KeyRef<'_>,
         now: i64,
         own: Result<Outcome, Error>,
     ) -> Result<Outcome, Error> {
-        let key = KeyRef {
-            scope: call.scope,
-            operation: spec.id,
-            key: call.key.as_str(),
-        };
         // If even this fails, the answer is unknown: 503, retry with the same key.
         match DB::lookup(conn, key).await.map_err(Error::Store)? {
             None => own,

@@ -464,11 +464,7 @@ async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
     let f = fp(&json!({}));
     let first = spawn_first::<DB>(&h.idem, &k, f, 500, Duration::from_millis(600));
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let second = h
         .idem
         .execute(&SPEC, call, ok::<DB>("second"))
@@ -498,11 +494,7 @@ async fn waiting_duplicate_answers_with_the_first<DB: TestDb>(then: Then) {
     // Long enough that the duplicate surely looks the key up before the first commits.
     let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = Arc::clone(&ran);
     let second = h
@@ -562,11 +554,7 @@ async fn connection_is_clean_after_giving_up<DB: TestDb>() {
     let f = fp(&json!({}));
     let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let err = single
         .execute(&SPEC, call, ok::<DB>("dup"))
         .await
@@ -595,11 +583,7 @@ async fn drop_a_waiting_duplicate<DB: TestDb>() -> (Harness<DB>, idem_runtime::I
     let f = fp(&json!({}));
     let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1000));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let dropped = tokio::time::timeout(
         Duration::from_millis(300),
         single.execute(&SPEC, call, ok::<DB>("dropped")),
@@ -663,11 +647,7 @@ async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
     let f = fp(&json!({}));
     let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let err = h
         .idem
         .execute(&SPEC, call, ok::<DB>("dup"))
@@ -727,11 +707,7 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
     assert_eq!(h.keys().await, 3);
     // A swept key is unknown again: it runs anew.
     let k = key("old-0");
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let again = h
         .idem
         .execute(&SHORT, call, ok::<DB>("again"))
@@ -876,11 +852,7 @@ async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
     let f = fp(&json!({}));
     let first = spawn_first::<Postgres>(&idem, &k, f, 201, Duration::from_millis(1500));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let call = Call {
-        scope: "global",
-        key: &k,
-        fingerprint: f,
-    };
+    let call = global(&k);
     let err = idem
         .execute(&SPEC, call, ok::<Postgres>("dup"))
         .await
@@ -977,4 +949,59 @@ async fn postgres_deferred_unique_violation_is_a_failed_commit() {
     assert_eq!(err.status(), 503);
     assert_eq!(h.effects().await, 0);
     assert_eq!(h.keys().await, 0);
+}
+
+/// The merged `INSERT`'s literals read the same with `standard_conforming_strings = off`
+/// (a pool the application set up that way): backslashes and quotes come back byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_literals_hold_without_standard_conforming_strings() {
+    use idem_runtime::sqlx::postgres::PgPoolOptions;
+    use idem_runtime::sqlx::{Executor as _, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    let pool = PgPoolOptions::new()
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("SET standard_conforming_strings = off")
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(&h.url)
+        .await
+        .unwrap();
+    let idem = idem_runtime::Idem::<Postgres>::from_pool(pool, Config::default());
+    let k = key(r"k\'\\x27");
+    let call = Call {
+        scope: r"tenant:a\'b",
+        key: &k,
+        fingerprint: fp(&json!({})),
+    };
+    let body: &'static [u8] = b"\\x00\\\\' \"\x00\xff";
+    let run = || {
+        work_fn::<Postgres, _>(move |tx| {
+            Box::pin(async move {
+                Postgres::write_effect(&mut **tx, "scs").await;
+                Record {
+                    status: 201,
+                    body: bytes::Bytes::from_static(body),
+                    ..Record::default()
+                }
+            })
+        })
+    };
+    let first = idem.execute(&SPEC, call, run()).await.unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    let again = idem.execute(&SPEC, call, run()).await.unwrap();
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.body.as_ref(), body);
+    let stored = idem
+        .lookup(KeyRef {
+            scope: call.scope,
+            operation: SPEC.id,
+            key: k.as_str(),
+        })
+        .await
+        .unwrap();
+    assert!(stored.is_some());
+    assert_eq!(h.effects().await, 1);
 }
