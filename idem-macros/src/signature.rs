@@ -100,8 +100,8 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
         errors.push(syn::Error::new_spanned(
             &item.sig.ident,
             "an `#[idempotent]` handler needs a transaction argument, such as \
-             `tx: &mut sqlx::Transaction<'_, Postgres>`: the key is reserved in it, and the \
-             handler's writes commit with the stored response",
+             `tx: &mut sqlx::Transaction<'_, Postgres>`: the handler's writes commit in it together \
+             with the stored response",
         ));
         return None;
     };
