@@ -18,8 +18,9 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite, Transaction};
-use idem_runtime::{Backend, Idem, IdemState, Json, Principal, Problem, Validate, idempotent};
+use idem_runtime::store::Backend;
+use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
+use sqlx::{Pool, Postgres, Sqlite, Transaction};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -93,8 +94,8 @@ pub struct NewOrder {
     pub quantity: i32,
 }
 
-impl Validate for NewOrder {
-    fn validate(&self) -> Result<(), Problem> {
+impl Check for NewOrder {
+    fn check(&self) -> Result<(), Problem> {
         let invalid = |detail: &str| {
             Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -153,9 +154,8 @@ macro_rules! orders_db {
     ($db:ty, $migrations:literal, $insert:literal, $find:literal) => {
         impl OrdersDb for $db {
             async fn migrate_orders(pool: &Pool<Self>) -> Result<(), sqlx::migrate::MigrateError> {
-                let mut migrator = sqlx::migrate!($migrations);
-                migrator.set_ignore_missing(true); // idem's migrations share the table
-                migrator.run(pool).await
+                // idem keeps its own migration history: the application's is its own.
+                sqlx::migrate!($migrations).run(pool).await
             }
 
             async fn insert_order(
@@ -216,7 +216,7 @@ fn internal(error: &sqlx::Error) -> Problem {
 pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
     tx: &mut Transaction<'_, DB>,
-    Json(new): Json<NewOrder>,
+    Checked(new): Checked<NewOrder>,
 ) -> Result<Response, Problem> {
     place_order::<DB>(&mut **tx, &tenant, new).await
 }
@@ -226,7 +226,7 @@ pub async fn create_order<DB: OrdersDb>(
 pub async fn create_order_plain<DB: OrdersDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,
-    Json(new): Json<NewOrder>,
+    Checked(new): Checked<NewOrder>,
 ) -> Result<Response, Problem> {
     let mut tx = state.idem.pool().begin().await.map_err(|e| internal(&e))?;
     let response = place_order::<DB>(&mut *tx, &tenant, new).await?;

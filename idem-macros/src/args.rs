@@ -1,32 +1,37 @@
 //! The attribute's arguments: `#[idempotent(ttl = "24h", scope = "tenant", …)]`.
+//!
+//! Every word and duration is read with `idem_spec`, the vocabulary the runtime, the operator
+//! tool and the docs generator share, so they all accept exactly the same spellings.
 
+use std::str::FromStr;
+use std::time::Duration;
+
+use idem_spec::{
+    ExpiryPolicy, KeyRequirement, MAX_TTL, Mode, ScopeKind, UnknownWord, describe_duration,
+    operation_id, parse_duration,
+};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token};
+use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
 
-use crate::duration::parse_seconds;
+const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, `mode`, \
+                         `store_client_errors`, `exclude`, `state`";
 
-const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, \
-                         `store_client_errors`, `exclude`";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scope {
-    Global,
-    Tenant,
-    User,
-}
-
-#[derive(Debug)]
+/// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
-    pub ttl_secs: u64,
-    pub scope: Scope,
-    pub operation: Option<String>,
-    pub version: u32,
-    pub reexecute: bool,
-    pub key_optional: bool,
+    pub ttl: Duration,
+    pub scope: ScopeKind,
+    /// `<operation>:v<version>`.
+    pub id: String,
+    pub on_expired: ExpiryPolicy,
+    pub key: KeyRequirement,
+    pub mode: Mode,
     pub store_client_errors: bool,
     pub exclude: Vec<String>,
+    /// The application state, when named (`state = AppState`): enables the checks that need
+    /// it.
+    pub state: Option<Type>,
 }
 
 struct Arg {
@@ -58,6 +63,7 @@ impl Errors {
             None => self.0 = Some(error),
         }
     }
+
     pub(crate) fn finish(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
     }
@@ -75,27 +81,56 @@ fn string(value: &Expr, what: &str) -> syn::Result<LitStr> {
     }
 }
 
-fn choice<T: Copy>(value: &Expr, what: &str, options: &[(&str, T)]) -> syn::Result<T> {
+/// A word of the shared vocabulary; the error lists the accepted words.
+fn word<T: FromStr<Err = UnknownWord>>(value: &Expr, what: &str) -> syn::Result<T> {
     let lit = string(value, what)?;
-    let text = lit.value();
-    options
-        .iter()
-        .find(|(name, _)| *name == text)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let names: Vec<String> = options.iter().map(|(n, _)| format!("`{n}`")).collect();
-            syn::Error::new(
-                lit.span(),
-                format!(
-                    "unknown {what} `{text}`; expected one of: {}",
-                    names.join(", ")
-                ),
-            )
-        })
+    lit.value()
+        .parse()
+        .map_err(|e: UnknownWord| syn::Error::new(lit.span(), e.to_string()))
+}
+
+fn ttl(value: &Expr) -> syn::Result<Duration> {
+    let lit = string(value, "ttl")?;
+    let ttl = parse_duration(&lit.value()).map_err(|reason| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `ttl` `{}`: {reason}; write a duration such as `\"30s\"`, `\"15m\"`, \
+                 `\"24h\"`, `\"7d\"` or `\"1h30m\"`",
+                lit.value()
+            ),
+        )
+    })?;
+    if ttl > MAX_TTL {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`ttl` `{}` is longer than the maximum of {}: keys kept that long grow the key \
+                 table without bound; check the unit",
+                lit.value(),
+                describe_duration(MAX_TTL)
+            ),
+        ));
+    }
+    Ok(ttl)
+}
+
+fn mode(value: &Expr) -> syn::Result<Mode> {
+    let lit = string(value, "mode")?;
+    if lit.value() == "staged" {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`mode = \"staged\"` (effects outside the database) is not available yet; \
+             `\"atomic\"` is",
+        ));
+    }
+    word(value, "mode")
 }
 
 impl Args {
-    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Option<Self> {
+    /// Parses the arguments; `None` when they cannot be read at all. Every mistake is pushed
+    /// to `errors`.
+    pub(crate) fn parse(tokens: TokenStream, fn_name: &Ident, errors: &mut Errors) -> Option<Self> {
         let parsed = match Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens) {
             Ok(parsed) => parsed,
             Err(error) => {
@@ -103,14 +138,19 @@ impl Args {
                 return None;
             }
         };
-        let mut ttl_secs = None;
-        let mut scope = None;
-        let mut operation = None;
-        let mut version = None;
-        let mut reexecute = None;
-        let mut key_optional = None;
-        let mut store_client_errors = None;
-        let mut exclude = None;
+        let mut args = Self {
+            ttl: Duration::from_secs(24 * 3600),
+            scope: ScopeKind::Global,
+            id: String::new(),
+            on_expired: ExpiryPolicy::default(),
+            key: KeyRequirement::default(),
+            mode: Mode::default(),
+            store_client_errors: false,
+            exclude: Vec::new(),
+            state: None,
+        };
+        let mut operation: Option<LitStr> = None;
+        let mut version: Option<(u32, Span)> = None;
         let mut seen: Vec<String> = Vec::new();
 
         for arg in parsed {
@@ -125,78 +165,18 @@ impl Args {
             seen.push(name.clone());
             let value = &arg.value;
             let result = match name.as_str() {
-                "ttl" => string(value, "ttl").and_then(|lit| {
-                    parse_seconds(&lit.value())
-                        .map(|s| ttl_secs = Some(s))
-                        .ok_or_else(|| {
-                            syn::Error::new(
-                                lit.span(),
-                                format!(
-                                    "invalid `ttl` `{}`; expected a positive duration such as \
-                                     `\"30s\"`, `\"15m\"`, `\"24h\"`, `\"7d\"` or `\"1h30m\"`",
-                                    lit.value()
-                                ),
-                            )
-                        })
-                }),
-                "scope" => choice(
-                    value,
-                    "scope",
-                    &[
-                        ("tenant", Scope::Tenant),
-                        ("user", Scope::User),
-                        ("global", Scope::Global),
-                    ],
-                )
-                .map(|s| scope = Some(s)),
-                "operation" => string(value, "operation").and_then(|lit| {
-                    let text = lit.value();
-                    if text.trim().is_empty() || text.contains(':') {
-                        Err(syn::Error::new(
-                            lit.span(),
-                            "`operation` must be a non-empty name without `:`, such as \
-                             `\"POST /orders\"`; the version is added as `:v1`",
-                        ))
-                    } else {
-                        operation = Some(text);
-                        Ok(())
-                    }
-                }),
-                "version" => match value {
-                    Expr::Lit(ExprLit {
-                        lit: Lit::Int(int), ..
-                    }) => match int.base10_parse::<u32>() {
-                        Ok(v) if v > 0 => {
-                            version = Some(v);
-                            Ok(())
-                        }
-                        _ => Err(syn::Error::new(
-                            int.span(),
-                            "`version` must be a whole number from 1",
-                        )),
-                    },
-                    other => Err(syn::Error::new_spanned(
-                        other,
-                        "`version` takes a whole number, such as `version = 2`",
-                    )),
-                },
-                "on_expired" => choice(
-                    value,
-                    "on_expired policy",
-                    &[("gone", false), ("reexecute", true)],
-                )
-                .map(|v| reexecute = Some(v)),
-                "key" => choice(
-                    value,
-                    "key requirement",
-                    &[("required", false), ("optional", true)],
-                )
-                .map(|v| key_optional = Some(v)),
+                "ttl" => ttl(value).map(|t| args.ttl = t),
+                "scope" => word(value, "scope").map(|s| args.scope = s),
+                "on_expired" => word(value, "on_expired").map(|p| args.on_expired = p),
+                "key" => word(value, "key").map(|k| args.key = k),
+                "mode" => mode(value).map(|m| args.mode = m),
+                "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
+                "version" => parse_version(value).map(|v| version = Some(v)),
                 "store_client_errors" => match value {
                     Expr::Lit(ExprLit {
                         lit: Lit::Bool(b), ..
                     }) => {
-                        store_client_errors = Some(b.value);
+                        args.store_client_errors = b.value;
                         Ok(())
                     }
                     other => Err(syn::Error::new_spanned(
@@ -204,7 +184,8 @@ impl Args {
                         "`store_client_errors` takes `true` or `false`",
                     )),
                 },
-                "exclude" => parse_exclude(value).map(|v| exclude = Some(v)),
+                "exclude" => parse_exclude(value).map(|v| args.exclude = v),
+                "state" => parse_state(value).map(|t| args.state = Some(t)),
                 _ => Err(syn::Error::new(
                     arg.name.span(),
                     format!("unknown argument `{name}`; expected one of: {ARGUMENTS}"),
@@ -215,23 +196,66 @@ impl Args {
             }
         }
 
-        if scope.is_none() && !seen.iter().any(|s| s == "scope") {
+        if !seen.iter().any(|s| s == "scope") {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `scope`; add `scope = \"tenant\"`, `scope = \"user\"` or \
                  `scope = \"global\"` (keys are unique per scope, operation and key)",
             ));
         }
-        Some(Self {
-            ttl_secs: ttl_secs.unwrap_or(24 * 3600),
-            scope: scope.unwrap_or(Scope::Global),
-            operation,
-            version: version.unwrap_or(1),
-            reexecute: reexecute.unwrap_or(false),
-            key_optional: key_optional.unwrap_or(false),
-            store_client_errors: store_client_errors.unwrap_or(false),
-            exclude: exclude.unwrap_or_default(),
-        })
+        let name = operation
+            .as_ref()
+            .map_or_else(|| fn_name.to_string(), LitStr::value);
+        let span = operation.as_ref().map_or(fn_name.span(), LitStr::span);
+        let version_number = version.map_or(1, |(v, _)| v);
+        match operation_id(&name, version_number) {
+            Ok(id) => args.id = id,
+            Err(reason) => {
+                let span = match (reason, version) {
+                    (idem_spec::OperationIdError::VersionZero, Some((_, span))) => span,
+                    _ => span,
+                };
+                errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "invalid operation id: {reason}; name the operation such as \
+                         `operation = \"POST /orders\"`"
+                    ),
+                ));
+            }
+        }
+        Some(args)
+    }
+}
+
+fn parse_version(value: &Expr) -> syn::Result<(u32, Span)> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => match int.base10_parse::<u32>() {
+            Ok(v) if v > 0 => Ok((v, int.span())),
+            _ => Err(syn::Error::new(
+                int.span(),
+                "`version` must be a whole number from 1",
+            )),
+        },
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`version` takes a whole number, such as `version = 2`",
+        )),
+    }
+}
+
+fn parse_state(value: &Expr) -> syn::Result<Type> {
+    match value {
+        Expr::Path(path) if path.qself.is_none() => Ok(Type::Path(syn::TypePath {
+            qself: None,
+            path: path.path.clone(),
+        })),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "`state` takes the application state's type, such as `state = AppState`",
+        )),
     }
 }
 
@@ -248,12 +272,12 @@ fn parse_exclude(value: &Expr) -> syn::Result<Vec<String>> {
         let path = lit.value();
         let root = path.split('.').next().unwrap_or_default();
         let well_formed = path.split('.').all(|s| !s.is_empty());
-        if !well_formed || !matches!(root, "body" | "path" | "query") {
+        if !well_formed || !matches!(root, "body" | "path" | "query" | "headers") {
             return Err(syn::Error::new(
                 lit.span(),
                 format!(
-                    "invalid fingerprint path `{path}`; paths start with `body`, `path` or \
-                     `query`, such as `\"body.note\"`"
+                    "invalid fingerprint path `{path}`; paths start with `body`, `path`, \
+                     `query` or `headers`, such as `\"body.note\"`"
                 ),
             ));
         }

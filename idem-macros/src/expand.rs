@@ -1,12 +1,20 @@
 //! The expansion: the user's handler becomes a nested function, wrapped by an axum handler
 //! of the same name that runs the protocol through `idem_runtime::__private::run`.
+//!
+//! Besides the call, the wrapper holds checks that make mistakes compile errors at the
+//! handler, in idem's words (as `axum::debug_handler` does): every extractor must be an
+//! `Input` or marked `#[not_input]`, a body extractor must come last, and — when the
+//! attribute names the state (`state = AppState`) — the state must be an `IdemState` of the
+//! transaction's backend and every extractor must work with it.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
-use syn::{GenericParam, ItemFn, LitStr, ReturnType};
+use syn::{GenericParam, Generics, ItemFn, LitStr, ReturnType};
 
-use crate::args::{Args, Errors, Scope};
+use idem_spec::{OperationSpec, ScopeKind};
+
+use crate::args::{Args, Errors};
 use crate::signature::{self, Role};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -21,26 +29,44 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#error #item);
         }
     };
-    let original = item.clone();
     let mut errors = Errors::default();
-    let args = Args::parse(args, &mut errors);
+    let args = Args::parse(args, &item.sig.ident, &mut errors);
     let signature = signature::analyse(&mut item, &mut errors);
     match (errors.finish(), args, signature) {
         (Ok(()), Some(args), Some(signature)) => emit(&args, &signature, item),
         (result, _, _) => {
-            // Keep the user's function so the rest of the crate still compiles.
             let error = result.err().map(|e| e.to_compile_error());
-            let mut original = original;
-            strip_input_markers(&mut original);
-            quote!(#error #original)
+            let stub = stub(&item);
+            quote!(#error #stub)
         }
     }
 }
 
-fn strip_input_markers(item: &mut ItemFn) {
-    for input in &mut item.sig.inputs {
-        if let syn::FnArg::Typed(arg) = input {
-            arg.attrs.retain(|a| !a.path().is_ident("input"));
+/// The wrapper's generics: the handler's type and const parameters. Lifetimes can only have
+/// named the transaction's, which the wrapper does not take.
+fn wrapper_generics(generics: &Generics) -> Generics {
+    let mut generics = generics.clone();
+    generics.params = generics
+        .params
+        .into_iter()
+        .filter(|p| !matches!(p, GenericParam::Lifetime(_)))
+        .collect();
+    generics
+}
+
+/// What is emitted when the attribute or the signature is wrong: the error, and a handler of
+/// the same name and generics that axum accepts with any state, so that the router compiles
+/// and the error above stays the only one.
+fn stub(item: &ItemFn) -> TokenStream {
+    let ItemFn { attrs, vis, sig, .. } = item;
+    let name = &sig.ident;
+    let generics = wrapper_generics(&sig.generics);
+    let where_clause = &generics.where_clause;
+    quote! {
+        #(#attrs)*
+        #[allow(clippy::unused_async)]
+        #vis async fn #name #generics () -> ::idem_runtime::__private::Response #where_clause {
+            ::core::unreachable!("`#[idempotent]` reported an error at compile time")
         }
     }
 }
@@ -54,60 +80,62 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         block,
     } = item;
     let name = &sig.ident;
-    let (_, _, where_clause) = sig.generics.split_for_impl();
-    // The wrapper keeps the type and const parameters; lifetimes can only have named the
-    // transaction's, which the wrapper does not take.
-    let mut generics = sig.generics.clone();
-    generics.params = generics
-        .params
-        .into_iter()
-        .filter(|p| !matches!(p, GenericParam::Lifetime(_)))
-        .collect();
-    let generics = &generics;
+    let generics = wrapper_generics(&sig.generics);
+    let where_clause = &generics.where_clause;
 
-    let operation = args.operation.clone().unwrap_or_else(|| name.to_string());
-    let id = LitStr::new(&format!("{operation}:v{}", args.version), Span::call_site());
-    let ttl = args.ttl_secs;
+    let id = LitStr::new(&args.id, Span::call_site());
+    let ttl = args.ttl.as_secs();
     let (scope_kind, scope_marker) = match args.scope {
-        Scope::Global => (quote!(Global), quote!(GlobalScope)),
-        Scope::Tenant => (quote!(Tenant), quote!(TenantScope)),
-        Scope::User => (quote!(User), quote!(UserScope)),
+        ScopeKind::Tenant => (quote!(Tenant), quote!(TenantScope)),
+        ScopeKind::User => (quote!(User), quote!(UserScope)),
+        _ => (quote!(Global), quote!(GlobalScope)),
     };
-    let on_expired = if args.reexecute {
-        quote!(Reexecute)
-    } else {
-        quote!(Gone)
-    };
-    let key = if args.key_optional {
-        quote!(Optional)
-    } else {
-        quote!(Required)
-    };
+    let on_expired = format_ident!("{}", variant(args.on_expired.as_str()));
+    let key = format_ident!("{}", variant(args.key.as_str()));
+    let mode = format_ident!("{}", variant(args.mode.as_str()));
     let store_client_errors = args.store_client_errors;
     let exclude = &args.exclude;
 
     let tx_ty = &signature.transaction;
-    let db = quote!(<#tx_ty as #rt::TxArg>::Db);
+    let db = quote_spanned!(tx_ty.span()=> <#tx_ty as #rt::TxArg>::Db);
+    let extractors = signature
+        .arguments
+        .iter()
+        .filter(|a| matches!(a.role, Role::Extractor { .. }))
+        .count();
     let mut params = Vec::new();
     let mut call = Vec::new();
     let mut inputs = Vec::new();
+    let mut checks = Vec::new();
+    let mut position = 0;
     for (i, argument) in signature.arguments.iter().enumerate() {
-        // The argument's span, so that trait errors about it point at the user's type.
-        let ident = format_ident!("__idem_arg{}", i, span = argument.ty.span());
-        match argument.role {
-            Role::Transaction => call.push(quote!(__idem_tx)),
-            Role::Input | Role::Other => {
-                let ty = &argument.ty;
-                params.push(quote!(#ident: #ty));
-                if matches!(argument.role, Role::Input) {
-                    // Spanned on the argument's type: "`X` is not an `Input`" points there.
-                    inputs.push(quote_spanned!(ty.span()=>
-                        ::idem_runtime::__private::input(&#ident)
-                    ));
-                }
-                call.push(quote!(#ident));
+        let ty = &argument.ty;
+        // The argument's span, so that errors about it point at the user's type.
+        let ident = format_ident!("__idem_arg{}", i, span = ty.span());
+        let Role::Extractor { ignored } = argument.role else {
+            call.push(quote!(__idem_tx));
+            continue;
+        };
+        position += 1;
+        let last = position == extractors;
+        params.push(quote_spanned!(ty.span()=> #rt::Reuse(#ident): #rt::Reuse<#ty>));
+        call.push(quote!(#ident));
+        if !ignored {
+            inputs.push(quote_spanned!(ty.span()=> #rt::input::<#ty>(&#ident)));
+            if !last {
+                checks.push(quote_spanned!(ty.span()=> #rt::not_body::<#ty>();));
             }
         }
+        if let Some(state) = &args.state {
+            checks.push(if last {
+                quote_spanned!(ty.span()=> #rt::last_extractor::<#ty, #state, _>();)
+            } else {
+                quote_spanned!(ty.span()=> #rt::parts_extractor::<#ty, #state>();)
+            });
+        }
+    }
+    if let Some(state) = &args.state {
+        checks.push(quote_spanned!(state.span()=> #rt::state::<#state, #db>();));
     }
 
     let into_response = match &sig.output {
@@ -118,19 +146,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     };
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
-    let doc = format!(
-        "\n\n**Idempotent** operation `{}`: send an `Idempotency-Key` header{}; keys are \
-         unique per {} and kept {}. A retry with the same key and request replays the \
-         stored response (`Idempotent-Replayed: true`).",
-        id.value(),
-        if args.key_optional { " (optional)" } else { "" },
-        match args.scope {
-            Scope::Global => "operation",
-            Scope::Tenant => "tenant",
-            Scope::User => "user",
-        },
-        human_duration(ttl),
-    );
+    let doc = rustdoc(args);
 
     quote! {
         #(#attrs)*
@@ -143,15 +159,15 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             #[allow(clippy::too_many_arguments, clippy::unused_async)]
             #inner_sig #block
 
-            static __IDEM_SPEC: #rt::OperationSpec = #rt::OperationSpec {
-                id: #id,
-                ttl: #rt::Duration::from_secs(#ttl),
-                scope: #rt::ScopeKind::#scope_kind,
-                on_expired: #rt::ExpiryPolicy::#on_expired,
-                key: #rt::KeyRequirement::#key,
-                store_client_errors: #store_client_errors,
-                fingerprint_exclude: &[#(#exclude),*],
-            };
+            #(#checks)*
+            static __IDEM_SPEC: #rt::OperationSpec = #rt::OperationSpec::new(#id)
+                .ttl(#rt::Duration::from_secs(#ttl))
+                .scope(#rt::ScopeKind::#scope_kind)
+                .on_expired(#rt::ExpiryPolicy::#on_expired)
+                .key(#rt::KeyRequirement::#key)
+                .mode(#rt::Mode::#mode)
+                .store_client_errors(#store_client_errors)
+                .fingerprint_exclude(&[#(#exclude),*]);
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #rt::run(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_tx| {
                 #rt::Box::pin(async move {
@@ -163,11 +179,40 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     }
 }
 
-fn human_duration(secs: u64) -> String {
-    match secs {
-        s if s % 86_400 == 0 => format!("{} day(s)", s / 86_400),
-        s if s % 3600 == 0 => format!("{} hour(s)", s / 3600),
-        s if s % 60 == 0 => format!("{} minute(s)", s / 60),
-        s => format!("{s} second(s)"),
+/// `gone` → `Gone`: the variant of a vocabulary word.
+fn variant(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+        .unwrap_or_default()
+}
+
+/// The "Idempotency" section appended to the handler's rustdoc.
+fn rustdoc(args: &Args) -> String {
+    // The spec is only described here, at compile time; `'static` ids cost a leak of a few
+    // bytes per annotated handler in the compiler's process.
+    let id: &'static str = Box::leak(args.id.clone().into_boxed_str());
+    let spec = OperationSpec::new(id)
+        .ttl(args.ttl)
+        .scope(args.scope)
+        .on_expired(args.on_expired)
+        .key(args.key)
+        .mode(args.mode)
+        .store_client_errors(args.store_client_errors);
+    let mut doc = format!(
+        "\n\n# Idempotency\n\nIdempotent operation `{id}` (mode `{}`): send an \
+         `Idempotency-Key` header. {}",
+        args.mode,
+        spec.describe()
+    );
+    if !args.exclude.is_empty() {
+        let paths: Vec<String> = args.exclude.iter().map(|p| format!("`{p}`")).collect();
+        doc.push_str(&format!(
+            " These parts of the request do not count when comparing a retry with the first \
+             request: {}.",
+            paths.join(", ")
+        ));
     }
+    doc
 }

@@ -5,7 +5,6 @@
 //! the attribute and documents it. Depend on `idem-runtime` alone.
 
 mod args;
-mod duration;
 mod expand;
 mod signature;
 

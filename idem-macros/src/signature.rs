@@ -1,20 +1,22 @@
-//! The handler's signature: which argument is the transaction, which are the input.
+//! The handler's signature: which argument is the transaction, which are extractors.
+//!
+//! Whether an extractor is part of the request's input is *not* decided here: a proc macro
+//! sees only how a type is spelled, not what it is (aliases, wrappers and custom extractors
+//! look alike). The expansion asks the compiler instead, through the runtime's `Input` trait.
 
 use syn::visit_mut::VisitMut;
 use syn::{FnArg, ItemFn, Lifetime, Pat, Type, TypeReference};
 
 use crate::args::Errors;
 
-/// Types whose value is fingerprinted without being marked `#[input]`.
-const INPUT_TYPES: &[&str] = &["Json", "Form", "Query", "Path"];
+/// The attribute on an argument that says it is not part of the request's meaning.
+pub(crate) const NOT_INPUT: &str = "not_input";
 
 pub(crate) enum Role {
     /// The `&mut` argument: gets the key's transaction.
     Transaction,
-    /// Fingerprinted extractor.
-    Input,
-    /// Any other extractor, passed through.
-    Other,
+    /// An extractor. `ignored`: marked `#[not_input]`.
+    Extractor { ignored: bool },
 }
 
 pub(crate) struct Argument {
@@ -28,7 +30,7 @@ pub(crate) struct Signature {
     pub transaction: Type,
 }
 
-/// Reads the signature and removes the `#[input]` markers from `item`.
+/// Reads the signature and removes idem's argument attributes from `item`.
 pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signature> {
     if item.sig.asyncness.is_none() {
         errors.push(syn::Error::new_spanned(
@@ -49,9 +51,22 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
             }
             FnArg::Typed(arg) => arg,
         };
-        let before = arg.attrs.len();
-        arg.attrs.retain(|a| !a.path().is_ident("input"));
-        let marked = arg.attrs.len() != before;
+        let mut ignored = false;
+        let mut kept = Vec::new();
+        for attr in std::mem::take(&mut arg.attrs) {
+            if attr.path().is_ident(NOT_INPUT) {
+                ignored = true;
+            } else if attr.path().is_ident("input") {
+                errors.push(syn::Error::new_spanned(
+                    &attr,
+                    "`#[input]` is not needed: an extractor is part of the fingerprint when \
+                     its type implements `idem_runtime::Input`",
+                ));
+            } else {
+                kept.push(attr);
+            }
+        }
+        arg.attrs = kept;
         let role = match &*arg.ty {
             Type::Reference(TypeReference {
                 mutability: Some(_),
@@ -81,15 +96,21 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
                 transaction.get_or_insert_with(|| (*reference.elem).clone());
                 Role::Transaction
             }
-            ty if marked || is_input_type(ty) => Role::Input,
-            _ => Role::Other,
+            _ => Role::Extractor { ignored },
         };
-        if let (Role::Transaction, Pat::Ident(_) | Pat::Wild(_)) = (&role, &*arg.pat) {
-        } else if matches!(role, Role::Transaction) {
-            errors.push(syn::Error::new_spanned(
-                &arg.pat,
-                "bind the transaction to a name, such as `tx: &mut Transaction<'_, DB>`",
-            ));
+        if matches!(role, Role::Transaction) {
+            if ignored {
+                errors.push(syn::Error::new_spanned(
+                    &arg.ty,
+                    "`#[not_input]` goes on extractors; the transaction is never an input",
+                ));
+            }
+            if !matches!(&*arg.pat, Pat::Ident(_) | Pat::Wild(_)) {
+                errors.push(syn::Error::new_spanned(
+                    &arg.pat,
+                    "bind the transaction to a name, such as `tx: &mut Transaction<'_, DB>`",
+                ));
+            }
         }
         arguments.push(Argument {
             role,
@@ -109,17 +130,6 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
         arguments,
         transaction,
     })
-}
-
-fn is_input_type(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| INPUT_TYPES.iter().any(|name| s.ident == name)),
-        _ => false,
-    }
 }
 
 struct StaticLifetimes;

@@ -23,9 +23,10 @@ pub enum Error {
     /// The scope needs a tenant or user that the authenticated principal does not have. `403`.
     #[error("the authenticated principal has no {0}, which this operation's scope needs")]
     NoScope(&'static str),
-    /// The input could not be serialised for the fingerprint. `400`.
+    /// The input could not be written canonically for the fingerprint (a float that is not
+    /// a number, a map whose keys are not strings). `400`.
     #[error("the request input cannot be fingerprinted: {0}")]
-    Input(#[source] serde_json::Error),
+    Input(#[source] crate::fingerprint::FingerprintError),
     /// Same key, different request. `422`; nothing ran.
     #[error("this Idempotency-Key was already used with a different request")]
     Mismatch,
@@ -121,7 +122,11 @@ impl Error {
             Self::Store(_) => {
                 "nothing was committed; retry with the same Idempotency-Key".to_owned()
             }
-            Self::Input(_) => "the request input could not be serialised".to_owned(),
+            Self::Input(_) => {
+                "the request input has a value that cannot be compared with a retry's (a \
+                 number that is not finite, a map whose keys are not strings)"
+                    .to_owned()
+            }
             other => other.to_string(),
         };
         let problem = Problem::new(self.status(), type_uri, title).with_detail(detail);

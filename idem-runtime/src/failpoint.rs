@@ -1,13 +1,18 @@
 //! Fault injection for crash and rollback tests (feature `failpoints`).
 //!
-//! A test arms one point with [`Idem::fail_at`](crate::Idem::fail_at); the next request
-//! that reaches it fails there, then the point disarms. Without the feature every check
-//! compiles to nothing.
+//! A test arms one point with [`Idem::fail_at`](crate::Idem::fail_at); the next execution
+//! that reaches it fails there, then the point disarms. Without the feature [`FailPoints`]
+//! holds nothing and every check compiles to nothing; the module is public only with it.
+
+#![cfg_attr(not(feature = "failpoints"), allow(dead_code, unreachable_pub))]
 
 use std::str::FromStr;
 
+use crate::error::Error;
+
 /// A place in the execution protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailPoint {
     /// The handler returned (its business writes are done), before the response is written.
     AfterHandler,
@@ -31,6 +36,7 @@ impl FailPoint {
 
 /// What happens at an armed point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailAction {
     /// The protocol returns an error, as a failing database would: everything rolls back.
     Error,
@@ -38,7 +44,11 @@ pub enum FailAction {
     Abort,
 }
 
-/// Parses `point=action`, e.g. `after_commit=abort`.
+/// A point and its action, parsed from `point=action` (`after_commit=abort`; the action
+/// defaults to `error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailPointSpec(pub FailPoint, pub FailAction);
+
 impl FromStr for FailPointSpec {
     type Err = String;
 
@@ -59,6 +69,57 @@ impl FromStr for FailPointSpec {
     }
 }
 
-/// A point and its action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailPointSpec(pub FailPoint, pub FailAction);
+/// The armed point of one [`Idem`](crate::Idem): a mutex with the feature, nothing without.
+#[derive(Debug, Default)]
+pub(crate) struct FailPoints {
+    #[cfg(feature = "failpoints")]
+    armed: std::sync::Mutex<Option<FailPointSpec>>,
+}
+
+#[cfg(feature = "failpoints")]
+impl FailPoints {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<FailPointSpec>> {
+        self.armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn arm(&self, point: FailPoint, action: FailAction) {
+        *self.lock() = Some(FailPointSpec(point, action));
+    }
+
+    /// Fails here if `point` is armed, and disarms it.
+    pub(crate) fn check(&self, point: FailPoint) -> Result<(), Error> {
+        let mut armed = self.lock();
+        match *armed {
+            Some(FailPointSpec(p, action)) if p == point => {
+                *armed = None;
+                match action {
+                    FailAction::Error => Err(Error::Injected(point.as_str())),
+                    FailAction::Abort => std::process::abort(),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `point` is armed.
+    pub(crate) fn armed(&self, point: FailPoint) -> bool {
+        self.lock().is_some_and(|spec| spec.0 == point)
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+impl FailPoints {
+    #[inline(always)]
+    #[allow(clippy::unused_self, clippy::unnecessary_wraps)] // compiled out
+    pub(crate) fn check(&self, _point: FailPoint) -> Result<(), Error> {
+        Ok(())
+    }
+
+    #[inline(always)]
+    #[allow(clippy::unused_self)] // compiled out
+    pub(crate) fn armed(&self, _point: FailPoint) -> bool {
+        false
+    }
+}

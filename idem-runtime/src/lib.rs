@@ -1,62 +1,102 @@
 #![doc = include_str!("../README.md")]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs, unreachable_pub)]
 
-mod clock;
+mod canonical;
+pub mod clock;
+mod config;
 mod error;
+pub mod extract;
+#[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub mod failpoint;
-mod fingerprint;
-mod http;
-mod idem;
-mod key;
+#[cfg(not(feature = "failpoints"))]
+mod failpoint;
+pub mod fingerprint;
+mod handler;
+pub mod key;
+mod maintenance;
+mod once;
+mod principal;
 mod problem;
-mod spec;
-pub mod store;
+pub mod protocol;
+mod record;
 
-pub use crate::clock::{Clock, ManualClock, SystemClock};
+/// The vocabulary of operations ([`idem_spec`]): [`OperationSpec`](spec::OperationSpec),
+/// [`Scope`](spec::Scope), scopes, expiry policies, durations, operation ids.
+pub use idem_spec as spec;
+
+/// The key table ([`idem_store`]): the [`Backend`](store::Backend) trait, the migrations,
+/// and [`KeyTable`](store::KeyTable) for tools.
+pub use idem_store as store;
+
+pub use crate::config::Config;
 pub use crate::error::Error;
-pub use crate::failpoint::{FailAction, FailPoint};
-pub use crate::fingerprint::{Fingerprint, Input};
-pub use crate::http::{
-    Anonymous, BodyLimit, IdemState, Json, Principal, REPLAYED_HEADER, Validate, capture,
-    into_response,
-};
-pub use crate::idem::{Call, Config, Idem, Outcome, OutcomeKind, Work, work_fn};
-pub use crate::key::{IdempotencyKey, KeyError, KeyFormat};
+pub use crate::extract::{Check, Checked, JsonBody};
+pub use crate::fingerprint::Input;
+pub use crate::handler::REPLAYED_HEADER;
+pub use crate::key::IdempotencyKey;
+pub use crate::once::{Done, OnceError};
+pub use crate::principal::{Anonymous, IdemState, Principal};
 pub use crate::problem::Problem;
-pub use crate::spec::{ExpiryPolicy, KeyRequirement, OperationSpec, ScopeKind};
-pub use crate::store::{Backend, Record};
+pub use crate::protocol::Idem;
 
 #[doc = include_str!("../docs/idempotent.md")]
 pub use idem_macros::idempotent;
 
-/// Re-exported so that users need no extra dependency for the types in handler signatures.
+/// Re-exported so that handler signatures can name `sqlx::Transaction`, `sqlx::Postgres`
+/// and `sqlx::Sqlite` without a dependency of their own. Your own queries need `sqlx` as a
+/// dependency (its macros name `::sqlx`): see the README.
 pub use sqlx;
-
-/// Re-exported for implementations of [`Input`].
-pub use serde_json;
 
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::fingerprint::DynInput;
-    pub use crate::http::{Ctx, GlobalScope, Handler, TenantScope, UserScope, fingerprint, run};
-    pub use crate::spec::{ExpiryPolicy, KeyRequirement, OperationSpec, ScopeKind};
+    pub use crate::handler::{
+        Ctx, GlobalScope, Handler, Reuse, TenantScope, UserScope, fingerprint, run,
+    };
+    pub use crate::spec::{ExpiryPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind};
     pub use axum::response::{IntoResponse, Response};
     pub use core::time::Duration;
     pub use std::boxed::Box;
 
+    use crate::fingerprint::{Input, part};
+
     /// One input part, as the expansion lists them (a function, not a cast, so that the
-    /// error for a non-input points at the argument).
-    pub fn input<T: DynInput>(part: &T) -> &dyn DynInput {
+    /// error for an argument that is not an input points at it).
+    pub fn input<T: Input>(part: &T) -> &dyn DynInput {
         part
     }
 
-    /// Names the backend of a handler's transaction argument.
-    pub trait TxArg {
-        type Db: crate::Backend;
+    /// An input that is not the last argument must not read the body.
+    pub fn not_body<T: Input>()
+    where
+        T::Part: part::NotBody,
+    {
     }
 
-    impl<DB: crate::Backend> TxArg for sqlx::Transaction<'static, DB> {
+    /// With `state = S`: the state provides an `Idem` of the transaction's backend.
+    pub fn state<S: crate::IdemState<DB>, DB: crate::store::Backend>() {}
+
+    /// With `state = S`: an extractor before the last works with the state.
+    pub fn parts_extractor<T: axum::extract::FromRequestParts<S>, S>() {}
+
+    /// With `state = S`: the last extractor works with the state.
+    pub fn last_extractor<T: axum::extract::FromRequest<S, M>, S, M>() {}
+
+    /// Names the backend of a handler's transaction argument.
+    #[diagnostic::on_unimplemented(
+        message = "the transaction argument of an `#[idempotent]` handler must be `&mut sqlx::Transaction<'_, DB>`",
+        label = "not a `sqlx::Transaction` of a backend idem supports",
+        note = "DB is `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+    )]
+    pub trait TxArg {
+        /// The backend.
+        type Db: crate::store::Backend;
+    }
+
+    impl<DB: crate::store::Backend> TxArg for sqlx::Transaction<'static, DB> {
         type Db = DB;
     }
 }

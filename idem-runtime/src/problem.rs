@@ -9,7 +9,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
 /// Media type of problem details.
-pub const CONTENT_TYPE: &str = "application/problem+json";
+pub(crate) const CONTENT_TYPE: &str = "application/problem+json";
 
 /// An RFC 9457 problem: `{"type", "title", "status", "detail"}`.
 ///

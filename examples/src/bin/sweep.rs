@@ -14,7 +14,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use idem_runtime::sqlx::{Postgres, Sqlite};
-use idem_runtime::{Backend, Config, Idem};
+use idem_runtime::store::Backend;
+use idem_runtime::{Config, Idem};
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -1,0 +1,109 @@
+//! [`Config`]: the settings shared by every operation of one [`Idem`](crate::Idem).
+
+use std::time::Duration;
+
+use http::HeaderName;
+
+use crate::key::KeyFormat;
+use crate::store::TxSettings;
+
+/// Settings shared by every operation of one [`Idem`](crate::Idem). Build it with the
+/// setters:
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::Config;
+/// use idem_runtime::key::KeyFormat;
+///
+/// let config = Config::default()
+///     .in_flight_wait(Duration::from_secs(5))
+///     .retry_after(Duration::from_secs(2))
+///     .statement_timeout(Duration::from_secs(10))
+///     .max_request_body(16 * 1024)
+///     .key_format(KeyFormat::Strict)
+///     .stored_headers([http::header::CONTENT_TYPE, http::header::LOCATION]);
+/// assert_eq!(config.stored_headers.len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// How long a duplicate waits for the first request's transaction before it gets
+    /// `409` with `Retry-After`. Also PostgreSQL's `lock_timeout` and SQLite's
+    /// `busy_timeout`. Default 2 s.
+    pub in_flight_wait: Duration,
+    /// PostgreSQL `statement_timeout` inside idempotent transactions. Default 30 s.
+    pub statement_timeout: Duration,
+    /// The `Retry-After` of a `409`. Default 1 s.
+    pub retry_after: Duration,
+    /// Largest request body idem's body extractors read on idempotent handlers; larger →
+    /// `413`. Default 64 KiB.
+    pub max_request_body: usize,
+    /// Largest response body that can be stored; larger → rolled back, `500`. Default 1 MiB.
+    pub max_response_body: usize,
+    /// Which spellings of `Idempotency-Key` are accepted. Default lenient.
+    pub key_format: KeyFormat,
+    /// Response headers stored and replayed. Default `content-type`, `location`,
+    /// `content-language`, `cache-control`.
+    pub stored_headers: Vec<HeaderName>,
+    /// Pool size when idem opens the pool ([`Idem::connect`](crate::Idem::connect)).
+    /// Default 16.
+    pub max_connections: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            in_flight_wait: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(30),
+            retry_after: Duration::from_secs(1),
+            max_request_body: 64 * 1024,
+            max_response_body: 1024 * 1024,
+            key_format: KeyFormat::Lenient,
+            stored_headers: vec![
+                http::header::CONTENT_TYPE,
+                http::header::LOCATION,
+                http::header::CONTENT_LANGUAGE,
+                http::header::CACHE_CONTROL,
+            ],
+            max_connections: 16,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {$(
+        #[doc = concat!("Sets [`Config::", stringify!($field), "`].")]
+        #[must_use]
+        pub fn $field(mut self, value: $ty) -> Self {
+            self.$field = value;
+            self
+        }
+    )*};
+}
+
+impl Config {
+    setters! {
+        in_flight_wait: Duration,
+        statement_timeout: Duration,
+        retry_after: Duration,
+        max_request_body: usize,
+        max_response_body: usize,
+        key_format: KeyFormat,
+        max_connections: u32,
+    }
+
+    /// Sets [`Config::stored_headers`].
+    #[must_use]
+    pub fn stored_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.stored_headers = headers.into_iter().collect();
+        self
+    }
+
+    pub(crate) fn tx_settings(&self, session_has_timeouts: bool) -> TxSettings {
+        TxSettings {
+            lock_timeout: self.in_flight_wait,
+            statement_timeout: self.statement_timeout,
+            session_has_timeouts,
+        }
+    }
+}

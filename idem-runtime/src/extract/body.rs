@@ -1,0 +1,232 @@
+//! JSON body extractors whose every rejection is `application/problem+json`.
+
+use axum::RequestExt as _;
+use axum::extract::{FromRequest, Request};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{StatusCode, header};
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::fingerprint::{FingerprintError, Input, InputWriter, part};
+use crate::problem::Problem;
+
+/// The request body limit idem's body extractors apply, set by idempotent handlers'
+/// context from [`crate::Config::max_request_body`]. Elsewhere 64 KiB.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimit(pub(crate) usize);
+
+const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// A JSON request body, with problem+json rejections.
+///
+/// - `415 urn:idem:problem:unsupported-media-type` unless `Content-Type` is
+///   `application/json` or `*+json`;
+/// - `413 urn:idem:problem:body-too-large` beyond the smallest of the limits that apply:
+///   [`crate::Config::max_request_body`] on idempotent handlers, axum's
+///   [`DefaultBodyLimit`](axum::extract::DefaultBodyLimit) and tower-http's
+///   `RequestBodyLimitLayer` (whose limit applies here to chunked bodies; a body that
+///   declares a larger `Content-Length` is refused by the layer itself, with its own
+///   response);
+/// - `400 urn:idem:problem:body-unreadable` when the body cannot be read (the connection
+///   broke);
+/// - `400 urn:idem:problem:malformed-json` for JSON syntax errors, `422
+///   urn:idem:problem:invalid-body` for JSON of the wrong shape.
+///
+/// It is the body part of the fingerprint, and a response too (like `axum::Json`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonBody<T>(pub T);
+
+/// A check of a deserialised body, run by [`Checked`] before the handler: invalid input
+/// never reaches the store and never burns a key. Its error is answered as is (make it a
+/// `422`).
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use idem_runtime::{Check, Problem};
+///
+/// #[derive(serde::Deserialize)]
+/// struct NewOrder { quantity: u32 }
+///
+/// impl Check for NewOrder {
+///     fn check(&self) -> Result<(), Problem> {
+///         if (1..=20).contains(&self.quantity) {
+///             return Ok(());
+///         }
+///         Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "urn:shop:quantity", "invalid quantity"))
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no `Check`, which `Checked<{Self}>` runs on the body",
+    label = "no `idem_runtime::Check` implementation",
+    note = "implement `Check` for it, or take the body as `JsonBody<{Self}>`, which does not check"
+)]
+pub trait Check {
+    /// `Ok` when the input is acceptable.
+    ///
+    /// # Errors
+    /// The problem to answer with.
+    fn check(&self) -> Result<(), Problem>;
+}
+
+/// A JSON body (as [`JsonBody`]) that must pass its [`Check`] before the handler runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checked<T>(pub T);
+
+/// A JSON body (as [`JsonBody`]) validated with the `validator` crate before the handler
+/// runs; its errors answer `422 urn:idem:problem:invalid-body` (feature `validator`).
+#[cfg(feature = "validator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "validator")))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Validated<T>(pub T);
+
+/// A JSON body (as [`JsonBody`]) validated with the `garde` crate (with its default
+/// context) before the handler runs; its errors answer `422 urn:idem:problem:invalid-body`
+/// (feature `garde`).
+#[cfg(feature = "garde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "garde")))]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Garde<T>(pub T);
+
+fn invalid_body(detail: String) -> Problem {
+    Problem::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "urn:idem:problem:invalid-body",
+        "invalid request body",
+    )
+    .with_detail(detail)
+}
+
+macro_rules! json_extractor {
+    ($($(#[$meta:meta])* $name:ident [$($bound:tt)*] |$value:ident| $check:expr;)*) => {$(
+        $(#[$meta])*
+        impl<S, T> FromRequest<S> for $name<T>
+        where
+            S: Send + Sync,
+            T: DeserializeOwned + $($bound)*,
+        {
+            type Rejection = Problem;
+
+            async fn from_request(req: Request, _state: &S) -> Result<Self, Problem> {
+                let $value: T = read_json(req).await?;
+                $check?;
+                Ok(Self($value))
+            }
+        }
+
+        $(#[$meta])*
+        impl<T: Serialize> Input for $name<T> {
+            type Part = part::Body;
+            fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
+                out.value(&self.0)
+            }
+        }
+
+        $(#[$meta])*
+        impl<T: Serialize> IntoResponse for $name<T> {
+            fn into_response(self) -> Response {
+                axum::Json(self.0).into_response()
+            }
+        }
+    )*};
+}
+
+json_extractor! {
+    JsonBody [Sized] |value| Ok::<(), Problem>(());
+    Checked [Check] |value| value.check();
+    #[cfg(feature = "validator")]
+    Validated [validator::Validate] |value| {
+        validator::Validate::validate(&value).map_err(|errors| invalid_body(errors.to_string()))
+    };
+    #[cfg(feature = "garde")]
+    Garde [garde::Validate<Context: Default>] |value| {
+        garde::Validate::validate(&value).map_err(|report| invalid_body(report.to_string()))
+    };
+}
+
+/// Reads and deserialises a JSON body within every limit that applies.
+async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
+    let json_content = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().to_ascii_lowercase();
+            mime == "application/json" || mime.ends_with("+json")
+        });
+    if !json_content {
+        return Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "urn:idem:problem:unsupported-media-type",
+            "expected application/json",
+        )
+        .with_detail("send the body with `Content-Type: application/json`"));
+    }
+    let bytes = read_body(req).await?;
+    serde_json::from_slice(&bytes).map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => invalid_body(error.to_string()),
+        _ => Problem::new(
+            StatusCode::BAD_REQUEST,
+            "urn:idem:problem:malformed-json",
+            "invalid request body",
+        )
+        .with_detail(error.to_string()),
+    })
+}
+
+/// Buffers the body within idem's limit, axum's `DefaultBodyLimit` and any limit a layer put
+/// on the body (tower-http's `RequestBodyLimitLayer`).
+pub(crate) async fn read_body(req: Request) -> Result<Bytes, Problem> {
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .map_or(DEFAULT_BODY_LIMIT, |l| l.0);
+    let too_large = || {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "urn:idem:problem:body-too-large",
+            "request body too large",
+        )
+        .with_detail(format!(
+            "the body is larger than this endpoint accepts (at most {limit} bytes)"
+        ))
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    // `into_limited_body` applies axum's `DefaultBodyLimit`; a layer's limit is already
+    // inside the body.
+    let body = Limited::new(req.into_limited_body(), limit);
+    match body.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if is_length_limit(&*error) => Err(too_large()),
+        Err(error) => {
+            tracing::debug!(%error, "request body could not be read");
+            Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "urn:idem:problem:body-unreadable",
+                "request body could not be read",
+            )
+            .with_detail("the connection broke or the body was malformed while it was read"))
+        }
+    }
+}
+
+/// Whether a body error is a length limit, however many layers wrapped it.
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if error.is::<LengthLimitError>() {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}

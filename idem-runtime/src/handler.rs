@@ -1,0 +1,244 @@
+//! The axum side of an idempotent handler: what the attribute's expansion extracts first
+//! ([`Ctx`]), how the handler's own extractors reuse the principal ([`Reuse`]), and
+//! [`run`], which drives the protocol around the handler and turns its outcome into a
+//! response.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
+use http::request::Parts;
+use http::{HeaderValue, header};
+use sqlx::Transaction;
+
+use crate::error::Error;
+use crate::extract::BodyLimit;
+use crate::fingerprint::{self, DynInput, Fingerprint};
+use crate::key::{self, IdempotencyKey, KeyError};
+use crate::principal::{IdemState, scope_of};
+use crate::protocol::{Call, Idem, OutcomeKind};
+use crate::record::Record;
+use crate::spec::{KeyRequirement, OperationSpec, Scope, ScopeKind};
+use crate::store::Backend;
+
+/// Response header set on every replay.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Compile-time scope, chosen by the attribute.
+#[doc(hidden)]
+pub trait ScopeMarker: Send + Sync + 'static {
+    const KIND: ScopeKind;
+}
+
+macro_rules! scope_markers {
+    ($($name:ident => $kind:ident),*) => {$(
+        #[doc(hidden)]
+        #[derive(Debug)]
+        pub struct $name;
+        impl ScopeMarker for $name {
+            const KIND: ScopeKind = ScopeKind::$kind;
+        }
+    )*};
+}
+scope_markers!(GlobalScope => Global, TenantScope => Tenant, UserScope => User);
+
+/// The request-side context of one idempotent handler, extracted before the handler's own
+/// extractors: authenticates (for tenant and user scopes), reads the key header and sets the
+/// body limit.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Ctx<DB: Backend, K: ScopeMarker> {
+    idem: Idem<DB>,
+    scope: Scope,
+    key: Result<Option<IdempotencyKey>, KeyError>,
+    _scope: PhantomData<K>,
+}
+
+impl<S, DB, K> FromRequestParts<S> for Ctx<DB, K>
+where
+    S: IdemState<DB>,
+    DB: Backend,
+    K: ScopeMarker,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let idem = state.idem().clone();
+        let scope = match K::KIND {
+            ScopeKind::Tenant | ScopeKind::User => {
+                let principal = S::Principal::from_request_parts(parts, state)
+                    .await
+                    .map_err(IntoResponse::into_response)?;
+                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
+                // The handler's own argument of this type takes it from here ([`Reuse`]):
+                // authentication runs once per request.
+                parts.extensions.insert(Cached::new(principal));
+                scope
+            }
+            _ => Scope::global(),
+        };
+        parts
+            .extensions
+            .insert(BodyLimit(idem.config().max_request_body));
+        let mut values = parts.headers.get_all(key::HEADER).iter();
+        let key = match (values.next(), values.next()) {
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(KeyError::Repeated),
+            (Some(raw), None) => {
+                IdempotencyKey::parse(raw.as_bytes(), idem.config().key_format).map(Some)
+            }
+        };
+        Ok(Self {
+            idem,
+            scope,
+            key,
+            _scope: PhantomData,
+        })
+    }
+}
+
+/// A value an earlier extractor of the same request already produced, kept in the request's
+/// extensions for the next extractor of its type to take.
+struct Cached<T>(Arc<Mutex<Option<T>>>);
+
+impl<T> Clone for Cached<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<T> Cached<T> {
+    fn new(value: T) -> Self {
+        Self(Arc::new(Mutex::new(Some(value))))
+    }
+
+    fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+/// One of the handler's extractors, as the expansion takes it: a value of its type that idem
+/// extracted already for this request (the principal) is reused, otherwise the extractor
+/// runs.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Reuse<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Reuse<T>
+where
+    S: Send + Sync,
+    T: FromRequestParts<S> + Send + 'static,
+{
+    type Rejection = T::Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, T::Rejection> {
+        if let Some(value) = parts.extensions.get::<Cached<T>>().and_then(Cached::take) {
+            return Ok(Self(value));
+        }
+        T::from_request_parts(parts, state).await.map(Self)
+    }
+}
+
+impl<S, T> FromRequest<S> for Reuse<T>
+where
+    S: Send + Sync,
+    T: FromRequest<S> + 'static,
+{
+    type Rejection = T::Rejection;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, T::Rejection> {
+        T::from_request(req, state).await.map(Self)
+    }
+}
+
+/// Fingerprints the handler's input parts (the expansion's first step after extraction).
+#[doc(hidden)]
+pub fn fingerprint(spec: &OperationSpec, parts: &[&dyn DynInput]) -> Result<Fingerprint, Error> {
+    fingerprint::of_parts(spec.id, parts, spec.fingerprint_exclude).map_err(Error::Input)
+}
+
+/// The handler, bound to its arguments, waiting for the transaction.
+#[doc(hidden)]
+pub type Handler<'t> = BoxFuture<'t, Response>;
+
+/// Runs one idempotent request: the whole protocol around the handler.
+#[doc(hidden)]
+pub async fn run<DB, K, F>(
+    ctx: Ctx<DB, K>,
+    spec: &'static OperationSpec,
+    fingerprint: Result<Fingerprint, Error>,
+    handler: F,
+) -> Response
+where
+    DB: Backend,
+    K: ScopeMarker,
+    F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Handler<'t> + Send + 'static,
+{
+    let key = match ctx.key {
+        Ok(key) => key,
+        Err(error) => return Error::InvalidKey(error).into_response(),
+    };
+    let limit = ctx.idem.config().max_response_body;
+    let work = crate::protocol::work_fn(move |tx: &mut Transaction<'_, DB>| {
+        Box::pin(async move { capture(handler(tx).await, limit).await })
+    });
+    let outcome = match key {
+        None if spec.key == KeyRequirement::Required => return Error::MissingKey.into_response(),
+        None => ctx.idem.execute_unkeyed(work).await,
+        Some(key) => {
+            let fingerprint = match fingerprint {
+                Ok(fingerprint) => fingerprint,
+                Err(error) => return error.into_response(),
+            };
+            let call = Call {
+                scope: ctx.scope.as_str(),
+                key: &key,
+                fingerprint,
+            };
+            ctx.idem.execute(spec, call, work).await
+        }
+    };
+    match outcome {
+        Ok(outcome) => {
+            let replayed = outcome.kind == OutcomeKind::Replayed;
+            let mut response = outcome.record.into_response();
+            if replayed {
+                response
+                    .headers_mut()
+                    .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+            }
+            response
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// Buffers a response into a [`Record`]. A body over `limit` becomes a `500` record, which
+/// rolls the transaction back.
+pub(crate) async fn capture(response: Response, limit: usize) -> Record {
+    let (parts, body) = response.into_parts();
+    match axum::body::to_bytes(body, limit).await {
+        Ok(body) => Record {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        },
+        Err(_) => {
+            let error = Error::ResponseTooLarge { limit };
+            tracing::error!(%error, "response not stored");
+            let problem = error.problem();
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::problem::CONTENT_TYPE),
+            );
+            Record {
+                status: problem.status(),
+                headers,
+                body: serde_json::to_vec(&problem).unwrap_or_default().into(),
+            }
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! [`Idem`], the store handle, and the atomic protocol that runs one execution of a key.
+//!
+//! An execution goes through named steps, each a method below:
+//!
+//! 1. [`Idem::settle`] — what the key row found by the lookup means: replay, `422`, `410`,
+//!    `409`, or run;
+//! 2. [`Session::begin`] — `BEGIN` taking the key's lock in the same round trip;
+//! 3. the work, on the transaction (a panic is caught);
+//! 4. [`Idem::store`] — the completed key row inserted with the record and committed;
+//! 5. [`Idem::recheck`] — whenever nothing was stored, the key is looked up once more: a
+//!    record a concurrent execution committed is the answer then.
+
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
+use sqlx::pool::PoolConnection;
+use sqlx::{Pool, Transaction};
+
+use crate::clock::{Clock, SystemClock, millis};
+use crate::config::Config;
+use crate::error::Error;
+use crate::failpoint::{FailPoint, FailPoints};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::record::Record;
+use crate::spec::{ExpiryPolicy, OperationSpec};
+use crate::store::{
+    Backend, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
+    TxSettings,
+};
+
+/// The request side of one execution: who, which key, what input.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The scope's stored form: `global`, `tenant:<id>` or `user:<id>`
+    /// ([`Scope::as_str`](crate::spec::Scope::as_str)).
+    pub scope: &'a str,
+    /// The client's key.
+    pub key: &'a IdempotencyKey,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutcomeKind {
+    /// The work ran now and its record was stored and committed.
+    Executed,
+    /// The key was already completed: this is the stored record; nothing ran.
+    Replayed,
+    /// The work ran and failed (`status >= 400`, not stored): everything rolled back and the
+    /// key is free again.
+    Failed,
+}
+
+/// The record to answer with, and how it came about.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// What happened.
+    pub kind: OutcomeKind,
+    /// The response.
+    pub record: Record,
+}
+
+/// The work of one operation at the record level: runs inside the key's transaction and
+/// returns its record.
+pub type Work<'t> = BoxFuture<'t, Record>;
+
+/// Pins a closure to the signature [`Idem::execute`] takes, so that closures stored in a
+/// variable first still infer the higher-ranked lifetime.
+pub fn work_fn<DB, F>(work: F) -> F
+where
+    DB: Backend,
+    F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+{
+    work
+}
+
+/// The handle to idem's store: a pool, the settings and a clock. Cheap to clone.
+///
+/// Handlers reach it through [`IdemState`](crate::IdemState); the plain function API
+/// ([`Idem::once`]) and maintenance ([`Idem::sweep_expired`], [`Idem::keys`]) are methods.
+///
+/// ```no_run
+/// use idem_runtime::{Config, Idem};
+/// use sqlx::Sqlite;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let idem = Idem::<Sqlite>::connect("sqlite://app.db", Config::default()).await?;
+/// idem.migrate().await?; // idem's own tables, with their own migration history
+/// # Ok(()) }
+/// ```
+pub struct Idem<DB: Backend> {
+    inner: Arc<Inner<DB>>,
+}
+
+struct Inner<DB: Backend> {
+    pool: Pool<DB>,
+    config: Config,
+    tx_settings: TxSettings,
+    clock: Arc<dyn Clock>,
+    /// [`Backend::namespace`], asked on the first keyed execution.
+    namespace: OnceLock<String>,
+    fail: FailPoints,
+}
+
+impl<DB: Backend> Clone for Idem<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Idem<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The pool's options hold the connection string: never print it.
+        f.debug_struct("Idem")
+            .field("backend", &<DB as sqlx::Database>::NAME)
+            .field("config", &self.inner.config)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend> Idem<DB> {
+    /// Opens a pool on `url` with settings suited to the protocol (SQLite: WAL, created if
+    /// missing, `busy_timeout` = [`Config::in_flight_wait`]; PostgreSQL: `lock_timeout` and
+    /// `statement_timeout` on every session).
+    ///
+    /// # Errors
+    /// When the URL is invalid or the database unreachable.
+    pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
+        let settings = config.tx_settings(true);
+        let pool = DB::connect(url, config.max_connections, &settings).await?;
+        Ok(Self::with_settings(pool, config, settings))
+    }
+
+    /// Uses an existing pool, shared with the application. For SQLite, set `busy_timeout`
+    /// on it to bound lock waits; on PostgreSQL each transaction sets its `lock_timeout` and
+    /// `statement_timeout` with `SET LOCAL` (in the same round trip as `BEGIN`).
+    #[must_use]
+    pub fn from_pool(pool: Pool<DB>, config: Config) -> Self {
+        let settings = config.tx_settings(false);
+        Self::with_settings(pool, config, settings)
+    }
+
+    fn with_settings(pool: Pool<DB>, config: Config, tx_settings: TxSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                pool,
+                tx_settings,
+                config,
+                clock: Arc::new(SystemClock),
+                namespace: OnceLock::new(),
+                fail: FailPoints::default(),
+            }),
+        }
+    }
+
+    /// Replaces the clock (tests, simulations). Call before cloning the handle.
+    #[must_use]
+    pub fn with_clock(self, clock: impl Clock) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            pool: shared.pool.clone(),
+            config: shared.config.clone(),
+            tx_settings: shared.tx_settings.clone(),
+            clock: Arc::clone(&shared.clock),
+            namespace: shared.namespace.clone(),
+            fail: FailPoints::default(),
+        });
+        Self {
+            inner: Arc::new(Inner {
+                clock: Arc::new(clock),
+                ..inner
+            }),
+        }
+    }
+
+    /// Creates or updates idem's tables. idem keeps its own migration history
+    /// (`idem_schema_migrations`), apart from the application's: run your own
+    /// `sqlx::migrate!()` beside it, untouched.
+    ///
+    /// # Errors
+    /// When a migration fails or is refused.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        crate::store::migrate(&self.inner.pool).await
+    }
+
+    /// The pool, for the application's own queries.
+    #[must_use]
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.inner.pool
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Now, by the injected clock, in milliseconds since the Unix epoch.
+    #[must_use]
+    pub fn now_millis(&self) -> i64 {
+        self.inner.clock.now_millis()
+    }
+
+    /// The key table, for tools: list, inspect, expire, delete, count (see
+    /// [`KeyTable`]).
+    #[must_use]
+    pub fn keys(&self) -> KeyTable<DB> {
+        KeyTable::new(self.inner.pool.clone())
+    }
+
+    /// Reads one key row as it stands now by the injected clock.
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn lookup(&self, key: KeyRef<'_>) -> Result<Option<KeyRow>, StoreError> {
+        self.keys().get(key, self.now_millis()).await
+    }
+
+    /// Runs `work` at most once per (`call.scope`, `spec.id`, `call.key`), at the record
+    /// level: what the `#[idempotent]` expansion calls, and what adapters for other web
+    /// frameworks would call. Consumers and jobs use [`Idem::once`], which stores typed
+    /// values.
+    ///
+    /// 1. One `SELECT` of the key row (outside any transaction): a completed key with the
+    ///    same fingerprint replays its record; another fingerprint is [`Error::Mismatch`];
+    ///    an expired key is [`Error::Expired`] or, with [`ExpiryPolicy::Reexecute`], runs
+    ///    again.
+    /// 2. Otherwise `BEGIN` taking the key's lock (PostgreSQL: an advisory lock in the same
+    ///    round trip; SQLite: `BEGIN IMMEDIATE`), `work` on that transaction, one `INSERT` of
+    ///    the completed key row with the record, `COMMIT`.
+    ///
+    /// A concurrent duplicate waits for the key's lock up to [`Config::in_flight_wait`] and
+    /// gets [`Error::InFlight`] past the wait. Whenever an execution ends without storing its
+    /// record — the key's row appeared meanwhile (the `INSERT` finds it), `work` failed or
+    /// panicked — everything rolls back and the key is looked up once more: a record a
+    /// concurrent execution committed is the answer then, never a second effect.
+    ///
+    /// A record with `status >= 400` rolls everything back and is not stored
+    /// ([`OutcomeKind::Failed`]), except `4xx` with [`OperationSpec::store_client_errors`],
+    /// stored with the work's writes rolled back to a savepoint. A panic in `work` rolls back
+    /// and is [`Error::Panicked`].
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn execute<F>(
+        &self,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+    {
+        let key = KeyRef {
+            scope: call.scope,
+            operation: spec.id,
+            key: call.key.as_str(),
+        };
+        let started = self.now_millis();
+        // One connection for the lookup and, if it comes to that, the transaction.
+        let mut session = self.session().await?;
+        let stored = DB::lookup(&mut session.conn, key)
+            .await
+            .map_err(Error::Store)?;
+        let replace_expired = match self.settle(spec, &call, stored, started)? {
+            Settled::Answer(outcome) => return Ok(outcome),
+            Settled::Run { replace_expired } => replace_expired,
+        };
+        let namespace = self.namespace(&mut session.conn).await?;
+        let lock = KeyLock { namespace, key };
+        // (The error leaves through `failed`, so that no borrow of the session outlives the
+        // statement.)
+        let mut failed = None;
+        let begun = session.begin(&self.inner.tx_settings, Some(lock));
+        let Some(mut tx) = begun.await.map_err(|e| failed = Some(e)).ok() else {
+            session.recover().await;
+            return Err(failed.map_or_else(|| self.in_flight(), |e| self.reservation_error(e)));
+        };
+        if spec.store_client_errors {
+            DB::savepoint(&mut tx).await.map_err(Error::Store)?;
+        }
+        let Ok(record) = AssertUnwindSafe(work(&mut tx)).catch_unwind().await else {
+            // Dropping rolls back, pipelined with the lookup that follows.
+            drop(tx);
+            let panicked = Err(Error::Panicked);
+            return self
+                .recheck(&mut session.conn, spec, &call, key, started, panicked)
+                .await;
+        };
+        self.inner.fail.check(FailPoint::AfterHandler)?;
+        if record.is_failure() {
+            if spec.store_client_errors && record.status.is_client_error() {
+                DB::rollback_to_savepoint(&mut tx)
+                    .await
+                    .map_err(Error::Store)?;
+            } else {
+                drop(tx);
+                let failed = Ok(Outcome {
+                    kind: OutcomeKind::Failed,
+                    record,
+                });
+                return self
+                    .recheck(&mut session.conn, spec, &call, key, started, failed)
+                    .await;
+            }
+        }
+        let stored = self
+            .store(tx, spec, &call, key, &record, started, replace_expired)
+            .await?;
+        if !stored {
+            // Rolled back: another execution of the key committed first.
+            let busy = Err(self.in_flight());
+            return self
+                .recheck(&mut session.conn, spec, &call, key, started, busy)
+                .await;
+        }
+        self.inner.fail.check(FailPoint::AfterCommit)?;
+        Ok(Outcome {
+            kind: OutcomeKind::Executed,
+            record,
+        })
+    }
+
+    /// Runs `work` in a transaction with no key: for operations whose key is optional.
+    ///
+    /// # Errors
+    /// [`Error::Store`], [`Error::Panicked`] or [`Error::CommitUnknown`].
+    pub async fn execute_unkeyed<F>(&self, work: F) -> Result<Outcome, Error>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+    {
+        let mut session = self.session().await?;
+        let mut failed = None;
+        let begun = session.begin(&self.inner.tx_settings, None);
+        let Some(mut tx) = begun.await.map_err(|e| failed = Some(e)).ok() else {
+            session.recover().await;
+            return Err(failed.map_or(Error::Panicked, Error::Store));
+        };
+        let record = AssertUnwindSafe(work(&mut tx))
+            .catch_unwind()
+            .await
+            .map_err(|_| Error::Panicked)?;
+        if record.is_failure() {
+            tx.rollback().await.map_err(Error::Store)?;
+            return Ok(Outcome {
+                kind: OutcomeKind::Failed,
+                record,
+            });
+        }
+        tx.commit().await.map_err(Error::CommitUnknown)?;
+        Ok(Outcome {
+            kind: OutcomeKind::Executed,
+            record,
+        })
+    }
+
+    async fn session(&self) -> Result<Session<DB>, Error> {
+        Ok(Session {
+            conn: self.inner.pool.acquire().await.map_err(Error::Store)?,
+            beginning: false,
+        })
+    }
+
+    /// [`Backend::namespace`], asked once per handle.
+    async fn namespace(&self, conn: &mut DB::Connection) -> Result<&str, Error> {
+        if let Some(namespace) = self.inner.namespace.get() {
+            return Ok(namespace);
+        }
+        let found = DB::namespace(conn).await.map_err(Error::Store)?;
+        Ok(self.inner.namespace.get_or_init(|| found))
+    }
+
+    /// Step 1: what a key row found by a lookup at `now` means for `call`.
+    fn settle(
+        &self,
+        spec: &OperationSpec,
+        call: &Call<'_>,
+        stored: Option<StoredKey>,
+        now: i64,
+    ) -> Result<Settled, Error> {
+        let Some(stored) = stored else {
+            return Ok(Settled::Run {
+                replace_expired: false,
+            });
+        };
+        if stored.expires_at_ms <= now {
+            return match spec.on_expired {
+                ExpiryPolicy::Reexecute => Ok(Settled::Run {
+                    replace_expired: true,
+                }),
+                _ => Err(Error::Expired),
+            };
+        }
+        if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
+            return Err(Error::Mismatch);
+        }
+        match stored.response {
+            Some(response) => Ok(Settled::Answer(Outcome {
+                kind: OutcomeKind::Replayed,
+                record: Record::from_stored(response),
+            })),
+            // Another execution holds the key (a committed reservation).
+            None => Err(self.in_flight()),
+        }
+    }
+
+    /// Step 4: inserts the completed key row with `record` and commits. `false` when the
+    /// key's row exists already (another execution committed first): rolled back then.
+    #[allow(clippy::too_many_arguments)] // the pieces of one row, named
+    async fn store(
+        &self,
+        mut tx: Transaction<'_, DB>,
+        spec: &OperationSpec,
+        call: &Call<'_>,
+        key: KeyRef<'_>,
+        record: &Record,
+        started: i64,
+        replace_expired: bool,
+    ) -> Result<bool, Error> {
+        let headers = record.headers_json(&self.inner.config.stored_headers);
+        let row = NewRow {
+            key,
+            fingerprint: call.fingerprint.as_bytes(),
+            status: record.status.as_u16(),
+            headers_json: &headers,
+            body: &record.body,
+            created_ms: started,
+            completed_ms: self.now_millis(),
+            expires_ms: started.saturating_add(millis(spec.ttl)),
+            replace_expired,
+        };
+        if !replace_expired && !self.inner.fail.armed(FailPoint::AfterRecord) {
+            // One round trip on PostgreSQL.
+            return DB::insert_completed_and_commit(tx, row)
+                .await
+                .map_err(Error::CommitUnknown);
+        }
+        // Two steps: the replacing `INSERT … ON CONFLICT DO UPDATE … WHERE expired` tells by
+        // its row count whether it won, and the fail point sits between the steps.
+        let stored = DB::insert_completed(&mut tx, row)
+            .await
+            .map_err(Error::Store)?;
+        if stored {
+            self.inner.fail.check(FailPoint::AfterRecord)?;
+            tx.commit().await.map_err(Error::CommitUnknown)?;
+        }
+        Ok(stored)
+    }
+
+    /// Step 5, after an execution that stored nothing: a concurrent execution of the same
+    /// key may have committed between this one's lookup and its lock, and its record is then
+    /// the answer. Otherwise `own` is.
+    async fn recheck(
+        &self,
+        conn: &mut DB::Connection,
+        spec: &OperationSpec,
+        call: &Call<'_>,
+        key: KeyRef<'_>,
+        now: i64,
+        own: Result<Outcome, Error>,
+    ) -> Result<Outcome, Error> {
+        // If even this fails, the answer is unknown: 503, retry with the same key.
+        match DB::lookup(conn, key).await.map_err(Error::Store)? {
+            None => own,
+            stored @ Some(_) => match self.settle(spec, call, stored, now)? {
+                Settled::Answer(outcome) => Ok(outcome),
+                Settled::Run { .. } => own,
+            },
+        }
+    }
+
+    fn in_flight(&self) -> Error {
+        Error::InFlight {
+            retry_after: self.inner.config.retry_after,
+        }
+    }
+
+    fn reservation_error(&self, error: sqlx::Error) -> Error {
+        match DB::classify(&error) {
+            Failure::LockTimeout => self.in_flight(),
+            Failure::Other => Error::Store(error),
+        }
+    }
+
+    /// Arms a fail point: the next execution that reaches it fails there (feature
+    /// `failpoints`).
+    #[cfg(feature = "failpoints")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
+    pub fn fail_at(&self, point: crate::failpoint::FailPoint, action: crate::failpoint::FailAction) {
+        self.inner.fail.arm(point, action);
+    }
+}
+
+/// A pooled connection in use by one execution. Closed rather than pooled again if the
+/// execution is dropped (its client went away) while `BEGIN` is under way: sqlx would pool
+/// it inside a transaction it does not know about, holding the key's lock on PostgreSQL.
+struct Session<DB: Backend> {
+    conn: PoolConnection<DB>,
+    beginning: bool,
+}
+
+impl<DB: Backend> Session<DB> {
+    /// Step 2: `BEGIN`, with the key's lock when `lock` is given. On an error, call
+    /// [`Session::recover`] before anything else uses the connection.
+    async fn begin(
+        &mut self,
+        settings: &TxSettings,
+        lock: Option<KeyLock<'_>>,
+    ) -> Result<Transaction<'_, DB>, sqlx::Error> {
+        self.beginning = true;
+        let tx = DB::begin(&mut self.conn, settings, lock).await?;
+        self.beginning = false;
+        Ok(tx)
+    }
+
+    /// Puts the connection back in a usable state after [`Session::begin`] failed.
+    async fn recover(&mut self) {
+        DB::abandon_begin(&mut self.conn).await;
+        self.beginning = false;
+    }
+}
+
+impl<DB: Backend> Drop for Session<DB> {
+    fn drop(&mut self) {
+        if self.beginning {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+enum Settled {
+    /// Answer without running: a replay.
+    Answer(Outcome),
+    /// Run the work; `replace_expired` when an expired row is in the way.
+    Run { replace_expired: bool },
+}

@@ -1,0 +1,245 @@
+//! [`Backend`]: the protocol's primitives, one implementation per database.
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::{Database, Pool, Transaction};
+
+use crate::migrate::Migration;
+use crate::row::StoredKey;
+
+/// The identity of one key row: (scope, operation, idempotency_key), the table's primary key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyRef<'a> {
+    /// `global`, `tenant:<id>` or `user:<id>`.
+    pub scope: &'a str,
+    /// The operation id, e.g. `create_order:v1`.
+    pub operation: &'a str,
+    /// The client's key.
+    pub key: &'a str,
+}
+
+/// The key an execution locks while it runs ([`Backend::begin`]).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyLock<'a> {
+    /// What tells this key table's locks from those of other key tables in the same
+    /// database: [`Backend::namespace`], asked once per process.
+    pub namespace: &'a str,
+    /// The key.
+    pub key: KeyRef<'a>,
+}
+
+/// A completed key row, as [`Backend::insert_completed`] and
+/// [`Backend::insert_completed_and_commit`] write it.
+///
+/// The response is borrowed in the form the columns take (status, headers as JSON, body), so
+/// that storing it copies nothing; [`crate::StoredResponse`] is the owned form reads return.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRow<'a> {
+    /// The key.
+    pub key: KeyRef<'a>,
+    /// The request's fingerprint (SHA-256, 32 bytes).
+    pub fingerprint: &'a [u8],
+    /// `response_status`.
+    pub status: u16,
+    /// `response_headers`: the stored headers as [`crate::StoredResponse::encode_headers`]
+    /// writes them.
+    pub headers_json: &'a str,
+    /// `response_body`.
+    pub body: &'a [u8],
+    /// When the execution began (`created_at`), in milliseconds since the Unix epoch; an
+    /// expired row is replaced only if it had expired by then.
+    pub created_ms: i64,
+    /// When the response was stored (`completed_at`).
+    pub completed_ms: i64,
+    /// When the key expires (`expires_at`).
+    pub expires_ms: i64,
+    /// Overwrite a row that had expired by `created_ms` (an operation that runs expired keys
+    /// again). Only [`Backend::insert_completed`] does.
+    pub replace_expired: bool,
+}
+
+/// How a database error bears on the protocol ([`Backend::classify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// A lock wait ran out: another transaction holds the key.
+    LockTimeout,
+    /// Anything else.
+    Other,
+}
+
+/// Settings [`Backend::connect`] and [`Backend::begin`] apply.
+#[derive(Debug, Clone)]
+pub struct TxSettings {
+    /// How long a transaction waits for a lock (the key's, or any other): PostgreSQL
+    /// `lock_timeout`, SQLite `busy_timeout`.
+    pub lock_timeout: Duration,
+    /// PostgreSQL `statement_timeout` inside idempotent transactions.
+    pub statement_timeout: Duration,
+    /// Whether the pool's sessions already have the timeouts (pools [`Backend::connect`]
+    /// opened); otherwise each PostgreSQL transaction sets them with `SET LOCAL`, in the same
+    /// round trip as `BEGIN`.
+    pub session_has_timeouts: bool,
+}
+
+pub(crate) mod sealed {
+    use std::future::Future;
+
+    use sqlx::{Database, Pool};
+
+    use crate::error::StoreError;
+    use crate::{Counts, KeyFilter, KeyRef, KeyRow, Page};
+
+    /// The bodies of [`crate::KeyTable`]'s methods, per backend. Not nameable outside the
+    /// crate, which seals [`crate::Backend`].
+    pub trait Sealed: Database {
+        fn run_migrations(pool: &Pool<Self>)
+        -> impl Future<Output = Result<(), StoreError>> + Send;
+
+        fn get(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Option<KeyRow>, StoreError>> + Send;
+
+        fn list(
+            pool: &Pool<Self>,
+            filter: &KeyFilter,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Page, StoreError>> + Send;
+
+        fn expire(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Option<(KeyRow, KeyRow)>, StoreError>> + Send;
+
+        fn delete(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Option<KeyRow>, StoreError>> + Send;
+
+        fn sweep_batch(
+            pool: &Pool<Self>,
+            before_ms: i64,
+            batch: i64,
+        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+        fn counts(
+            pool: &Pool<Self>,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+    }
+}
+
+/// A database idem keeps keys in: [`sqlx::Postgres`] (feature `postgres`) or [`sqlx::Sqlite`]
+/// (feature `sqlite`).
+///
+/// The methods are the primitives of the execution protocol, which `idem-runtime` composes:
+///
+/// 1. [`Backend::lookup`] the key (one `SELECT`, outside any transaction);
+/// 2. [`Backend::begin`] a transaction holding the key's lock; on error
+///    [`Backend::abandon_begin`], and [`Backend::classify`] the error (a lock wait that ran
+///    out is a duplicate in flight);
+/// 3. optionally [`Backend::savepoint`], the application's work, and
+///    [`Backend::rollback_to_savepoint`] for a failure that is stored anyway;
+/// 4. [`Backend::insert_completed_and_commit`] (or [`Backend::insert_completed`] then
+///    `COMMIT`); `false` means another execution of the key committed first.
+///
+/// They return [`sqlx::Error`], not [`crate::StoreError`]: the runtime keeps the raw error,
+/// and what it means depends on the step (a failed `COMMIT` leaves the outcome unknown).
+///
+/// Sealed: the protocol's guarantees are proven per backend by idem's tests.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a database idem can keep keys in",
+    note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+)]
+pub trait Backend: Database + sealed::Sealed {
+    /// The migrations that create and evolve the key table, in order
+    /// ([`crate::migrate`] applies them).
+    fn migrations() -> &'static [Migration];
+
+    /// Opens a pool on `url` with settings suited to the protocol.
+    ///
+    /// - PostgreSQL: `application_name` `idem` unless the URL sets one; `lock_timeout` and
+    ///   `statement_timeout` from `settings` in the startup packet (no statement per
+    ///   transaction).
+    /// - SQLite: the file is created if missing; WAL, `synchronous = FULL`, `busy_timeout` =
+    ///   `settings.lock_timeout`.
+    ///
+    /// Connections are not pinged before use (a dead one fails its query instead of every
+    /// request paying a round trip).
+    fn connect(
+        url: &str,
+        max_connections: u32,
+        settings: &TxSettings,
+    ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
+
+    /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key.
+    fn lookup(
+        conn: &mut <Self as Database>::Connection,
+        key: KeyRef<'_>,
+    ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
+
+    /// What tells this key table's locks from those of other key tables the database may hold
+    /// (PostgreSQL: `current_schema()`; SQLite: nothing, the empty string). Ask once per
+    /// process and pass it in every [`KeyLock`].
+    fn namespace(
+        conn: &mut <Self as Database>::Connection,
+    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
+
+    /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
+    /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
+    /// of the namespace and key in the same round trip as `BEGIN` (with `SET LOCAL` timeouts
+    /// too unless [`TxSettings::session_has_timeouts`]); SQLite takes the database's write
+    /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
+    /// [`TxSettings::lock_timeout`].
+    fn begin<'c>(
+        conn: &'c mut <Self as Database>::Connection,
+        settings: &TxSettings,
+        lock: Option<KeyLock<'_>>,
+    ) -> impl Future<Output = Result<Transaction<'c, Self>, sqlx::Error>> + Send;
+
+    /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
+    /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
+    /// transaction that sqlx does not know about. Never fails: a connection this cannot
+    /// repair is broken, and its next use says so.
+    fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send;
+
+    /// `SAVEPOINT idem_handler`: separates the application's writes from the key row, for a
+    /// failure that is stored while its writes are undone.
+    fn savepoint(
+        tx: &mut Transaction<'_, Self>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// `ROLLBACK TO SAVEPOINT idem_handler`: undoes the application's writes since
+    /// [`Backend::savepoint`], keeping the transaction (and the key's lock).
+    fn rollback_to_savepoint(
+        tx: &mut Transaction<'_, Self>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// Inserts the completed key row with its response, in `tx`. Returns `false`, changing
+    /// nothing, when the row exists already (and, with [`NewRow::replace_expired`], had not
+    /// expired by [`NewRow::created_ms`]): another execution of the key committed first.
+    fn insert_completed(
+        tx: &mut Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Inserts the completed key row and commits, in as few round trips as the backend
+    /// allows (PostgreSQL: one simple query `INSERT …; COMMIT; BEGIN`). Returns `false` when
+    /// the key's row exists already; the transaction is rolled back then. An error leaves the
+    /// outcome unknown: the commit may or may not have happened. Ignores
+    /// [`NewRow::replace_expired`]: an expired row is replaced with
+    /// [`Backend::insert_completed`] and a separate `COMMIT`.
+    fn insert_completed_and_commit(
+        tx: Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// What a database error means for the protocol: a lock wait that ran out
+    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; SQLite
+    /// `SQLITE_BUSY` and `SQLITE_LOCKED`), or anything else.
+    fn classify(error: &sqlx::Error) -> Failure;
+}

@@ -1,0 +1,93 @@
+//! [`StoreError`]: everything that can go wrong in this crate.
+
+/// What went wrong with the key table: the one error type of [`crate::KeyTable`] and of the
+/// migration runner.
+///
+/// The protocol's primitives on [`crate::Backend`] return [`sqlx::Error`] instead: the
+/// runtime tells their errors apart itself ([`crate::Backend::classify`]) and keeps the raw
+/// error in its own (a failed `COMMIT` is not a failed `BEGIN`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A lock wait ran out (PostgreSQL `lock_timeout` or `statement_timeout`, SQLite
+    /// `busy_timeout`): another transaction holds what the statement needed. Worth retrying.
+    #[error("the key table is locked by another transaction: {0}")]
+    LockTimeout(#[source] sqlx::Error),
+    /// The database or the connection failed.
+    #[error("the key table's database failed: {0}")]
+    Database(#[source] sqlx::Error),
+    /// A migration of the key table could not be applied, or one that was applied is not the
+    /// one this version of idem knows.
+    #[error("key table migration {version}: {reason}")]
+    Migrate {
+        /// The migration's version (`idem_schema_migrations.version`).
+        version: i64,
+        /// What is wrong.
+        reason: String,
+        /// The database's error, when there was one.
+        #[source]
+        source: Option<sqlx::Error>,
+    },
+    /// A [`crate::Cursor`] that is not one [`crate::KeyTable::list`] returned.
+    #[error("invalid cursor: not one returned by a listing of keys")]
+    InvalidCursor,
+    /// A string that is not a [`crate::KeyStatus`] (`completed`, `processing`, `stuck`,
+    /// `expired`).
+    #[error("unknown key status `{0}`: expected completed, processing, stuck or expired")]
+    InvalidStatus(String),
+    /// A key row this version cannot read (a status it does not know, a response status out
+    /// of range, response headers that are not a JSON array of pairs, …).
+    #[error("unreadable key row: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Whether a lock wait ran out ([`StoreError::LockTimeout`]): retrying later may work.
+    #[must_use]
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, Self::LockTimeout(_))
+    }
+
+    /// Whether this is a failed or refused migration ([`StoreError::Migrate`]).
+    #[must_use]
+    pub fn is_migrate(&self) -> bool {
+        matches!(self, Self::Migrate { .. })
+    }
+
+    /// The database's error underneath, if any.
+    #[must_use]
+    pub fn as_sqlx(&self) -> Option<&sqlx::Error> {
+        match self {
+            Self::LockTimeout(e) | Self::Database(e) => Some(e),
+            Self::Migrate { source, .. } => source.as_ref(),
+            Self::InvalidCursor | Self::InvalidStatus(_) | Self::Corrupt(_) => None,
+        }
+    }
+
+    /// A migration that failed on the database.
+    pub(crate) fn migration_failed(version: i64, error: sqlx::Error) -> Self {
+        Self::Migrate {
+            version,
+            reason: format!("could not be applied: {error}"),
+            source: Some(error),
+        }
+    }
+
+    /// Tells lock timeouts apart from other database errors, the way `DB` reports them.
+    pub(crate) fn refine<DB: crate::Backend>(self) -> Self {
+        match self {
+            Self::Database(error) if DB::classify(&error) == crate::Failure::LockTimeout => {
+                Self::LockTimeout(error)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Every database error is [`StoreError::Database`] at first; [`crate::KeyTable`] then tells
+/// lock timeouts apart.
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Database(error)
+    }
+}

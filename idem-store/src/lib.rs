@@ -1,0 +1,102 @@
+//! The key table of [idem](https://github.com/idem-rs/idem): its migrations, the SQL of the
+//! idempotency protocol on PostgreSQL and SQLite, and a typed API over the keys for tools.
+//!
+//! idem makes axum handlers safe to retry: each (scope, operation, `Idempotency-Key`) gets a
+//! row in the table `idempotency_keys`, committed in the same transaction as the handler's
+//! writes, with the response that is replayed on every retry. This crate owns that table and
+//! every statement on it; `idem-runtime` runs the protocol through [`Backend`], and tools
+//! (the `idem` operator CLI, docs generators, tests) read and manage keys through
+//! [`KeyTable`]. It knows nothing of HTTP: a stored response is a [`StoredResponse`].
+//!
+//! | feature | database |
+//! |---|---|
+//! | `sqlite` (default) | [`sqlx::Sqlite`], the embedded default for one process |
+//! | `postgres` | [`sqlx::Postgres`], for several instances sharing one database |
+//!
+//! # Example
+//!
+//! Expired keys, page by page:
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlite")] mod example {
+//! use idem_store::{KeyFilter, KeyStatus, KeyTable};
+//! use sqlx::sqlite::SqlitePool;
+//!
+//! # async fn demo(now_ms: i64) -> Result<(), Box<dyn std::error::Error>> {
+//! let table = KeyTable::new(SqlitePool::connect("sqlite://app.db").await?);
+//! table.migrate().await?;
+//!
+//! // Times are the caller's: milliseconds since the Unix epoch.
+//! let mut filter = KeyFilter::new().status(KeyStatus::Expired).limit(100);
+//! loop {
+//!     let page = table.list(&filter, now_ms).await?;
+//!     for row in &page.keys {
+//!         println!("{} {} {} expired at {}", row.scope, row.operation, row.key, row.expires_at_ms);
+//!     }
+//!     let Some(next) = page.next else { break };
+//!     filter.after = Some(next);
+//! }
+//!
+//! // Stuck keys (none until staged mode adds leases).
+//! let stuck = table.list(&KeyFilter::new().status(KeyStatus::Stuck), now_ms).await?;
+//! assert!(stuck.keys.is_empty());
+//! # Ok(()) }
+//! # }
+//! ```
+//!
+//! # The key table
+//!
+//! `idempotency_keys`, primary key (`scope`, `operation`, `idempotency_key`), an index on
+//! `expires_at` for the sweeper. Created and evolved by [`migrate`], which keeps its own
+//! history in `idem_schema_migrations` (never sqlx's `_sqlx_migrations`, so an application's
+//! own sqlx migrations and idem's ignore each other).
+//!
+//! | column | PostgreSQL | SQLite | meaning |
+//! |---|---|---|---|
+//! | `scope` | text | text | `global`, `tenant:<id>` or `user:<id>` |
+//! | `operation` | text | text | operation id, `<name>:v<version>` |
+//! | `idempotency_key` | text | text | the client's key, unquoted |
+//! | `fingerprint` | bytea | blob | SHA-256 of operation id + canonical input (32 bytes) |
+//! | `status` | text | text | `completed`; `processing` is reserved for staged mode |
+//! | `response_status` | integer | integer | stored status |
+//! | `response_headers` | text | text | JSON array of `[name, value]` ([`StoredResponse::encode_headers`]) |
+//! | `response_body` | bytea | blob | stored body |
+//! | `created_at` | timestamptz | text | when the execution that stored the row began |
+//! | `completed_at` | timestamptz | text | when the response was stored |
+//! | `expires_at` | timestamptz | text | after this, `410` or run again |
+//!
+//! SQLite timestamps are UTC text `YYYY-MM-DD HH:MM:SS.SSS`, the format of its date
+//! functions; an `expires_at` set to a plain number by hand is read as Unix seconds. All times
+//! cross the API as milliseconds since the Unix epoch, passed in by the caller: the store
+//! never reads the clock.
+//!
+//! # Errors
+//!
+//! [`KeyTable`] and [`migrate`] return [`StoreError`]. The protocol's primitives on
+//! [`Backend`] return [`sqlx::Error`], which the runtime classifies with
+//! [`Backend::classify`].
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs, unreachable_pub)]
+// Without a backend there is nothing to run the statements on.
+#![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+
+mod backend;
+mod error;
+mod list;
+mod migrate;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod row;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod table;
+
+pub use crate::backend::{Backend, Failure, KeyLock, KeyRef, NewRow, TxSettings};
+pub use crate::error::StoreError;
+pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
+pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
+pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
+pub use crate::table::KeyTable;
+
+/// Re-exported: the pools and transactions in this crate's signatures are sqlx 0.8's.
+pub use sqlx;

@@ -1,0 +1,400 @@
+//! Listing keys: filters, pages, cursors, and counts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::backend::KeyRef;
+use crate::error::StoreError;
+use crate::row::{KeyRow, KeyStatus, RawRow};
+
+/// Which keys [`crate::KeyTable::list`] returns, and how many.
+///
+/// Every filter is applied in SQL; filters combine with AND. Keys come ordered by
+/// (scope, operation, key), [`KeyFilter::limit`] at a time; pass the previous page's
+/// [`Page::next`] as [`KeyFilter::after`] for the next page.
+///
+/// ```
+/// use idem_store::{KeyFilter, KeyStatus};
+///
+/// let filter = KeyFilter::new()
+///     .status(KeyStatus::Expired)
+///     .operation("create_order:v1")
+///     .key_prefix("batch-7/")
+///     .limit(200);
+/// assert_eq!(filter.effective_limit(), 200);
+/// assert_eq!(KeyFilter::new().limit(5000).effective_limit(), KeyFilter::MAX_LIMIT);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyFilter {
+    /// Only keys in this state at the listing's `now_ms`.
+    pub status: Option<KeyStatus>,
+    /// Only this operation id (exact).
+    pub operation: Option<String>,
+    /// Only this scope (exact): `global`, `tenant:<id>` or `user:<id>`.
+    pub scope: Option<String>,
+    /// Only keys that start with this text, byte for byte (case-sensitive; `%`, `_`, `*`,
+    /// `?` and `[` are plain characters).
+    pub key_prefix: Option<String>,
+    /// Keys per page: [`KeyFilter::DEFAULT_LIMIT`] unless set, at most
+    /// [`KeyFilter::MAX_LIMIT`], at least 1.
+    pub limit: u32,
+    /// Start after this position: the [`Page::next`] of the previous page.
+    pub after: Option<Cursor>,
+}
+
+impl Default for KeyFilter {
+    fn default() -> Self {
+        Self {
+            status: None,
+            operation: None,
+            scope: None,
+            key_prefix: None,
+            limit: Self::DEFAULT_LIMIT,
+            after: None,
+        }
+    }
+}
+
+impl KeyFilter {
+    /// Keys per page unless [`KeyFilter::limit`] says otherwise.
+    pub const DEFAULT_LIMIT: u32 = 50;
+    /// The most keys one page holds; larger limits are lowered to this.
+    pub const MAX_LIMIT: u32 = 1000;
+
+    /// Every key, [`KeyFilter::DEFAULT_LIMIT`] at a time.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`KeyFilter::status`].
+    #[must_use]
+    pub fn status(mut self, status: KeyStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Sets [`KeyFilter::operation`].
+    #[must_use]
+    pub fn operation(mut self, operation: impl Into<String>) -> Self {
+        self.operation = Some(operation.into());
+        self
+    }
+
+    /// Sets [`KeyFilter::scope`].
+    #[must_use]
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Sets [`KeyFilter::key_prefix`].
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Sets [`KeyFilter::limit`].
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Sets [`KeyFilter::after`].
+    #[must_use]
+    pub fn after(mut self, cursor: Option<Cursor>) -> Self {
+        self.after = cursor;
+        self
+    }
+
+    /// The page size used: [`KeyFilter::limit`] within `1..=`[`KeyFilter::MAX_LIMIT`].
+    #[must_use]
+    pub fn effective_limit(&self) -> u32 {
+        self.limit.clamp(1, Self::MAX_LIMIT)
+    }
+}
+
+/// One page of keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The keys, ordered by (scope, operation, key).
+    pub keys: Vec<KeyRow>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+}
+
+/// A position in the listing order (scope, operation, key): the last key of a page.
+///
+/// Opaque text for command lines and URLs ([`fmt::Display`] and [`FromStr`]): the
+/// hexadecimal of the length-prefixed triple. A listing after a cursor starts with the first
+/// key after that position, whether or not the key still exists: pages neither repeat nor
+/// skip keys that stay in place.
+///
+/// ```
+/// use idem_store::{Cursor, KeyRef};
+///
+/// let cursor = Cursor::at(KeyRef { scope: "global", operation: "op:v1", key: "k-9" });
+/// let text = cursor.to_string();
+/// assert_eq!(text.parse::<Cursor>().ok(), Some(cursor));
+/// assert!("zz".parse::<Cursor>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    scope: String,
+    operation: String,
+    key: String,
+}
+
+impl Cursor {
+    /// The position of `key`: a listing after it starts with the key that follows.
+    #[must_use]
+    pub fn at(key: KeyRef<'_>) -> Self {
+        Self {
+            scope: key.scope.to_owned(),
+            operation: key.operation.to_owned(),
+            key: key.key.to_owned(),
+        }
+    }
+
+    /// The key this cursor stands at.
+    #[must_use]
+    pub fn key(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Each part as eight hexadecimal digits of its length in bytes (big-endian `u32`), then its
+/// bytes in hexadecimal.
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::with_capacity(
+            24 + 2 * (self.scope.len() + self.operation.len() + self.key.len()),
+        );
+        for part in [&self.scope, &self.operation, &self.key] {
+            let len = u32::try_from(part.len()).map_err(|_| fmt::Error)?;
+            for &b in len.to_be_bytes().iter().chain(part.as_bytes()) {
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
+        }
+        f.write_str(&out)
+    }
+}
+
+impl FromStr for Cursor {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        fn nibble(c: u8) -> Option<u8> {
+            match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                b'A'..=b'F' => Some(c - b'A' + 10),
+                _ => None,
+            }
+        }
+        if !s.len().is_multiple_of(2) {
+            return Err(StoreError::InvalidCursor);
+        }
+        let bytes = s
+            .as_bytes()
+            .chunks_exact(2)
+            .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
+            .collect::<Option<Vec<u8>>>()
+            .ok_or(StoreError::InvalidCursor)?;
+        let mut rest = bytes.as_slice();
+        let mut part = || -> Result<String, StoreError> {
+            let (len, tail) = rest
+                .split_first_chunk::<4>()
+                .ok_or(StoreError::InvalidCursor)?;
+            let len =
+                usize::try_from(u32::from_be_bytes(*len)).map_err(|_| StoreError::InvalidCursor)?;
+            if tail.len() < len {
+                return Err(StoreError::InvalidCursor);
+            }
+            let (text, tail) = tail.split_at(len);
+            rest = tail;
+            String::from_utf8(text.to_vec()).map_err(|_| StoreError::InvalidCursor)
+        };
+        let cursor = Self {
+            scope: part()?,
+            operation: part()?,
+            key: part()?,
+        };
+        if !rest.is_empty() {
+            return Err(StoreError::InvalidCursor);
+        }
+        Ok(cursor)
+    }
+}
+
+/// How many keys are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// [`KeyStatus::Completed`] keys.
+    pub completed: u64,
+    /// [`KeyStatus::Processing`] keys.
+    pub processing: u64,
+    /// [`KeyStatus::Stuck`] keys (none yet: there is no lease column).
+    pub stuck: u64,
+    /// [`KeyStatus::Expired`] keys, waiting for the sweeper.
+    pub expired: u64,
+}
+
+impl StatusCounts {
+    /// The count of `status`.
+    #[must_use]
+    pub fn get(&self, status: KeyStatus) -> u64 {
+        match status {
+            KeyStatus::Completed => self.completed,
+            KeyStatus::Processing => self.processing,
+            KeyStatus::Stuck => self.stuck,
+            KeyStatus::Expired => self.expired,
+        }
+    }
+
+    /// All keys.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.completed + self.processing + self.stuck + self.expired
+    }
+
+    pub(crate) fn add(&mut self, status: KeyStatus, n: u64) {
+        let slot = match status {
+            KeyStatus::Completed => &mut self.completed,
+            KeyStatus::Processing => &mut self.processing,
+            KeyStatus::Stuck => &mut self.stuck,
+            KeyStatus::Expired => &mut self.expired,
+        };
+        *slot += n;
+    }
+}
+
+/// The key table at a glance ([`crate::KeyTable::counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Keys by state.
+    pub by_status: StatusCounts,
+    /// Keys by operation id, then state; operations without keys are absent.
+    pub by_operation: BTreeMap<String, StatusCounts>,
+    /// When the oldest [`KeyStatus::Stuck`] key's execution began (milliseconds since the
+    /// Unix epoch); `None` when no key is stuck (always, until staged mode adds leases).
+    pub oldest_stuck_created_at_ms: Option<i64>,
+    /// The key table's size on disk in bytes, indexes included, where the backend can tell:
+    /// PostgreSQL's `pg_total_relation_size`; SQLite's `dbstat` table when SQLite was built
+    /// with it (`None` otherwise).
+    pub table_bytes: Option<u64>,
+}
+
+impl Counts {
+    /// Adds `n` keys of `operation` in `status`.
+    pub(crate) fn add(&mut self, operation: String, status: KeyStatus, n: u64) {
+        self.by_status.add(status, n);
+        self.by_operation
+            .entry(operation)
+            .or_default()
+            .add(status, n);
+    }
+}
+
+/// A page from up to `limit + 1` rows read in listing order: the extra row only tells that
+/// there is a next page.
+pub(crate) fn page_of(mut rows: Vec<RawRow>, limit: u32, now_ms: i64) -> Result<Page, StoreError> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let keys = rows
+        .into_iter()
+        .map(|row| row.into_row(now_ms))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = if more {
+        keys.last().map(|row| Cursor::at(row.key_ref()))
+    } else {
+        None
+    };
+    Ok(Page { keys, next })
+}
+
+/// `status` as the `counts` queries spell it, into a [`KeyStatus`].
+pub(crate) fn counted_status(status: &str) -> Result<KeyStatus, StoreError> {
+    match status {
+        "completed" => Ok(KeyStatus::Completed),
+        "processing" => Ok(KeyStatus::Processing),
+        "expired" => Ok(KeyStatus::Expired),
+        other => Err(StoreError::Corrupt(format!(
+            "a key row has the unknown status {other:?}"
+        ))),
+    }
+}
+
+/// A count from the database (never negative).
+pub(crate) fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_any_text() {
+        for (scope, operation, key) in [
+            ("", "", ""),
+            ("global", "op:v1", "k"),
+            ("tenant:ü", "op:v2", "a\u{0}b%_*?["),
+        ] {
+            let cursor = Cursor::at(KeyRef {
+                scope,
+                operation,
+                key,
+            });
+            let text = cursor.to_string();
+            assert!(text.bytes().all(|b| b.is_ascii_hexdigit()), "{text}");
+            assert_eq!(text.parse::<Cursor>().ok(), Some(cursor.clone()));
+            assert_eq!(text.to_uppercase().parse::<Cursor>().ok(), Some(cursor));
+        }
+    }
+
+    #[test]
+    fn malformed_cursors_are_refused() {
+        let good = Cursor::at(KeyRef {
+            scope: "global",
+            operation: "op:v1",
+            key: "k",
+        })
+        .to_string();
+        for bad in [
+            "",
+            "0",
+            "zz",
+            &good[..good.len() - 2],
+            &format!("{good}00"),
+            // A length beyond the end.
+            "ffffffff",
+            // Invalid UTF-8 in a part.
+            "00000001ff0000000000000000",
+        ] {
+            assert!(
+                matches!(bad.parse::<Cursor>(), Err(StoreError::InvalidCursor)),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_clamped() {
+        assert_eq!(KeyFilter::new().effective_limit(), 50);
+        assert_eq!(KeyFilter::new().limit(0).effective_limit(), 1);
+        assert_eq!(KeyFilter::new().limit(1001).effective_limit(), 1000);
+    }
+}

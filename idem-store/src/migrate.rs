@@ -1,0 +1,159 @@
+//! idem's own migration history: `idem_schema_migrations`.
+
+use sha2::{Digest as _, Sha256};
+use sqlx::Pool;
+
+use crate::backend::Backend;
+use crate::error::StoreError;
+
+/// The session advisory lock PostgreSQL migrations run under, so that instances starting at
+/// once apply each migration once: `pg_advisory_lock(7594306391241484647)`, the ASCII bytes
+/// `idem-mig` read as a big-endian `i64`. It is held only while [`migrate`] runs; look for it
+/// in `pg_locks` (`locktype = 'advisory'`, `classid = 1768187245`, `objid = 762145127`).
+///
+/// Fixed for good: instances of different versions starting together must agree on it.
+pub const MIGRATION_LOCK_ID: i64 = i64::from_be_bytes(*b"idem-mig");
+
+/// The version under which idem 0.1 recorded its one migration in sqlx's `_sqlx_migrations`.
+/// [`migrate`] removes that row (and only it) when it adopts the table.
+pub(crate) const LEGACY_SQLX_VERSION: i64 = 20_261_130_000_001;
+
+/// One migration of the key table, embedded in the crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Migration {
+    /// Its version in `idem_schema_migrations`: 1, 2, … in the order they apply.
+    pub version: i64,
+    /// What it does, in a few words.
+    pub description: &'static str,
+    /// The SQL, run as one batch of statements in one transaction.
+    pub sql: &'static str,
+}
+
+impl Migration {
+    pub(crate) const fn new(version: i64, description: &'static str, sql: &'static str) -> Self {
+        Self {
+            version,
+            description,
+            sql,
+        }
+    }
+
+    /// SHA-256 of [`Migration::sql`], recorded when the migration is applied: a migration
+    /// recorded with another checksum is refused.
+    #[must_use]
+    pub fn checksum(&self) -> [u8; 32] {
+        Sha256::digest(self.sql.as_bytes()).into()
+    }
+
+    /// [`StoreError::Migrate`] unless `recorded` is this migration's checksum.
+    pub(crate) fn verify(&self, recorded: &[u8]) -> Result<(), StoreError> {
+        if recorded == self.checksum() {
+            return Ok(());
+        }
+        Err(StoreError::Migrate {
+            version: self.version,
+            reason: format!(
+                "`{}` was applied with other SQL than this version of idem has (the checksums \
+                 in idem_schema_migrations differ); the key table may not be what this version \
+                 expects",
+                self.description
+            ),
+            source: None,
+        })
+    }
+}
+
+/// Checks the recorded history against `migrations` and returns those still to apply.
+///
+/// Versions recorded but unknown here were applied by a newer version of idem (during a
+/// rolling deploy, say): they are left alone.
+pub(crate) fn pending(
+    migrations: &'static [Migration],
+    recorded: &[(i64, Vec<u8>)],
+) -> Result<Vec<&'static Migration>, StoreError> {
+    let mut pending = Vec::new();
+    for migration in migrations {
+        match recorded.iter().find(|(v, _)| *v == migration.version) {
+            Some((_, checksum)) => migration.verify(checksum)?,
+            None => pending.push(migration),
+        }
+    }
+    for (version, _) in recorded {
+        if !migrations.iter().any(|m| m.version == *version) {
+            tracing::debug!(
+                version,
+                "key table migration applied by a newer version of idem"
+            );
+        }
+    }
+    Ok(pending)
+}
+
+/// Creates or updates the key table on `pool`: applies the migrations of
+/// [`Backend::migrations`] that `idem_schema_migrations` does not list.
+///
+/// - History: `idem_schema_migrations (version, description, checksum, applied_at)`, created
+///   if missing; idem does not use sqlx's `_sqlx_migrations`, so the application's own sqlx
+///   migrations and idem's ignore each other.
+/// - Each migration runs in its own transaction together with its history row
+///   (SQLite: `BEGIN IMMEDIATE`, and a migration another process applied meanwhile is
+///   skipped).
+/// - On PostgreSQL the whole run holds the session advisory lock [`MIGRATION_LOCK_ID`], with
+///   `lock_timeout` and `statement_timeout` off for that session, so that instances starting
+///   at once wait for each other instead of racing.
+/// - A recorded migration whose checksum differs from the embedded SQL is refused:
+///   [`StoreError::Migrate`] with its version, before anything is applied.
+/// - Upgrading from idem 0.1, which applied the table through sqlx (version
+///   `20261130000001` in `_sqlx_migrations`): migration 1 creates the same table and index
+///   `IF NOT EXISTS`, so it adopts them with their rows, and in the same transaction deletes
+///   that one row from `_sqlx_migrations` (if the table exists), so that the application's
+///   sqlx migrator no longer finds a version it does not know.
+///
+/// Running it again is a no-op.
+///
+/// # Errors
+/// [`StoreError::Migrate`] for a refused or failed migration, [`StoreError::Database`] when
+/// the database fails otherwise.
+pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
+    DB::run_migrations(pool)
+        .await
+        .map_err(StoreError::refine::<DB>)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_lock_id_is_pinned() {
+        // Instances of different versions must take the same lock. Changing this value is a
+        // breaking change.
+        assert_eq!(MIGRATION_LOCK_ID, 7_594_306_391_241_484_647);
+        assert_eq!(MIGRATION_LOCK_ID, 0x6964_656d_2d6d_6967);
+        // PostgreSQL shows a bigint advisory lock as two halves in pg_locks.
+        assert_eq!(MIGRATION_LOCK_ID >> 32, 1_768_187_245);
+        assert_eq!(MIGRATION_LOCK_ID & 0xffff_ffff, 762_145_127);
+    }
+
+    static TWO: [Migration; 2] = [
+        Migration::new(1, "one", "SELECT 1"),
+        Migration::new(2, "two", "SELECT 2"),
+    ];
+
+    #[test]
+    fn pending_migrations_follow_the_history() {
+        let first = TWO[0].checksum().to_vec();
+        let all = pending(&TWO, &[]).unwrap_or_default();
+        assert_eq!(all.len(), 2);
+        let rest = pending(&TWO, &[(1, first.clone())]).unwrap_or_default();
+        assert_eq!(rest.iter().map(|m| m.version).collect::<Vec<_>>(), [2]);
+        // A version from a newer idem is left alone.
+        let newer = pending(&TWO, &[(1, first), (3, vec![0; 32])]).unwrap_or_default();
+        assert_eq!(newer.len(), 1);
+        match pending(&TWO, &[(1, vec![0; 32])]) {
+            Err(StoreError::Migrate { version: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! What a key row holds, as the protocol and tools read it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+
+use crate::error::StoreError;
+
+/// A stored response: status, headers and body, without HTTP types.
+///
+/// In the key table: `response_status`, `response_headers` (a JSON array of `[name, value]`
+/// pairs, see [`StoredResponse::encode_headers`]) and `response_body`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The HTTP status (or any status of the plain function API).
+    pub status: u16,
+    /// The stored headers, in the order they were stored; names are lowercase when they
+    /// come from `http`'s header names.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl StoredResponse {
+    /// The `response_headers` column for `pairs`: a JSON array of `[name, value]` arrays,
+    /// `[["content-type","application/json"]]`.
+    ///
+    /// ```
+    /// use idem_store::StoredResponse;
+    ///
+    /// let json = StoredResponse::encode_headers([("location", "/orders/7")]);
+    /// assert_eq!(json, r#"[["location","/orders/7"]]"#);
+    /// ```
+    #[must_use]
+    pub fn encode_headers<'h>(pairs: impl IntoIterator<Item = (&'h str, &'h str)>) -> String {
+        let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_owned())
+    }
+
+    /// [`StoredResponse::encode_headers`] of this response's headers.
+    #[must_use]
+    pub fn headers_json(&self) -> String {
+        Self::encode_headers(self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    }
+
+    /// The response as the protocol reads it: whatever cannot be read is left out (headers
+    /// that are not JSON pairs read as none, a status outside `u16` as `500`), so a replay
+    /// never fails on a row an operator edited by hand.
+    pub(crate) fn lenient(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> Self {
+        Self {
+            status: u16::try_from(status).unwrap_or(500),
+            headers: headers
+                .and_then(|h| serde_json::from_str(h).ok())
+                .unwrap_or_default(),
+            body: body.map(Bytes::from).unwrap_or_default(),
+        }
+    }
+
+    /// The response as tools read it: anything unreadable is [`StoreError::Corrupt`].
+    fn strict(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> Result<Self, String> {
+        let status = u16::try_from(status)
+            .map_err(|_| format!("response status {status} is out of range"))?;
+        let headers = match headers {
+            None => Vec::new(),
+            Some(json) => serde_json::from_str(json).map_err(|e| {
+                format!("response headers are not a JSON array of [name, value] pairs: {e}")
+            })?,
+        };
+        Ok(Self {
+            status,
+            headers,
+            body: body.map(Bytes::from).unwrap_or_default(),
+        })
+    }
+}
+
+/// The `status` column: what the row says, before expiry is taken into account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoredStatus {
+    /// `completed`: the response is stored.
+    Completed,
+    /// `processing`: an execution holds the key (staged mode; atomic mode never commits such a
+    /// row). A status this version does not know, written by a newer one, reads as this too:
+    /// someone else holds the key.
+    Processing,
+}
+
+impl StoredStatus {
+    /// `completed` or `processing`, as in the column.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Processing => "processing",
+        }
+    }
+
+    pub(crate) fn from_column(status: &str) -> Self {
+        if status == "completed" {
+            Self::Completed
+        } else {
+            Self::Processing
+        }
+    }
+}
+
+impl fmt::Display for StoredStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for StoredStatus {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for StoredStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// What the protocol's lookup ([`crate::Backend::lookup`]) finds for a key: one `SELECT`,
+/// the columns a request needs and no more.
+#[derive(Debug, Clone)]
+pub struct StoredKey {
+    /// The fingerprint of the request that stored the row (SHA-256, 32 bytes).
+    pub fingerprint: Vec<u8>,
+    /// The `status` column.
+    pub status: StoredStatus,
+    /// The stored response: `Some` for a completed row that has one.
+    pub response: Option<StoredResponse>,
+    /// `expires_at`, in milliseconds since the Unix epoch.
+    pub expires_at_ms: i64,
+}
+
+/// The state of a key at a given time, as tools show and filter it.
+///
+/// Computed when the row is read, from its `status` and the `now_ms` the caller passes:
+///
+/// | `KeyStatus` | row |
+/// |---|---|
+/// | `Completed` | `completed`, `expires_at > now` |
+/// | `Expired` | `completed`, `expires_at <= now`: answered `410` or run again, per operation, until swept |
+/// | `Processing` | `processing` (staged mode), lease not run out |
+/// | `Stuck` | `processing` whose lease ran out |
+///
+/// There is no lease column yet (staged mode will add `lease_expires_at`), so **no key is
+/// `Stuck` yet**, and filtering on `Stuck` finds nothing. Atomic mode, the only mode so far,
+/// writes completed rows only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyStatus {
+    /// The response is stored and replayed.
+    Completed,
+    /// An execution holds the key.
+    Processing,
+    /// An execution held the key and its lease ran out (none yet: see above).
+    Stuck,
+    /// The stored response has expired.
+    Expired,
+}
+
+impl KeyStatus {
+    /// Every status, in this order: `completed`, `processing`, `stuck`, `expired`.
+    pub const ALL: [Self; 4] = [
+        Self::Completed,
+        Self::Processing,
+        Self::Stuck,
+        Self::Expired,
+    ];
+
+    /// `completed`, `processing`, `stuck` or `expired`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Processing => "processing",
+            Self::Stuck => "stuck",
+            Self::Expired => "expired",
+        }
+    }
+
+    /// The status of a row with the `status` column `stored` and `expires_at_ms`, at `now_ms`.
+    #[must_use]
+    pub fn at(stored: StoredStatus, expires_at_ms: i64, now_ms: i64) -> Self {
+        match stored {
+            StoredStatus::Completed if expires_at_ms <= now_ms => Self::Expired,
+            StoredStatus::Completed => Self::Completed,
+            // No lease yet: nothing is stuck.
+            StoredStatus::Processing => Self::Processing,
+        }
+    }
+}
+
+impl fmt::Display for KeyStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Parses `completed`, `processing`, `stuck` or `expired`.
+///
+/// ```
+/// use idem_store::KeyStatus;
+///
+/// assert_eq!("stuck".parse::<KeyStatus>().ok(), Some(KeyStatus::Stuck));
+/// assert!("done".parse::<KeyStatus>().is_err());
+/// ```
+impl FromStr for KeyStatus {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| StoreError::InvalidStatus(s.to_owned()))
+    }
+}
+
+/// One key row, as tools read it ([`crate::KeyTable::get`], [`crate::KeyTable::list`]).
+///
+/// Times are milliseconds since the Unix epoch. On SQLite, a timestamp an operator wrote by
+/// hand as a plain number is read as Unix seconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    /// `global`, `tenant:<id>` or `user:<id>`.
+    pub scope: String,
+    /// The operation id, `<name>:v<version>`.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+    /// The state of the key at the `now_ms` of the read.
+    pub status: KeyStatus,
+    /// SHA-256 of the operation id and the canonical input of the request that stored the
+    /// row (32 bytes).
+    pub fingerprint: Vec<u8>,
+    /// The stored response: `Some` for completed (and expired) rows.
+    pub response: Option<StoredResponse>,
+    /// When the execution that stored the row began.
+    pub created_at_ms: i64,
+    /// When its response was stored.
+    pub completed_at_ms: Option<i64>,
+    /// After this, the key is expired.
+    pub expires_at_ms: i64,
+}
+
+impl KeyRow {
+    /// The row's identity.
+    #[must_use]
+    pub fn key_ref(&self) -> crate::KeyRef<'_> {
+        crate::KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+}
+
+/// A key row's columns as both backends read them, before they are checked.
+pub(crate) struct RawRow {
+    pub(crate) scope: String,
+    pub(crate) operation: String,
+    pub(crate) key: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) status: String,
+    pub(crate) response_status: Option<i32>,
+    pub(crate) response_headers: Option<String>,
+    pub(crate) response_body: Option<Vec<u8>>,
+    pub(crate) created_at_ms: i64,
+    pub(crate) completed_at_ms: Option<i64>,
+    pub(crate) expires_at_ms: i64,
+}
+
+impl RawRow {
+    /// The row at `now_ms`, or [`StoreError::Corrupt`] naming the key.
+    pub(crate) fn into_row(self, now_ms: i64) -> Result<KeyRow, StoreError> {
+        let corrupt = |what: String| {
+            StoreError::Corrupt(format!(
+                "({:?}, {:?}, {:?}): {what}",
+                self.scope, self.operation, self.key
+            ))
+        };
+        let stored = match self.status.as_str() {
+            "completed" => StoredStatus::Completed,
+            "processing" => StoredStatus::Processing,
+            other => return Err(corrupt(format!("unknown status {other:?}"))),
+        };
+        let response = match self.response_status {
+            Some(code) if stored == StoredStatus::Completed => Some(
+                StoredResponse::strict(code, self.response_headers.as_deref(), self.response_body)
+                    .map_err(corrupt)?,
+            ),
+            _ => None,
+        };
+        Ok(KeyRow {
+            status: KeyStatus::at(stored, self.expires_at_ms, now_ms),
+            scope: self.scope,
+            operation: self.operation,
+            key: self.key,
+            fingerprint: self.fingerprint,
+            response,
+            created_at_ms: self.created_at_ms,
+            completed_at_ms: self.completed_at_ms,
+            expires_at_ms: self.expires_at_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_keep_the_column_format() {
+        let response = StoredResponse {
+            status: 201,
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("location".into(), "/x?a='b'".into()),
+            ],
+            body: Bytes::new(),
+        };
+        let json = response.headers_json();
+        assert_eq!(
+            json,
+            r#"[["content-type","application/json"],["location","/x?a='b'"]]"#
+        );
+        let back = StoredResponse::lenient(201, Some(&json), None);
+        assert_eq!(back, response);
+    }
+
+    #[test]
+    fn the_protocol_reads_what_it_can() {
+        let response = StoredResponse::lenient(70_000, Some("not json"), Some(b"x".to_vec()));
+        assert_eq!(response.status, 500);
+        assert!(response.headers.is_empty());
+        assert_eq!(response.body.as_ref(), b"x");
+        assert!(StoredResponse::strict(70_000, None, None).is_err());
+        assert!(StoredResponse::strict(200, Some("{}"), None).is_err());
+    }
+
+    #[test]
+    fn status_at_a_time() {
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Completed, 10, 9),
+            KeyStatus::Completed
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Completed, 10, 10),
+            KeyStatus::Expired
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 10, 11),
+            KeyStatus::Processing
+        );
+        for status in KeyStatus::ALL {
+            assert_eq!(status.as_str().parse::<KeyStatus>().ok(), Some(status));
+        }
+        assert_eq!(StoredStatus::Completed, "completed");
+    }
+}

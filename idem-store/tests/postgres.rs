@@ -1,0 +1,174 @@
+//! The key table on PostgreSQL (`DATABASE_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/test`; each test in a schema `idem_test_<uuid>`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{TestDb, settings, unique};
+use idem_store::sqlx::{self, Postgres};
+use idem_store::{Backend, KeyTable, MIGRATION_LOCK_ID, TxSettings};
+
+impl TestDb for Postgres {
+    async fn fresh_url() -> String {
+        let url = common::postgres_url();
+        let schema = unique("idem_test");
+        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+        });
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
+    }
+
+    fn legacy_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/postgres")
+    }
+
+    crate::test_db_sql!(
+        "INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
+         VALUES ($1, $2, $3, decode('00', 'hex'), 'processing', \
+         to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000))",
+        "INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, created_at, completed_at, expires_at) \
+         SELECT 'global', $1, 'bulk-' || lpad(i::text, 5, '0'), decode('00', 'hex'), \
+         'completed', 200, '[]', decode('', 'hex'), to_timestamp($3::float8 / 1000), \
+         to_timestamp($3::float8 / 1000), to_timestamp($4::float8 / 1000) \
+         FROM generate_series(0, $2 - 1) AS i"
+    );
+}
+
+crate::all_cases!(Postgres);
+
+/// Session advisory locks with [`MIGRATION_LOCK_ID`] the pool's one session holds.
+async fn migration_locks_held(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() \
+         AND classid::int8 = $1 AND objid::int8 = $2 AND objsubid = 1",
+    )
+    .bind(MIGRATION_LOCK_ID >> 32)
+    .bind(MIGRATION_LOCK_ID & 0xffff_ffff)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A migration run leaves its connection as it found it: lock released, the pool's timeouts
+/// back in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_releases_its_lock_and_session() {
+    let url = Postgres::fresh_url().await;
+    let pool = Postgres::connect(&url, 1, &settings()).await.unwrap();
+    // The lock as `pg_locks` shows it (the documented halves).
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(MIGRATION_LOCK_ID)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(migration_locks_held(&pool).await, 1);
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(MIGRATION_LOCK_ID)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(migration_locks_held(&pool).await, 0);
+
+    let pid = || async {
+        sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = pid().await;
+    idem_store::migrate(&pool).await.unwrap();
+    // The same session, pooled again rather than closed.
+    assert_eq!(pid().await, before);
+    assert_eq!(migration_locks_held(&pool).await, 0);
+    let (lock_timeout, statement_timeout): (String, String) = sqlx::query_as(
+        "SELECT current_setting('lock_timeout'), current_setting('statement_timeout')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (lock_timeout.as_str(), statement_timeout.as_str()),
+        ("2s", "30s")
+    );
+}
+
+/// Migrations wait for the lock another instance holds, longer than the pool's
+/// `lock_timeout`, and go on when it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_waits_for_the_lock() {
+    let url = Postgres::fresh_url().await;
+    let quick = TxSettings {
+        lock_timeout: Duration::from_millis(50),
+        ..settings()
+    };
+    let table = KeyTable::new(Postgres::connect(&url, 1, &quick).await.unwrap());
+    let mut other = sqlx::PgConnection::connect_with_url(&url).await;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(MIGRATION_LOCK_ID)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let run = tokio::spawn({
+        let table = table.clone();
+        async move { table.migrate().await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!run.is_finished(), "the migration ran without the lock");
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(MIGRATION_LOCK_ID)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    run.await.unwrap().unwrap();
+    assert_eq!(Postgres::history(table.pool()).await.len(), 1);
+}
+
+trait ConnectWithUrl {
+    async fn connect_with_url(url: &str) -> Self;
+}
+
+impl ConnectWithUrl for sqlx::PgConnection {
+    async fn connect_with_url(url: &str) -> Self {
+        use sqlx::Connection as _;
+        sqlx::PgConnection::connect(url).await.unwrap()
+    }
+}
+
+/// The PostgreSQL history table has the documented columns and types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_table_layout() {
+    let (_, table) = common::fresh::<Postgres>().await;
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = 'idem_schema_migrations' \
+         ORDER BY ordinal_position",
+    )
+    .fetch_all(table.pool())
+    .await
+    .unwrap();
+    let columns: Vec<(&str, &str)> = columns
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("version", "bigint"),
+            ("description", "text"),
+            ("checksum", "bytea"),
+            ("applied_at", "timestamp with time zone"),
+        ]
+    );
+}

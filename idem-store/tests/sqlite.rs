@@ -1,0 +1,77 @@
+//! The key table on SQLite (a new file per test under the temporary directory).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{HOUR, NOW, TestDb, unique};
+use idem_store::sqlx::{self, Sqlite};
+use idem_store::{KeyFilter, KeyRef, KeyStatus};
+
+impl TestDb for Sqlite {
+    async fn fresh_url() -> String {
+        format!(
+            "sqlite://{}",
+            common::temp_file(&unique("idem_test")).display()
+        )
+    }
+
+    fn legacy_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/sqlite")
+    }
+
+    crate::test_db_sql!(
+        "INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
+         VALUES (?1, ?2, ?3, X'00', 'processing', \
+         strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'))",
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2) \
+         INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, created_at, completed_at, expires_at) \
+         SELECT 'global', ?1, 'bulk-' || printf('%05d', i), X'00', 'completed', 200, '[]', \
+         X'', strftime('%Y-%m-%d %H:%M:%f', ?3 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?3 / 1000.0, 'unixepoch'), \
+         strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch') FROM n"
+    );
+}
+
+crate::all_cases!(Sqlite);
+
+/// An `expires_at` an operator wrote by hand as a number is read as Unix seconds, by the
+/// protocol, the tools and the filters alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_written_numeric_expiry() {
+    use idem_store::Backend as _;
+    let (_, table) = common::fresh::<Sqlite>().await;
+    let k = KeyRef {
+        scope: "global",
+        operation: "op:v1",
+        key: "k",
+    };
+    assert!(common::put(table.pool(), k, NOW - HOUR, NOW + HOUR, b"").await);
+    let seconds = (NOW - HOUR) / 1000;
+    sqlx::query("UPDATE idempotency_keys SET expires_at = ?1")
+        .bind(seconds.to_string())
+        .execute(table.pool())
+        .await
+        .unwrap();
+    let row = table.get(k, NOW).await.unwrap().unwrap();
+    assert_eq!(row.expires_at_ms, NOW - HOUR);
+    assert_eq!(row.status, KeyStatus::Expired);
+    let mut conn = table.pool().acquire().await.unwrap();
+    let stored = Sqlite::lookup(&mut conn, k).await.unwrap().unwrap();
+    drop(conn);
+    assert_eq!(stored.expires_at_ms, NOW - HOUR);
+    let expired = table
+        .list(&KeyFilter::new().status(KeyStatus::Expired), NOW)
+        .await
+        .unwrap();
+    assert_eq!(expired.keys.len(), 1);
+    assert_eq!(table.counts(NOW).await.unwrap().by_status.expired, 1);
+    // Expiring it keeps the earlier expiry.
+    let (before, after) = table.expire(k, NOW).await.unwrap().unwrap();
+    assert_eq!(before, after);
+}
