@@ -1,7 +1,7 @@
 //! Fault injection for crash and rollback tests (feature `failpoints`).
 //!
 //! A test arms one point with [`Idem::fail_at`](crate::Idem::fail_at); the next execution
-//! that reaches it fails there, then the point disarms. Without the feature [`FailPoints`]
+//! that reaches it fails there, then the point disarms. Without the feature `FailPoints`
 //! holds nothing and every check compiles to nothing; the module is public only with it.
 
 #![cfg_attr(not(feature = "failpoints"), allow(dead_code, unreachable_pub))]

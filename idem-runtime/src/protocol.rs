@@ -2,12 +2,12 @@
 //!
 //! An execution goes through named steps, each a method below:
 //!
-//! 1. [`Idem::settle`] — what the key row found by the lookup means: replay, `422`, `410`,
+//! 1. `Idem::settle` — what the key row found by the lookup means: replay, `422`, `410`,
 //!    `409`, or run;
-//! 2. [`Session::begin`] — `BEGIN` taking the key's lock in the same round trip;
+//! 2. `Session::begin` — `BEGIN` taking the key's lock in the same round trip;
 //! 3. the work, on the transaction (a panic is caught);
-//! 4. [`Idem::store`] — the completed key row inserted with the record and committed;
-//! 5. [`Idem::recheck`] — whenever nothing was stored, the key is looked up once more: a
+//! 4. `Idem::store` — the completed key row inserted with the record and committed;
+//! 5. `Idem::recheck` — whenever nothing was stored, the key is looked up once more: a
 //!    record a concurrent execution committed is the answer then.
 
 use std::fmt;

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
-use idem_runtime::{Backend, Config, Idem, ManualClock};
+use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
+use idem_runtime::store::Backend;
+use idem_runtime::{Config, Idem};
 
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -156,7 +158,7 @@ impl<DB: TestDb> Harness<DB> {
 
     pub async fn with_config(config: Config) -> Self {
         let url = DB::fresh_url().await;
-        let clock = ManualClock::new(idem_runtime::SystemClock.now_millis());
+        let clock = ManualClock::new(SystemClock.now_millis());
         let idem = Idem::<DB>::connect(&url, config)
             .await
             .unwrap()
@@ -186,8 +188,6 @@ impl<DB: TestDb> Harness<DB> {
         self.clock.advance(by);
     }
 }
-
-use idem_runtime::Clock as _;
 
 /// Runs one generic test body on both backends.
 #[macro_export]
