@@ -3,10 +3,14 @@
 //! This crate only parses the attribute and the handler's signature and emits a thin call
 //! into `idem_runtime::__private`; all behaviour lives in `idem-runtime`, which re-exports
 //! the attribute and documents it. Depend on `idem-runtime` alone.
+#![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod args;
 mod expand;
 mod signature;
+#[cfg(test)]
+mod tests;
 
 use proc_macro::TokenStream;
 

@@ -1,0 +1,81 @@
+//! The expansion, outside the compiler: what is emitted for valid and invalid input.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::expand::expand;
+
+fn expanded(args: TokenStream, item: TokenStream) -> String {
+    expand(args, item).to_string()
+}
+
+#[test]
+fn every_extractor_goes_through_input_unless_marked() {
+    let out = expanded(
+        quote!(scope = "global"),
+        quote! {
+            async fn h(#[not_input] headers: HeaderMap, tx: &mut Transaction<'_, Sqlite>, body: AppJson<T>) {}
+        },
+    );
+    assert!(out.contains("input :: < AppJson < T > >"), "{out}");
+    assert!(!out.contains("input :: < HeaderMap >"), "{out}");
+    // The marker is consumed, not left for the compiler to reject.
+    assert!(!out.contains("not_input"), "{out}");
+    // Every extractor is taken through `Reuse`, the last too.
+    assert!(out.contains("Reuse < HeaderMap >"), "{out}");
+    assert!(out.contains("Reuse < AppJson < T > >"), "{out}");
+}
+
+#[test]
+fn only_extractors_before_the_last_are_checked_for_bodies() {
+    let out = expanded(
+        quote!(scope = "global"),
+        quote! {
+            async fn h(a: Path<u32>, tx: &mut Transaction<'_, Sqlite>, b: Query<Q>, c: JsonBody<B>) {}
+        },
+    );
+    assert!(out.contains("not_body :: < Path < u32 > >"), "{out}");
+    assert!(out.contains("not_body :: < Query < Q > >"), "{out}");
+    assert!(!out.contains("not_body :: < JsonBody < B > >"), "{out}");
+}
+
+#[test]
+fn state_checks_only_when_named() {
+    let item = quote!(async fn h(tx: &mut Transaction<'_, Sqlite>, b: JsonBody<B>) {});
+    let without = expanded(quote!(scope = "global"), item.clone());
+    assert!(!without.contains("last_extractor"), "{without}");
+    let with = expanded(quote!(scope = "global", state = AppState), item);
+    assert!(with.contains("state :: < AppState ,"), "{with}");
+    assert!(with.contains("last_extractor :: < JsonBody < B > , AppState , _ >"), "{with}");
+}
+
+#[test]
+fn invalid_arguments_give_one_error_and_a_routable_stub() {
+    let out = expanded(
+        quote!(scope = "tenants", ttl = "24h"),
+        quote! {
+            /// Docs stay.
+            pub async fn create<DB: Db>(tx: &mut Transaction<'_, DB>, body: JsonBody<B>) -> Response {}
+        },
+    );
+    assert_eq!(out.matches("compile_error").count(), 1, "{out}");
+    assert!(out.contains("unknown scope `tenants`"), "{out}");
+    // The stub: same name, visibility and generics, no arguments, so `.route(…)` compiles.
+    assert!(out.contains("pub async fn create < DB : Db > ()"), "{out}");
+    assert!(out.contains("Docs stay."), "{out}");
+    assert!(!out.contains("__idem_handler"), "{out}");
+}
+
+#[test]
+fn the_spec_and_the_rustdoc_come_from_the_arguments() {
+    let out = expanded(
+        quote!(scope = "tenant", ttl = "7d", operation = "POST /orders", version = 2, on_expired = "reexecute"),
+        quote!(async fn h(tx: &mut Transaction<'_, Sqlite>) {}),
+    );
+    assert!(out.contains("OperationSpec :: new (\"POST /orders:v2\")"), "{out}");
+    assert!(out.contains("from_secs (604800u64)"), "{out}");
+    assert!(out.contains("ExpiryPolicy :: Reexecute"), "{out}");
+    assert!(out.contains("TenantScope"), "{out}");
+    assert!(out.contains("# Idempotency"), "{out}");
+    assert!(out.contains("Keys are unique per tenant and kept for 7 days"), "{out}");
+}
