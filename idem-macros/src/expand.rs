@@ -10,7 +10,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
-use syn::{GenericParam, Generics, ItemFn, LitStr, ReturnType};
+use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token};
 
 use idem_spec::{OperationSpec, ScopeKind};
 
@@ -57,15 +57,35 @@ fn wrapper_generics(generics: &Generics) -> Generics {
 /// What is emitted when the attribute or the signature is wrong: the error, and a handler of
 /// the same name and generics that axum accepts with any state, so that the router compiles
 /// and the error above stays the only one.
+///
+/// The handler itself is kept inside the stub, unused (and `async`, whatever the mistake),
+/// so that what its signature and body name stays used: no "unused import" warning follows
+/// the error.
 fn stub(item: &ItemFn) -> TokenStream {
-    let ItemFn { attrs, vis, sig, .. } = item;
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = item;
     let name = &sig.ident;
     let generics = wrapper_generics(&sig.generics);
     let where_clause = &generics.where_clause;
+    let has_receiver = sig.inputs.iter().any(|a| matches!(a, FnArg::Receiver(_)));
+    let handler = (!has_receiver).then(|| {
+        let mut sig = sig.clone();
+        sig.ident = format_ident!("__idem_handler");
+        sig.asyncness = Some(Token![async](sig.fn_token.span));
+        quote! {
+            #[allow(dead_code, clippy::too_many_arguments, clippy::unused_async)]
+            #sig #block
+        }
+    });
     quote! {
         #(#attrs)*
         #[allow(clippy::unused_async)]
         #vis async fn #name #generics () -> ::idem_runtime::__private::Response #where_clause {
+            #handler
             ::core::unreachable!("`#[idempotent]` reported an error at compile time")
         }
     }

@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::failpoint::{FailPoint, FailPoints};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-use crate::record::Record;
+pub use crate::record::Record;
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
     Backend, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
@@ -241,7 +241,9 @@ impl<DB: Backend> Idem<DB> {
     /// gets [`Error::InFlight`] past the wait. Whenever an execution ends without storing its
     /// record — the key's row appeared meanwhile (the `INSERT` finds it), `work` failed or
     /// panicked — everything rolls back and the key is looked up once more: a record a
-    /// concurrent execution committed is the answer then, never a second effect.
+    /// concurrent execution committed is the answer then, never a second committed effect.
+    /// (A duplicate that waited for the lock runs `work` on the way, against the first's
+    /// committed writes, and has it rolled back: keep effects inside the transaction.)
     ///
     /// A record with `status >= 400` rolls everything back and is not stored
     /// ([`OutcomeKind::Failed`]), except `4xx` with [`OperationSpec::store_client_errors`],

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use common::{Harness, TestDb};
 use http_body_util::BodyExt as _;
+use idem_runtime::fingerprint::{Fingerprint, FingerprintError, InputWriter, part};
+use idem_runtime::key::KeyFormat;
 use idem_runtime::sqlx::Transaction;
-use idem_runtime::{
-    Config, Idem, IdemState, Input, Json, KeyFormat, Principal, Problem, Validate, idempotent,
-};
+use idem_runtime::{Config, Idem, IdemState, Input, JsonBody, Principal, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt as _;
 
@@ -78,14 +78,13 @@ struct Item {
     #[serde(default)]
     note: String,
 }
-impl Validate for Item {}
 
 #[derive(Debug, Deserialize, Serialize)]
 struct Page {
     dry_run: bool,
 }
 
-/// A custom input extractor: the `x-amount` header.
+/// A custom input extractor: the `x-amount` header, fingerprinted as the query part.
 struct Amount(u32);
 
 impl<S: Send + Sync> FromRequestParts<S> for Amount {
@@ -101,9 +100,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Amount {
 }
 
 impl Input for Amount {
-    const PART: &'static str = "query";
-    fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
-        Ok(self.0.into())
+    type Part = part::Query;
+    fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
+        out.value(&self.0)
     }
 }
 
@@ -120,7 +119,7 @@ async fn by_user<DB: TestDb>(
     tx: &mut Transaction<'_, DB>,
     Path(id): Path<u32>,
     Query(page): Query<Page>,
-    Json(item): Json<Item>,
+    JsonBody(item): JsonBody<Item>,
 ) -> Response {
     effect(tx, "by_user").await;
     created(format!(
@@ -134,7 +133,7 @@ async fn by_user<DB: TestDb>(
 #[idempotent(scope = "tenant", key = "optional")]
 async fn optional_key<DB: TestDb>(
     tx: &mut Transaction<'_, DB>,
-    Json(item): Json<Item>,
+    JsonBody(item): JsonBody<Item>,
 ) -> Response {
     effect(tx, "optional").await;
     created(format!("{}:{}", item.name, uuid::Uuid::new_v4()))
@@ -143,7 +142,7 @@ async fn optional_key<DB: TestDb>(
 #[idempotent(scope = "global", store_client_errors = true)]
 async fn declines<DB: TestDb>(
     tx: &mut Transaction<'_, DB>,
-    Json(item): Json<Item>,
+    JsonBody(item): JsonBody<Item>,
 ) -> Result<Response, Problem> {
     effect(tx, "declined").await;
     Err(Problem::new(
@@ -155,20 +154,26 @@ async fn declines<DB: TestDb>(
 }
 
 #[idempotent(scope = "global")]
-async fn panics<DB: TestDb>(tx: &mut Transaction<'_, DB>, Json(item): Json<Item>) -> Response {
+async fn panics<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(item): JsonBody<Item>,
+) -> Response {
     effect(tx, "panics").await;
     assert!(item.name != "boom", "handler bug");
     created(item.name)
 }
 
 #[idempotent(scope = "global")]
-async fn huge<DB: TestDb>(tx: &mut Transaction<'_, DB>, Json(item): Json<Item>) -> Response {
+async fn huge<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(item): JsonBody<Item>,
+) -> Response {
     effect(tx, "huge").await;
     created("x".repeat(item.name.len() * 1024))
 }
 
 #[idempotent(scope = "global", operation = "POST /amounts")]
-async fn amounts<DB: TestDb>(#[input] Amount(n): Amount, tx: &mut Transaction<'_, DB>) -> Response {
+async fn amounts<DB: TestDb>(Amount(n): Amount, tx: &mut Transaction<'_, DB>) -> Response {
     effect(tx, "amount").await;
     created(format!("{n}:{}", uuid::Uuid::new_v4()))
 }
@@ -407,7 +412,7 @@ async fn body_limits_and_media_type<DB: TestDb>() {
     assert_eq!((h.effects().await, h.keys().await), (0, 0));
 }
 
-async fn custom_input_marker<DB: TestDb>() {
+async fn custom_input_extractor<DB: TestDb>() {
     let (h, app) = app::<DB>(Config::default()).await;
     let first = send(
         &app,
@@ -444,6 +449,9 @@ async fn custom_input_marker<DB: TestDb>() {
         .await
         .unwrap();
     assert!(stored.is_some(), "the operation id comes from `operation`");
+    // The amount is the `query` member of the canonical input, as its `Input::Part` says.
+    let expected = Fingerprint::of("POST /amounts:v1", &serde_json::json!({"query": 5}), &[]);
+    assert_eq!(stored.unwrap().fingerprint, expected.unwrap().as_bytes());
 }
 
 on_both_backends!(
@@ -454,5 +462,5 @@ on_both_backends!(
     panic_is_500_and_leaves_nothing,
     oversized_response_rolls_back,
     body_limits_and_media_type,
-    custom_input_marker,
+    custom_input_extractor,
 );

@@ -1,7 +1,9 @@
 //! Properties of the pure parts: no input makes them panic, and the fingerprint depends on
 //! values, never on the order or formatting of what the client sent.
 
-use idem_runtime::{Fingerprint, IdempotencyKey, KeyFormat};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::key::KeyFormat;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

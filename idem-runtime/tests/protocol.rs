@@ -7,14 +7,23 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use common::{Harness, TestDb};
+use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::protocol::{Call, OutcomeKind, Record, Work, work_fn};
+use idem_runtime::spec::{ExpiryPolicy, OperationSpec};
 use idem_runtime::sqlx::Transaction;
-use idem_runtime::store::KeyRef;
-use idem_runtime::{
-    Call, Config, Error, ExpiryPolicy, Fingerprint, IdempotencyKey, OperationSpec, OutcomeKind,
-    Record, Work, work_fn,
-};
+use idem_runtime::store::{KeyRef, KeyStatus};
+use idem_runtime::{Config, Error, IdempotencyKey};
 use serde_json::json;
+
+/// A `201` record with `body` and no headers.
+fn raw_record(body: &'static [u8]) -> Record {
+    let mut record = Record::failure();
+    record.status = StatusCode::CREATED;
+    record.body = bytes::Bytes::from_static(body);
+    record
+}
 
 const SPEC: OperationSpec = OperationSpec::new("test-op:v1");
 
@@ -46,7 +55,7 @@ fn work<DB: TestDb>(
             DB::write_effect(&mut **tx, note).await;
             tokio::time::sleep(delay).await;
             let mut record = Record::json(
-                status,
+                StatusCode::from_u16(status).unwrap(),
                 &json!({"note": note, "nonce": uuid::Uuid::new_v4().to_string()}),
             )
             .unwrap();
@@ -107,7 +116,7 @@ async fn sequential_replay<DB: TestDb>() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(stored.status, "completed");
+    assert_eq!(stored.status, KeyStatus::Completed);
     assert_eq!(stored.fingerprint, fp(&json!({"a": 1})).as_bytes());
 }
 
@@ -126,11 +135,7 @@ async fn awkward_values_round_trip<DB: TestDb>() {
         work_fn::<DB, _>(move |tx| {
             Box::pin(async move {
                 DB::write_effect(&mut **tx, "awkward").await;
-                let mut record = Record {
-                    status: 201,
-                    body: bytes::Bytes::from_static(body),
-                    ..Record::default()
-                };
+                let mut record = raw_record(body);
                 record
                     .headers
                     .insert("location", "/things/'; --".parse().unwrap());
@@ -443,7 +448,7 @@ fn spawn_first<DB: TestDb>(
     f: Fingerprint,
     status: u16,
     delay: Duration,
-) -> tokio::task::JoinHandle<idem_runtime::Outcome> {
+) -> tokio::task::JoinHandle<idem_runtime::protocol::Outcome> {
     let (idem, k) = (idem.clone(), Arc::clone(k));
     tokio::spawn(async move {
         let call = Call {
@@ -507,8 +512,12 @@ async fn waiting_duplicate_answers_with_the_first<DB: TestDb>(then: Then) {
                     DB::write_effect(&mut **tx, "second").await;
                     flag.store(true, std::sync::atomic::Ordering::SeqCst);
                     match then {
-                        Then::Succeed => Record::json(201, &json!({"second": true})).unwrap(),
-                        Then::Fail => Record::json(409, &json!({"second": true})).unwrap(),
+                        Then::Succeed => {
+                            Record::json(StatusCode::CREATED, &json!({"second": true})).unwrap()
+                        }
+                        Then::Fail => {
+                            Record::json(StatusCode::CONFLICT, &json!({"second": true})).unwrap()
+                        }
                         Then::Panic => panic!("the second execution panics"),
                     }
                 })
@@ -729,7 +738,7 @@ async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
                 Box::pin(async move {
                     DB::write_effect(&mut **tx, "lost").await;
                     DB::violate_at_commit(&mut **tx).await;
-                    Record::json(201, &json!({})).unwrap()
+                    Record::json(StatusCode::CREATED, &json!({})).unwrap()
                 })
             }),
         )
@@ -772,11 +781,12 @@ async fn unkeyed_work_runs_each_time<DB: TestDb>() {
 }
 
 #[cfg(feature = "failpoints")]
-async fn injected_fault_rolls_back<DB: TestDb>(point: idem_runtime::FailPoint) {
+async fn injected_fault_rolls_back<DB: TestDb>(point: idem_runtime::failpoint::FailPoint) {
     let h = Harness::<DB>::new().await;
     let k = key("k-fault");
     let call = global(&k);
-    h.idem.fail_at(point, idem_runtime::FailAction::Error);
+    h.idem
+        .fail_at(point, idem_runtime::failpoint::FailAction::Error);
     let err = h
         .idem
         .execute(&SPEC, call, ok::<DB>("faulty"))
@@ -802,12 +812,12 @@ async fn injected_fault_rolls_back<DB: TestDb>(point: idem_runtime::FailPoint) {
 
 #[cfg(feature = "failpoints")]
 async fn fault_after_business_write<DB: TestDb>() {
-    injected_fault_rolls_back::<DB>(idem_runtime::FailPoint::AfterHandler).await;
+    injected_fault_rolls_back::<DB>(idem_runtime::failpoint::FailPoint::AfterHandler).await;
 }
 
 #[cfg(feature = "failpoints")]
 async fn fault_after_response_write<DB: TestDb>() {
-    injected_fault_rolls_back::<DB>(idem_runtime::FailPoint::AfterRecord).await;
+    injected_fault_rolls_back::<DB>(idem_runtime::failpoint::FailPoint::AfterRecord).await;
 }
 
 on_both_backends!(
@@ -939,7 +949,7 @@ async fn postgres_deferred_unique_violation_is_a_failed_commit() {
                             .await
                             .unwrap();
                     }
-                    Record::json(201, &json!({})).unwrap()
+                    Record::json(StatusCode::CREATED, &json!({})).unwrap()
                 })
             }),
         )
@@ -981,11 +991,7 @@ async fn postgres_literals_hold_without_standard_conforming_strings() {
         work_fn::<Postgres, _>(move |tx| {
             Box::pin(async move {
                 Postgres::write_effect(&mut **tx, "scs").await;
-                Record {
-                    status: 201,
-                    body: bytes::Bytes::from_static(body),
-                    ..Record::default()
-                }
+                raw_record(body)
             })
         })
     };

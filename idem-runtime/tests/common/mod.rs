@@ -9,8 +9,8 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
+use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
 use idem_runtime::store::Backend;
 use idem_runtime::{Config, Idem};
 

@@ -1,5 +1,21 @@
-use idem_runtime::idempotent;
+//! A handler whose return type is not a response.
+
+use axum::Router;
+use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
 
 struct Order;
 
@@ -9,4 +25,10 @@ async fn create_order(tx: &mut Transaction<'_, Sqlite>) -> Order {
     Order
 }
 
-fn main() {}
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}

@@ -1,5 +1,21 @@
-use idem_runtime::idempotent;
+//! A handler that is not `async`.
+
+use axum::Router;
+use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
 
 #[idempotent(scope = "global")]
 fn create_order(tx: &mut Transaction<'_, Sqlite>) -> &'static str {
@@ -7,4 +23,10 @@ fn create_order(tx: &mut Transaction<'_, Sqlite>) -> &'static str {
     "created"
 }
 
-fn main() {}
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}

@@ -1,5 +1,21 @@
-use idem_runtime::idempotent;
+//! Two `&mut` arguments: only one can be the transaction.
+
+use axum::Router;
+use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
 
 #[idempotent(scope = "global")]
 async fn create_order(
@@ -10,4 +26,10 @@ async fn create_order(
     "created"
 }
 
-fn main() {}
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}

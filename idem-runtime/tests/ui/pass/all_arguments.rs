@@ -4,7 +4,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
-use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use idem_runtime::{Anonymous, Check, Checked, Idem, IdemState, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]
@@ -25,7 +25,11 @@ struct NewOrder {
     note: Option<String>,
 }
 
-impl Validate for NewOrder {}
+impl Check for NewOrder {
+    fn check(&self) -> Result<(), Problem> {
+        Ok(())
+    }
+}
 
 #[idempotent(
     ttl = "2d",
@@ -34,19 +38,21 @@ impl Validate for NewOrder {}
     version = 3,
     on_expired = "reexecute",
     key = "optional",
+    mode = "atomic",
     store_client_errors = true,
-    exclude = ["body.note", "query.trace"],
+    exclude = ["body.note", "query.trace", "headers"],
+    state = AppState,
 )]
 async fn create_order(
     tx: &mut Transaction<'_, Sqlite>,
-    Json(order): Json<NewOrder>,
+    Checked(order): Checked<NewOrder>,
 ) -> (StatusCode, String) {
     let _ = tx;
     (StatusCode::CREATED, order.sku)
 }
 
 #[idempotent(
-    ttl = "30s",
+    ttl = "365d",
     scope = "global",
     operation = "DELETE /orders",
     version = 1,

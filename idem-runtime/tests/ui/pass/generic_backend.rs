@@ -5,7 +5,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
-use idem_runtime::{Anonymous, Backend, Idem, IdemState, idempotent};
+use idem_runtime::store::Backend;
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
 
 struct AppState<DB: Backend> {
     idem: Idem<DB>,

@@ -16,13 +16,15 @@ mod handlers {
         version = 2,
         on_expired = "reexecute",
         key = "optional",
+        mode = "atomic",
         store_client_errors = true,
         exclude = ["body.note"],
+        state = super::AppState,
     )]
     pub(crate) async fn create_order(
         tx: &mut Transaction<'_, Sqlite>,
         ::axum::extract::Path(id): ::axum::extract::Path<u32>,
-        ::idem_runtime::Json(order): ::idem_runtime::Json<super::NewOrder>,
+        ::idem_runtime::Checked(order): ::idem_runtime::Checked<super::NewOrder>,
     ) -> ::core::result::Result<(StatusCode, String), StatusCode> {
         let _ = tx;
         let _ = id;
@@ -30,7 +32,7 @@ mod handlers {
     }
 
     #[idempotent(scope = "tenant")]
-    pub(crate) async fn delete_order<DB: ::idem_runtime::Backend>(
+    pub(crate) async fn delete_order<DB: ::idem_runtime::store::Backend>(
         tx: &mut Transaction<'_, DB>,
     ) -> StatusCode {
         let _ = tx;
@@ -43,7 +45,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::routing::post;
 use idem_runtime::sqlx::Sqlite;
-use idem_runtime::{Idem, IdemState, Principal, Validate};
+use idem_runtime::{Check, Idem, IdemState, Principal, Problem};
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize, Serialize)]
@@ -52,7 +54,11 @@ struct NewOrder {
     note: String,
 }
 
-impl Validate for NewOrder {}
+impl Check for NewOrder {
+    fn check(&self) -> Result<(), Problem> {
+        Ok(())
+    }
+}
 
 #[derive(Clone)]
 struct AppState {

@@ -4,7 +4,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
-use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use idem_runtime::{Anonymous, Idem, IdemState, JsonBody, idempotent};
 use serde::Deserialize;
 
 #[derive(Clone)]
@@ -24,12 +24,10 @@ struct NewOrder {
     sku: String,
 }
 
-impl Validate for NewOrder {}
-
 #[idempotent(ttl = "24h", scope = "global")]
 async fn create_order(
     tx: &mut Transaction<'_, Sqlite>,
-    Json(order): Json<NewOrder>,
+    JsonBody(order): JsonBody<NewOrder>,
 ) -> Result<(StatusCode, String), StatusCode> {
     idem_runtime::sqlx::query("INSERT INTO orders (sku) VALUES (?1)")
         .bind(&order.sku)

@@ -21,7 +21,7 @@ use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::routing::post;
 use idem_runtime::sqlx::{self, Sqlite, Transaction};
-use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use idem_runtime::{Anonymous, Check, Checked, Idem, IdemState, JsonBody, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone)]
@@ -42,7 +42,11 @@ struct NewOrder {
     note: String,
 }
 
-impl Validate for NewOrder {}
+impl Check for NewOrder {
+    fn check(&self) -> Result<(), Problem> {
+        Ok(())
+    }
+}
 
 #[derive(Debug, Deserialize, Serialize)]
 struct Options {
@@ -55,7 +59,7 @@ async fn create_order(
     Path(shop): Path<u32>,
     Query(options): Query<Options>,
     tx: &mut Transaction<'_, Sqlite>,
-    Json(order): Json<NewOrder>,
+    JsonBody(order): JsonBody<NewOrder>,
 ) -> Result<(StatusCode, String), StatusCode> {
     if options.dry_run {
         return Err(StatusCode::UNPROCESSABLE_ENTITY);
@@ -70,9 +74,26 @@ async fn create_order(
     Ok((StatusCode::CREATED, order.sku))
 }
 
+/// Replaces an order, with the checks that need the state.
+#[idempotent(ttl = "7d", scope = "global", state = AppState, mode = "atomic")]
+async fn replace_order(
+    Path((shop, order)): Path<(u32, u64)>,
+    tx: &mut Transaction<'_, Sqlite>,
+    Checked(new): Checked<NewOrder>,
+) -> StatusCode {
+    let _done = sqlx::query("UPDATE orders SET sku = ?1 WHERE shop = ?2 AND id = ?3")
+        .bind(&new.sku)
+        .bind(shop)
+        .bind(i64::try_from(order).unwrap_or_default())
+        .execute(&mut **tx)
+        .await;
+    StatusCode::NO_CONTENT
+}
+
 fn router(idem: Idem<Sqlite>) -> Router {
     Router::new()
         .route("/shops/{shop}/orders", post(create_order))
+        .route("/shops/{shop}/orders/{order}", post(replace_order))
         .with_state(AppState { idem })
 }
 

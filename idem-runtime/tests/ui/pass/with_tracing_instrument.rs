@@ -4,7 +4,7 @@
 use axum::Router;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
-use idem_runtime::{Anonymous, Idem, IdemState, Json, Validate, idempotent};
+use idem_runtime::{Anonymous, Idem, IdemState, JsonBody, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]
@@ -24,11 +24,9 @@ struct NewOrder {
     sku: String,
 }
 
-impl Validate for NewOrder {}
-
 #[tracing::instrument(skip_all)]
 #[idempotent(scope = "global", ttl = "1h")]
-async fn create_order(tx: &mut Transaction<'_, Sqlite>, Json(order): Json<NewOrder>) -> String {
+async fn create_order(tx: &mut Transaction<'_, Sqlite>, JsonBody(order): JsonBody<NewOrder>) -> String {
     let _ = tx;
     order.sku
 }

@@ -1,0 +1,44 @@
+//! A body extractor before another extractor.
+
+use axum::Router;
+use axum::routing::post;
+use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+use axum::extract::Path;
+use idem_runtime::JsonBody;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
+
+#[derive(Deserialize, Serialize)]
+struct NewOrder {
+    sku: String,
+}
+
+#[idempotent(scope = "global")]
+async fn create_order(
+    tx: &mut Transaction<'_, Sqlite>,
+    JsonBody(order): JsonBody<NewOrder>,
+    Path(shop): Path<u32>,
+) -> String {
+    let _ = tx;
+    format!("{} in {shop}", order.sku)
+}
+
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}

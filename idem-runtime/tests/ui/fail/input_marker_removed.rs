@@ -1,0 +1,33 @@
+//! `#[input]` is gone: inputs are decided by type.
+
+use axum::Router;
+use axum::routing::post;
+use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+use axum::extract::Path;
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
+
+#[idempotent(scope = "global")]
+async fn create_order(tx: &mut Transaction<'_, Sqlite>, #[input] Path(id): Path<u32>) -> String {
+    let _ = tx;
+    id.to_string()
+}
+
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}

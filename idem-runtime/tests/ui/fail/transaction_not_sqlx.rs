@@ -1,0 +1,32 @@
+//! A `&mut` argument that is not a `sqlx::Transaction`.
+
+use axum::Router;
+use axum::routing::post;
+use idem_runtime::sqlx::Sqlite;
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
+
+#[derive(Clone)]
+struct AppState {
+    idem: Idem<Sqlite>,
+}
+
+impl IdemState<Sqlite> for AppState {
+    type Principal = Anonymous;
+    fn idem(&self) -> &Idem<Sqlite> {
+        &self.idem
+    }
+}
+
+#[idempotent(scope = "global")]
+async fn create_order(tx: &mut String) -> &'static str {
+    let _ = tx;
+    "created"
+}
+
+fn main() {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
+        Router::new()
+            .route("/orders", post(create_order))
+            .with_state(AppState { idem })
+    };
+}
