@@ -193,7 +193,8 @@ pub mod part {
     message = "idem cannot tell whether `{Self}` is part of the request's meaning",
     label = "neither an `Input` nor marked `#[not_input]`",
     note = "if it carries what the client asks for (body, path, query, a header that changes the outcome), implement `idem_runtime::Input` for it with the matching `Part`: it is then fingerprinted, and a retry with another value gets 422",
-    note = "if it does not (authentication, request ids, connection details), implement `Input` with `type Part = part::Ignored`, or mark this argument `#[not_input]`"
+    note = "if it does not (authentication, request ids, connection details), implement `Input` with `type Part = part::Ignored`, or mark this argument `#[not_input]`",
+    note = "idem's and axum's extractors (`JsonBody<T>`, `Checked<T>`, `Json<T>`, `Form<T>`, `Query<T>`, `Path<T>`) are inputs when `T` implements `serde::Serialize`"
 )]
 pub trait Input {
     /// Where the value goes: [`part::Body`], [`part::Path`], [`part::Query`],
@@ -417,12 +418,6 @@ ignored_inputs! {
     [T] axum::extract::ConnectInfo<T>;
 }
 
-impl<P: crate::Principal> Input for P {
-    type Part = part::Ignored;
-    fn write(&self, _: InputWriter<'_>) -> Result<(), FingerprintError> {
-        Ok(())
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -501,7 +496,10 @@ mod tests {
         // A path that does not exist changes nothing; a whole part can be left out.
         assert_eq!(of(&with_note, &["body.nope.x"]), of(&with_note, &[]));
         assert_eq!(of(&with_note, &["body"]), of(&other_note, &["body"]));
-        assert_eq!(of(&with_note, &["body"]), of_parts("op:v1", &[], &[]).unwrap());
+        assert_eq!(
+            of(&with_note, &["body"]),
+            of_parts("op:v1", &[], &[]).unwrap()
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use axum::extract::FromRequestParts;
 use http::request::Parts;
 
 use crate::error::Error;
+use crate::fingerprint::{FingerprintError, Input, InputWriter, part};
 use crate::protocol::Idem;
 use crate::spec::{OperationSpec, Scope, ScopeKind};
 use crate::store::Backend;
@@ -40,7 +41,10 @@ pub trait Principal {
     }
 }
 
-pub(crate) fn scope_of<P: Principal + ?Sized>(kind: ScopeKind, principal: &P) -> Result<Scope, Error> {
+pub(crate) fn scope_of<P: Principal + ?Sized>(
+    kind: ScopeKind,
+    principal: &P,
+) -> Result<Scope, Error> {
     let owner = match kind {
         ScopeKind::Tenant => principal.tenant(),
         ScopeKind::User => principal.user(),
@@ -51,6 +55,14 @@ pub(crate) fn scope_of<P: Principal + ?Sized>(kind: ScopeKind, principal: &P) ->
             Scope::new(kind, Some(owner)).map_err(|_| Error::NoScope(kind.as_str()))
         }
         _ => Err(Error::NoScope(kind.as_str())),
+    }
+}
+
+/// A principal is who asks, not what is asked: never part of the fingerprint.
+impl<P: Principal> Input for P {
+    type Part = part::Ignored;
+    fn write(&self, _: InputWriter<'_>) -> Result<(), FingerprintError> {
+        Ok(())
     }
 }
 
