@@ -20,8 +20,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
-use sqlx::{Pool, Postgres, Sqlite, Transaction};
 use serde::{Deserialize, Serialize};
+use sqlx::{Pool, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
 
 /// The application state: idem's handle, whose pool the handlers also use.

@@ -11,6 +11,7 @@ use idem_spec::{
     operation_id, parse_duration,
 };
 use proc_macro2::{Span, TokenStream};
+use syn::parse::discouraged::Speculative as _;
 use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
@@ -37,6 +38,8 @@ pub(crate) struct Args {
 struct Arg {
     name: Ident,
     value: Expr,
+    /// `state = AppState<DB>` is a type, which does not parse as an expression.
+    ty: Option<Type>,
 }
 
 impl Parse for Arg {
@@ -45,9 +48,24 @@ impl Parse for Arg {
         input
             .parse::<Token![=]>()
             .map_err(|_| syn::Error::new(name.span(), format!("expected `{name} = …`")))?;
+        if name == "state" {
+            let fork = input.fork();
+            if let Ok(ty @ Type::Path(_)) = fork.parse::<Type>()
+                && (fork.is_empty() || fork.peek(Token![,]))
+            {
+                input.advance_to(&fork);
+                let value = Expr::Verbatim(quote::ToTokens::to_token_stream(&ty));
+                return Ok(Self {
+                    name,
+                    value,
+                    ty: Some(ty),
+                });
+            }
+        }
         Ok(Self {
             name,
             value: input.parse()?,
+            ty: None,
         })
     }
 }
@@ -185,7 +203,16 @@ impl Args {
                     )),
                 },
                 "exclude" => parse_exclude(value).map(|v| args.exclude = v),
-                "state" => parse_state(value).map(|t| args.state = Some(t)),
+                "state" => match arg.ty {
+                    Some(ty) => {
+                        args.state = Some(ty);
+                        Ok(())
+                    }
+                    None => Err(syn::Error::new_spanned(
+                        value,
+                        "`state` takes the application state's type, such as `state = AppState`",
+                    )),
+                },
                 _ => Err(syn::Error::new(
                     arg.name.span(),
                     format!("unknown argument `{name}`; expected one of: {ARGUMENTS}"),
@@ -218,8 +245,8 @@ impl Args {
                 errors.push(syn::Error::new(
                     span,
                     format!(
-                        "invalid operation id: {reason}; name the operation such as \
-                         `operation = \"POST /orders\"`"
+                        "invalid `operation` `{name}`: {reason} (name operations such as \
+                         `operation = \"POST /orders\"`)"
                     ),
                 ));
             }
@@ -246,19 +273,6 @@ fn parse_version(value: &Expr) -> syn::Result<(u32, Span)> {
     }
 }
 
-fn parse_state(value: &Expr) -> syn::Result<Type> {
-    match value {
-        Expr::Path(path) if path.qself.is_none() => Ok(Type::Path(syn::TypePath {
-            qself: None,
-            path: path.path.clone(),
-        })),
-        other => Err(syn::Error::new_spanned(
-            other,
-            "`state` takes the application state's type, such as `state = AppState`",
-        )),
-    }
-}
-
 fn parse_exclude(value: &Expr) -> syn::Result<Vec<String>> {
     let Expr::Array(ExprArray { elems, .. }) = value else {
         return Err(syn::Error::new_spanned(
@@ -270,9 +284,12 @@ fn parse_exclude(value: &Expr) -> syn::Result<Vec<String>> {
     for elem in elems {
         let lit = string(elem, "exclude")?;
         let path = lit.value();
+        // A part's name, or the name of a later part of the same kind: `body#2`.
         let root = path.split('.').next().unwrap_or_default();
-        let well_formed = path.split('.').all(|s| !s.is_empty());
-        if !well_formed || !matches!(root, "body" | "path" | "query" | "headers") {
+        let (part, occurrence) = root.split_once('#').unwrap_or((root, "1"));
+        let well_formed = path.split('.').all(|s| !s.is_empty())
+            && occurrence.parse::<u8>().is_ok_and(|n| n >= 1);
+        if !well_formed || !matches!(part, "body" | "path" | "query" | "headers") {
             return Err(syn::Error::new(
                 lit.span(),
                 format!(

@@ -74,7 +74,7 @@ fn stub(item: &ItemFn) -> TokenStream {
     let has_receiver = sig.inputs.iter().any(|a| matches!(a, FnArg::Receiver(_)));
     let handler = (!has_receiver).then(|| {
         let mut sig = sig.clone();
-        sig.ident = format_ident!("__idem_handler");
+        sig.ident = format_ident!("__idem_unused");
         sig.asyncness = Some(Token![async](sig.fn_token.span));
         quote! {
             #[allow(dead_code, clippy::too_many_arguments, clippy::unused_async)]
@@ -118,6 +118,11 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
 
     let tx_ty = &signature.transaction;
     let db = quote_spanned!(tx_ty.span()=> <#tx_ty as #rt::TxArg>::Db);
+    // At the transaction's type too: when it is not a transaction, the context's type is
+    // reported there, once, with the `TxArg` error, not a second time at the attribute.
+    let ctx = quote_spanned!(tx_ty.span()=>
+        ::idem_runtime::__private::Ctx<#db, ::idem_runtime::__private::#scope_marker>
+    );
     let extractors = signature
         .arguments
         .iter()
@@ -158,11 +163,16 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         checks.push(quote_spanned!(state.span()=> #rt::state::<#state, #db>();));
     }
 
-    let into_response = match &sig.output {
-        ReturnType::Type(_, ty) => {
-            quote_spanned!(ty.span()=> ::idem_runtime::__private::IntoResponse::into_response)
+    // The call at the return type's span: a type that is not a response is reported there.
+    let respond = match &sig.output {
+        ReturnType::Type(_, ty) => quote_spanned!(ty.span()=>
+            ::idem_runtime::__private::IntoResponse::into_response(
+                __idem_handler(#(#call),*).await
+            )
+        ),
+        ReturnType::Default => {
+            quote!(#rt::IntoResponse::into_response(__idem_handler(#(#call),*).await))
         }
-        ReturnType::Default => quote!(#rt::IntoResponse::into_response),
     };
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
@@ -172,7 +182,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         #(#attrs)*
         #[doc = #doc]
         #vis async fn #name #generics (
-            __idem_ctx: #rt::Ctx<#db, #rt::#scope_marker>,
+            __idem_ctx: #ctx,
             #(#params),*
         ) -> #rt::Response #where_clause {
             // `async` is required by the attribute even where the body awaits nothing.
@@ -191,7 +201,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #rt::run(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_tx| {
                 #rt::Box::pin(async move {
-                    #into_response(__idem_handler(#(#call),*).await)
+                    #respond
                 })
             })
             .await

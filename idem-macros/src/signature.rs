@@ -51,11 +51,11 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
             }
             FnArg::Typed(arg) => arg,
         };
-        let mut ignored = false;
+        let mut not_input = None;
         let mut kept = Vec::new();
         for attr in std::mem::take(&mut arg.attrs) {
             if attr.path().is_ident(NOT_INPUT) {
-                ignored = true;
+                not_input = Some(attr);
             } else if attr.path().is_ident("input") {
                 errors.push(syn::Error::new_spanned(
                     &attr,
@@ -96,12 +96,14 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
                 transaction.get_or_insert_with(|| (*reference.elem).clone());
                 Role::Transaction
             }
-            _ => Role::Extractor { ignored },
+            _ => Role::Extractor {
+                ignored: not_input.is_some(),
+            },
         };
         if matches!(role, Role::Transaction) {
-            if ignored {
+            if let Some(attr) = &not_input {
                 errors.push(syn::Error::new_spanned(
-                    &arg.ty,
+                    attr,
                     "`#[not_input]` goes on extractors; the transaction is never an input",
                 ));
             }

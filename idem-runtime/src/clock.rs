@@ -30,7 +30,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::{Clock, ManualClock};
+/// use idem_runtime::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(2));

@@ -190,11 +190,11 @@ pub mod part {
 /// An argument can also be left out of the fingerprint where it is used, by marking it
 /// `#[not_input]` in the handler's signature.
 #[diagnostic::on_unimplemented(
-    message = "idem cannot tell whether `{Self}` is part of the request's meaning",
-    label = "neither an `Input` nor marked `#[not_input]`",
+    message = "`{Self}` is not an `Input`: idem cannot tell whether it is part of the request's meaning",
+    label = "not an `Input`, and not marked `#[not_input]`",
     note = "if it carries what the client asks for (body, path, query, a header that changes the outcome), implement `idem_runtime::Input` for it with the matching `Part`: it is then fingerprinted, and a retry with another value gets 422",
     note = "if it does not (authentication, request ids, connection details), implement `Input` with `type Part = part::Ignored`, or mark this argument `#[not_input]`",
-    note = "idem's and axum's extractors (`JsonBody<T>`, `Checked<T>`, `Json<T>`, `Form<T>`, `Query<T>`, `Path<T>`) are inputs when `T` implements `serde::Serialize`"
+    note = "idem's and axum's extractors (`JsonBody<T>`, `Json<T>`, `Form<T>`, `Query<T>`, `Path<T>`) are inputs when `T` implements `serde::Serialize`; `Checked<T>` also needs `T: Check`, `Validated<T>` `T: validator::Validate`, `Garde<T>` `T: garde::Validate`"
 )]
 pub trait Input {
     /// Where the value goes: [`part::Body`], [`part::Path`], [`part::Query`],
@@ -417,7 +417,6 @@ ignored_inputs! {
     /// The client's address changes between retries.
     [T] axum::extract::ConnectInfo<T>;
 }
-
 
 #[cfg(test)]
 mod tests {

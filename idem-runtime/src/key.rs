@@ -29,7 +29,8 @@ pub enum KeyFormat {
 /// A validated idempotency key.
 ///
 /// ```
-/// use idem_runtime::{IdempotencyKey, KeyFormat};
+/// use idem_runtime::IdempotencyKey;
+/// use idem_runtime::key::KeyFormat;
 ///
 /// let quoted = IdempotencyKey::parse(b"\"order-42\"", KeyFormat::Strict).unwrap();
 /// let bare = IdempotencyKey::parse(b"order-42", KeyFormat::Lenient).unwrap();

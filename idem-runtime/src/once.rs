@@ -140,7 +140,9 @@ impl<DB: Backend> Idem<DB> {
         I: Serialize + ?Sized,
         T: Serialize + DeserializeOwned + Send + 'static,
         E: Send + 'static,
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> BoxFuture<'t, Result<T, E>> + Send + 'static,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> BoxFuture<'t, Result<T, E>>
+            + Send
+            + 'static,
     {
         let fingerprint = Fingerprint::of(spec.id, input, spec.fingerprint_exclude)
             .map_err(|e| OnceError::Idem(Error::Input(e)))?;

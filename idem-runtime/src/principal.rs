@@ -58,7 +58,9 @@ pub(crate) fn scope_of<P: Principal + ?Sized>(
     }
 }
 
-/// A principal is who asks, not what is asked: never part of the fingerprint.
+/// A principal is who asks, not what is asked: never part of the fingerprint. (Not offered
+/// as a fix when a type is not an `Input`: implementing `Principal` is rarely the answer.)
+#[diagnostic::do_not_recommend]
 impl<P: Principal> Input for P {
     type Part = part::Ignored;
     fn write(&self, _: InputWriter<'_>) -> Result<(), FingerprintError> {

@@ -28,8 +28,7 @@ use crate::key::IdempotencyKey;
 pub use crate::record::Record;
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
-    Backend, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
-    TxSettings,
+    Backend, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey, TxSettings,
 };
 
 /// The request side of one execution: who, which key, what input.
@@ -496,7 +495,11 @@ impl<DB: Backend> Idem<DB> {
     /// `failpoints`).
     #[cfg(feature = "failpoints")]
     #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
-    pub fn fail_at(&self, point: crate::failpoint::FailPoint, action: crate::failpoint::FailAction) {
+    pub fn fail_at(
+        &self,
+        point: crate::failpoint::FailPoint,
+        action: crate::failpoint::FailAction,
+    ) {
         self.inner.fail.arm(point, action);
     }
 }

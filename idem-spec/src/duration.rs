@@ -180,7 +180,10 @@ mod tests {
         assert_eq!(secs("24h"), Ok(86_400));
         assert_eq!(secs("7d"), Ok(604_800));
         assert_eq!(secs("1h30m"), Ok(5_400));
-        assert_eq!(secs("2d12h30m15s"), Ok(2 * 86_400 + 12 * 3600 + 30 * 60 + 15));
+        assert_eq!(
+            secs("2d12h30m15s"),
+            Ok(2 * 86_400 + 12 * 3600 + 30 * 60 + 15)
+        );
     }
 
     #[test]
@@ -216,7 +219,10 @@ mod tests {
     fn words() {
         assert_eq!(describe_duration(Duration::from_secs(30)), "30 seconds");
         assert_eq!(describe_duration(Duration::from_secs(60)), "1 minute");
-        assert_eq!(describe_duration(Duration::from_secs(2 * 86_400)), "48 hours");
+        assert_eq!(
+            describe_duration(Duration::from_secs(2 * 86_400)),
+            "48 hours"
+        );
         assert_eq!(describe_duration(MAX_TTL), "365 days");
     }
 }

@@ -45,7 +45,11 @@ pub struct UnknownWord {
 
 impl fmt::Display for UnknownWord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown {} `{}`; expected one of: ", self.what, self.given)?;
+        write!(
+            f,
+            "unknown {} `{}`; expected one of: ",
+            self.what, self.given
+        )?;
         for (i, word) in self.expected.iter().enumerate() {
             if i > 0 {
                 f.write_str(", ")?;

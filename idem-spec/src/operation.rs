@@ -219,9 +219,7 @@ impl OperationSpec {
             ScopeKind::User => "user",
         };
         let without_key = match self.key {
-            KeyRequirement::Required => {
-                "A request without an `Idempotency-Key` is refused (400)."
-            }
+            KeyRequirement::Required => "A request without an `Idempotency-Key` is refused (400).",
             KeyRequirement::Optional => {
                 "A request without an `Idempotency-Key` runs once, unprotected against retries."
             }

@@ -116,8 +116,10 @@ macro_rules! json_extractor {
             }
         }
 
+        // The validation's bound here too, so that a body type without it is reported at the
+        // handler's argument (through `Input`), not only at `.route(…)`.
         $(#[$meta])*
-        impl<T: Serialize> Input for $name<T> {
+        impl<T: Serialize + $($bound)*> Input for $name<T> {
             type Part = part::Body;
             fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
                 out.value(&self.0)

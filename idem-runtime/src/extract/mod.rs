@@ -17,8 +17,8 @@
 mod body;
 
 pub(crate) use body::BodyLimit;
-pub use body::{Check, Checked, JsonBody};
 #[cfg(feature = "garde")]
 pub use body::Garde;
 #[cfg(feature = "validator")]
 pub use body::Validated;
+pub use body::{Check, Checked, JsonBody};

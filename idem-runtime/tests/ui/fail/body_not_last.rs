@@ -1,11 +1,11 @@
 //! A body extractor before another extractor.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::routing::post;
+use idem_runtime::JsonBody;
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
-use axum::extract::Path;
-use idem_runtime::JsonBody;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone)]

@@ -2,9 +2,9 @@
 
 use axum::Router;
 use axum::routing::post;
+use idem_runtime::JsonBody;
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
-use idem_runtime::JsonBody;
 use serde::Deserialize;
 
 #[derive(Clone)]

@@ -1,10 +1,10 @@
 //! A `HeaderMap` is not an input (most headers change between retries): it must be marked `#[not_input]`.
 
 use axum::Router;
+use axum::http::HeaderMap;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
-use axum::http::HeaderMap;
 
 #[derive(Clone)]
 struct AppState {

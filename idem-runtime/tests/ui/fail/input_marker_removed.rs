@@ -1,10 +1,10 @@
 //! `#[input]` is gone: inputs are decided by type.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::routing::post;
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
-use axum::extract::Path;
 
 #[derive(Clone)]
 struct AppState {

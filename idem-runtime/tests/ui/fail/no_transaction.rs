@@ -1,10 +1,10 @@
 //! A handler without a transaction argument.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::routing::post;
 use idem_runtime::sqlx::Sqlite;
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
-use axum::extract::Path;
 
 #[derive(Clone)]
 struct AppState {

@@ -1,12 +1,12 @@
 //! A custom extractor that is neither an `Input` nor marked `#[not_input]`.
 
 use axum::Router;
-use axum::routing::post;
-use idem_runtime::sqlx::{Sqlite, Transaction};
-use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
 use axum::extract::FromRequestParts;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::routing::post;
+use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
 
 #[derive(Clone)]
 struct AppState {
@@ -27,7 +27,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Locale {
     type Rejection = StatusCode;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, StatusCode> {
-        let locale = parts.headers.get("accept-language").and_then(|v| v.to_str().ok());
+        let locale = parts
+            .headers
+            .get("accept-language")
+            .and_then(|v| v.to_str().ok());
         Ok(Self(locale.unwrap_or("en").to_owned()))
     }
 }

@@ -1,6 +1,7 @@
 //! A handler generic over the backend, as in `examples/src/orders.rs`.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
@@ -42,10 +43,18 @@ where
     StatusCode::NO_CONTENT
 }
 
+/// A generic state is named with a turbofish: `state = AppState::<DB>`.
+#[idempotent(scope = "global", state = AppState::<DB>)]
+async fn archive_order<DB: Backend>(Path(id): Path<u64>, tx: &mut Transaction<'_, DB>) -> String {
+    let _ = tx;
+    format!("order {id} archived")
+}
+
 fn router<DB: Backend>(idem: Idem<DB>) -> Router {
     Router::new()
         .route("/orders", post(create_order::<DB>))
         .route("/orders/cancel", post(cancel_order::<DB>))
+        .route("/orders/{id}/archive", post(archive_order::<DB>))
         .with_state(AppState { idem })
 }
 

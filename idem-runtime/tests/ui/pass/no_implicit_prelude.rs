@@ -90,7 +90,10 @@ impl IdemState<Sqlite> for AppState {
 fn router(idem: Idem<Sqlite>) -> Router {
     Router::new()
         .route("/orders/{id}", post(handlers::create_order))
-        .route("/orders/{id}/delete", post(handlers::delete_order::<Sqlite>))
+        .route(
+            "/orders/{id}/delete",
+            post(handlers::delete_order::<Sqlite>),
+        )
         .with_state(AppState { idem })
 }
 

@@ -30,7 +30,10 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceId {
     type Rejection = StatusCode;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, StatusCode> {
-        let id = parts.headers.get("traceparent").and_then(|v| v.to_str().ok());
+        let id = parts
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok());
         Ok(Self(id.unwrap_or_default().to_owned()))
     }
 }

@@ -1,9 +1,10 @@
 //! `Option<T>` of an input is an input of the same part (`null` when absent), for the
-//! extractors axum accepts in an `Option`.
+//! extractors axum accepts in an `Option` (`Path`, `Json`, …). axum 0.8 has no
+//! `Option<Query<T>>`: an optional query is a `Query<T>` whose fields are all optional.
 
-use axum::Router;
 use axum::extract::{Path, Query};
 use axum::routing::post;
+use axum::{Json, Router};
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Anonymous, Idem, IdemState, idempotent};
 use serde::{Deserialize, Serialize};
@@ -35,16 +36,25 @@ async fn with_path(
     format!("{:?} {:?}", id.map(|Path(id)| id), page.after)
 }
 
+#[derive(Deserialize, Serialize)]
+struct Note {
+    text: String,
+}
+
 #[idempotent(scope = "global")]
-async fn with_query(tx: &mut Transaction<'_, Sqlite>, page: Option<Query<Page>>) -> String {
+async fn with_body(
+    Query(page): Query<Page>,
+    tx: &mut Transaction<'_, Sqlite>,
+    note: Option<Json<Note>>,
+) -> String {
     let _ = tx;
-    format!("{:?}", page.and_then(|Query(page)| page.after))
+    format!("{:?} {:?}", page.after, note.map(|Json(note)| note.text))
 }
 
 fn router(idem: Idem<Sqlite>) -> Router {
     Router::new()
         .route("/a/{id}", post(with_path))
-        .route("/b", post(with_query))
+        .route("/b", post(with_body))
         .with_state(AppState { idem })
 }
 

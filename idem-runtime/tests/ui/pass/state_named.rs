@@ -74,7 +74,10 @@ async fn create_order(
     let _ = (tx, state.idem.config());
     (
         StatusCode::CREATED,
-        format!("{} in shop {shop}: {} {}", order.sku, prices.euro_cents, currency.0),
+        format!(
+            "{} in shop {shop}: {} {}",
+            order.sku, prices.euro_cents, currency.0
+        ),
     )
 }
 

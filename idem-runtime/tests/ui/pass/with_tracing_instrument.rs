@@ -26,13 +26,16 @@ struct NewOrder {
 
 #[tracing::instrument(skip_all)]
 #[idempotent(scope = "global", ttl = "1h")]
-async fn create_order(tx: &mut Transaction<'_, Sqlite>, JsonBody(order): JsonBody<NewOrder>) -> String {
+async fn create_order(
+    tx: &mut Transaction<'_, Sqlite>,
+    JsonBody(order): JsonBody<NewOrder>,
+) -> String {
     let _ = tx;
     order.sku
 }
 
 fn main() {
-    let _app: fn(Idem<Sqlite>) -> Router = |idem| {
+    let _: fn(Idem<Sqlite>) -> Router = |idem| {
         Router::new()
             .route("/orders", post(create_order))
             .with_state(AppState { idem })
