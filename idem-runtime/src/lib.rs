@@ -49,6 +49,14 @@ pub use idem_macros::idempotent;
 /// dependency (its macros name `::sqlx`): see the README.
 pub use sqlx;
 
+/// Fail points are test machinery: without the `failpoints` feature they are not there.
+///
+/// ```compile_fail
+/// use idem_runtime::failpoint::FailPoint;
+/// ```
+#[cfg(all(doctest, not(feature = "failpoints")))]
+pub struct FailPointsNeedTheirFeature;
+
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
