@@ -192,6 +192,18 @@ fn key_row(row: &PgRow, now_ms: i64) -> Result<KeyRow, StoreError> {
     raw(row)?.into_row(now_ms)
 }
 
+/// `statement` with the key's three parts bound as its first three parameters (scope,
+/// operation, key).
+fn by_key<'q>(
+    statement: &'q str,
+    key: KeyRef<'q>,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(statement)
+        .bind(key.scope)
+        .bind(key.operation)
+        .bind(key.key)
+}
+
 impl Backend for Postgres {
     fn migrations() -> &'static [Migration] {
         &MIGRATIONS
@@ -230,12 +242,7 @@ impl Backend for Postgres {
         conn: &mut PgConnection,
         key: KeyRef<'_>,
     ) -> Result<Option<StoredKey>, sqlx::Error> {
-        let row = sqlx::query(sql::LOOKUP)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(conn)
-            .await?;
+        let row = by_key(sql::LOOKUP, key).fetch_optional(conn).await?;
         let Some(row) = row else { return Ok(None) };
         let status = StoredStatus::from_column(row.try_get(1)?);
         let response_status: Option<i32> = row.try_get(2)?;
@@ -395,12 +402,7 @@ impl sealed::Sealed for Postgres {
         key: KeyRef<'_>,
         now_ms: i64,
     ) -> Result<Option<KeyRow>, StoreError> {
-        let row = sqlx::query(sql::GET)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(pool)
-            .await?;
+        let row = by_key(sql::GET, key).fetch_optional(pool).await?;
         row.map(|row| key_row(&row, now_ms)).transpose()
     }
 
@@ -464,10 +466,7 @@ impl sealed::Sealed for Postgres {
         now_ms: i64,
     ) -> Result<Option<(KeyRow, KeyRow)>, StoreError> {
         let mut tx = pool.begin().await?;
-        let before = sqlx::query(sql::GET_FOR_UPDATE)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
+        let before = by_key(sql::GET_FOR_UPDATE, key)
             .fetch_optional(&mut *tx)
             .await?;
         // No row: dropping `tx` rolls back.
@@ -475,10 +474,7 @@ impl sealed::Sealed for Postgres {
             return Ok(None);
         };
         let before = key_row(&before, now_ms)?;
-        let after = sqlx::query(sql::EXPIRE)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
+        let after = by_key(sql::EXPIRE, key)
             .bind(now_ms)
             .fetch_optional(&mut *tx)
             .await?;
@@ -496,12 +492,7 @@ impl sealed::Sealed for Postgres {
         key: KeyRef<'_>,
         now_ms: i64,
     ) -> Result<Option<KeyRow>, StoreError> {
-        let row = sqlx::query(sql::DELETE)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(pool)
-            .await?;
+        let row = by_key(sql::DELETE, key).fetch_optional(pool).await?;
         row.map(|row| key_row(&row, now_ms)).transpose()
     }
 

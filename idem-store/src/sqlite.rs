@@ -182,6 +182,18 @@ fn key_row(row: &SqliteRow, now_ms: i64) -> Result<KeyRow, StoreError> {
     raw(row)?.into_row(now_ms)
 }
 
+/// `statement` with the key's three parts bound as its first three parameters (scope,
+/// operation, key).
+fn by_key<'q>(
+    statement: &'q str,
+    key: KeyRef<'q>,
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(statement)
+        .bind(key.scope)
+        .bind(key.operation)
+        .bind(key.key)
+}
+
 impl Backend for Sqlite {
     fn migrations() -> &'static [Migration] {
         &MIGRATIONS
@@ -208,12 +220,7 @@ impl Backend for Sqlite {
         conn: &mut SqliteConnection,
         key: KeyRef<'_>,
     ) -> Result<Option<StoredKey>, sqlx::Error> {
-        let row = sqlx::query(sql::LOOKUP)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(conn)
-            .await?;
+        let row = by_key(sql::LOOKUP, key).fetch_optional(conn).await?;
         let Some(row) = row else { return Ok(None) };
         let status = StoredStatus::from_column(row.try_get(1)?);
         let response_status: Option<i32> = row.try_get(2)?;
@@ -365,12 +372,7 @@ impl sealed::Sealed for Sqlite {
         key: KeyRef<'_>,
         now_ms: i64,
     ) -> Result<Option<KeyRow>, StoreError> {
-        let row = sqlx::query(sql::GET)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(pool)
-            .await?;
+        let row = by_key(sql::GET, key).fetch_optional(pool).await?;
         row.map(|row| key_row(&row, now_ms)).transpose()
     }
 
@@ -436,21 +438,13 @@ impl sealed::Sealed for Sqlite {
         let mut conn = pool.acquire().await?;
         let mut tx =
             Transaction::<Sqlite>::begin(&mut *conn, Some("BEGIN IMMEDIATE".into())).await?;
-        let before = sqlx::query(sql::GET)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let before = by_key(sql::GET, key).fetch_optional(&mut *tx).await?;
         // No row: dropping `tx` rolls back.
         let Some(before) = before else {
             return Ok(None);
         };
         let before = key_row(&before, now_ms)?;
-        let after = sqlx::query(sql::EXPIRE)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
+        let after = by_key(sql::EXPIRE, key)
             .bind(now_ms)
             .fetch_optional(&mut *tx)
             .await?;
@@ -468,12 +462,7 @@ impl sealed::Sealed for Sqlite {
         key: KeyRef<'_>,
         now_ms: i64,
     ) -> Result<Option<KeyRow>, StoreError> {
-        let row = sqlx::query(sql::DELETE)
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .fetch_optional(pool)
-            .await?;
+        let row = by_key(sql::DELETE, key).fetch_optional(pool).await?;
         row.map(|row| key_row(&row, now_ms)).transpose()
     }
 
