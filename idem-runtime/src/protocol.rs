@@ -4,7 +4,9 @@
 //!
 //! 1. `Idem::settle` — what the key row found by the lookup means: replay, `422`, `410`,
 //!    `409`, or run;
-//! 2. `Session::begin` — `BEGIN` taking the key's lock in the same round trip;
+//! 2. `Session::begin` — `BEGIN` taking the key's lock and looking at the key again once it
+//!    holds it, in the same round trip: a key another execution stored meanwhile is answered
+//!    as in step 5, without running the work;
 //! 3. the work, on the transaction (a panic is caught);
 //! 4. `Idem::store` — the completed key row inserted with the record and committed;
 //! 5. `Idem::recheck` — whenever nothing was stored, the key is looked up once more: a
@@ -28,7 +30,8 @@ use crate::key::IdempotencyKey;
 pub use crate::record::Record;
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
-    Backend, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey, TxSettings,
+    Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
+    TxSettings,
 };
 
 /// The request side of one execution: who, which key, what input.
@@ -276,14 +279,31 @@ impl<DB: Backend> Idem<DB> {
             Settled::Run { replace_expired } => replace_expired,
         };
         let namespace = self.namespace(&mut session.conn).await?;
-        let lock = KeyLock { namespace, key };
-        // (The error leaves through `failed`, so that no borrow of the session outlives the
-        // statement.)
+        let lock = KeyLock {
+            namespace,
+            key,
+            expired_by_ms: replace_expired.then_some(started),
+        };
+        // (What went wrong leaves through `failed`, so that no borrow of the session outlives
+        // the statement.)
         let mut failed = None;
         let begun = session.begin(&self.inner.tx_settings, Some(lock));
-        let Some(mut tx) = begun.await.map_err(|e| failed = Some(e)).ok() else {
-            session.recover().await;
-            return Err(failed.map_or_else(|| self.in_flight(), |e| self.reservation_error(e)));
+        let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+        let Some(mut tx) = begun.and_then(Begun::free) else {
+            if let Some(error) = failed {
+                session.recover().await;
+                match DB::classify(&error) {
+                    Failure::Taken => {}
+                    Failure::LockTimeout => return Err(self.in_flight()),
+                    Failure::Other => return Err(Error::Store(error)),
+                }
+            }
+            // Another execution stored the key while this one waited for its lock: its
+            // record is the answer, and the work does not run.
+            let busy = Err(self.in_flight());
+            return self
+                .recheck(&mut session.conn, spec, &call, key, started, busy)
+                .await;
         };
         if spec.store_client_errors {
             DB::savepoint(&mut tx).await.map_err(Error::Store)?;
@@ -341,7 +361,9 @@ impl<DB: Backend> Idem<DB> {
         let mut session = self.session().await?;
         let mut failed = None;
         let begun = session.begin(&self.inner.tx_settings, None);
-        let Some(mut tx) = begun.await.map_err(|e| failed = Some(e)).ok() else {
+        // (Without a key's lock there is no key to find taken.)
+        let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+        let Some(mut tx) = begun.and_then(Begun::free) else {
             session.recover().await;
             return Err(failed.map_or(Error::Panicked, Error::Store));
         };
@@ -484,13 +506,6 @@ impl<DB: Backend> Idem<DB> {
         }
     }
 
-    fn reservation_error(&self, error: sqlx::Error) -> Error {
-        match DB::classify(&error) {
-            Failure::LockTimeout => self.in_flight(),
-            Failure::Other => Error::Store(error),
-        }
-    }
-
     /// Arms a fail point: the next execution that reaches it fails there (feature
     /// `failpoints`).
     #[cfg(feature = "failpoints")]
@@ -519,7 +534,7 @@ impl<DB: Backend> Session<DB> {
         &mut self,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
-    ) -> Result<Transaction<'_, DB>, sqlx::Error> {
+    ) -> Result<Begun<'_, DB>, sqlx::Error> {
         self.beginning = true;
         let tx = DB::begin(&mut self.conn, settings, lock).await?;
         self.beginning = false;

@@ -27,6 +27,32 @@ pub struct KeyLock<'a> {
     pub namespace: &'a str,
     /// The key.
     pub key: KeyRef<'a>,
+    /// Once the lock is held the key must still have no row, or (`Some(t)`, an execution
+    /// replacing an expired row) no row unexpired at `t`, milliseconds since the Unix epoch;
+    /// otherwise [`Backend::begin`] answers [`Begun::Taken`].
+    pub expired_by_ms: Option<i64>,
+}
+
+/// What [`Backend::begin`] found.
+#[derive(Debug)]
+pub enum Begun<'c, DB: Database> {
+    /// The transaction, holding the key's lock, the key still free.
+    Free(Transaction<'c, DB>),
+    /// The key's row appeared while the lock was awaited (another execution committed): the
+    /// transaction was rolled back, nothing ran, and the connection is usable. Look the key
+    /// up again: its row is the answer.
+    Taken,
+}
+
+impl<'c, DB: Database> Begun<'c, DB> {
+    /// The transaction, if the key was free.
+    #[must_use]
+    pub fn free(self) -> Option<Transaction<'c, DB>> {
+        match self {
+            Self::Free(tx) => Some(tx),
+            Self::Taken => None,
+        }
+    }
 }
 
 /// A completed key row, as [`Backend::insert_completed`] and
@@ -64,6 +90,10 @@ pub struct NewRow<'a> {
 pub enum Failure {
     /// A lock wait ran out: another transaction holds the key.
     LockTimeout,
+    /// [`Backend::begin`] found the key's row once it held the lock (PostgreSQL reports it
+    /// as an error of `BEGIN`'s round trip, SQLSTATE `IK001`; SQLite as [`Begun::Taken`]):
+    /// after [`Backend::abandon_begin`], look the key up again.
+    Taken,
     /// Anything else.
     Other,
 }
@@ -195,11 +225,18 @@ pub trait Backend: Database + sealed::Sealed {
     /// too unless [`TxSettings::session_has_timeouts`]); SQLite takes the database's write
     /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
     /// [`TxSettings::lock_timeout`].
+    ///
+    /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
+    /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
+    /// duplicate never runs the work. PostgreSQL looks in that same round trip (the function
+    /// `idem_key_is_free`, which raises `IK001`: an error [`Backend::classify`] calls
+    /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
+    /// [`Begun::Taken`].
     fn begin<'c>(
         conn: &'c mut <Self as Database>::Connection,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
-    ) -> impl Future<Output = Result<Transaction<'c, Self>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
 
     /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
     /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted

@@ -245,7 +245,7 @@ pub struct StatusCounts {
     pub completed: u64,
     /// [`KeyStatus::Processing`] keys.
     pub processing: u64,
-    /// [`KeyStatus::Stuck`] keys (none yet: there is no lease column).
+    /// [`KeyStatus::Stuck`] keys.
     pub stuck: u64,
     /// [`KeyStatus::Expired`] keys, waiting for the sweeper.
     pub expired: u64,
@@ -288,7 +288,7 @@ pub struct Counts {
     /// Keys by operation id, then state; operations without keys are absent.
     pub by_operation: BTreeMap<String, StatusCounts>,
     /// When the oldest [`KeyStatus::Stuck`] key's execution began (milliseconds since the
-    /// Unix epoch); `None` when no key is stuck (always, until staged mode adds leases).
+    /// Unix epoch); `None` when no key is stuck.
     pub oldest_stuck_created_at_ms: Option<i64>,
     /// The key table's size on disk in bytes, indexes included, where the backend can tell:
     /// PostgreSQL's `pg_total_relation_size`; SQLite's `dbstat` table when SQLite was built

@@ -14,18 +14,25 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
 use sqlx::{Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction};
 
-use crate::backend::{Backend, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
+use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
 use crate::error::StoreError;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID, Migration};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 1] = [Migration::new(
-    1,
-    "idempotency_keys",
-    include_str!("../migrations/postgres/0001_idempotency_keys.sql"),
-)];
+static MIGRATIONS: [Migration; 2] = [
+    Migration::new(
+        1,
+        "idempotency_keys",
+        include_str!("../migrations/postgres/0001_idempotency_keys.sql"),
+    ),
+    Migration::new(
+        2,
+        "staged mode and the audit trail",
+        include_str!("../migrations/postgres/0002_staged.sql"),
+    ),
+];
 
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
 /// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
@@ -61,14 +68,18 @@ mod sql {
                 ", ",
                 ms!("completed_at"),
                 ", ",
-                ms!("expires_at")
+                ms!("expires_at"),
+                ", ",
+                ms!("locked_until"),
+                ", attempt, recovery_point"
             )
         };
     }
 
     pub(super) const LOOKUP: &str = "SELECT fingerprint, status, response_status, \
          response_headers, response_body, \
-         (extract(epoch FROM expires_at) * 1000)::int8 AS expires_at_ms \
+         (extract(epoch FROM expires_at) * 1000)::int8 AS expires_at_ms, \
+         (extract(epoch FROM locked_until) * 1000)::int8 AS locked_until_ms, attempt \
          FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
 
     /// The completed row, inserted once the handler has run; nothing if the key exists.
@@ -121,6 +132,8 @@ mod sql {
     /// `expires_at` in milliseconds, as the filters compare it with `now_ms` (the same value
     /// `KeyRow::expires_at_ms` holds, so filters and the status shown agree).
     pub(super) const EXPIRES_MS: &str = ms!("expires_at");
+    /// `locked_until` in milliseconds, likewise.
+    pub(super) const LOCKED_MS: &str = ms!("locked_until");
 
     /// Expiry now, never later than it was.
     pub(super) const EXPIRE: &str = concat!(
@@ -140,7 +153,9 @@ mod sql {
     pub(super) const COUNTS: &str = concat!(
         "SELECT operation, CASE WHEN status = 'completed' AND ",
         ms!("expires_at"),
-        " <= $1 THEN 'expired' ELSE status END AS state, count(*) \
+        " <= $1 THEN 'expired' WHEN status = 'processing' AND ",
+        ms!("locked_until"),
+        " <= $1 THEN 'stuck' ELSE status END AS state, count(*) \
          FROM idempotency_keys GROUP BY 1, 2"
     );
 
@@ -185,6 +200,9 @@ fn raw(row: &PgRow) -> Result<RawRow, sqlx::Error> {
         created_at_ms: row.try_get(8)?,
         completed_at_ms: row.try_get(9)?,
         expires_at_ms: row.try_get(10)?,
+        locked_until_ms: row.try_get(11)?,
+        attempt: row.try_get(12)?,
+        recovery_point: row.try_get(13)?,
     })
 }
 
@@ -259,6 +277,8 @@ impl Backend for Postgres {
             status,
             response,
             expires_at_ms: row.try_get(5)?,
+            locked_until_ms: row.try_get(6)?,
+            attempt: row.try_get(7)?,
         }))
     }
 
@@ -272,9 +292,9 @@ impl Backend for Postgres {
         conn: &'c mut PgConnection,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
-    ) -> Result<Transaction<'c, Self>, sqlx::Error> {
+    ) -> Result<Begun<'c, Self>, sqlx::Error> {
         if settings.session_has_timeouts && lock.is_none() {
-            return Transaction::begin(conn, None).await;
+            return Transaction::begin(conn, None).await.map(Begun::Free);
         }
         // One round trip: the simple-query protocol takes several statements.
         let mut statement = String::from("BEGIN");
@@ -289,11 +309,26 @@ impl Backend for Postgres {
         if let Some(lock) = lock {
             let _ = write!(
                 statement,
-                "; SELECT pg_advisory_xact_lock({})",
+                "; SELECT pg_advisory_xact_lock({}); SELECT idem_key_is_free(",
                 lock_id(lock.namespace, lock.key)
             );
+            for text in [lock.key.scope, lock.key.operation, lock.key.key] {
+                push_text(&mut statement, text);
+                statement.push_str(", ");
+            }
+            match lock.expired_by_ms {
+                None => statement.push_str("NULL)"),
+                Some(ms) => {
+                    let _ = write!(statement, "to_timestamp({ms}::float8 / 1000))");
+                }
+            }
         }
-        Transaction::begin(conn, Some(statement.into())).await
+        // A taken key fails the statement (`IK001`, which `classify` calls
+        // `Failure::Taken`): the caller repairs the connection with `abandon_begin`, as after
+        // any failed `BEGIN`.
+        Transaction::begin(conn, Some(statement.into()))
+            .await
+            .map(Begun::Free)
     }
 
     async fn abandon_begin(conn: &mut PgConnection) {
@@ -363,6 +398,8 @@ impl Backend for Postgres {
         match error.as_database_error().and_then(|e| e.code()) {
             // lock_not_available (lock_timeout), query_canceled (statement_timeout)
             Some(code) if code == "55P03" || code == "57014" => Failure::LockTimeout,
+            // raised by `idem_key_is_free`
+            Some(code) if code == "IK001" => Failure::Taken,
             _ => Failure::Other,
         }
     }
@@ -419,12 +456,17 @@ impl sealed::Sealed for Postgres {
                 query.push(" AND status = 'completed' AND ");
                 query.push(sql::EXPIRES_MS).push(" <= ").push_bind(now_ms);
             }
-            // No lease column yet: every processing key is processing, none is stuck.
             Some(KeyStatus::Processing) => {
-                query.push(" AND status = 'processing'");
+                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
+                query
+                    .push(sql::LOCKED_MS)
+                    .push(" > ")
+                    .push_bind(now_ms)
+                    .push(")");
             }
             Some(KeyStatus::Stuck) => {
-                query.push(" AND FALSE");
+                query.push(" AND status = 'processing' AND ");
+                query.push(sql::LOCKED_MS).push(" <= ").push_bind(now_ms);
             }
         }
         if let Some(operation) = &filter.operation {

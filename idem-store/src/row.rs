@@ -135,6 +135,10 @@ pub struct StoredKey {
     pub response: Option<StoredResponse>,
     /// `expires_at`, in milliseconds since the Unix epoch.
     pub expires_at_ms: i64,
+    /// `locked_until`: the lease of the attempt running a staged key.
+    pub locked_until_ms: Option<i64>,
+    /// `attempt`: the fencing number of a staged key (0 for atomic-mode rows).
+    pub attempt: i64,
 }
 
 /// The state of a key at a given time, as tools show and filter it.
@@ -148,16 +152,17 @@ pub struct StoredKey {
 /// | `Processing` | `processing` (staged mode), lease not run out |
 /// | `Stuck` | `processing` whose lease ran out |
 ///
-/// There is no lease column yet (staged mode will add `lease_expires_at`), so **no key is
-/// `Stuck` yet**, and filtering on `Stuck` finds nothing. Atomic mode, the only mode so far,
-/// writes completed rows only.
+/// Atomic mode commits completed rows only; `processing` rows are staged mode's, with a
+/// lease (`locked_until`) their running attempt renews. A processing row without a lease
+/// (written by hand, say) counts as processing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyStatus {
     /// The response is stored and replayed.
     Completed,
     /// An execution holds the key.
     Processing,
-    /// An execution held the key and its lease ran out (none yet: see above).
+    /// An execution held the key and its lease ran out: nobody is running it. The next retry
+    /// (or the reconciler) takes it over; an operator may act on it.
     Stuck,
     /// The stored response has expired.
     Expired,
@@ -183,14 +188,22 @@ impl KeyStatus {
         }
     }
 
-    /// The status of a row with the `status` column `stored` and `expires_at_ms`, at `now_ms`.
+    /// The status of a row with the `status` column `stored`, `expires_at_ms` and
+    /// `locked_until_ms`, at `now_ms`.
     #[must_use]
-    pub fn at(stored: StoredStatus, expires_at_ms: i64, now_ms: i64) -> Self {
+    pub fn at(
+        stored: StoredStatus,
+        expires_at_ms: i64,
+        locked_until_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Self {
         match stored {
             StoredStatus::Completed if expires_at_ms <= now_ms => Self::Expired,
             StoredStatus::Completed => Self::Completed,
-            // No lease yet: nothing is stuck.
-            StoredStatus::Processing => Self::Processing,
+            StoredStatus::Processing => match locked_until_ms {
+                Some(until) if until <= now_ms => Self::Stuck,
+                _ => Self::Processing,
+            },
         }
     }
 }
@@ -245,6 +258,13 @@ pub struct KeyRow {
     pub completed_at_ms: Option<i64>,
     /// After this, the key is expired.
     pub expires_at_ms: i64,
+    /// Staged mode: the lease of the running attempt; past it, the key is stuck.
+    pub locked_until_ms: Option<i64>,
+    /// Staged mode: the fencing number, one more at every takeover or release (0 for
+    /// atomic-mode rows).
+    pub attempt: i64,
+    /// Staged mode: the last step journaled.
+    pub recovery_point: Option<String>,
 }
 
 impl KeyRow {
@@ -272,6 +292,9 @@ pub(crate) struct RawRow {
     pub(crate) created_at_ms: i64,
     pub(crate) completed_at_ms: Option<i64>,
     pub(crate) expires_at_ms: i64,
+    pub(crate) locked_until_ms: Option<i64>,
+    pub(crate) attempt: i64,
+    pub(crate) recovery_point: Option<String>,
 }
 
 impl RawRow {
@@ -296,7 +319,7 @@ impl RawRow {
             _ => None,
         };
         Ok(KeyRow {
-            status: KeyStatus::at(stored, self.expires_at_ms, now_ms),
+            status: KeyStatus::at(stored, self.expires_at_ms, self.locked_until_ms, now_ms),
             scope: self.scope,
             operation: self.operation,
             key: self.key,
@@ -305,6 +328,9 @@ impl RawRow {
             created_at_ms: self.created_at_ms,
             completed_at_ms: self.completed_at_ms,
             expires_at_ms: self.expires_at_ms,
+            locked_until_ms: self.locked_until_ms,
+            attempt: self.attempt,
+            recovery_point: self.recovery_point,
         })
     }
 }
@@ -345,16 +371,24 @@ mod tests {
     #[test]
     fn status_at_a_time() {
         assert_eq!(
-            KeyStatus::at(StoredStatus::Completed, 10, 9),
+            KeyStatus::at(StoredStatus::Completed, 10, None, 9),
             KeyStatus::Completed
         );
         assert_eq!(
-            KeyStatus::at(StoredStatus::Completed, 10, 10),
+            KeyStatus::at(StoredStatus::Completed, 10, None, 10),
             KeyStatus::Expired
         );
         assert_eq!(
-            KeyStatus::at(StoredStatus::Processing, 10, 11),
+            KeyStatus::at(StoredStatus::Processing, 10, None, 11),
             KeyStatus::Processing
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 100, Some(20), 19),
+            KeyStatus::Processing
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 100, Some(20), 20),
+            KeyStatus::Stuck
         );
         for status in KeyStatus::ALL {
             assert_eq!(status.as_str().parse::<KeyStatus>().ok(), Some(status));

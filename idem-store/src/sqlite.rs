@@ -12,18 +12,25 @@ use sqlx::sqlite::{
 };
 use sqlx::{Executor as _, Pool, QueryBuilder, Row as _, Sqlite, Transaction};
 
-use crate::backend::{Backend, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
+use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
 use crate::error::StoreError;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::migrate::{LEGACY_SQLX_VERSION, Migration};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 1] = [Migration::new(
-    1,
-    "idempotency_keys",
-    include_str!("../migrations/sqlite/0001_idempotency_keys.sql"),
-)];
+static MIGRATIONS: [Migration; 2] = [
+    Migration::new(
+        1,
+        "idempotency_keys",
+        include_str!("../migrations/sqlite/0001_idempotency_keys.sql"),
+    ),
+    Migration::new(
+        2,
+        "staged mode and the audit trail",
+        include_str!("../migrations/sqlite/0002_staged.sql"),
+    ),
+];
 
 mod sql {
     // A timestamp column in milliseconds. idem writes text timestamps; a plain number an
@@ -53,7 +60,10 @@ mod sql {
                 ", ",
                 expires_ms!("completed_at"),
                 ", ",
-                expires_ms!("expires_at")
+                expires_ms!("expires_at"),
+                ", ",
+                expires_ms!("locked_until"),
+                ", attempt, recovery_point"
             )
         };
     }
@@ -61,7 +71,9 @@ mod sql {
     pub(super) const LOOKUP: &str = concat!(
         "SELECT fingerprint, status, response_status, response_headers, response_body, ",
         expires_ms!("expires_at"),
-        " AS expires_at_ms \
+        " AS expires_at_ms, ",
+        expires_ms!("locked_until"),
+        " AS locked_until_ms, attempt \
          FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3"
     );
 
@@ -114,6 +126,14 @@ mod sql {
     /// `expires_at` in milliseconds, as the filters compare it with `now_ms` (the same value
     /// `KeyRow::expires_at_ms` holds, so filters and the status shown agree).
     pub(super) const EXPIRES_MS: &str = expires_ms!("expires_at");
+    /// A key row's `expires_at`, in milliseconds.
+    pub(super) const EXPIRES_AT_MS: &str = concat!(
+        "SELECT ",
+        expires_ms!("expires_at"),
+        " FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3"
+    );
+    /// `locked_until` in milliseconds, likewise.
+    pub(super) const LOCKED_MS: &str = expires_ms!("locked_until");
 
     /// Expiry now, never later than it was.
     pub(super) const EXPIRE: &str = concat!(
@@ -134,7 +154,9 @@ mod sql {
     pub(super) const COUNTS: &str = concat!(
         "SELECT operation, CASE WHEN status = 'completed' AND ",
         expires_ms!("expires_at"),
-        " <= ?1 THEN 'expired' ELSE status END AS state, count(*) \
+        " <= ?1 THEN 'expired' WHEN status = 'processing' AND ",
+        expires_ms!("locked_until"),
+        " <= ?1 THEN 'stuck' ELSE status END AS state, count(*) \
          FROM idempotency_keys GROUP BY 1, 2"
     );
 
@@ -175,6 +197,9 @@ fn raw(row: &SqliteRow) -> Result<RawRow, sqlx::Error> {
         created_at_ms: row.try_get(8)?,
         completed_at_ms: row.try_get(9)?,
         expires_at_ms: row.try_get(10)?,
+        locked_until_ms: row.try_get(11)?,
+        attempt: row.try_get(12)?,
+        recovery_point: row.try_get(13)?,
     })
 }
 
@@ -237,6 +262,8 @@ impl Backend for Sqlite {
             status,
             response,
             expires_at_ms: row.try_get(5)?,
+            locked_until_ms: row.try_get(6)?,
+            attempt: row.try_get(7)?,
         }))
     }
 
@@ -248,10 +275,28 @@ impl Backend for Sqlite {
     async fn begin<'c>(
         conn: &'c mut SqliteConnection,
         _settings: &TxSettings,
-        _lock: Option<KeyLock<'_>>,
-    ) -> Result<Transaction<'c, Self>, sqlx::Error> {
+        lock: Option<KeyLock<'_>>,
+    ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // The write lock, taken now rather than at the first write: it is the key's lock.
-        Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await
+        let mut tx = Transaction::begin(conn, Some("BEGIN IMMEDIATE".into())).await?;
+        let Some(lock) = lock else {
+            return Ok(Begun::Free(tx));
+        };
+        // Look again, under the lock: in-process, no round trip.
+        let row: Option<i64> = sqlx::query_scalar(sql::EXPIRES_AT_MS)
+            .bind(lock.key.scope)
+            .bind(lock.key.operation)
+            .bind(lock.key.key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        match (row, lock.expired_by_ms) {
+            (None, _) => Ok(Begun::Free(tx)),
+            (Some(expires), Some(by)) if expires <= by => Ok(Begun::Free(tx)),
+            (Some(_), _) => {
+                tx.rollback().await?;
+                Ok(Begun::Taken)
+            }
+        }
     }
 
     async fn abandon_begin(_conn: &mut SqliteConnection) {
@@ -389,12 +434,17 @@ impl sealed::Sealed for Sqlite {
                 query.push(" AND status = 'completed' AND ");
                 query.push(sql::EXPIRES_MS).push(" <= ").push_bind(now_ms);
             }
-            // No lease column yet: every processing key is processing, none is stuck.
             Some(KeyStatus::Processing) => {
-                query.push(" AND status = 'processing'");
+                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
+                query
+                    .push(sql::LOCKED_MS)
+                    .push(" > ")
+                    .push_bind(now_ms)
+                    .push(")");
             }
             Some(KeyStatus::Stuck) => {
-                query.push(" AND 0");
+                query.push(" AND status = 'processing' AND ");
+                query.push(sql::LOCKED_MS).push(" <= ").push_bind(now_ms);
             }
         }
         if let Some(operation) = &filter.operation {
