@@ -1,0 +1,678 @@
+//! `fake-provider`: a stand-in payment provider that misbehaves on demand.
+//!
+//! A service calling a payment provider has to survive the provider being slow, failing, and
+//! — the hard case — taking the charge and then losing the answer. This server does all three
+//! when told to, so the caller's retries can be tested against it. Everything is in memory:
+//! a restart forgets every charge, key and setting.
+//!
+//! # Charges
+//!
+//! `POST /charges` with an `Idempotency-Key` header (any value of 1 to 255 printable ASCII
+//! characters, taken verbatim) and the body
+//! `{"amount": <integer ≥ 1>, "currency": "<non-empty>", "customer": "<non-empty>"}` answers
+//! `201 {"id": "ch_…", "amount", "currency", "customer"}`.
+//!
+//! - The key names the charge: the same key with the same body (compared as parsed fields,
+//!   not bytes) answers `201` with the same charge again; the same key with another body
+//!   answers `422`.
+//! - `amount: 402` is declined: `402`, no charge; the key remembers the decline, so the same
+//!   request again is declined again.
+//! - No key: `400`. A body that is not JSON: `400`. JSON of the wrong shape, or an invalid
+//!   value: `422`. None of these creates a charge or binds the key.
+//!
+//! Each request goes through these steps, with the settings below:
+//!
+//! 1. it is counted, and its key (if any) recorded, then waits `delay_ms`;
+//! 2. the key and body are checked (`400`/`422` as above);
+//! 3. with probability `fail_rate` it fails: `500`, no charge, the key stays unbound;
+//! 4. otherwise the key's charge is looked up or created, atomically (under one mutex, so
+//!    concurrent requests with one key create one charge);
+//! 5. with probability `drop_response_rate` the answer is then dropped: whatever happened
+//!    stands, and the connection is closed without a single byte of response, so the client
+//!    sees a connection error. Served by [`serve`] only; see [`router`] otherwise.
+//!
+//! # Control and inspection
+//!
+//! - `POST /control {"fail_rate": 0..=1, "drop_response_rate": 0..=1, "delay_ms": n}`: every
+//!   field is optional and a missing (or `null`) one keeps its value; an out-of-range value,
+//!   an unknown field or a body that is not such an object answers `400` and changes
+//!   nothing. Answers `200` with all current settings; `GET /control` reads them. All start
+//!   at zero.
+//! - `GET /stats` → `{"requests", "charges", "distinct_keys"}`: `POST /charges` requests
+//!   received (failed, rejected and dropped ones included), charges created, and distinct
+//!   `Idempotency-Key` values seen on them.
+//!
+//! # Webhooks
+//!
+//! The provider also plays the receiving end of webhooks: `POST /webhooks` takes any JSON
+//! object with a non-null `id` and answers `204` (`400` otherwise); `GET /events` lists the
+//! deliveries received, duplicates included, in arrival order, each as
+//! `{"id": <its id>, "body": <the whole object>}`.
+//!
+//! # Errors
+//!
+//! Every error answer, unknown routes included, is an RFC 9457 problem,
+//! `Content-Type: application/problem+json`:
+//! `{"type": "about:blank", "title", "status", "detail"}`. (The one exception is axum's own
+//! plain-text `413` for a body over 2 MB.)
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::{IncomingStream, Listener};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use uuid::Uuid;
+
+/// The longest `Idempotency-Key` accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The amount that is always declined.
+pub const DECLINED_AMOUNT: i64 = 402;
+
+/// The fault settings, as `POST /control` and `GET /control` show them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Settings {
+    /// Probability that a charge request fails with `500` before touching any charge.
+    pub fail_rate: f64,
+    /// Probability that a charge request's answer is dropped after its charge was looked up
+    /// or created.
+    pub drop_response_rate: f64,
+    /// How long every charge request waits before anything else.
+    pub delay_ms: u64,
+}
+
+/// The counters `GET /stats` shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// `POST /charges` requests received, whatever became of them.
+    pub requests: u64,
+    /// Charges created.
+    pub charges: u64,
+    /// Distinct `Idempotency-Key` values seen on `POST /charges`.
+    pub distinct_keys: u64,
+}
+
+/// A charge, as `POST /charges` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Charge {
+    /// `ch_` and 32 hex digits.
+    pub id: String,
+    /// In the currency's smallest unit.
+    pub amount: i64,
+    /// As the request gave it.
+    pub currency: String,
+    /// As the request gave it.
+    pub customer: String,
+}
+
+/// The provider's whole state; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Provider {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    settings: Settings,
+    stats: Stats,
+    /// Every key seen on `POST /charges`, bound or not.
+    seen_keys: HashSet<String>,
+    /// Keys bound to a request and its outcome.
+    bound: HashMap<String, Bound>,
+    /// Webhook deliveries, in arrival order.
+    events: Vec<Value>,
+    rng: Rng,
+}
+
+#[derive(Debug)]
+struct Bound {
+    request: ChargeRequest,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone)]
+enum Outcome {
+    Charged(Charge),
+    Declined,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct ChargeRequest {
+    amount: i64,
+    currency: String,
+    customer: String,
+}
+
+/// A `POST /control` body: a missing field keeps its value.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsPatch {
+    fail_rate: Option<f64>,
+    drop_response_rate: Option<f64>,
+    delay_ms: Option<u64>,
+}
+
+impl Provider {
+    /// A provider with no charges and every setting at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current fault settings.
+    pub fn settings(&self) -> Settings {
+        self.lock().settings
+    }
+
+    /// The current counters.
+    pub fn stats(&self) -> Stats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while holding the lock; if something did, the counters are still
+        // worth reading.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The provider's routes on a fresh [`Provider`].
+pub fn app() -> Router {
+    router(Provider::new())
+}
+
+/// The provider's routes on `provider`.
+///
+/// Dropping an answer needs the connection: served by [`serve`], the connection is closed
+/// before any byte of the response is written. Served any other way, the answer's head may
+/// go out before its body fails, so the client sees an incomplete message instead.
+pub fn router(provider: Provider) -> Router {
+    Router::new()
+        .route("/charges", post(create_charge))
+        .route("/control", get(read_control).post(control))
+        .route("/stats", get(stats))
+        .route("/webhooks", post(receive_webhook))
+        .route("/events", get(events))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(provider)
+}
+
+/// Serves `provider` on `listener` until `shutdown` completes, then finishes the requests in
+/// flight. Dropped answers close their connection without writing anything.
+pub async fn serve(
+    listener: TcpListener,
+    provider: Provider,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let service = router(provider).into_make_service_with_connect_info::<ConnectionAbort>();
+    axum::serve(AbortableListener(listener), service)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn create_charge(
+    State(provider): State<Provider>,
+    abort: Option<Extension<ConnectInfo<ConnectionAbort>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    // 1. Count the request and its key, then wait.
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.trim().is_empty() && k.len() <= MAX_KEY_LEN)
+        .map(str::to_owned);
+    let delay = {
+        let mut inner = provider.lock();
+        inner.stats.requests += 1;
+        if let Some(key) = &key
+            && inner.seen_keys.insert(key.clone())
+        {
+            inner.stats.distinct_keys += 1;
+        }
+        Duration::from_millis(inner.settings.delay_ms)
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    // 2. Check the request.
+    let Some(key) = key else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key required",
+            format!(
+                "send an `Idempotency-Key` header of 1 to {MAX_KEY_LEN} printable ASCII characters"
+            ),
+        );
+    };
+    let request = match parse_charge_request(&body) {
+        Ok(request) => request,
+        Err(problem) => return problem.into_response(),
+    };
+
+    // 3–5. Fail, or look up or create the key's charge; then maybe drop the answer.
+    let (outcome, drop_answer) = {
+        let mut inner = provider.lock();
+        let fail_rate = inner.settings.fail_rate;
+        if inner.rng.chance(fail_rate) {
+            drop(inner);
+            tracing::info!(key, "injected failure");
+            return problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Injected failure",
+                "the provider failed before touching any charge (fail_rate); retrying is safe",
+            );
+        }
+        let outcome = inner.charge(&key, request);
+        let drop_rate = inner.settings.drop_response_rate;
+        (outcome, inner.rng.chance(drop_rate))
+    };
+    let response = match outcome {
+        Ok(Outcome::Charged(charge)) => (StatusCode::CREATED, Json(charge)).into_response(),
+        Ok(Outcome::Declined) => problem(
+            StatusCode::PAYMENT_REQUIRED,
+            "Card declined",
+            format!("charges of {DECLINED_AMOUNT} are always declined; no charge was created"),
+        ),
+        Err(KeyReused) => problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Idempotency-Key reused",
+            "this Idempotency-Key was first used with another request body",
+        ),
+    };
+    if !drop_answer {
+        return response;
+    }
+    tracing::info!(
+        key,
+        status = response.status().as_u16(),
+        "dropping the answer"
+    );
+    match abort {
+        Some(Extension(ConnectInfo(abort))) => {
+            // Every read and write on the connection fails from now on, so hyper closes it
+            // when it tries to write this response.
+            abort.abort();
+            response
+        }
+        None => failing_body(response.status()),
+    }
+}
+
+/// The key was bound to another request.
+#[derive(Debug)]
+struct KeyReused;
+
+impl Inner {
+    /// Looks up `key`'s outcome, or binds the key to `request` and decides one.
+    fn charge(&mut self, key: &str, request: ChargeRequest) -> Result<Outcome, KeyReused> {
+        if let Some(bound) = self.bound.get(key) {
+            return if bound.request == request {
+                Ok(bound.outcome.clone())
+            } else {
+                Err(KeyReused)
+            };
+        }
+        let outcome = if request.amount == DECLINED_AMOUNT {
+            Outcome::Declined
+        } else {
+            self.stats.charges += 1;
+            Outcome::Charged(Charge {
+                id: format!("ch_{}", Uuid::new_v4().simple()),
+                amount: request.amount,
+                currency: request.currency.clone(),
+                customer: request.customer.clone(),
+            })
+        };
+        self.bound.insert(
+            key.to_owned(),
+            Bound {
+                request,
+                outcome: outcome.clone(),
+            },
+        );
+        Ok(outcome)
+    }
+}
+
+fn parse_charge_request(body: &[u8]) -> Result<ChargeRequest, Problem> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| Problem {
+        status: StatusCode::BAD_REQUEST,
+        title: "Malformed JSON",
+        detail: format!("the body is not JSON: {e}"),
+    })?;
+    let invalid = |detail: String| Problem {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        title: "Invalid charge",
+        detail,
+    };
+    let expected = "expected {\"amount\": integer, \"currency\": string, \"customer\": string}";
+    // Checked first: serde would also take the fields as an array.
+    if !value.is_object() {
+        return Err(invalid(format!("{expected}, got {}", kind(&value))));
+    }
+    let request: ChargeRequest =
+        serde_json::from_value(value).map_err(|e| invalid(format!("{expected}: {e}")))?;
+    if request.amount < 1 {
+        return Err(invalid("`amount` must be at least 1".to_owned()));
+    }
+    if request.currency.trim().is_empty() || request.customer.trim().is_empty() {
+        return Err(invalid(
+            "`currency` and `customer` must not be empty".to_owned(),
+        ));
+    }
+    Ok(request)
+}
+
+async fn read_control(State(provider): State<Provider>) -> Json<Settings> {
+    Json(provider.settings())
+}
+
+async fn control(State(provider): State<Provider>, body: Bytes) -> Response {
+    let bad = |detail: String| problem(StatusCode::BAD_REQUEST, "Invalid settings", detail);
+    let expected = "expected {\"fail_rate\": 0..1, \"drop_response_rate\": 0..1, \"delay_ms\": \
+                    integer ≥ 0}, every field optional";
+    let patch = match serde_json::from_slice::<Value>(&body) {
+        // Checked first: serde would also take the fields as an array.
+        Ok(value) if !value.is_object() => {
+            return bad(format!("{expected}, got {}", kind(&value)));
+        }
+        Ok(value) => serde_json::from_value::<SettingsPatch>(value),
+        Err(e) => Err(e),
+    };
+    let patch = match patch {
+        Ok(patch) => patch,
+        Err(e) => return bad(format!("{expected}: {e}")),
+    };
+    for (name, rate) in [
+        ("fail_rate", patch.fail_rate),
+        ("drop_response_rate", patch.drop_response_rate),
+    ] {
+        if let Some(rate) = rate
+            && !(0.0..=1.0).contains(&rate)
+        {
+            return bad(format!("`{name}` must be between 0 and 1, got {rate}"));
+        }
+    }
+    let settings = {
+        let mut inner = provider.lock();
+        let settings = &mut inner.settings;
+        settings.fail_rate = patch.fail_rate.unwrap_or(settings.fail_rate);
+        settings.drop_response_rate = patch
+            .drop_response_rate
+            .unwrap_or(settings.drop_response_rate);
+        settings.delay_ms = patch.delay_ms.unwrap_or(settings.delay_ms);
+        *settings
+    };
+    tracing::info!(?settings, "settings changed");
+    Json(settings).into_response()
+}
+
+async fn stats(State(provider): State<Provider>) -> Json<Stats> {
+    Json(provider.stats())
+}
+
+async fn receive_webhook(State(provider): State<Provider>, body: Bytes) -> Response {
+    let delivery: Value = match serde_json::from_slice(&body) {
+        Ok(value @ Value::Object(_)) if !value["id"].is_null() => value,
+        Ok(_) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Invalid delivery",
+                "a delivery is a JSON object with a non-null `id`",
+            );
+        }
+        Err(e) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Malformed JSON",
+                format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    tracing::debug!(id = %delivery["id"], "webhook received");
+    provider.lock().events.push(delivery);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn events(State(provider): State<Provider>) -> Json<Vec<Value>> {
+    let inner = provider.lock();
+    Json(
+        inner
+            .events
+            .iter()
+            .map(|body| serde_json::json!({"id": body["id"], "body": body}))
+            .collect(),
+    )
+}
+
+async fn not_found() -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "routes: POST /charges, GET|POST /control, GET /stats, POST /webhooks, GET /events",
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    problem(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method not allowed",
+        "routes: POST /charges, GET|POST /control, GET /stats, POST /webhooks, GET /events",
+    )
+}
+
+/// What kind of JSON value `value` is, for error messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An RFC 9457 problem answer.
+fn problem(status: StatusCode, title: &'static str, detail: impl Into<String>) -> Response {
+    Problem {
+        status,
+        title,
+        detail: detail.into(),
+    }
+    .into_response()
+}
+
+/// An RFC 9457 problem: `{"type": "about:blank", "title", "status", "detail"}` as
+/// `application/problem+json`.
+#[derive(Debug)]
+struct Problem {
+    status: StatusCode,
+    title: &'static str,
+    detail: String,
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": self.title,
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = Response::new(Body::from(body.to_string()));
+        *response.status_mut() = self.status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+/// The fallback for dropping an answer without a [`ConnectionAbort`]: a response of unknown
+/// length whose body fails at once, so hyper closes the connection mid-message.
+fn failing_body(status: StatusCode) -> Response {
+    let stream = futures_util::stream::once(async {
+        Err::<Bytes, _>(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "answer dropped on purpose",
+        ))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    response
+}
+
+/// A connection's kill switch, handed to handlers as [`ConnectInfo`] by [`serve`]: once
+/// [`abort`](Self::abort)ed, every read and write on the connection fails, so the server
+/// closes it without writing what it was about to.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionAbort(Arc<AtomicBool>);
+
+impl ConnectionAbort {
+    /// Fails every later read and write on the connection.
+    pub fn abort(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.0.load(Ordering::Acquire) {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection aborted on purpose",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Connected<IncomingStream<'_, AbortableListener>> for ConnectionAbort {
+    fn connect_info(stream: IncomingStream<'_, AbortableListener>) -> Self {
+        stream.io().abort.clone()
+    }
+}
+
+/// A TCP listener whose connections each carry a [`ConnectionAbort`].
+#[derive(Debug)]
+pub struct AbortableListener(pub TcpListener);
+
+impl Listener for AbortableListener {
+    type Io = AbortableStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        // The `Listener` impl of `TcpListener` retries failed accepts.
+        let (stream, addr) = Listener::accept(&mut self.0).await;
+        // Small answers should not wait for Nagle's algorithm; failing to set it is harmless.
+        let _ = stream.set_nodelay(true);
+        let stream = AbortableStream {
+            inner: stream,
+            abort: ConnectionAbort::default(),
+        };
+        (stream, addr)
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
+
+/// A TCP stream that fails every read and write once its [`ConnectionAbort`] fires.
+#[derive(Debug)]
+pub struct AbortableStream {
+    inner: TcpStream,
+    abort: ConnectionAbort,
+}
+
+impl AsyncRead for AbortableStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.abort.check()?;
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for AbortableStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.abort.check()?;
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.abort.check()?;
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.abort.check()?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// SplitMix64: small, fast and plenty for rolling dice; seeded from the OS.
+#[derive(Debug)]
+struct Rng(u64);
+
+impl Default for Rng {
+    fn default() -> Self {
+        // A v4 UUID is 122 bits from the operating system's random source.
+        Self(Uuid::new_v4().as_u128() as u64)
+    }
+}
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p`: never for 0, always for 1.
+    fn chance(&mut self, p: f64) -> bool {
+        // 53 random bits: a uniform float in [0, 1).
+        let roll = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        roll < p
+    }
+}
