@@ -55,6 +55,20 @@ pub enum Error {
     /// The store failed before anything was committed. `503` with `Retry-After`.
     #[error("the idempotency store failed: {0}")]
     Store(#[source] sqlx::Error),
+    /// Staged mode: the operation stopped midway on a failure worth retrying (a provider
+    /// that timed out, say); its recorded steps stand and a retry with the same key resumes
+    /// after them. `503` with `Retry-After`.
+    #[error("the operation was interrupted and can be resumed: {reason}")]
+    Interrupted {
+        /// What interrupted it (for logs; clients get a generic detail).
+        reason: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// Staged mode: a step's recorded result or the stored request could not be written or
+    /// read back as its type. `500`.
+    #[error("a staged operation's recorded state could not be (de)serialized: {0}")]
+    Journal(#[source] serde_json::Error),
     /// A fault injected by a test (feature `failpoints`). `500`.
     #[error("fault injected at {0}")]
     Injected(&'static str),
@@ -72,10 +86,13 @@ impl Error {
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::InFlight { .. } => StatusCode::CONFLICT,
             Self::Expired => StatusCode::GONE,
-            Self::ResponseTooLarge { .. } | Self::Panicked | Self::Injected(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
+            Self::ResponseTooLarge { .. }
+            | Self::Panicked
+            | Self::Injected(_)
+            | Self::Journal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::CommitUnknown(_) | Self::Store(_) | Self::Interrupted { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
             }
-            Self::CommitUnknown(_) | Self::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -100,9 +117,13 @@ impl Error {
                 "urn:idem:problem:response-too-large",
                 "response too large to store",
             ),
-            Self::Panicked | Self::Injected(_) => {
+            Self::Panicked | Self::Injected(_) | Self::Journal(_) => {
                 ("urn:idem:problem:handler-failed", "the operation failed")
             }
+            Self::Interrupted { .. } => (
+                "urn:idem:problem:interrupted",
+                "interrupted: retry with the same Idempotency-Key to resume",
+            ),
             Self::CommitUnknown(_) => (
                 "urn:idem:problem:outcome-unknown",
                 "outcome unknown: retry with the same Idempotency-Key",
@@ -122,6 +143,12 @@ impl Error {
             Self::Store(_) => {
                 "nothing was committed; retry with the same Idempotency-Key".to_owned()
             }
+            Self::Interrupted { .. } => {
+                "the operation stopped midway on a temporary failure; what it completed is \
+                 recorded, and a retry with the same Idempotency-Key resumes after it"
+                    .to_owned()
+            }
+            Self::Journal(_) => "the operation's recorded state could not be read".to_owned(),
             Self::Input(_) => {
                 "the request input has a value that cannot be compared with a retry's (a \
                  number that is not finite, a map whose keys are not strings)"
@@ -131,7 +158,9 @@ impl Error {
         };
         let problem = Problem::new(self.status(), type_uri, title).with_detail(detail);
         match self {
-            Self::InFlight { retry_after } => problem.with_retry_after(*retry_after),
+            Self::InFlight { retry_after } | Self::Interrupted { retry_after, .. } => {
+                problem.with_retry_after(*retry_after)
+            }
             Self::CommitUnknown(_) | Self::Store(_) => problem.with_retry_after(RETRY_SOON),
             _ => problem,
         }

@@ -21,6 +21,7 @@ mod principal;
 mod problem;
 pub mod protocol;
 mod record;
+pub mod staged;
 
 /// The vocabulary of operations ([`idem_spec`]): [`OperationSpec`](spec::OperationSpec),
 /// [`Scope`](spec::Scope), scopes, expiry policies, durations, operation ids.

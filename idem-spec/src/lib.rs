@@ -158,6 +158,23 @@ words! {
         /// transaction. For effects inside the database. The default.
         #[default]
         Atomic => "atomic",
+        /// For effects outside the database (a payment provider, an email): the key is
+        /// reserved at once with a lease, the work runs as named, journaled steps, and an
+        /// attempt that dies is resumed from its last recorded step.
+        Staged => "staged",
+    }
+}
+
+words! {
+    /// What a retry gets while a staged execution of its key is still running.
+    #[derive(Default)]
+    InFlightPolicy, "on_in_flight policy" {
+        /// `409` with `Retry-After` at once. The default.
+        #[default]
+        Reject => "reject",
+        /// Wait for the running execution, up to the configured in-flight wait, and answer
+        /// with its response (or `409` past the wait).
+        Wait => "wait",
     }
 }
 
@@ -175,6 +192,8 @@ mod tests {
         }
         assert_eq!("optional".parse(), Ok(KeyRequirement::Optional));
         assert_eq!("atomic".parse(), Ok(Mode::Atomic));
+        assert_eq!("staged".parse(), Ok(Mode::Staged));
+        assert_eq!("wait".parse(), Ok(InFlightPolicy::Wait));
     }
 
     #[test]

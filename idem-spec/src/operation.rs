@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{ExpiryPolicy, KeyRequirement, Mode, ScopeKind, describe_duration};
+use crate::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, ScopeKind, describe_duration};
 
 /// Why an operation name was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +111,12 @@ pub struct OperationSpec {
     pub store_client_errors: bool,
     /// Dotted paths left out of the fingerprint (`body.note`).
     pub fingerprint_exclude: &'static [&'static str],
+    /// Staged mode: how long an attempt holds the key without renewing its lease (its
+    /// heartbeat renews it at a third of this). Past it, a retry or the reconciler takes the
+    /// key over and resumes it.
+    pub lease: Duration,
+    /// Staged mode: what a retry gets while the key's execution is running.
+    pub on_in_flight: InFlightPolicy,
 }
 
 impl OperationSpec {
@@ -127,7 +133,23 @@ impl OperationSpec {
             mode: Mode::Atomic,
             store_client_errors: false,
             fingerprint_exclude: &[],
+            lease: Duration::from_secs(30),
+            on_in_flight: InFlightPolicy::Reject,
         }
+    }
+
+    /// Sets [`OperationSpec::lease`].
+    #[must_use]
+    pub const fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`OperationSpec::on_in_flight`].
+    #[must_use]
+    pub const fn on_in_flight(mut self, policy: InFlightPolicy) -> Self {
+        self.on_in_flight = policy;
+        self
     }
 
     /// Sets [`OperationSpec::ttl`].
@@ -235,6 +257,27 @@ impl OperationSpec {
             ExpiryPolicy::Gone => "the key is gone (410) and nothing runs",
             ExpiryPolicy::Reexecute => "the key is free again and a request with it runs anew",
         };
+        if self.mode == Mode::Staged {
+            let in_flight = match self.on_in_flight {
+                InFlightPolicy::Reject => "is answered 409 with `Retry-After`",
+                InFlightPolicy::Wait => {
+                    "waits for it and replays its response (409 with `Retry-After` if it takes \
+                     too long)"
+                }
+            };
+            return format!(
+                "Keys are unique per {namespace} and kept for {ttl}. {without_key} The key is \
+                 reserved when the request arrives and the operation runs in recorded steps, \
+                 so that calls to other systems are never repeated. A retry with the same key \
+                 and the same request replays the stored response \
+                 (`Idempotent-Replayed: true`); the same key with a different request is \
+                 refused (422); a retry while the first request is still running {in_flight}. \
+                 A request interrupted midway (503 with `Retry-After`) is resumed from its last \
+                 recorded step by a retry with the same key. A definitive failure (such as a \
+                 declined payment) is stored and replayed like a success. After {ttl} \
+                 {expired}."
+            );
+        }
         format!(
             "Keys are unique per {namespace} and kept for {ttl}. {without_key} A retry with the \
              same key and the same request replays the stored response \

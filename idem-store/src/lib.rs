@@ -89,6 +89,7 @@ mod postgres;
 mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub mod staged;
 mod table;
 
 pub use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings};

@@ -1,0 +1,937 @@
+//! Staged mode: exactly-once for effects outside the database.
+//!
+//! A database transaction cannot undo a card charge or an email. In staged mode the key is
+//! reserved at once, in its own short transaction (status `processing`, the request, a lease
+//! and an attempt number), and the work runs as named, journaled steps:
+//!
+//! - [`Attempt::step`] calls another system. It receives a provider key derived from
+//!   (scope, operation, key, step) — the same on every attempt — to send as that system's
+//!   own idempotency key, and its result (any serde type) is recorded in the key's row, the
+//!   recovery point, in a short transaction of its own.
+//! - [`Attempt::db_step`] runs database writes in a transaction that also records its
+//!   result.
+//! - [`Attempt::finish`] runs the last writes and stores the response in one transaction.
+//!
+//! An attempt holds the key with a lease its heartbeat renews. If the attempt dies (the
+//! process is killed, the provider times out), the key stays `processing`; once the lease
+//! has run out, the next retry with the same key — or the [`Reconciler`] — takes it over with
+//! a new attempt number and runs the work again from the start: recorded steps return their
+//! recorded result without running, and the first unrecorded step runs again **with the same
+//! provider key**, so the provider answers with what it did the first time.
+//!
+//! # What may run twice
+//!
+//! - The closure of a [`Attempt::step`] whose attempt died between the provider's answer and
+//!   the recording: it runs again with the same provider key. Only call systems that
+//!   deduplicate on that key (or whose effect is harmless to repeat) from it.
+//! - Code between steps, outside any step: it runs on every attempt. Keep it to pure
+//!   computation.
+//! - Never: a recorded step, or a [`Attempt::db_step`] / [`Attempt::finish`] whose
+//!   transaction committed.
+//!
+//! Every write of an attempt is fenced by its attempt number: an attempt whose lease was
+//! taken over can no longer record, finish or release anything ([`StepError::LeaseLost`]).
+//!
+//! # Outcomes
+//!
+//! | the work returns | the key | the client |
+//! |---|---|---|
+//! | `Ok(`[`Finished`]`)` from [`Attempt::finish`] | completed with the response | the response, replayed to every retry |
+//! | [`StepError::Permanent`] (a declined card) | completed with that error response | the error, replayed to every retry |
+//! | [`StepError::Retryable`] (a provider timeout) | processing, lease released | `503` with `Retry-After`; a retry resumes |
+//! | a panic | processing, lease released | `500`; a retry resumes |
+//!
+//! ```no_run
+//! use idem_runtime::staged::{Attempt, Finished, StepError};
+//! use idem_runtime::protocol::{Call, Record};
+//! use idem_runtime::spec::{Mode, OperationSpec};
+//! use idem_runtime::{Idem, IdempotencyKey};
+//! use idem_runtime::sqlx::Sqlite;
+//! use std::time::Duration;
+//!
+//! const CHARGE: OperationSpec = OperationSpec::new("charge:v1")
+//!     .mode(Mode::Staged)
+//!     .lease(Duration::from_secs(30));
+//!
+//! async fn charge(attempt: Attempt<Sqlite>, amount: u64) -> Result<Finished, StepError> {
+//!     // Runs once; on a resumed attempt, returns what the first recorded.
+//!     let charge_id: String = attempt
+//!         .step("charge", |provider_key| async move {
+//!             // POST /charges with `Idempotency-Key: provider_key` …
+//!             Ok(format!("ch_{provider_key}"))
+//!         })
+//!         .await?;
+//!     attempt
+//!         .finish(move |tx| Box::pin(async move {
+//!             sqlx::query("INSERT INTO payments (charge_id, amount) VALUES (?1, ?2)")
+//!                 .bind(&charge_id)
+//!                 .bind(amount as i64)
+//!                 .execute(&mut **tx)
+//!                 .await?;
+//!             Ok(Record::json(http::StatusCode::CREATED, &serde_json::json!({"charge": charge_id}))
+//!                 .map_err(|_| StepError::retryable("response"))?)
+//!         }))
+//!         .await
+//! }
+//!
+//! # async fn demo(idem: Idem<Sqlite>, call: Call<'_>) -> Result<(), idem_runtime::Error> {
+//! let outcome = idem.staged(&CHARGE, call, 1200_u64, charge).await?;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use sha2::{Digest as _, Sha256};
+use sqlx::Transaction;
+
+use crate::clock::millis;
+use crate::error::Error;
+use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record};
+use crate::spec::{ExpiryPolicy, InFlightPolicy, OperationSpec};
+use crate::store::staged::{Ending, Lease, Reservation, StuckKey};
+use crate::store::{Backend, KeyRef};
+
+/// Why a staged operation stopped before [`Attempt::finish`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StepError {
+    /// A definitive failure (a declined card): this response is stored and replayed, and the
+    /// key is done.
+    Permanent(Record),
+    /// A failure worth retrying (a provider timeout): the lease is released, the client gets
+    /// `503` with `Retry-After`, and a retry with the same key resumes after the recorded
+    /// steps.
+    Retryable {
+        /// What happened, for logs.
+        reason: String,
+        /// When to try again (default: [`crate::Config::retry_after`]).
+        retry_after: Option<Duration>,
+    },
+    /// This attempt's lease was taken over: another attempt owns the key now, and nothing
+    /// this one writes counts.
+    LeaseLost,
+    /// The store failed; the key stays resumable.
+    Store(sqlx::Error),
+    /// A step's result could not be recorded or read back as its type.
+    Journal(serde_json::Error),
+}
+
+impl StepError {
+    /// [`StepError::Retryable`] with the default `Retry-After`.
+    pub fn retryable(reason: impl fmt::Display) -> Self {
+        Self::Retryable {
+            reason: reason.to_string(),
+            retry_after: None,
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Permanent(record) => write!(f, "failed for good with {}", record.status),
+            Self::Retryable { reason, .. } => write!(f, "interrupted: {reason}"),
+            Self::LeaseLost => f.write_str("the attempt's lease was taken over"),
+            Self::Store(error) => write!(f, "store: {error}"),
+            Self::Journal(error) => write!(f, "journal: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+impl From<sqlx::Error> for StepError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Store(error)
+    }
+}
+
+impl From<serde_json::Error> for StepError {
+    fn from(error: serde_json::Error) -> Self {
+        Self::Journal(error)
+    }
+}
+
+/// Proof that [`Attempt::finish`] stored the response: what a staged operation returns.
+#[derive(Debug)]
+pub struct Finished(Record);
+
+impl Finished {
+    /// The stored response.
+    #[must_use]
+    pub fn record(&self) -> &Record {
+        &self.0
+    }
+}
+
+/// One attempt at a staged key: what the work receives. Cheap to clone.
+pub struct Attempt<DB: Backend> {
+    inner: Arc<AttemptState<DB>>,
+}
+
+impl<DB: Backend> Clone for Attempt<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Attempt<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attempt")
+            .field("scope", &self.inner.scope)
+            .field("operation", &self.inner.operation)
+            .field("key", &self.inner.key)
+            .field("number", &self.inner.number)
+            .finish_non_exhaustive()
+    }
+}
+
+struct AttemptState<DB: Backend> {
+    idem: Idem<DB>,
+    scope: String,
+    operation: String,
+    key: String,
+    number: i64,
+    lease: Duration,
+    /// Step name → recorded result. Never held across an `await`.
+    journal: Mutex<Map<String, Value>>,
+    resumed: bool,
+    lost: AtomicBool,
+}
+
+impl<DB: Backend> AttemptState<DB> {
+    fn key(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+
+    fn lease_end(&self) -> i64 {
+        self.idem.now_millis().saturating_add(millis(self.lease))
+    }
+}
+
+/// A database step's or the last step's work: runs in a transaction and returns its result.
+pub type StepWork<'t, T> = BoxFuture<'t, Result<T, StepError>>;
+
+impl<DB: Backend> Attempt<DB> {
+    /// This attempt's fencing number: 1 for the first, one more at every takeover.
+    #[must_use]
+    pub fn number(&self) -> i64 {
+        self.inner.number
+    }
+
+    /// Whether an earlier attempt ran (this one took the key over).
+    #[must_use]
+    pub fn is_resumed(&self) -> bool {
+        self.inner.resumed
+    }
+
+    /// The scope, operation and key this attempt runs.
+    #[must_use]
+    pub fn key(&self) -> KeyRef<'_> {
+        self.inner.key()
+    }
+
+    /// The key to send to another system for `step`: `idem_` and 32 hexadecimal digits of
+    /// SHA-256 over the length-prefixed scope, operation, key and step name. The same on
+    /// every attempt, different for every step and key.
+    #[must_use]
+    pub fn provider_key(&self, step: &str) -> String {
+        provider_key(self.inner.key(), step)
+    }
+
+    /// The recorded result of `step`, if an attempt recorded one.
+    ///
+    /// # Errors
+    /// [`StepError::Journal`] when it does not read as `T`.
+    pub fn recorded<T: DeserializeOwned>(&self, step: &str) -> Result<Option<T>, StepError> {
+        let journal = self
+            .inner
+            .journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        journal
+            .get(step)
+            .map(|value| T::deserialize(value).map_err(StepError::Journal))
+            .transpose()
+    }
+
+    /// Runs `call` once for this key: a call to another system, given
+    /// [`Attempt::provider_key`]`(name)`. Its result is recorded before this returns; on a
+    /// later attempt the recorded result is returned and `call` does not run. If the attempt
+    /// dies between `call` and the recording, the next attempt runs `call` again with the same
+    /// provider key.
+    ///
+    /// # Errors
+    /// What `call` returns; [`StepError::LeaseLost`] when the attempt was fenced out (the
+    /// result is not recorded); [`StepError::Store`].
+    pub async fn step<T, F, Fut>(&self, name: &str, call: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        if let Some(done) = self.recorded(name)? {
+            return Ok(done);
+        }
+        self.check_lease()?;
+        let value = call(self.provider_key(name)).await?;
+        let journal = self.journal_with(name, &value)?;
+        let state = &self.inner;
+        let mut conn = state.idem.pool().acquire().await?;
+        let kept = DB::journal(
+            &mut conn,
+            state.key(),
+            state.number,
+            name,
+            &journal,
+            state.lease_end(),
+        )
+        .await?;
+        self.kept(kept)?;
+        Ok(value)
+    }
+
+    /// Runs `work` once for this key, in a transaction that also records its result: the
+    /// writes and the recovery point commit together. On a later attempt the recorded result
+    /// is returned and `work` does not run.
+    ///
+    /// # Errors
+    /// What `work` returns (its writes rolled back); [`StepError::LeaseLost`] when the
+    /// attempt was fenced out (rolled back too); [`StepError::Store`].
+    pub async fn db_step<T, F>(&self, name: &str, work: F) -> Result<T, StepError>
+    where
+        T: Serialize + DeserializeOwned + Send,
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> StepWork<'t, T> + Send,
+    {
+        if let Some(done) = self.recorded(name)? {
+            return Ok(done);
+        }
+        self.check_lease()?;
+        let state = &self.inner;
+        let mut tx = state.idem.pool().begin().await?;
+        let value = work(&mut tx).await?;
+        let journal = self.journal_with(name, &value)?;
+        let kept = DB::journal(
+            &mut tx,
+            state.key(),
+            state.number,
+            name,
+            &journal,
+            state.lease_end(),
+        )
+        .await?;
+        self.kept(kept)?;
+        tx.commit().await?;
+        Ok(value)
+    }
+
+    /// The last step: runs `work` in a transaction that also stores its response and
+    /// completes the key. A response of `500` or more is not stored: the writes roll back and
+    /// the key stays resumable ([`StepError::Retryable`]).
+    ///
+    /// # Errors
+    /// What `work` returns (its writes rolled back); [`StepError::LeaseLost`];
+    /// [`StepError::Store`].
+    pub async fn finish<F>(&self, work: F) -> Result<Finished, StepError>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> StepWork<'t, Record> + Send,
+    {
+        self.check_lease()?;
+        let state = &self.inner;
+        let mut tx = state.idem.pool().begin().await?;
+        let record = work(&mut tx).await?;
+        if record.status.is_server_error() {
+            return Err(StepError::retryable(format!(
+                "the last step answered {}",
+                record.status
+            )));
+        }
+        let kept = store_record(&state.idem, &mut tx, state.key(), state.number, &record).await?;
+        self.kept(kept)?;
+        tx.commit().await?;
+        Ok(Finished(record))
+    }
+
+    fn check_lease(&self) -> Result<(), StepError> {
+        if self.inner.lost.load(Ordering::SeqCst) {
+            return Err(StepError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    fn kept(&self, kept: bool) -> Result<(), StepError> {
+        if kept {
+            Ok(())
+        } else {
+            self.inner.lost.store(true, Ordering::SeqCst);
+            Err(StepError::LeaseLost)
+        }
+    }
+
+    /// The journal with `name` recorded as `value`, as the column's JSON text.
+    fn journal_with<T: Serialize>(&self, name: &str, value: &T) -> Result<String, StepError> {
+        let value = serde_json::to_value(value)?;
+        let mut journal = self
+            .inner
+            .journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        journal.insert(name.to_owned(), value);
+        Ok(serde_json::to_string(&*journal)?)
+    }
+}
+
+/// [`Attempt::provider_key`].
+fn provider_key(key: KeyRef<'_>, step: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [key.scope, key.operation, key.key, step] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut out = String::with_capacity(5 + 32);
+    out.push_str("idem_");
+    for b in &digest[..16] {
+        out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+async fn store_record<DB: Backend>(
+    idem: &Idem<DB>,
+    conn: &mut DB::Connection,
+    key: KeyRef<'_>,
+    attempt: i64,
+    record: &Record,
+) -> Result<bool, sqlx::Error> {
+    let headers = record.headers_json(&idem.config().stored_headers);
+    let ending = Ending {
+        status: record.status.as_u16(),
+        headers_json: &headers,
+        body: &record.body,
+        completed_ms: idem.now_millis(),
+    };
+    DB::finish(conn, key, attempt, ending).await
+}
+
+/// Aborts the heartbeat when the attempt ends, however it ends.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
+    let every = (state.lease / 3).max(Duration::from_millis(10));
+    Heartbeat(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed = async {
+                let mut conn = state.idem.pool().acquire().await?;
+                DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
+            }
+            .await;
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    state.lost.store(true, Ordering::SeqCst);
+                    tracing::warn!(
+                        scope = %state.scope, operation = %state.operation, key = %state.key,
+                        attempt = state.number,
+                        "staged attempt lost its lease: another attempt took the key over"
+                    );
+                    return;
+                }
+                // The lease may still be renewed in time by the next beat.
+                Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
+            }
+        }
+    }))
+}
+
+/// What the lookup at the start of a staged execution decided.
+enum Start {
+    Answer(Outcome),
+    Run { lease: Lease, resumed: bool },
+}
+
+/// How long a waiting retry sleeps between lookups, at most.
+const POLL_MAX: Duration = Duration::from_millis(200);
+
+impl<DB: Backend> Idem<DB> {
+    /// Runs `work` at most once per (`call.scope`, `spec.id`, `call.key`), in staged mode
+    /// (see [the module](crate::staged)): the key is reserved at once with a lease of
+    /// [`OperationSpec::lease`], `request` is stored with it, and `work` runs its steps on an
+    /// [`Attempt`].
+    ///
+    /// A retry with the same key: completed → the stored response; processing with a live
+    /// lease → [`Error::InFlight`], or, with [`InFlightPolicy::Wait`], the running attempt's
+    /// response once it completes (up to [`crate::Config::in_flight_wait`]); processing with
+    /// a lease that ran out → this call takes the key over and runs `work` again, where
+    /// recorded steps return their recorded results.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`], [`Error::Expired`], [`Error::InFlight`],
+    /// [`Error::Interrupted`] (a [`StepError::Retryable`]), [`Error::Panicked`],
+    /// [`Error::Journal`], [`Error::Store`].
+    pub async fn staged<Req, F, Fut>(
+        &self,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        request: Req,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        Req: Serialize,
+        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        Fut: Future<Output = Result<Finished, StepError>>,
+    {
+        let key = KeyRef {
+            scope: call.scope,
+            operation: spec.id,
+            key: call.key.as_str(),
+        };
+        let request_json = serde_json::to_string(&request).map_err(Error::Journal)?;
+        match self.start(spec, &call, key, &request_json).await? {
+            Start::Answer(outcome) => Ok(outcome),
+            Start::Run { lease, resumed } => {
+                self.run_attempt(spec, key, lease, resumed, request, work)
+                    .await
+            }
+        }
+    }
+
+    /// Reserves the key, takes it over, replays, or refuses.
+    async fn start(
+        &self,
+        spec: &OperationSpec,
+        call: &Call<'_>,
+        key: KeyRef<'_>,
+        request: &str,
+    ) -> Result<Start, Error> {
+        let waiting_until = Instant::now() + self.config().in_flight_wait;
+        let mut pause = Duration::from_millis(10);
+        let mut conn = self.pool().acquire().await.map_err(Error::Store)?;
+        loop {
+            let now = self.now_millis();
+            let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
+            let reserve = |replace_expired| Reservation {
+                key,
+                fingerprint: call.fingerprint.as_bytes(),
+                request,
+                created_ms: now,
+                expires_ms: now.saturating_add(millis(spec.ttl)),
+                locked_until_ms: now.saturating_add(millis(spec.lease)),
+                replace_expired,
+            };
+            let replace_expired = match &stored {
+                None => Some(false),
+                Some(row) if row.expires_at_ms <= now => match spec.on_expired {
+                    ExpiryPolicy::Reexecute => Some(true),
+                    _ => return Err(Error::Expired),
+                },
+                Some(_) => None,
+            };
+            if let Some(replace_expired) = replace_expired {
+                if DB::reserve(&mut conn, reserve(replace_expired))
+                    .await
+                    .map_err(Error::Store)?
+                {
+                    let attempt = if replace_expired {
+                        // The replaced row's attempt went on counting: read it back.
+                        DB::lookup(&mut conn, key)
+                            .await
+                            .map_err(Error::Store)?
+                            .map_or(1, |row| row.attempt)
+                    } else {
+                        1
+                    };
+                    return Ok(Start::Run {
+                        lease: Lease {
+                            attempt,
+                            journal: None,
+                            request: Some(request.to_owned()),
+                            fingerprint: call.fingerprint.as_bytes().to_vec(),
+                        },
+                        resumed: false,
+                    });
+                }
+                // Someone reserved it first: look again.
+                continue;
+            }
+            let Some(row) = stored else { continue };
+            if row.fingerprint.as_slice() != call.fingerprint.as_bytes() {
+                return Err(Error::Mismatch);
+            }
+            if let Some(response) = row.response {
+                return Ok(Start::Answer(Outcome {
+                    kind: OutcomeKind::Replayed,
+                    record: Record::from_stored(response),
+                }));
+            }
+            let live = row.locked_until_ms.is_some_and(|until| until > now);
+            if !live {
+                let until = now.saturating_add(millis(spec.lease));
+                if let Some(lease) = DB::take_over(&mut conn, key, row.attempt, now, until)
+                    .await
+                    .map_err(Error::Store)?
+                {
+                    return Ok(Start::Run {
+                        lease,
+                        resumed: true,
+                    });
+                }
+                // Someone else took it over (or it completed) meanwhile: look again.
+                continue;
+            }
+            if spec.on_in_flight != InFlightPolicy::Wait || Instant::now() >= waiting_until {
+                return Err(self.in_flight_error());
+            }
+            tokio::time::sleep(pause.min(waiting_until.saturating_duration_since(Instant::now())))
+                .await;
+            pause = (pause * 2).min(POLL_MAX);
+        }
+    }
+
+    /// Runs one attempt of `work` holding `lease`, and settles how it ended.
+    async fn run_attempt<Req, F, Fut>(
+        &self,
+        spec: &OperationSpec,
+        key: KeyRef<'_>,
+        lease: Lease,
+        resumed: bool,
+        request: Req,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        Fut: Future<Output = Result<Finished, StepError>>,
+    {
+        let journal = match lease.journal.as_deref() {
+            None => Map::new(),
+            Some(text) => serde_json::from_str(text).map_err(Error::Journal)?,
+        };
+        let state = Arc::new(AttemptState {
+            idem: self.clone(),
+            scope: key.scope.to_owned(),
+            operation: key.operation.to_owned(),
+            key: key.key.to_owned(),
+            number: lease.attempt,
+            lease: spec.lease,
+            journal: Mutex::new(journal),
+            resumed,
+            lost: AtomicBool::new(false),
+        });
+        let beat = heartbeat(Arc::clone(&state));
+        let attempt = Attempt {
+            inner: Arc::clone(&state),
+        };
+        let ended = AssertUnwindSafe(work(attempt, request))
+            .catch_unwind()
+            .await;
+        drop(beat);
+        let number = state.number;
+        let release = || async {
+            let released = async {
+                let mut conn = self.pool().acquire().await?;
+                DB::release(&mut conn, key, number, self.now_millis()).await
+            }
+            .await;
+            if let Err(error) = released {
+                // The lease runs out by itself.
+                tracing::warn!(%error, "could not release a staged lease");
+            }
+        };
+        match ended {
+            Ok(Ok(Finished(record))) => Ok(Outcome {
+                kind: OutcomeKind::Executed,
+                record,
+            }),
+            Ok(Err(StepError::Permanent(record))) => {
+                let mut conn = self.pool().acquire().await.map_err(Error::Store)?;
+                if store_record(self, &mut conn, key, number, &record)
+                    .await
+                    .map_err(Error::Store)?
+                {
+                    Ok(Outcome {
+                        kind: OutcomeKind::Executed,
+                        record,
+                    })
+                } else {
+                    Err(self.in_flight_error())
+                }
+            }
+            Ok(Err(StepError::Retryable {
+                reason,
+                retry_after,
+            })) => {
+                release().await;
+                Err(Error::Interrupted {
+                    reason,
+                    retry_after: retry_after.unwrap_or(self.config().retry_after),
+                })
+            }
+            Ok(Err(StepError::LeaseLost)) => Err(self.in_flight_error()),
+            Ok(Err(StepError::Store(error))) => {
+                release().await;
+                Err(Error::Store(error))
+            }
+            Ok(Err(StepError::Journal(error))) => {
+                release().await;
+                Err(Error::Journal(error))
+            }
+            Err(_panic) => {
+                release().await;
+                Err(Error::Panicked)
+            }
+        }
+    }
+
+    fn in_flight_error(&self) -> Error {
+        Error::InFlight {
+            retry_after: self.config().retry_after,
+        }
+    }
+}
+
+/// A staged operation the [`Reconciler`] can resume.
+type Resume<DB> = Arc<
+    dyn Fn(Attempt<DB>, Value) -> BoxFuture<'static, Result<Finished, StepError>> + Send + Sync,
+>;
+
+/// Resumes stuck staged keys — processing, lease run out, no retry coming — with their
+/// stored request, for the operations registered with [`Reconciler::resumable`].
+///
+/// ```no_run
+/// # use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
+/// # use idem_runtime::spec::{Mode, OperationSpec};
+/// # use idem_runtime::Idem;
+/// # use idem_runtime::sqlx::Sqlite;
+/// # const CHARGE: OperationSpec = OperationSpec::new("charge:v1").mode(Mode::Staged);
+/// # async fn charge(attempt: Attempt<Sqlite>, amount: u64) -> Result<Finished, StepError> { todo!() }
+/// # fn demo(idem: Idem<Sqlite>) {
+/// let reconciler = Reconciler::new(idem).resumable(CHARGE, charge);
+/// let handle = reconciler.spawn(std::time::Duration::from_secs(5));
+/// # drop(handle); }
+/// ```
+pub struct Reconciler<DB: Backend> {
+    idem: Idem<DB>,
+    operations: HashMap<&'static str, (OperationSpec, Resume<DB>)>,
+    batch: i64,
+}
+
+impl<DB: Backend> fmt::Debug for Reconciler<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reconciler")
+            .field("operations", &self.operations.keys().collect::<Vec<_>>())
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one pass of the [`Reconciler`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Stuck keys found.
+    pub stuck: usize,
+    /// Keys this pass took over and completed (with a response or a stored failure).
+    pub completed: usize,
+    /// Keys taken over whose attempt stopped again (they stay resumable) or that another
+    /// attempt took first.
+    pub not_completed: usize,
+}
+
+impl<DB: Backend> Reconciler<DB> {
+    /// A reconciler with no operations; at most 32 keys per operation and pass.
+    #[must_use]
+    pub fn new(idem: Idem<DB>) -> Self {
+        Self {
+            idem,
+            operations: HashMap::new(),
+            batch: 32,
+        }
+    }
+
+    /// How many stuck keys per operation one pass resumes (default 32).
+    #[must_use]
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = i64::from(batch.max(1));
+        self
+    }
+
+    /// Registers `spec`'s work: stuck keys of `spec.id` are resumed by calling it with their
+    /// stored request, read back as `Req`.
+    #[must_use]
+    pub fn resumable<Req, F, Fut>(mut self, spec: OperationSpec, work: F) -> Self
+    where
+        Req: DeserializeOwned + Send + 'static,
+        F: Fn(Attempt<DB>, Req) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Finished, StepError>> + Send + 'static,
+    {
+        let resume: Resume<DB> =
+            Arc::new(
+                move |attempt, request: Value| match Req::deserialize(request) {
+                    Ok(request) => work(attempt, request).boxed(),
+                    Err(error) => Box::pin(async move { Err(StepError::Journal(error)) }),
+                },
+            );
+        self.operations.insert(spec.id, (spec, resume));
+        self
+    }
+
+    /// One pass: takes over and resumes the stuck keys of every registered operation.
+    ///
+    /// # Errors
+    /// When the store fails to list stuck keys.
+    pub async fn run_once(&self) -> Result<Reconciled, Error> {
+        let mut done = Reconciled::default();
+        for (spec, resume) in self.operations.values() {
+            let now = self.idem.now_millis();
+            let stuck: Vec<StuckKey> = {
+                let mut conn = self.idem.pool().acquire().await.map_err(Error::Store)?;
+                DB::stuck(&mut conn, spec.id, now, self.batch)
+                    .await
+                    .map_err(Error::Store)?
+            };
+            done.stuck += stuck.len();
+            for key in stuck {
+                match self.resume_one(spec, resume, &key).await {
+                    Ok(true) => done.completed += 1,
+                    Ok(false) => done.not_completed += 1,
+                    Err(error) => {
+                        done.not_completed += 1;
+                        tracing::warn!(
+                            scope = %key.scope, operation = %key.operation, key = %key.key,
+                            %error, "could not resume a stuck staged key"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    async fn resume_one(
+        &self,
+        spec: &OperationSpec,
+        resume: &Resume<DB>,
+        stuck: &StuckKey,
+    ) -> Result<bool, Error> {
+        let now = self.idem.now_millis();
+        let until = now.saturating_add(millis(spec.lease));
+        let lease = {
+            let mut conn = self.idem.pool().acquire().await.map_err(Error::Store)?;
+            DB::take_over(&mut conn, stuck.key_ref(), stuck.attempt, now, until)
+                .await
+                .map_err(Error::Store)?
+        };
+        let Some(lease) = lease else {
+            return Ok(false);
+        };
+        let request: Value = match lease.request.as_deref() {
+            Some(text) => serde_json::from_str(text).map_err(Error::Journal)?,
+            None => Value::Null,
+        };
+        let resume = Arc::clone(resume);
+        self.idem
+            .run_attempt(
+                spec,
+                stuck.key_ref(),
+                lease,
+                true,
+                request,
+                move |attempt, request| resume(attempt, request),
+            )
+            .await
+            .map(|_| true)
+    }
+
+    /// Runs [`Reconciler::run_once`] every `interval` on a tokio task until the handle is
+    /// dropped or [`ReconcilerHandle::stop`]ped.
+    #[must_use]
+    pub fn spawn(self, interval: Duration) -> ReconcilerHandle
+    where
+        DB: Backend,
+    {
+        ReconcilerHandle(tokio::spawn(async move {
+            loop {
+                match self.run_once().await {
+                    Ok(done) if done.stuck > 0 => tracing::info!(
+                        stuck = done.stuck,
+                        completed = done.completed,
+                        "reconciler resumed stuck staged keys"
+                    ),
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "reconciler pass failed"),
+                }
+                tokio::time::sleep(interval).await;
+            }
+        }))
+    }
+}
+
+/// A running [`Reconciler`]: stops when dropped.
+#[derive(Debug)]
+pub struct ReconcilerHandle(tokio::task::JoinHandle<()>);
+
+impl ReconcilerHandle {
+    /// Stops the reconciler (a pass under way is abandoned; its keys' leases run out and
+    /// they are resumed later).
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ReconcilerHandle {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_keys_are_stable_and_distinct() {
+        let key = KeyRef {
+            scope: "tenant:a",
+            operation: "pay:v1",
+            key: "k1",
+        };
+        let a = provider_key(key, "charge");
+        assert_eq!(a, provider_key(key, "charge"));
+        assert_eq!(a.len(), 37);
+        assert!(a.starts_with("idem_"));
+        assert_ne!(a, provider_key(key, "refund"));
+        let other = KeyRef { key: "k2", ..key };
+        assert_ne!(a, provider_key(other, "charge"));
+        // Length prefixes: moving a character between parts changes the key.
+        let shifted = KeyRef {
+            scope: "tenant:",
+            operation: "apay:v1",
+            key: "k1",
+        };
+        assert_ne!(a, provider_key(shifted, "charge"));
+    }
+}

@@ -1,0 +1,164 @@
+//! Staged mode's statements: reserve a key with a lease, take an expired lease over, renew
+//! it, journal a step, finish, release; and find stuck keys.
+//!
+//! Every write of an attempt is fenced: it names the attempt's number and changes nothing
+//! (answering `false`) once the row's `attempt` moved on or the row is no longer
+//! `processing` — an attempt that lost its lease can never overwrite the attempt that took
+//! over. The runtime composes these in `idem_runtime::staged`; operators act on the same rows
+//! through [`crate::KeyTable::act`].
+
+use std::future::Future;
+
+use sqlx::Database;
+
+use crate::backend::KeyRef;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+/// A new staged key ([`StagedSql::reserve`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation<'a> {
+    /// The key.
+    pub key: KeyRef<'a>,
+    /// The request's fingerprint.
+    pub fingerprint: &'a [u8],
+    /// The request, as JSON, for resuming without its client.
+    pub request: &'a str,
+    /// Now (`created_at`).
+    pub created_ms: i64,
+    /// `expires_at`.
+    pub expires_ms: i64,
+    /// The first attempt's lease (`locked_until`).
+    pub locked_until_ms: i64,
+    /// Replace a row that had expired by [`Reservation::created_ms`] (an operation that runs
+    /// expired keys again); otherwise an existing row wins.
+    pub replace_expired: bool,
+}
+
+/// An attempt's hold on a staged key: what [`StagedSql::take_over`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The attempt's fencing number.
+    pub attempt: i64,
+    /// The journal so far: a JSON object from step name to result (`None`: no step yet).
+    pub journal: Option<String>,
+    /// The request the key was reserved with (JSON).
+    pub request: Option<String>,
+    /// The fingerprint the key was reserved with.
+    pub fingerprint: Vec<u8>,
+}
+
+/// A staged key whose lease ran out ([`StagedSql::stuck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckKey {
+    /// `global`, `tenant:<id>` or `user:<id>`.
+    pub scope: String,
+    /// The operation id.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+    /// The attempt that held it.
+    pub attempt: i64,
+}
+
+impl StuckKey {
+    /// The key's identity.
+    #[must_use]
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+}
+
+/// The response a staged key ends with ([`StagedSql::finish`]), in its columns' form.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    /// `response_status`.
+    pub status: u16,
+    /// `response_headers` ([`crate::StoredResponse::encode_headers`]).
+    pub headers_json: &'a str,
+    /// `response_body`.
+    pub body: &'a [u8],
+    /// `completed_at`.
+    pub completed_ms: i64,
+}
+
+/// Staged mode's statements, per backend. Each runs on a connection, which may be a
+/// transaction's (`&mut *tx`): [`StagedSql::journal`] and [`StagedSql::finish`] run in the
+/// transaction of the application's writes when a step has any, so the step's writes and its
+/// recovery point commit together.
+///
+/// Implemented for every [`crate::Backend`]; sealed like it.
+pub trait StagedSql: Database + crate::backend::sealed::Sealed {
+    /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
+    /// when the key has a row already (unless it had expired and
+    /// [`Reservation::replace_expired`]).
+    fn reserve(
+        conn: &mut Self::Connection,
+        reservation: Reservation<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Takes over a `processing` key whose lease had run out by `now_ms` and whose attempt is
+    /// still `seen_attempt`: one more attempt, leased until `locked_until_ms`. `None` when the
+    /// row is not in that state any more (another attempt took it, it completed, or its lease
+    /// was renewed).
+    fn take_over(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        seen_attempt: i64,
+        now_ms: i64,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<Option<Lease>, sqlx::Error>> + Send;
+
+    /// Renews `attempt`'s lease until `locked_until_ms`; `false` when the attempt was fenced
+    /// out.
+    fn renew(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Records `step` as the recovery point with the whole `journal` (a JSON object), and
+    /// renews the lease; `false` when the attempt was fenced out.
+    fn journal(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        step: &str,
+        journal: &str,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Completes the key with `ending`'s response; `false` when the attempt was fenced out.
+    fn finish(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        ending: Ending<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Ends `attempt`'s lease at `now_ms`, leaving the key `processing` for the next retry or
+    /// the reconciler to take over; `false` when the attempt was fenced out.
+    fn release(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`,
+    /// the longest stuck first.
+    fn stuck(
+        conn: &mut Self::Connection,
+        operation: &str,
+        now_ms: i64,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<StuckKey>, sqlx::Error>> + Send;
+}
