@@ -1,0 +1,427 @@
+//! Staged mode on real databases: reservation, journaled steps, leases, takeover, fencing,
+//! outcomes and the reconciler. Every case runs on PostgreSQL and on SQLite.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use common::{Harness, TestDb};
+use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::protocol::{Call, OutcomeKind, Record};
+use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec};
+use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
+use idem_runtime::store::{KeyRef, KeyStatus};
+use idem_runtime::{Config, Error, IdempotencyKey};
+use serde_json::json;
+
+/// An hour: no heartbeat fires during a test; leases run out only when the test's clock
+/// is moved past them.
+const LEASE: Duration = Duration::from_secs(3600);
+
+const SPEC: OperationSpec = OperationSpec::new("pay:v1").mode(Mode::Staged).lease(LEASE);
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+fn fp(input: &serde_json::Value) -> Fingerprint {
+    Fingerprint::of(SPEC.id, input, &[]).unwrap()
+}
+
+fn call<'a>(k: &'a IdempotencyKey, amount: u64) -> Call<'a> {
+    Call {
+        scope: "tenant:acme",
+        key: k,
+        fingerprint: fp(&json!({ "amount": amount })),
+    }
+}
+
+fn key_ref(k: &str) -> KeyRef<'_> {
+    KeyRef {
+        scope: "tenant:acme",
+        operation: SPEC.id,
+        key: k,
+    }
+}
+
+/// A stand-in for a payment provider that deduplicates on the provider key: every call is
+/// counted, charges are created once per provider key.
+#[derive(Default)]
+struct Provider {
+    calls: AtomicUsize,
+    charges: Mutex<Vec<String>>,
+}
+
+impl Provider {
+    fn charge(&self, provider_key: &str) -> String {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let mut charges = self.charges.lock().unwrap();
+        if !charges.iter().any(|k| k == provider_key) {
+            charges.push(provider_key.to_owned());
+        }
+        format!("ch_{provider_key}")
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn charges(&self) -> usize {
+        self.charges.lock().unwrap().len()
+    }
+}
+
+/// What the work does after charging.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum After {
+    Finish,
+    /// Stops with a retryable failure after the charge is recorded.
+    Interrupt,
+    /// Panics inside the charge step, after the provider call and before the recording.
+    PanicBeforeRecording,
+    /// Waits for the gate before finishing.
+    Wait,
+}
+
+struct Work {
+    provider: Provider,
+    after: Mutex<After>,
+    gate: tokio::sync::Notify,
+    runs: AtomicUsize,
+    keys_seen: Mutex<Vec<String>>,
+}
+
+impl Work {
+    fn new(after: After) -> Arc<Self> {
+        Arc::new(Self {
+            provider: Provider::default(),
+            after: Mutex::new(after),
+            gate: tokio::sync::Notify::new(),
+            runs: AtomicUsize::new(0),
+            keys_seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn set(&self, after: After) {
+        *self.after.lock().unwrap() = after;
+    }
+
+    fn after(&self) -> After {
+        *self.after.lock().unwrap()
+    }
+}
+
+async fn pay<DB: TestDb>(
+    work: Arc<Work>,
+    attempt: Attempt<DB>,
+    amount: u64,
+) -> Result<Finished, StepError> {
+    work.runs.fetch_add(1, Ordering::SeqCst);
+    let w = Arc::clone(&work);
+    let charge: String = attempt
+        .step("charge", |provider_key| async move {
+            w.keys_seen.lock().unwrap().push(provider_key.clone());
+            let charge = w.provider.charge(&provider_key);
+            if w.after() == After::PanicBeforeRecording {
+                panic!("died between the provider's answer and the recording");
+            }
+            if amount == 402 {
+                let record =
+                    Record::json(StatusCode::PAYMENT_REQUIRED, &json!({"declined": true})).unwrap();
+                return Err(StepError::Permanent(record));
+            }
+            Ok(charge)
+        })
+        .await?;
+    match work.after() {
+        After::Interrupt => return Err(StepError::retryable("the network blinked")),
+        After::Wait => work.gate.notified().await,
+        _ => {}
+    }
+    attempt
+        .finish(move |tx| {
+            Box::pin(async move {
+                DB::write_effect(&mut **tx, "payment").await;
+                Ok(Record::json(
+                    StatusCode::CREATED,
+                    &json!({ "charge": charge, "amount": amount }),
+                )
+                .unwrap())
+            })
+        })
+        .await
+}
+
+async fn run<DB: TestDb>(
+    idem: &idem_runtime::Idem<DB>,
+    spec: &OperationSpec,
+    work: &Arc<Work>,
+    k: &IdempotencyKey,
+    amount: u64,
+) -> Result<idem_runtime::protocol::Outcome, Error> {
+    let work = Arc::clone(work);
+    idem.staged(spec, call(k, amount), amount, move |attempt, amount| {
+        pay::<DB>(work, attempt, amount)
+    })
+    .await
+}
+
+/// The reservation commits before the work runs; the key is processing with a live lease
+/// while it runs, and a duplicate meanwhile gets 409 without running anything.
+async fn reservation_commits_at_once<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Wait);
+    let k = key("p-1");
+    let first = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    while work.provider.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = h.idem.lookup(key_ref("p-1")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Processing);
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.recovery_point.as_deref(), Some("charge"));
+    assert!(row.locked_until_ms.unwrap() > h.idem.now_millis());
+    let duplicate = run(&h.idem, &SPEC, &work, &k, 100).await;
+    assert!(
+        matches!(duplicate, Err(Error::InFlight { .. })),
+        "{duplicate:?}"
+    );
+    work.gate.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    assert_eq!(first.record.status, 201);
+    let replay = run(&h.idem, &SPEC, &work, &k, 100).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(replay.record.body, first.record.body);
+    assert_eq!(work.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(work.provider.calls(), 1);
+    assert_eq!(h.effects().await, 1);
+    let other = run(&h.idem, &SPEC, &work, &k, 101).await;
+    assert!(matches!(other, Err(Error::Mismatch)), "{other:?}");
+}
+
+/// With `on_in_flight = wait`, a duplicate waits for the running attempt and answers with
+/// its response, without running anything.
+async fn waiting_duplicate_gets_the_response<DB: TestDb>() {
+    let h =
+        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
+    let spec = SPEC.on_in_flight(InFlightPolicy::Wait);
+    let work = Work::new(After::Wait);
+    let k = key("p-wait");
+    let first = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &spec, &work, &k, 100).await })
+    };
+    while work.provider.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let duplicate = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &spec, &work, &k, 100).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!duplicate.is_finished());
+    work.gate.notify_one();
+    let first = first.await.unwrap().unwrap();
+    let duplicate = duplicate.await.unwrap().unwrap();
+    assert_eq!(duplicate.kind, OutcomeKind::Replayed);
+    assert_eq!(duplicate.record.body, first.record.body);
+    assert_eq!(work.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A retryable failure answers 503 with Retry-After and keeps the recorded step: the retry
+/// resumes after it, and the provider is called once.
+async fn retryable_failure_resumes_after_recorded_steps<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Interrupt);
+    let k = key("p-2");
+    let first = run(&h.idem, &SPEC, &work, &k, 100).await;
+    let Err(Error::Interrupted { retry_after, .. }) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(retry_after, Config::default().retry_after);
+    assert_eq!(
+        Error::Interrupted {
+            reason: String::new(),
+            retry_after
+        }
+        .status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let row = h.idem.lookup(key_ref("p-2")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Stuck, "released: the lease ends now");
+    work.set(After::Finish);
+    let retry = run(&h.idem, &SPEC, &work, &k, 100).await.unwrap();
+    assert_eq!(retry.kind, OutcomeKind::Executed);
+    assert_eq!(work.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        work.provider.calls(),
+        1,
+        "the recorded step did not run again"
+    );
+    let row = h.idem.lookup(key_ref("p-2")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Completed);
+    assert_eq!(row.attempt, 2);
+    assert_eq!(h.effects().await, 1);
+}
+
+/// An attempt that dies between the provider's answer and the recording: the next attempt
+/// calls the provider again with the same provider key, and the provider charges once.
+async fn unrecorded_step_runs_again_with_the_same_provider_key<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::PanicBeforeRecording);
+    let k = key("p-3");
+    let first = run(&h.idem, &SPEC, &work, &k, 100).await;
+    assert!(matches!(first, Err(Error::Panicked)), "{first:?}");
+    work.set(After::Finish);
+    let retry = run(&h.idem, &SPEC, &work, &k, 100).await.unwrap();
+    assert_eq!(retry.kind, OutcomeKind::Executed);
+    let seen = work.keys_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0], seen[1], "same provider key on both attempts");
+    assert_eq!(work.provider.charges(), 1);
+    assert_eq!(h.effects().await, 1);
+}
+
+/// A permanent failure is stored and replayed; nothing else is written.
+async fn permanent_failure_is_stored_and_replayed<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Finish);
+    let k = key("p-402");
+    let first = run(&h.idem, &SPEC, &work, &k, 402).await.unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    assert_eq!(first.record.status, 402);
+    let again = run(&h.idem, &SPEC, &work, &k, 402).await.unwrap();
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.status, 402);
+    assert_eq!(work.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(h.effects().await, 0);
+}
+
+/// An attempt whose lease ran out is taken over by a retry; the old attempt's writes are
+/// refused (fenced) when it wakes up, and it answers 409.
+async fn takeover_fences_the_old_attempt<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Wait);
+    let k = key("p-4");
+    let old = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    while h
+        .idem
+        .lookup(key_ref("p-4"))
+        .await
+        .unwrap()
+        .and_then(|row| row.recovery_point)
+        .is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.advance(LEASE + Duration::from_secs(1));
+    let row = h.idem.lookup(key_ref("p-4")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Stuck);
+    // The new attempt does not wait at the gate.
+    let fresh = Work::new(After::Finish);
+    let new = run(&h.idem, &SPEC, &fresh, &k, 100).await.unwrap();
+    assert_eq!(new.kind, OutcomeKind::Executed);
+    assert_eq!(fresh.provider.calls(), 0, "the recorded charge was reused");
+    work.gate.notify_one();
+    let old = old.await.unwrap();
+    assert!(matches!(old, Err(Error::InFlight { .. })), "{old:?}");
+    assert_eq!(
+        h.effects().await,
+        1,
+        "the old attempt's writes were refused"
+    );
+    let row = h.idem.lookup(key_ref("p-4")).await.unwrap().unwrap();
+    assert_eq!(row.attempt, 2);
+    assert_eq!(
+        Record::from_stored(row.response.unwrap()).body,
+        new.record.body
+    );
+}
+
+/// Two processes race to take over one expired lease: one wins and runs, the other gets
+/// 409 and runs nothing.
+async fn one_of_two_racing_takeovers_wins<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Interrupt);
+    let k = key("p-5");
+    assert!(run(&h.idem, &SPEC, &work, &k, 100).await.is_err());
+    work.set(After::Wait);
+    let other = h.reopen(Config::default()).await;
+    let racers: Vec<_> = [h.idem.clone(), other]
+        .into_iter()
+        .map(|idem| {
+            let (work, k) = (Arc::clone(&work), k.clone());
+            tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+        })
+        .collect();
+    // One racer runs and waits at the gate; the other has answered 409 by then.
+    while work.runs.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    work.gate.notify_one();
+    let mut executed = 0;
+    let mut in_flight = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(outcome) if outcome.kind == OutcomeKind::Executed => executed += 1,
+            Err(Error::InFlight { .. }) => in_flight += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((executed, in_flight), (1, 1));
+    assert_eq!(
+        work.runs.load(Ordering::SeqCst),
+        2,
+        "first attempt + one takeover"
+    );
+    assert_eq!(h.effects().await, 1);
+}
+
+/// The reconciler resumes a stuck key with its stored request, with nobody retrying.
+async fn reconciler_resumes_stuck_keys<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Interrupt);
+    let k = key("p-6");
+    assert!(run(&h.idem, &SPEC, &work, &k, 250).await.is_err());
+    work.set(After::Finish);
+    let resumer = Arc::clone(&work);
+    let reconciler = Reconciler::new(h.idem.clone()).resumable(SPEC, move |attempt, amount| {
+        pay::<DB>(Arc::clone(&resumer), attempt, amount)
+    });
+    let done = reconciler.run_once().await.unwrap();
+    assert_eq!((done.stuck, done.completed), (1, 1));
+    let row = h.idem.lookup(key_ref("p-6")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Completed);
+    let body: serde_json::Value = serde_json::from_slice(&row.response.unwrap().body).unwrap();
+    assert_eq!(body["amount"], 250, "resumed with the stored request");
+    assert_eq!(work.provider.calls(), 1);
+    assert_eq!(h.effects().await, 1);
+    // Nothing left to do.
+    assert_eq!(reconciler.run_once().await.unwrap().stuck, 0);
+    // The client's retry replays.
+    let replay = run(&h.idem, &SPEC, &work, &k, 250).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+}
+
+on_both_backends!(
+    reservation_commits_at_once,
+    waiting_duplicate_gets_the_response,
+    retryable_failure_resumes_after_recorded_steps,
+    unrecorded_step_runs_again_with_the_same_provider_key,
+    permanent_failure_is_stored_and_replayed,
+    takeover_fences_the_old_attempt,
+    one_of_two_racing_takeovers_wins,
+    reconciler_resumes_stuck_keys,
+);
