@@ -138,8 +138,8 @@ fn mode(value: &Expr) -> syn::Result<Mode> {
     if lit.value() == "staged" {
         return Err(syn::Error::new(
             lit.span(),
-            "`mode = \"staged\"` (effects outside the database) is not available yet; \
-             `\"atomic\"` is",
+            "`mode = \"staged\"` (effects outside the database) is not available through the \
+             attribute yet: run the operation with `Idem::staged` (see `idem_runtime::staged`)",
         ));
     }
     word(value, "mode")

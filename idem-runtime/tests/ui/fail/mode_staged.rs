@@ -1,4 +1,4 @@
-//! `mode = "staged"` is not available yet.
+//! `mode = "staged"` is not available through the attribute yet: it points to `Idem::staged`.
 
 use axum::Router;
 use axum::routing::post;
