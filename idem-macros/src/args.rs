@@ -7,8 +7,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use idem_spec::{
-    ExpiryPolicy, KeyRequirement, MAX_TTL, Mode, ScopeKind, UnknownWord, describe_duration,
-    operation_id, parse_duration,
+    ExpiryPolicy, InFlightPolicy, KeyRequirement, MAX_TTL, Mode, ScopeKind, UnknownWord,
+    describe_duration, operation_id, parse_duration,
 };
 use proc_macro2::{Span, TokenStream};
 use syn::parse::discouraged::Speculative as _;
@@ -17,7 +17,7 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
 
 const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, `mode`, \
-                         `store_client_errors`, `exclude`, `state`";
+                         `lease`, `on_in_flight`, `store_client_errors`, `exclude`, `state`";
 
 /// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
@@ -28,6 +28,10 @@ pub(crate) struct Args {
     pub on_expired: ExpiryPolicy,
     pub key: KeyRequirement,
     pub mode: Mode,
+    /// Staged mode's lease.
+    pub lease: Duration,
+    /// Staged mode: what a retry gets while the key runs.
+    pub on_in_flight: InFlightPolicy,
     pub store_client_errors: bool,
     pub exclude: Vec<String>,
     /// The application state, when named (`state = AppState`): enables the checks that need
@@ -133,16 +137,24 @@ fn ttl(value: &Expr) -> syn::Result<Duration> {
     Ok(ttl)
 }
 
-fn mode(value: &Expr) -> syn::Result<Mode> {
-    let lit = string(value, "mode")?;
-    if lit.value() == "staged" {
+fn lease(value: &Expr) -> syn::Result<Duration> {
+    let lit = string(value, "lease")?;
+    let lease = parse_duration(&lit.value()).map_err(|reason| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `lease` `{}`: {reason}; write a duration such as `\"30s\"` or `\"2m\"`",
+                lit.value()
+            ),
+        )
+    })?;
+    if lease < Duration::from_secs(1) {
         return Err(syn::Error::new(
             lit.span(),
-            "`mode = \"staged\"` (effects outside the database) is not available through the \
-             attribute yet: run the operation with `Idem::staged` (see `idem_runtime::staged`)",
+            "`lease` must be at least `\"1s\"`: the heartbeat renews it every third of it",
         ));
     }
-    word(value, "mode")
+    Ok(lease)
 }
 
 impl Args {
@@ -163,6 +175,8 @@ impl Args {
             on_expired: ExpiryPolicy::default(),
             key: KeyRequirement::default(),
             mode: Mode::default(),
+            lease: Duration::from_secs(30),
+            on_in_flight: InFlightPolicy::default(),
             store_client_errors: false,
             exclude: Vec::new(),
             state: None,
@@ -187,7 +201,9 @@ impl Args {
                 "scope" => word(value, "scope").map(|s| args.scope = s),
                 "on_expired" => word(value, "on_expired").map(|p| args.on_expired = p),
                 "key" => word(value, "key").map(|k| args.key = k),
-                "mode" => mode(value).map(|m| args.mode = m),
+                "mode" => word(value, "mode").map(|m| args.mode = m),
+                "lease" => lease(value).map(|l| args.lease = l),
+                "on_in_flight" => word(value, "on_in_flight").map(|p| args.on_in_flight = p),
                 "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
                 "version" => parse_version(value).map(|v| version = Some(v)),
                 "store_client_errors" => match value {
@@ -223,6 +239,34 @@ impl Args {
             }
         }
 
+        if args.mode == Mode::Staged {
+            let refused = [
+                (
+                    args.key == KeyRequirement::Optional,
+                    "`key = \"optional\"` does not go with `mode = \"staged\"`: a staged \
+                     operation keeps its progress in its key's row",
+                ),
+                (
+                    args.store_client_errors,
+                    "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
+                     operation stores a failure by returning `StepError::Permanent`",
+                ),
+            ];
+            for (wrong, message) in refused {
+                if wrong {
+                    errors.push(syn::Error::new(Span::call_site(), message));
+                }
+            }
+        } else {
+            for name in ["lease", "on_in_flight"] {
+                if seen.iter().any(|s| s == name) {
+                    errors.push(syn::Error::new(
+                        Span::call_site(),
+                        format!("`{name}` applies to `mode = \"staged\"` only"),
+                    ));
+                }
+            }
+        }
         if !seen.iter().any(|s| s == "scope") {
             errors.push(syn::Error::new(
                 Span::call_site(),

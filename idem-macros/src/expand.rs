@@ -12,7 +12,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token};
 
-use idem_spec::{OperationSpec, ScopeKind};
+use idem_spec::{Mode, OperationSpec, ScopeKind};
 
 use crate::args::{Args, Errors};
 use crate::signature::{self, Role};
@@ -31,7 +31,8 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut errors = Errors::default();
     let args = Args::parse(args, &item.sig.ident, &mut errors);
-    let signature = signature::analyse(&mut item, &mut errors);
+    let staged = args.as_ref().is_some_and(|a| a.mode == Mode::Staged);
+    let signature = signature::analyse(&mut item, &mut errors, staged);
     match (errors.finish(), args, signature) {
         (Ok(()), Some(args), Some(signature)) => emit(&args, &signature, item),
         (result, _, _) => {
@@ -115,9 +116,16 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let mode = format_ident!("{}", variant(args.mode.as_str()));
     let store_client_errors = args.store_client_errors;
     let exclude = &args.exclude;
+    let staged = args.mode == Mode::Staged;
+    let lease = u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX);
+    let on_in_flight = format_ident!("{}", variant(args.on_in_flight.as_str()));
 
     let tx_ty = &signature.transaction;
-    let db = quote_spanned!(tx_ty.span()=> <#tx_ty as #rt::TxArg>::Db);
+    let db = if staged {
+        quote_spanned!(tx_ty.span()=> <#tx_ty as #rt::AttemptArg>::Db)
+    } else {
+        quote_spanned!(tx_ty.span()=> <#tx_ty as #rt::TxArg>::Db)
+    };
     // At the transaction's type too: when it is not a transaction, the context's type is
     // reported there, once, with the `TxArg` error, not a second time at the attribute.
     let ctx = quote_spanned!(tx_ty.span()=>
@@ -138,7 +146,11 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         // The argument's span, so that errors about it point at the user's type.
         let ident = format_ident!("__idem_arg{}", i, span = ty.span());
         let Role::Extractor { ignored } = argument.role else {
-            call.push(quote!(__idem_tx));
+            call.push(if staged {
+                quote!(__idem_attempt)
+            } else {
+                quote!(__idem_tx)
+            });
             continue;
         };
         position += 1;
@@ -174,6 +186,31 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             quote!(#rt::IntoResponse::into_response(__idem_handler(#(#call),*).await))
         }
     };
+    let run = if staged {
+        let finished = match &sig.output {
+            ReturnType::Type(_, ty) => quote_spanned!(ty.span()=>
+                #rt::staged_result(__idem_handler(#(#call),*).await)
+            ),
+            ReturnType::Default => quote!(#rt::staged_result(__idem_handler(#(#call),*).await)),
+        };
+        quote! {
+            #rt::run_staged(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_attempt| {
+                #rt::Box::pin(async move {
+                    #finished
+                })
+            })
+            .await
+        }
+    } else {
+        quote! {
+            #rt::run(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_tx| {
+                #rt::Box::pin(async move {
+                    #respond
+                })
+            })
+            .await
+        }
+    };
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
     let doc = rustdoc(args);
@@ -197,14 +234,11 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 .key(#rt::KeyRequirement::#key)
                 .mode(#rt::Mode::#mode)
                 .store_client_errors(#store_client_errors)
-                .fingerprint_exclude(&[#(#exclude),*]);
+                .fingerprint_exclude(&[#(#exclude),*])
+                .lease(#rt::Duration::from_millis(#lease))
+                .on_in_flight(#rt::InFlightPolicy::#on_in_flight);
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
-            #rt::run(__idem_ctx, &__IDEM_SPEC, __idem_fingerprint, move |__idem_tx| {
-                #rt::Box::pin(async move {
-                    #respond
-                })
-            })
-            .await
+            #run
         }
     }
 }
@@ -229,6 +263,8 @@ fn rustdoc(args: &Args) -> String {
         .on_expired(args.on_expired)
         .key(args.key)
         .mode(args.mode)
+        .lease(args.lease)
+        .on_in_flight(args.on_in_flight)
         .store_client_errors(args.store_client_errors);
     let mut doc = format!(
         "\n\n# Idempotency\n\nIdempotent operation `{id}` (mode `{}`): send an \

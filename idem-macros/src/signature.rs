@@ -31,7 +31,16 @@ pub(crate) struct Signature {
 }
 
 /// Reads the signature and removes idem's argument attributes from `item`.
-pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signature> {
+/// Whether `ty` names staged mode's `Attempt` (by its last path segment: `Attempt<DB>`,
+/// `idem_runtime::staged::Attempt<DB>`).
+fn is_attempt(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if path.qself.is_none()
+        && path.path.segments.last().is_some_and(|s| s.ident == "Attempt"))
+}
+
+/// `staged`: the handler takes an `Attempt<DB>` (by value) where an atomic one takes its
+/// transaction; [`Role::Transaction`] and [`Signature::transaction`] then stand for it.
+pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors, staged: bool) -> Option<Signature> {
     if item.sig.asyncness.is_none() {
         errors.push(syn::Error::new_spanned(
             item.sig.fn_token,
@@ -68,6 +77,24 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
         }
         arg.attrs = kept;
         let role = match &*arg.ty {
+            ty if staged && is_attempt(ty) => {
+                if transaction.is_some() {
+                    errors.push(syn::Error::new_spanned(
+                        &arg.ty,
+                        "only one argument may be the `Attempt`",
+                    ));
+                }
+                transaction = Some(ty.clone());
+                Role::Transaction
+            }
+            Type::Reference(reference) if staged => {
+                errors.push(syn::Error::new_spanned(
+                    reference,
+                    "a staged handler takes `attempt: Attempt<DB>` instead of a transaction: \
+                     its steps open their own (`attempt.db_step`, `attempt.finish`)",
+                ));
+                continue;
+            }
             Type::Reference(TypeReference {
                 mutability: Some(_),
                 elem,
@@ -118,6 +145,14 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors) -> Option<Signatur
             role,
             ty: (*arg.ty).clone(),
         });
+    }
+    if staged && transaction.is_none() {
+        errors.push(syn::Error::new_spanned(
+            &item.sig.ident,
+            "a staged `#[idempotent]` handler needs an `attempt: Attempt<DB>` argument \
+             (`idem_runtime::staged::Attempt`): its steps are journaled through it",
+        ));
+        return None;
     }
     let Some(transaction) = transaction else {
         errors.push(syn::Error::new_spanned(

@@ -21,6 +21,7 @@ use crate::principal::{IdemState, scope_of};
 use crate::protocol::{Call, Idem, OutcomeKind};
 use crate::record::Record;
 use crate::spec::{KeyRequirement, OperationSpec, Scope, ScopeKind};
+use crate::staged::{Attempt, Finished, StepError};
 use crate::store::Backend;
 
 /// Response header set on every replay.
@@ -200,6 +201,12 @@ where
             ctx.idem.execute(spec, call, work).await
         }
     };
+    respond(outcome)
+}
+
+/// The response for an execution's outcome: the record (marked when replayed) or the error's
+/// problem.
+fn respond(outcome: Result<crate::protocol::Outcome, Error>) -> Response {
     match outcome {
         Ok(outcome) => {
             let replayed = outcome.kind == OutcomeKind::Replayed;
@@ -213,6 +220,48 @@ where
         }
         Err(error) => error.into_response(),
     }
+}
+
+/// What the expansion of a staged handler calls: reads the key and runs the handler through
+/// [`Idem::staged`]. The stored request is `null`: an attribute handler is resumed by its
+/// client's retry (which brings the request again), not by the reconciler.
+#[doc(hidden)]
+pub async fn run_staged<DB, K, F>(
+    ctx: Ctx<DB, K>,
+    spec: &'static OperationSpec,
+    fingerprint: Result<Fingerprint, Error>,
+    handler: F,
+) -> Response
+where
+    DB: Backend,
+    K: ScopeMarker,
+    F: FnOnce(Attempt<DB>) -> BoxFuture<'static, Result<Finished, StepError>> + Send + 'static,
+{
+    let key = match ctx.key {
+        Ok(Some(key)) => key,
+        Ok(None) => return Error::MissingKey.into_response(),
+        Err(error) => return Error::InvalidKey(error).into_response(),
+    };
+    let fingerprint = match fingerprint {
+        Ok(fingerprint) => fingerprint,
+        Err(error) => return error.into_response(),
+    };
+    let call = Call {
+        scope: ctx.scope.as_str(),
+        key: &key,
+        fingerprint,
+    };
+    let outcome = ctx
+        .idem
+        .staged(spec, call, (), move |attempt, ()| handler(attempt))
+        .await;
+    respond(outcome)
+}
+
+/// Pins a staged handler's return type, so that another type is reported at it.
+#[doc(hidden)]
+pub fn staged_result(result: Result<Finished, StepError>) -> Result<Finished, StepError> {
+    result
 }
 
 /// Buffers a response into a [`Record`]. A body over `limit` becomes a `500` record, which

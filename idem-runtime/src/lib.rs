@@ -63,9 +63,12 @@ pub struct FailPointsNeedTheirFeature;
 pub mod __private {
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
-        Ctx, GlobalScope, Handler, Reuse, TenantScope, UserScope, fingerprint, run,
+        Ctx, GlobalScope, Handler, Reuse, TenantScope, UserScope, fingerprint, run, run_staged,
+        staged_result,
     };
-    pub use crate::spec::{ExpiryPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind};
+    pub use crate::spec::{
+        ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind,
+    };
     pub use axum::response::{IntoResponse, Response};
     pub use core::time::Duration;
     pub use std::boxed::Box;
@@ -106,6 +109,21 @@ pub mod __private {
     }
 
     impl<DB: crate::store::Backend> TxArg for sqlx::Transaction<'static, DB> {
+        type Db = DB;
+    }
+
+    /// The `Attempt` argument of a staged handler, and the backend it names.
+    #[diagnostic::on_unimplemented(
+        message = "a staged `#[idempotent]` handler's `Attempt` argument must be `idem_runtime::staged::Attempt<DB>`",
+        label = "not an `idem_runtime::staged::Attempt`",
+        note = "DB is `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+    )]
+    pub trait AttemptArg {
+        /// The backend.
+        type Db: crate::store::Backend;
+    }
+
+    impl<DB: crate::store::Backend> AttemptArg for crate::staged::Attempt<DB> {
         type Db = DB;
     }
 }

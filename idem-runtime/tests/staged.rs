@@ -170,6 +170,20 @@ async fn run<DB: TestDb>(
     .await
 }
 
+/// Waits until the charge of key `k` is recorded.
+async fn recorded<DB: TestDb>(h: &Harness<DB>, k: &str) {
+    while h
+        .idem
+        .lookup(key_ref(k))
+        .await
+        .unwrap()
+        .and_then(|row| row.recovery_point)
+        .is_none()
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The reservation commits before the work runs; the key is processing with a live lease
 /// while it runs, and a duplicate meanwhile gets 409 without running anything.
 async fn reservation_commits_at_once<DB: TestDb>() {
@@ -180,9 +194,7 @@ async fn reservation_commits_at_once<DB: TestDb>() {
         let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
         tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
     };
-    while work.provider.calls() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    recorded(&h, "p-1").await;
     let row = h.idem.lookup(key_ref("p-1")).await.unwrap().unwrap();
     assert_eq!(row.status, KeyStatus::Processing);
     assert_eq!(row.attempt, 1);
@@ -315,16 +327,7 @@ async fn takeover_fences_the_old_attempt<DB: TestDb>() {
         let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
         tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
     };
-    while h
-        .idem
-        .lookup(key_ref("p-4"))
-        .await
-        .unwrap()
-        .and_then(|row| row.recovery_point)
-        .is_none()
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    recorded(&h, "p-4").await;
     h.advance(LEASE + Duration::from_secs(1));
     let row = h.idem.lookup(key_ref("p-4")).await.unwrap().unwrap();
     assert_eq!(row.status, KeyStatus::Stuck);
@@ -425,3 +428,131 @@ on_both_backends!(
     one_of_two_racing_takeovers_wins,
     reconciler_resumes_stuck_keys,
 );
+
+/// The attribute in staged mode: `#[idempotent(mode = "staged", lease = …)]` on a handler
+/// that takes an `Attempt`, over HTTP.
+mod attribute {
+    use super::*;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::Request;
+    use axum::routing::post;
+    use http_body_util::BodyExt as _;
+    use idem_runtime::{Anonymous, Idem, IdemState, JsonBody, idempotent};
+    use tower::ServiceExt as _;
+
+    struct App<DB: TestDb> {
+        idem: Idem<DB>,
+        work: Arc<Work>,
+    }
+
+    impl<DB: TestDb> Clone for App<DB> {
+        fn clone(&self) -> Self {
+            Self {
+                idem: self.idem.clone(),
+                work: Arc::clone(&self.work),
+            }
+        }
+    }
+
+    impl<DB: TestDb> IdemState<DB> for App<DB> {
+        type Principal = Anonymous;
+        fn idem(&self) -> &Idem<DB> {
+            &self.idem
+        }
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Payment {
+        amount: u64,
+    }
+
+    #[idempotent(scope = "global", mode = "staged", lease = "1h", operation = "pay")]
+    async fn create_payment<DB: TestDb>(
+        #[not_input] State(app): State<App<DB>>,
+        attempt: Attempt<DB>,
+        JsonBody(payment): JsonBody<Payment>,
+    ) -> Result<Finished, StepError> {
+        pay::<DB>(app.work, attempt, payment.amount).await
+    }
+
+    async fn send<DB: TestDb>(
+        app: &Router,
+        key: Option<&str>,
+        amount: u64,
+    ) -> (StatusCode, Option<String>, serde_json::Value) {
+        let mut request = Request::post("/payments").header("content-type", "application/json");
+        if let Some(key) = key {
+            request = request.header("idempotency-key", format!("\"{key}\""));
+        }
+        let response = app
+            .clone()
+            .oneshot(
+                request
+                    .body(Body::from(json!({ "amount": amount }).to_string()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            replayed,
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    async fn staged_attribute_over_http<DB: TestDb>() {
+        let h = Harness::<DB>::new().await;
+        let work = Work::new(After::Interrupt);
+        let app = Router::new()
+            .route("/payments", post(create_payment::<DB>))
+            .with_state(App {
+                idem: h.idem.clone(),
+                work: Arc::clone(&work),
+            });
+        let (status, _, body) = send::<DB>(&app, Some("h-1"), 70).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["type"], "urn:idem:problem:interrupted");
+        work.set(After::Finish);
+        let (status, replayed, first) = send::<DB>(&app, Some("h-1"), 70).await;
+        assert_eq!(status, StatusCode::CREATED, "{first}");
+        assert_eq!(replayed, None);
+        assert_eq!(
+            work.provider.calls(),
+            1,
+            "resumed after the recorded charge"
+        );
+        let (status, replayed, again) = send::<DB>(&app, Some("h-1"), 70).await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(replayed.as_deref(), Some("true"));
+        assert_eq!(again, first);
+        let (status, _, _) = send::<DB>(&app, Some("h-1"), 71).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        let (status, _, _) = send::<DB>(&app, None, 70).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let (status, _, declined) = send::<DB>(&app, Some("h-402"), 402).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{declined}");
+        let row = h
+            .idem
+            .lookup(KeyRef {
+                scope: "global",
+                operation: "pay:v1",
+                key: "h-402",
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.status, KeyStatus::Completed);
+        assert_eq!(work.runs.load(Ordering::SeqCst), 3);
+        assert_eq!(h.effects().await, 1);
+    }
+
+    on_both_backends!(staged_attribute_over_http);
+}
