@@ -118,7 +118,10 @@ pub(crate) mod sealed {
     use sqlx::{Database, Pool};
 
     use crate::error::StoreError;
-    use crate::{Counts, KeyFilter, KeyRef, KeyRow, Page};
+    use crate::{
+        Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
+        Page,
+    };
 
     /// The bodies of [`crate::KeyTable`]'s methods, per backend. Not nameable outside the
     /// crate, which seals [`crate::Backend`].
@@ -160,6 +163,28 @@ pub(crate) mod sealed {
             pool: &Pool<Self>,
             now_ms: i64,
         ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
+
+        /// [`crate::KeyTable::act`], its arguments validated: one transaction holding the
+        /// key's row reads it, checks it (`operator::check`), applies `action` and inserts
+        /// the audit row.
+        fn act(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+            expected: &KeyRow,
+            action: &Action,
+            by: &Actor,
+            now_ms: i64,
+        ) -> impl Future<Output = Result<Acted, StoreError>> + Send;
+
+        fn audit(
+            pool: &Pool<Self>,
+            filter: &AuditFilter,
+        ) -> impl Future<Output = Result<Vec<AuditEntry>, StoreError>> + Send;
+
+        fn journal(
+            pool: &Pool<Self>,
+            key: KeyRef<'_>,
+        ) -> impl Future<Output = Result<Option<Journal>, StoreError>> + Send;
     }
 }
 

@@ -35,6 +35,25 @@ pub enum StoreError {
     /// `expired`).
     #[error("unknown key status `{0}`: expected completed, processing, stuck or expired")]
     InvalidStatus(String),
+    /// An argument the store refuses before touching the database: an operator action
+    /// without an operator name, a [`crate::Action::Fail`] whose response is not a failure,
+    /// an expected row of another key.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// [`crate::KeyTable::act`] found the key's row other than the caller last saw it (or
+    /// gone): someone or something (the running attempt, a retry, the reconciler, another
+    /// operator) changed it meanwhile. Nothing was changed and nothing audited; look at
+    /// `current` and decide again.
+    #[error("the key changed since it was read: look at it again")]
+    Changed {
+        /// The row as it is now, read under the same lock; `None` when it was deleted.
+        current: Option<Box<crate::KeyRow>>,
+    },
+    /// [`crate::KeyTable::act`]: the action does not apply to the key in its current state
+    /// (releasing a completed key, expiring an expired one, …). Nothing was changed and
+    /// nothing audited.
+    #[error("not applicable: {0}")]
+    NotApplicable(String),
     /// A key row this version cannot read (a status it does not know, a response status out
     /// of range, response headers that are not a JSON array of pairs, …).
     #[error("unreadable key row: {0}")]
@@ -46,6 +65,13 @@ impl StoreError {
     #[must_use]
     pub fn is_lock_timeout(&self) -> bool {
         matches!(self, Self::LockTimeout(_))
+    }
+
+    /// Whether an operator action was refused because the key changed since it was read
+    /// ([`StoreError::Changed`]): look again, then act again if it still makes sense.
+    #[must_use]
+    pub fn is_changed(&self) -> bool {
+        matches!(self, Self::Changed { .. })
     }
 
     /// Whether this is a failed or refused migration ([`StoreError::Migrate`]).
@@ -60,7 +86,12 @@ impl StoreError {
         match self {
             Self::LockTimeout(e) | Self::Database(e) => Some(e),
             Self::Migrate { source, .. } => source.as_ref(),
-            Self::InvalidCursor | Self::InvalidStatus(_) | Self::Corrupt(_) => None,
+            Self::InvalidCursor
+            | Self::InvalidStatus(_)
+            | Self::InvalidArgument(_)
+            | Self::Changed { .. }
+            | Self::NotApplicable(_)
+            | Self::Corrupt(_) => None,
         }
     }
 

@@ -47,7 +47,8 @@
 //! # The key table
 //!
 //! `idempotency_keys`, primary key (`scope`, `operation`, `idempotency_key`), an index on
-//! `expires_at` for the sweeper. Created and evolved by [`migrate`], which keeps its own
+//! `expires_at` for the sweeper and one on `locked_until` of processing rows; next to it the
+//! audit trail `idempotency_audit`. Created and evolved by [`migrate`], which keeps its own
 //! history in `idem_schema_migrations` (never sqlx's `_sqlx_migrations`, so an application's
 //! own sqlx migrations and idem's ignore each other).
 //!
@@ -57,18 +58,68 @@
 //! | `operation` | text | text | operation id, `<name>:v<version>` |
 //! | `idempotency_key` | text | text | the client's key, unquoted |
 //! | `fingerprint` | bytea | blob | SHA-256 of operation id + canonical input (32 bytes) |
-//! | `status` | text | text | `completed`; `processing` is reserved for staged mode |
+//! | `status` | text | text | `completed`, or `processing` while a staged execution holds the key |
 //! | `response_status` | integer | integer | stored status |
 //! | `response_headers` | text | text | JSON array of `[name, value]` ([`StoredResponse::encode_headers`]) |
 //! | `response_body` | bytea | blob | stored body |
 //! | `created_at` | timestamptz | text | when the execution that stored the row began |
 //! | `completed_at` | timestamptz | text | when the response was stored |
 //! | `expires_at` | timestamptz | text | after this, `410` or run again |
+//! | `locked_until` | timestamptz | text | staged mode: the running attempt's lease; past it, the key is stuck |
+//! | `attempt` | bigint | integer | staged mode: the fencing number, 1 for the first attempt, one more at every takeover or release (0 for atomic mode's rows) |
+//! | `recovery_point` | text | text | staged mode: the last step journaled |
+//! | `journal` | text | text | staged mode: JSON object from step name to its result |
+//! | `request` | text | text | staged mode: the request (JSON) the key was reserved with, for resuming without its client |
+//!
+//! Every write of a staged attempt names its `attempt` (`WHERE attempt = $n AND status =
+//! 'processing'`): once a takeover or an operator moved the number on, the old attempt's
+//! writes change nothing.
 //!
 //! SQLite timestamps are UTC text `YYYY-MM-DD HH:MM:SS.SSS`, the format of its date
 //! functions; an `expires_at` set to a plain number by hand is read as Unix seconds. All times
 //! cross the API as milliseconds since the Unix epoch, passed in by the caller: the store
 //! never reads the clock.
+//!
+//! # Operator actions
+//!
+//! [`KeyTable::act`] releases, completes, fails, expires or deletes one key ([`Action`]), as
+//! an operator ([`Actor`]) decided it on the row they looked at: in one transaction holding
+//! the row it checks that the row is still that one ([`StoreError::Changed`] otherwise:
+//! the running attempt, a retry or another operator moved it on) and that the action applies
+//! ([`StoreError::NotApplicable`]), applies it and records it in the audit trail
+//! `idempotency_audit` (who, why, when, the row before and after as JSON), which
+//! [`KeyTable::audit`] reads back newest first. [`KeyTable::journal`] shows a staged key's
+//! journal and request.
+//!
+//! ```no_run
+//! # #[cfg(feature = "sqlite")] mod example {
+//! use idem_store::{Action, Actor, AuditFilter, KeyFilter, KeyStatus, KeyTable, StoreError};
+//! use sqlx::sqlite::SqlitePool;
+//!
+//! # async fn demo(now_ms: i64) -> Result<(), Box<dyn std::error::Error>> {
+//! let table = KeyTable::new(SqlitePool::connect("sqlite://app.db").await?);
+//! let by = Actor::new("alice").reason("INC-42: the payment provider is back");
+//!
+//! // Hand every stuck key back: the next retry (or the reconciler) resumes it.
+//! let stuck = table.list(&KeyFilter::new().status(KeyStatus::Stuck), now_ms).await?;
+//! for row in &stuck.keys {
+//!     if let Some(journal) = table.journal(row.key_ref()).await? {
+//!         println!("{}: {} steps done", row.key, journal.steps.len());
+//!     }
+//!     match table.act(row.key_ref(), row, &Action::Release, &by, now_ms).await {
+//!         Ok(acted) => println!("released {} (audit #{})", row.key, acted.audit_id),
+//!         // It moved on since the listing: leave it.
+//!         Err(StoreError::Changed { .. }) => {}
+//!         Err(other) => return Err(other.into()),
+//!     }
+//! }
+//!
+//! for entry in table.audit(&AuditFilter::new().operator("alice").limit(20)).await? {
+//!     println!("#{} {} {} {}", entry.id, entry.action, entry.scope, entry.key);
+//! }
+//! # Ok(()) }
+//! # }
+//! ```
 //!
 //! # Errors
 //!
@@ -84,6 +135,7 @@ mod backend;
 mod error;
 mod list;
 mod migrate;
+mod operator;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod row;
@@ -96,6 +148,7 @@ pub use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSet
 pub use crate::error::StoreError;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
+pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};
 pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
 pub use crate::table::KeyTable;
 

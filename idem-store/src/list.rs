@@ -297,8 +297,22 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Adds `n` keys of `operation` in `status`.
-    pub(crate) fn add(&mut self, operation: String, status: KeyStatus, n: u64) {
+    /// Adds `n` keys of `operation` in `status`, the earliest created at `oldest_ms`.
+    pub(crate) fn add(
+        &mut self,
+        operation: String,
+        status: KeyStatus,
+        n: u64,
+        oldest_ms: Option<i64>,
+    ) {
+        if status == KeyStatus::Stuck
+            && let Some(oldest) = oldest_ms
+        {
+            self.oldest_stuck_created_at_ms = Some(
+                self.oldest_stuck_created_at_ms
+                    .map_or(oldest, |known| known.min(oldest)),
+            );
+        }
         self.by_status.add(status, n);
         self.by_operation
             .entry(operation)
@@ -330,6 +344,7 @@ pub(crate) fn counted_status(status: &str) -> Result<KeyStatus, StoreError> {
     match status {
         "completed" => Ok(KeyStatus::Completed),
         "processing" => Ok(KeyStatus::Processing),
+        "stuck" => Ok(KeyStatus::Stuck),
         "expired" => Ok(KeyStatus::Expired),
         other => Err(StoreError::Corrupt(format!(
             "a key row has the unknown status {other:?}"

@@ -18,6 +18,7 @@ use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSetting
 use crate::error::StoreError;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID, Migration};
+use crate::operator::{self, Acted, Action, Actor, AuditEntry, AuditFilter, Journal, RawAudit};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
@@ -150,17 +151,58 @@ mod sql {
         columns!()
     );
 
+    /// Keys per operation and state, with the earliest `created_at` of each group (the
+    /// stuck groups' give the oldest stuck key).
     pub(super) const COUNTS: &str = concat!(
         "SELECT operation, CASE WHEN status = 'completed' AND ",
         ms!("expires_at"),
         " <= $1 THEN 'expired' WHEN status = 'processing' AND ",
         ms!("locked_until"),
-        " <= $1 THEN 'stuck' ELSE status END AS state, count(*) \
-         FROM idempotency_keys GROUP BY 1, 2"
+        " <= $1 THEN 'stuck' ELSE status END AS state, count(*), min(",
+        ms!("created_at"),
+        ") FROM idempotency_keys GROUP BY 1, 2"
     );
 
     pub(super) const TABLE_BYTES: &str =
         "SELECT pg_total_relation_size(to_regclass('idempotency_keys'))";
+
+    // Operator actions, each run in the transaction that read the row `FOR UPDATE`.
+
+    /// The lease run out now, and the running attempt, if any, fenced out.
+    pub(super) const RELEASE: &str = concat!(
+        "UPDATE idempotency_keys \
+         SET attempt = attempt + 1, locked_until = to_timestamp($4::float8 / 1000) \
+         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
+        columns!()
+    );
+
+    /// Completed with the operator's response, the running attempt fenced out.
+    pub(super) const COMPLETE: &str = concat!(
+        "UPDATE idempotency_keys SET status = 'completed', response_status = $4, \
+         response_headers = $5, response_body = $6, \
+         completed_at = to_timestamp($7::float8 / 1000), locked_until = NULL, \
+         attempt = attempt + 1 \
+         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
+        columns!()
+    );
+
+    pub(super) const DELETE_ONLY: &str = "DELETE FROM idempotency_keys \
+         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
+
+    pub(super) const INSERT_AUDIT: &str = "INSERT INTO idempotency_audit \
+         (at, operator, scope, operation, idempotency_key, action, reason, before, after) \
+         VALUES (to_timestamp($1::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id";
+
+    /// The start of a reading of the audit trail; the filters follow as `AND …`.
+    pub(super) const AUDIT: &str = concat!(
+        "SELECT id, ",
+        ms!("at"),
+        ", operator, scope, operation, idempotency_key, action, reason, before, after \
+         FROM idempotency_audit WHERE TRUE"
+    );
+
+    pub(super) const JOURNAL: &str = "SELECT recovery_point, journal, request \
+         FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
 
     // The migration runner.
 
@@ -548,17 +590,141 @@ impl sealed::Sealed for Postgres {
     }
 
     async fn counts(pool: &Pool<Self>, now_ms: i64) -> Result<Counts, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::COUNTS)
+        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(sql::COUNTS)
             .bind(now_ms)
             .fetch_all(pool)
             .await?;
         let mut counts = Counts::default();
-        for (operation, status, n) in rows {
-            counts.add(operation, list::counted_status(&status)?, list::count(n));
+        for (operation, status, n, oldest) in rows {
+            counts.add(
+                operation,
+                list::counted_status(&status)?,
+                list::count(n),
+                oldest,
+            );
         }
         let bytes: Option<i64> = sqlx::query_scalar(sql::TABLE_BYTES).fetch_one(pool).await?;
         counts.table_bytes = bytes.map(list::count);
         Ok(counts)
+    }
+
+    async fn act(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+        expected: &KeyRow,
+        action: &Action,
+        by: &Actor,
+        now_ms: i64,
+    ) -> Result<Acted, StoreError> {
+        let mut tx = pool.begin().await?;
+        // The row lock: the running attempt's writes, a takeover, another operator's action
+        // wait for this transaction, and then see what it did.
+        let current = by_key(sql::GET_FOR_UPDATE, key)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let current = current.map(|row| key_row(&row, now_ms)).transpose()?;
+        // Refused: dropping `tx` rolls back.
+        let before = operator::check(expected, current, action, now_ms)?;
+        let after = match action {
+            Action::Release => Some(
+                by_key(sql::RELEASE, key)
+                    .bind(now_ms)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+            Action::Complete(response) | Action::Fail(response) => Some(
+                by_key(sql::COMPLETE, key)
+                    .bind(i32::from(response.status))
+                    .bind(response.headers_json())
+                    .bind(response.body.as_ref())
+                    .bind(now_ms)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+            Action::Expire => Some(
+                by_key(sql::EXPIRE, key)
+                    .bind(now_ms)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            ),
+            Action::Delete => {
+                by_key(sql::DELETE_ONLY, key).execute(&mut *tx).await?;
+                None
+            }
+        };
+        let after = after.map(|row| key_row(&row, now_ms)).transpose()?;
+        let audit_id: i64 = sqlx::query_scalar(sql::INSERT_AUDIT)
+            .bind(now_ms)
+            .bind(by.operator.as_str())
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(action.name())
+            .bind(by.reason.as_deref())
+            .bind(operator::row_json(&before))
+            .bind(after.as_ref().map(operator::row_json))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Acted {
+            before,
+            after,
+            audit_id,
+        })
+    }
+
+    async fn audit(pool: &Pool<Self>, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
+        let mut query = QueryBuilder::<Postgres>::new(sql::AUDIT);
+        for (column, value) in [
+            ("scope", &filter.scope),
+            ("operation", &filter.operation),
+            ("idempotency_key", &filter.key),
+            ("operator", &filter.operator),
+        ] {
+            if let Some(value) = value {
+                query
+                    .push(" AND ")
+                    .push(column)
+                    .push(" = ")
+                    .push_bind(value.as_str());
+            }
+        }
+        if let Some(id) = filter.before_id {
+            query.push(" AND id < ").push_bind(id);
+        }
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(filter.effective_limit()));
+        let rows = query.build().fetch_all(pool).await?;
+        rows.iter()
+            .map(|row| {
+                RawAudit {
+                    id: row.try_get(0)?,
+                    at_ms: row.try_get(1)?,
+                    operator: row.try_get(2)?,
+                    scope: row.try_get(3)?,
+                    operation: row.try_get(4)?,
+                    key: row.try_get(5)?,
+                    action: row.try_get(6)?,
+                    reason: row.try_get(7)?,
+                    before: row.try_get(8)?,
+                    after: row.try_get(9)?,
+                }
+                .into_entry()
+            })
+            .collect()
+    }
+
+    async fn journal(pool: &Pool<Self>, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
+        let row: Option<(Option<String>, Option<String>, Option<String>)> =
+            by_key(sql::JOURNAL, key)
+                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .fetch_optional(pool)
+                .await?;
+        row.map(|(recovery_point, journal, request)| {
+            operator::journal_of(key, recovery_point, journal, request)
+        })
+        .transpose()
     }
 }
 

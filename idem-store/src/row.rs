@@ -188,6 +188,23 @@ impl KeyStatus {
         }
     }
 
+    /// The `status` column of a row in this state: `completed` for completed and expired
+    /// keys, `processing` for processing and stuck ones.
+    ///
+    /// ```
+    /// use idem_store::{KeyStatus, StoredStatus};
+    ///
+    /// assert_eq!(KeyStatus::Expired.stored(), StoredStatus::Completed);
+    /// assert_eq!(KeyStatus::Stuck.stored(), StoredStatus::Processing);
+    /// ```
+    #[must_use]
+    pub fn stored(self) -> StoredStatus {
+        match self {
+            Self::Completed | Self::Expired => StoredStatus::Completed,
+            Self::Processing | Self::Stuck => StoredStatus::Processing,
+        }
+    }
+
     /// The status of a row with the `status` column `stored`, `expires_at_ms` and
     /// `locked_until_ms`, at `now_ms`.
     #[must_use]

@@ -120,6 +120,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// An expired key answers `410`, or runs again for operations that re-execute expired
     /// keys, and the sweeper deletes it once its grace period is over.
     ///
+    /// Neither fenced nor audited: operators act through [`KeyTable::act`] with
+    /// [`crate::Action::Expire`].
+    ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyStatus, KeyTable};
     /// # async fn demo<DB: idem_store::Backend>(table: KeyTable<DB>, now_ms: i64) -> Result<(), idem_store::StoreError> {
@@ -150,6 +153,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// no row.
     ///
     /// The key is unknown afterwards: the next request with it runs as a first one.
+    ///
+    /// Neither fenced nor audited: operators act through [`KeyTable::act`] with
+    /// [`crate::Action::Delete`].
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};

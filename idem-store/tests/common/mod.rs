@@ -191,7 +191,11 @@ pub async fn put<DB: TestDb>(
     body: &[u8],
 ) -> bool {
     let mut conn = pool.acquire().await.unwrap();
-    let tx = DB::begin(&mut conn, &settings(), None).await.unwrap();
+    let tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .unwrap()
+        .free()
+        .unwrap();
     let headers = StoredResponse::encode_headers([
         ("content-type", "application/json"),
         ("location", "/things/'; --"),
@@ -437,14 +441,22 @@ pub async fn replacing_an_expired_key<DB: TestDb>() {
     };
     let mut conn = table.pool().acquire().await.unwrap();
     // An execution that began before the row expired does not replace it.
-    let mut tx = DB::begin(&mut conn, &settings(), None).await.unwrap();
+    let mut tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .unwrap()
+        .free()
+        .unwrap();
     let replaced = DB::insert_completed(&mut tx, row(NOW - 90 * 60_000, NOW + HOUR, b"early"))
         .await
         .unwrap();
     assert!(!replaced);
     tx.rollback().await.unwrap();
     // One that began after does.
-    let mut tx = DB::begin(&mut conn, &settings(), None).await.unwrap();
+    let mut tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .unwrap()
+        .free()
+        .unwrap();
     DB::savepoint(&mut tx).await.unwrap();
     DB::rollback_to_savepoint(&mut tx).await.unwrap();
     let replaced = DB::insert_completed(&mut tx, row(NOW, NOW + HOUR, b"second"))

@@ -1,0 +1,759 @@
+//! Operator actions on keys ([`KeyTable::act`]), each fenced by the row the operator saw and
+//! recorded in the audit trail `idempotency_audit` ([`KeyTable::audit`]); a staged key's
+//! journal ([`KeyTable::journal`]).
+//!
+//! An action is decided on a row the operator looked at, and the row may have moved since:
+//! the running attempt journaled a step or renewed its lease, a retry took the key over,
+//! another operator acted first. So [`KeyTable::act`] takes the row as the operator saw it,
+//! and in one transaction locks the key's row, compares it with that, applies the action and
+//! writes the audit row; a row that changed is [`StoreError::Changed`], with the row as it is
+//! now, and nothing is written.
+
+use serde_json::{Map, Value, json};
+
+use crate::backend::{Backend, KeyRef};
+use crate::error::StoreError;
+use crate::row::{KeyRow, StoredResponse, StoredStatus};
+use crate::table::KeyTable;
+
+/// Who acts on a key, and why: recorded with every action in the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The operator's name (a login, an email, `reconciler`…); not empty.
+    pub operator: String,
+    /// Why, in the operator's words (a ticket, an incident).
+    pub reason: Option<String>,
+}
+
+impl Actor {
+    /// `operator`, with no reason given.
+    #[must_use]
+    pub fn new(operator: impl Into<String>) -> Self {
+        Self {
+            operator: operator.into(),
+            reason: None,
+        }
+    }
+
+    /// Sets [`Actor::reason`].
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// What an operator does to a key ([`KeyTable::act`]).
+///
+/// | action | applies to | the row after |
+/// |---|---|---|
+/// | `Release` | processing and stuck keys | `attempt` + 1, `locked_until` = now |
+/// | `Complete(r)` | processing and stuck keys | `completed` with `r`, `completed_at` = now, no lease, `attempt` + 1 |
+/// | `Fail(r)` | processing and stuck keys; `r.status` >= 400 | as `Complete(r)` |
+/// | `Expire` | keys not expired yet | `expires_at` = now |
+/// | `Delete` | any key | none: the key is unknown |
+///
+/// Every action but `Expire` and `Delete` adds one to `attempt`, the fencing number: the
+/// attempt that was running, if any, finds its next write refused (every write of an attempt
+/// names its number) and stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Hands a processing or stuck key back, its lease run out: the next retry (or the
+    /// reconciler) takes it over at once and resumes from its recovery point. The journal
+    /// and the request stay.
+    Release,
+    /// Completes a processing or stuck key with this response, which retries replay from
+    /// then on: for an operator who finished the work by hand. The journal and the request
+    /// stay (for the record).
+    Complete(StoredResponse),
+    /// Completes a processing or stuck key with this failure (status 400 or more), which
+    /// retries replay from then on: for work that must not be resumed.
+    Fail(StoredResponse),
+    /// Expires the key now: it answers `410` (or runs again, for operations that re-execute
+    /// expired keys) until the sweeper deletes it. On a processing key, the runtime decides
+    /// what an expired lease-holder means.
+    Expire,
+    /// Deletes the key's row: the next request with the key runs as a first one.
+    Delete,
+}
+
+impl Action {
+    /// The action's name in the audit trail: `release`, `complete`, `fail`, `expire` or
+    /// `delete`.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Release => "release",
+            Self::Complete(_) => "complete",
+            Self::Fail(_) => "fail",
+            Self::Expire => "expire",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// What [`KeyTable::act`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acted {
+    /// The row before, read under the lock the action held (it is the row the operator saw,
+    /// with its state at the action's `now_ms`).
+    pub before: KeyRow,
+    /// The row after; `None` for [`Action::Delete`].
+    pub after: Option<KeyRow>,
+    /// The action's row in the audit trail (`idempotency_audit.id`).
+    pub audit_id: i64,
+}
+
+/// Which entries of the audit trail [`KeyTable::audit`] returns: newest first, filters
+/// combined with AND.
+///
+/// ```
+/// use idem_store::{AuditFilter, KeyRef};
+///
+/// let key = KeyRef { scope: "tenant:acme", operation: "create_order:v1", key: "order-1" };
+/// let filter = AuditFilter::new().key(key).operator("alice").limit(20);
+/// assert_eq!(filter.effective_limit(), 20);
+/// assert_eq!(AuditFilter::new().effective_limit(), AuditFilter::DEFAULT_LIMIT);
+/// assert_eq!(AuditFilter::new().limit(5000).effective_limit(), AuditFilter::MAX_LIMIT);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuditFilter {
+    /// Only actions on keys of this scope.
+    pub scope: Option<String>,
+    /// Only actions on keys of this operation id.
+    pub operation: Option<String>,
+    /// Only actions on this client key (exact; with [`AuditFilter::scope`] and
+    /// [`AuditFilter::operation`], one key's history).
+    pub key: Option<String>,
+    /// Only actions by this operator (exact).
+    pub operator: Option<String>,
+    /// Only entries older than this one (`id` below it): the last [`AuditEntry::id`] of the
+    /// previous page.
+    pub before_id: Option<i64>,
+    /// Entries at most: [`AuditFilter::DEFAULT_LIMIT`] unless set, at most
+    /// [`AuditFilter::MAX_LIMIT`], at least 1.
+    pub limit: u32,
+}
+
+impl Default for AuditFilter {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            operation: None,
+            key: None,
+            operator: None,
+            before_id: None,
+            limit: Self::DEFAULT_LIMIT,
+        }
+    }
+}
+
+impl AuditFilter {
+    /// Entries returned unless [`AuditFilter::limit`] says otherwise.
+    pub const DEFAULT_LIMIT: u32 = 100;
+    /// The most entries one call returns; larger limits are lowered to this.
+    pub const MAX_LIMIT: u32 = 1000;
+
+    /// The newest [`AuditFilter::DEFAULT_LIMIT`] entries, of every key and operator.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only the actions on `key`: sets [`AuditFilter::scope`], [`AuditFilter::operation`]
+    /// and [`AuditFilter::key`].
+    #[must_use]
+    pub fn key(mut self, key: KeyRef<'_>) -> Self {
+        self.scope = Some(key.scope.to_owned());
+        self.operation = Some(key.operation.to_owned());
+        self.key = Some(key.key.to_owned());
+        self
+    }
+
+    /// Sets [`AuditFilter::operator`].
+    #[must_use]
+    pub fn operator(mut self, operator: impl Into<String>) -> Self {
+        self.operator = Some(operator.into());
+        self
+    }
+
+    /// Sets [`AuditFilter::before_id`].
+    #[must_use]
+    pub fn before_id(mut self, id: i64) -> Self {
+        self.before_id = Some(id);
+        self
+    }
+
+    /// Sets [`AuditFilter::limit`].
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// The number of entries returned at most: [`AuditFilter::limit`] within
+    /// `1..=`[`AuditFilter::MAX_LIMIT`].
+    #[must_use]
+    pub fn effective_limit(&self) -> u32 {
+        self.limit.clamp(1, Self::MAX_LIMIT)
+    }
+}
+
+/// One operator action, as the audit trail `idempotency_audit` records it.
+///
+/// [`AuditEntry::before`] and [`AuditEntry::after`] are the key's row as JSON objects:
+///
+/// ```json
+/// {
+///   "scope": "tenant:acme", "operation": "create_order:v1", "key": "order-1",
+///   "status": "completed", "attempt": 3,
+///   "locked_until_ms": null, "recovery_point": "charge",
+///   "created_at_ms": 1800000000000, "expires_at_ms": 1800086400000,
+///   "completed_at_ms": 1800000360000,
+///   "fingerprint": "9f86d0…",
+///   "response": {"status": 201, "headers": [["content-type", "application/json"]],
+///                "body": "{\"id\":7}"}
+/// }
+/// ```
+///
+/// `status` is the key's state ([`crate::KeyStatus`]) at the action's time; times are milliseconds
+/// since the Unix epoch; `fingerprint` is hexadecimal; `response` is `null` for a row without
+/// a stored response. A body that is UTF-8 is the text `body`; any other body is `body_hex`,
+/// its bytes in lowercase hexadecimal, instead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// `idempotency_audit.id`: grows with every entry.
+    pub id: i64,
+    /// When the action happened, by the acting tool's clock (milliseconds since the Unix
+    /// epoch).
+    pub at_ms: i64,
+    /// Who acted ([`Actor::operator`]).
+    pub operator: String,
+    /// The key's scope.
+    pub scope: String,
+    /// The key's operation id.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+    /// [`Action::name`]: `release`, `complete`, `fail`, `expire` or `delete`.
+    pub action: String,
+    /// Why ([`Actor::reason`]).
+    pub reason: Option<String>,
+    /// The row before the action.
+    pub before: Option<Value>,
+    /// The row after the action; `None` after `delete`.
+    pub after: Option<Value>,
+}
+
+/// A staged key's journal and request ([`KeyTable::journal`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Journal {
+    /// The last step journaled (`recovery_point`).
+    pub recovery_point: Option<String>,
+    /// The `journal` column: each step journaled so far, by name, with its result. Empty
+    /// for a key without a journal (atomic mode's keys, a staged key before its first
+    /// step). The order is `serde_json`'s map order (by name, unless its `preserve_order`
+    /// feature is on); [`Journal::recovery_point`] tells the last step.
+    pub steps: Map<String, Value>,
+    /// The `request` column: the request the key was reserved with, for resuming without
+    /// its client; `None` for atomic mode's keys.
+    pub request: Option<Value>,
+}
+
+impl<DB: Backend> KeyTable<DB> {
+    /// Acts on `key` as `by`, at `now_ms`, provided its row is still `expected` (the row
+    /// the operator looked at, from [`KeyTable::get`] or [`KeyTable::list`]).
+    ///
+    /// In one transaction that holds the key's row (PostgreSQL: `SELECT … FOR UPDATE`;
+    /// SQLite: `BEGIN IMMEDIATE`), it reads the row, compares it with `expected`, checks that
+    /// the action applies to it, applies the action and records it in `idempotency_audit`
+    /// (who, why, the row before and after as JSON, see [`AuditEntry`]), then commits: the
+    /// action and its audit row are written together or not at all.
+    ///
+    /// The comparison is column for column (fingerprint, response, times, lease, attempt,
+    /// recovery point), the status compared as its `status` column: a processing key whose
+    /// lease ran out since the operator looked is the same row, now stuck.
+    ///
+    /// ```no_run
+    /// # use idem_store::{Action, Actor, KeyFilter, KeyStatus, KeyTable, StoreError};
+    /// # async fn demo<DB: idem_store::Backend>(table: KeyTable<DB>, now_ms: i64) -> Result<(), StoreError> {
+    /// let stuck = table.list(&KeyFilter::new().status(KeyStatus::Stuck), now_ms).await?;
+    /// let by = Actor::new("alice").reason("INC-42: the payment provider is back");
+    /// for row in &stuck.keys {
+    ///     match table.act(row.key_ref(), row, &Action::Release, &by, now_ms).await {
+    ///         Ok(acted) => println!("released {} (audit #{})", row.key, acted.audit_id),
+    ///         // A retry took it over meanwhile: leave it.
+    ///         Err(StoreError::Changed { .. }) => println!("{} moved on", row.key),
+    ///         Err(other) => return Err(other),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`StoreError::InvalidArgument`]: an empty [`Actor::operator`]; [`Action::Fail`] with
+    ///   a status below 400; `expected` is another key's row. Checked first.
+    /// - [`StoreError::Changed`]: the row is gone or differs from `expected`.
+    /// - [`StoreError::NotApplicable`]: the action does not apply to the row (see
+    ///   [`Action`]): releasing, completing or failing a completed key, expiring an expired
+    ///   one.
+    /// - [`StoreError::LockTimeout`] when another transaction holds the row longer than the
+    ///   lock timeout; [`StoreError::Corrupt`] when the row cannot be read; database errors.
+    ///
+    /// Whenever it returns an error, nothing was changed and nothing audited.
+    pub async fn act(
+        &self,
+        key: KeyRef<'_>,
+        expected: &KeyRow,
+        action: &Action,
+        by: &Actor,
+        now_ms: i64,
+    ) -> Result<Acted, StoreError> {
+        validate(key, expected, action, by)?;
+        DB::act(self.pool(), key, expected, action, by, now_ms)
+            .await
+            .map_err(StoreError::refine::<DB>)
+    }
+
+    /// Entries of the audit trail, newest first (by [`AuditEntry::id`], the order they were
+    /// written in), as `filter` selects them.
+    ///
+    /// ```no_run
+    /// # use idem_store::{AuditFilter, KeyRef, KeyTable};
+    /// # async fn demo<DB: idem_store::Backend>(table: KeyTable<DB>) -> Result<(), idem_store::StoreError> {
+    /// let key = KeyRef { scope: "global", operation: "sync:v1", key: "msg-7f3a" };
+    /// for entry in table.audit(&AuditFilter::new().key(key)).await? {
+    ///     println!("#{} {} {} by {}: {:?}", entry.id, entry.at_ms, entry.action, entry.operator, entry.reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when an entry's `before` or `after` is not JSON; database
+    /// errors.
+    pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
+        DB::audit(self.pool(), filter)
+            .await
+            .map_err(StoreError::refine::<DB>)
+    }
+
+    /// The journal, recovery point and request of `key`'s row; `None` if the key has no row.
+    ///
+    /// ```no_run
+    /// # use idem_store::{KeyRef, KeyTable};
+    /// # async fn demo<DB: idem_store::Backend>(table: KeyTable<DB>) -> Result<(), idem_store::StoreError> {
+    /// let key = KeyRef { scope: "tenant:acme", operation: "create_order:v1", key: "order-1" };
+    /// if let Some(journal) = table.journal(key).await? {
+    ///     for (step, result) in &journal.steps {
+    ///         println!("{step}: {result}");
+    ///     }
+    ///     println!("recovery point: {:?}", journal.recovery_point);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when the journal is not a JSON object or the request is not
+    /// JSON; database errors.
+    pub async fn journal(&self, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
+        DB::journal(self.pool(), key)
+            .await
+            .map_err(StoreError::refine::<DB>)
+    }
+}
+
+/// What [`KeyTable::act`] refuses before it reads anything.
+fn validate(
+    key: KeyRef<'_>,
+    expected: &KeyRow,
+    action: &Action,
+    by: &Actor,
+) -> Result<(), StoreError> {
+    if by.operator.trim().is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "an operator action needs the operator's name".to_owned(),
+        ));
+    }
+    if expected.key_ref() != key {
+        return Err(StoreError::InvalidArgument(format!(
+            "the expected row is the key ({:?}, {:?}, {:?}), not ({:?}, {:?}, {:?})",
+            expected.scope, expected.operation, expected.key, key.scope, key.operation, key.key
+        )));
+    }
+    if let Action::Fail(response) = action
+        && response.status < 400
+    {
+        return Err(StoreError::InvalidArgument(format!(
+            "fail stores a failure: status {} is not 400 or more (complete stores any \
+             response)",
+            response.status
+        )));
+    }
+    Ok(())
+}
+
+/// The row read under the action's lock (`current`, at `now_ms`) checked against `expected`
+/// and `action`: the row before the action, or why the action is refused.
+pub(crate) fn check(
+    expected: &KeyRow,
+    current: Option<KeyRow>,
+    action: &Action,
+    now_ms: i64,
+) -> Result<KeyRow, StoreError> {
+    let Some(current) = current else {
+        return Err(StoreError::Changed { current: None });
+    };
+    if !same_row(expected, &current) {
+        return Err(StoreError::Changed {
+            current: Some(Box::new(current)),
+        });
+    }
+    let processing = current.status.stored() == StoredStatus::Processing;
+    let refusal = match action {
+        Action::Release | Action::Complete(_) | Action::Fail(_) if !processing => Some(format!(
+            "{}: the key is {}; only processing or stuck keys can be released, completed or \
+             failed",
+            action.name(),
+            current.status
+        )),
+        Action::Expire if current.expires_at_ms <= now_ms => Some(format!(
+            "expire: the key expired already (at {} ms)",
+            current.expires_at_ms
+        )),
+        _ => None,
+    };
+    match refusal {
+        Some(why) => Err(StoreError::NotApplicable(why)),
+        None => Ok(current),
+    }
+}
+
+/// Whether `current` is the row `expected` shows: every column, the status as its column
+/// (not the state at a time).
+fn same_row(expected: &KeyRow, current: &KeyRow) -> bool {
+    let KeyRow {
+        scope,
+        operation,
+        key,
+        status,
+        fingerprint,
+        response,
+        created_at_ms,
+        completed_at_ms,
+        expires_at_ms,
+        locked_until_ms,
+        attempt,
+        recovery_point,
+    } = expected;
+    *scope == current.scope
+        && *operation == current.operation
+        && *key == current.key
+        && status.stored() == current.status.stored()
+        && *fingerprint == current.fingerprint
+        && *response == current.response
+        && *created_at_ms == current.created_at_ms
+        && *completed_at_ms == current.completed_at_ms
+        && *expires_at_ms == current.expires_at_ms
+        && *locked_until_ms == current.locked_until_ms
+        && *attempt == current.attempt
+        && *recovery_point == current.recovery_point
+}
+
+/// A row as the audit trail records it (see [`AuditEntry`]).
+pub(crate) fn row_json(row: &KeyRow) -> String {
+    let response = row.response.as_ref().map(|response| {
+        let mut object = json!({
+            "status": response.status,
+            "headers": response.headers,
+        });
+        if let Some(object) = object.as_object_mut() {
+            match std::str::from_utf8(&response.body) {
+                Ok(text) => object.insert("body".to_owned(), Value::from(text)),
+                Err(_) => object.insert("body_hex".to_owned(), Value::from(hex(&response.body))),
+            };
+        }
+        object
+    });
+    json!({
+        "scope": row.scope,
+        "operation": row.operation,
+        "key": row.key,
+        "status": row.status.as_str(),
+        "attempt": row.attempt,
+        "locked_until_ms": row.locked_until_ms,
+        "recovery_point": row.recovery_point,
+        "created_at_ms": row.created_at_ms,
+        "expires_at_ms": row.expires_at_ms,
+        "completed_at_ms": row.completed_at_ms,
+        "fingerprint": hex(&row.fingerprint),
+        "response": response,
+    })
+    .to_string()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// An audit row's columns as both backends read them.
+pub(crate) struct RawAudit {
+    pub(crate) id: i64,
+    pub(crate) at_ms: i64,
+    pub(crate) operator: String,
+    pub(crate) scope: String,
+    pub(crate) operation: String,
+    pub(crate) key: String,
+    pub(crate) action: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) before: Option<String>,
+    pub(crate) after: Option<String>,
+}
+
+impl RawAudit {
+    /// The entry, or [`StoreError::Corrupt`] naming it.
+    pub(crate) fn into_entry(self) -> Result<AuditEntry, StoreError> {
+        let id = self.id;
+        let parse = |what: &str, text: Option<String>| {
+            text.map(|text| serde_json::from_str::<Value>(&text))
+                .transpose()
+                .map_err(|e| {
+                    StoreError::Corrupt(format!("audit entry {id}: {what} is not JSON: {e}"))
+                })
+        };
+        Ok(AuditEntry {
+            before: parse("before", self.before)?,
+            after: parse("after", self.after)?,
+            id,
+            at_ms: self.at_ms,
+            operator: self.operator,
+            scope: self.scope,
+            operation: self.operation,
+            key: self.key,
+            action: self.action,
+            reason: self.reason,
+        })
+    }
+}
+
+/// A key's `recovery_point`, `journal` and `request` columns, read.
+pub(crate) fn journal_of(
+    key: KeyRef<'_>,
+    recovery_point: Option<String>,
+    journal: Option<String>,
+    request: Option<String>,
+) -> Result<Journal, StoreError> {
+    let corrupt = |what: String| {
+        StoreError::Corrupt(format!(
+            "({:?}, {:?}, {:?}): {what}",
+            key.scope, key.operation, key.key
+        ))
+    };
+    let steps = match journal {
+        None => Map::new(),
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(steps)) => steps,
+            Ok(_) => return Err(corrupt("the journal is not a JSON object".to_owned())),
+            Err(e) => return Err(corrupt(format!("the journal is not JSON: {e}"))),
+        },
+    };
+    let request = request
+        .map(|text| serde_json::from_str::<Value>(&text))
+        .transpose()
+        .map_err(|e| corrupt(format!("the request is not JSON: {e}")))?;
+    Ok(Journal {
+        recovery_point,
+        steps,
+        request,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::row::KeyStatus;
+
+    fn row() -> KeyRow {
+        KeyRow {
+            scope: "global".to_owned(),
+            operation: "op:v1".to_owned(),
+            key: "k".to_owned(),
+            status: KeyStatus::Processing,
+            fingerprint: vec![0xab, 0x01],
+            response: None,
+            created_at_ms: 1_000,
+            completed_at_ms: None,
+            expires_at_ms: 100_000,
+            locked_until_ms: Some(5_000),
+            attempt: 1,
+            recovery_point: Some("reserve".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_lease_running_out_is_no_change() {
+        let expected = row();
+        let mut current = row();
+        current.status = KeyStatus::Stuck;
+        assert!(check(&expected, Some(current), &Action::Release, 6_000).is_ok());
+    }
+
+    #[test]
+    fn any_column_that_moved_is_a_change() {
+        let expected = row();
+        let changes: [fn(&mut KeyRow); 6] = [
+            |r| r.attempt += 1,
+            |r| r.locked_until_ms = Some(9_000),
+            |r| r.recovery_point = Some("charge".to_owned()),
+            |r| r.expires_at_ms -= 1,
+            |r| {
+                r.status = KeyStatus::Completed;
+                r.completed_at_ms = Some(2_000);
+            },
+            |r| r.fingerprint = vec![0],
+        ];
+        for change in changes {
+            let mut current = row();
+            change(&mut current);
+            match check(&expected, Some(current.clone()), &Action::Delete, 2_000) {
+                Err(StoreError::Changed { current: Some(now) }) => assert_eq!(*now, current),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            check(&expected, None, &Action::Delete, 2_000),
+            Err(StoreError::Changed { current: None })
+        ));
+    }
+
+    #[test]
+    fn actions_apply_to_some_states() {
+        let mut completed = row();
+        completed.status = KeyStatus::Completed;
+        completed.locked_until_ms = None;
+        let failure = StoredResponse {
+            status: 500,
+            ..StoredResponse::default()
+        };
+        for action in [
+            Action::Release,
+            Action::Complete(failure.clone()),
+            Action::Fail(failure),
+        ] {
+            assert!(matches!(
+                check(&completed, Some(completed.clone()), &action, 2_000),
+                Err(StoreError::NotApplicable(_))
+            ));
+        }
+        assert!(check(&completed, Some(completed.clone()), &Action::Expire, 2_000).is_ok());
+        assert!(matches!(
+            check(
+                &completed,
+                Some(completed.clone()),
+                &Action::Expire,
+                100_000
+            ),
+            Err(StoreError::NotApplicable(_))
+        ));
+        assert!(
+            check(
+                &completed,
+                Some(completed.clone()),
+                &Action::Delete,
+                200_000
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn refused_before_reading() {
+        let expected = row();
+        let by = Actor::new("alice");
+        let ok = StoredResponse {
+            status: 200,
+            ..StoredResponse::default()
+        };
+        for (key, action, by) in [
+            (expected.key_ref(), Action::Release, Actor::new(" ")),
+            (expected.key_ref(), Action::Fail(ok), by.clone()),
+            (
+                KeyRef {
+                    key: "other",
+                    ..expected.key_ref()
+                },
+                Action::Release,
+                by,
+            ),
+        ] {
+            assert!(matches!(
+                validate(key, &expected, &action, &by),
+                Err(StoreError::InvalidArgument(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn bodies_in_the_audit_trail() {
+        let mut text = row();
+        text.response = Some(StoredResponse {
+            status: 201,
+            headers: vec![("location".to_owned(), "/x".to_owned())],
+            body: Bytes::from_static(b"{\"id\":7}"),
+        });
+        let json: Value = serde_json::from_str(&row_json(&text)).unwrap_or_default();
+        assert_eq!(json["response"]["body"], "{\"id\":7}");
+        assert_eq!(json["response"]["headers"], json!([["location", "/x"]]));
+        assert_eq!(json["fingerprint"], "ab01");
+        assert_eq!(json["status"], "processing");
+        assert_eq!(json["locked_until_ms"], 5_000);
+        let mut binary = row();
+        binary.response = Some(StoredResponse {
+            status: 502,
+            headers: Vec::new(),
+            body: Bytes::from_static(&[0xff, 0x00]),
+        });
+        let json: Value = serde_json::from_str(&row_json(&binary)).unwrap_or_default();
+        assert_eq!(json["response"]["body_hex"], "ff00");
+        assert!(json["response"].get("body").is_none());
+        assert_eq!(
+            serde_json::from_str::<Value>(&row_json(&row())).unwrap_or_default()["response"],
+            Value::Null
+        );
+    }
+
+    #[test]
+    fn journals_are_objects() {
+        let key = row();
+        let journal = journal_of(
+            key.key_ref(),
+            Some("b".to_owned()),
+            Some(r#"{"a":1,"b":{"x":2}}"#.to_owned()),
+            Some(r#"{"amount":5}"#.to_owned()),
+        );
+        let journal = journal.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(journal.steps.len(), 2);
+        assert_eq!(journal.request, Some(json!({"amount": 5})));
+        assert!(
+            journal_of(key.key_ref(), None, None, None)
+                .is_ok_and(|j| j.steps.is_empty() && j.request.is_none())
+        );
+        assert!(matches!(
+            journal_of(key.key_ref(), None, Some("[1]".to_owned()), None),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(matches!(
+            journal_of(key.key_ref(), None, None, Some("{".to_owned())),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+}

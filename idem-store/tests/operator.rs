@@ -1,0 +1,920 @@
+//! Operator actions, the audit trail and journals, on both backends: PostgreSQL
+//! (`DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`; each test in a schema
+//! `idem_test_<uuid>`, feature `postgres`) and SQLite (a new file per test, feature `sqlite`).
+//!
+//! Staged mode's rows are written with plain SQL, as staged mode writes them: `processing`,
+//! with a lease, an attempt, a recovery point, a journal and a request.
+#![allow(clippy::unwrap_used)]
+// Without a backend there is nothing to run the cases on.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(dead_code, unused_imports, unused_macros)
+)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use common::{HOUR, NOW, settings};
+use idem_store::sqlx::Pool;
+use idem_store::{
+    Acted, Action, Actor, AuditFilter, Backend, KeyFilter, KeyRef, KeyRow, KeyStatus, KeyTable,
+    NewRow, StoreError, StoredResponse,
+};
+use serde_json::json;
+
+const JOURNAL: &str = r#"{"reserve":{"hold":"h-1"},"charge":{"payment":"p-9"}}"#;
+const REQUEST: &str = r#"{"amount":5,"currency":"EUR"}"#;
+
+/// What a test does on one backend in SQL.
+trait Db: Backend {
+    /// A new, empty database with the key table.
+    fn fresh() -> impl Future<Output = KeyTable<Self>> + Send;
+    /// A staged key in `processing`: created at `created_ms`, its lease until `lease_ms`,
+    /// attempt `attempt`, recovery point `charge`, [`JOURNAL`] and [`REQUEST`].
+    fn insert_staged(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+        created_ms: i64,
+        lease_ms: i64,
+        attempt: i64,
+    ) -> impl Future<Output = ()> + Send;
+    /// The running attempt renews its lease.
+    fn renew_lease(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+        until_ms: i64,
+    ) -> impl Future<Output = ()> + Send;
+    /// A takeover: the attempt number moves on.
+    fn bump_attempt(pool: &Pool<Self>, key: KeyRef<'_>) -> impl Future<Output = ()> + Send;
+    /// The running attempt journals a step.
+    fn journal_step(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+        step: &str,
+    ) -> impl Future<Output = ()> + Send;
+    /// Rows in `idempotency_audit`.
+    fn audit_rows(pool: &Pool<Self>) -> impl Future<Output = i64> + Send;
+}
+
+/// [`Db`]'s statements that both backends share (`$1` works on both).
+macro_rules! shared_sql {
+    () => {
+        async fn bump_attempt(pool: &sqlx::Pool<Self>, key: KeyRef<'_>) {
+            sqlx::query(
+                "UPDATE idempotency_keys SET attempt = attempt + 1 \
+                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        async fn journal_step(pool: &sqlx::Pool<Self>, key: KeyRef<'_>, step: &str) {
+            sqlx::query(
+                "UPDATE idempotency_keys SET recovery_point = $4 \
+                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(step)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        async fn audit_rows(pool: &sqlx::Pool<Self>) -> i64 {
+            sqlx::query_scalar("SELECT count(*) FROM idempotency_audit")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        }
+    };
+}
+
+/// A completed key, stored through the protocol's primitives as the runtime does.
+async fn put<DB: Db>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i64) {
+    let mut conn = table.pool().acquire().await.unwrap();
+    let tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .unwrap()
+        .free()
+        .unwrap();
+    let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
+    let row = NewRow {
+        key,
+        fingerprint: &[7; 32],
+        status: 201,
+        headers_json: &headers,
+        body: b"{\"id\":1}",
+        created_ms: NOW - HOUR,
+        completed_ms: NOW - HOUR + 5,
+        expires_ms,
+        replace_expired: false,
+    };
+    assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
+}
+
+fn key(key: &str) -> KeyRef<'_> {
+    KeyRef {
+        scope: "tenant:acme",
+        operation: "pay:v1",
+        key,
+    }
+}
+
+fn alice() -> Actor {
+    Actor::new("alice").reason("INC-42")
+}
+
+fn response(status: u16, body: &'static [u8]) -> StoredResponse {
+    StoredResponse {
+        status,
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        body: bytes::Bytes::from_static(body),
+    }
+}
+
+async fn row<DB: Db>(table: &KeyTable<DB>, k: KeyRef<'_>, now_ms: i64) -> KeyRow {
+    table.get(k, now_ms).await.unwrap().unwrap()
+}
+
+/// The one audit entry of `k`, checked against what `act` returned.
+async fn audited<DB: Db>(table: &KeyTable<DB>, k: KeyRef<'_>, acted: &Acted, action: &str) {
+    let entries = table.audit(&AuditFilter::new().key(k)).await.unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let entry = &entries[0];
+    assert_eq!(entry.id, acted.audit_id);
+    assert_eq!(entry.at_ms, NOW);
+    assert_eq!(entry.operator, "alice");
+    assert_eq!(entry.reason.as_deref(), Some("INC-42"));
+    assert_eq!(
+        (
+            entry.scope.as_str(),
+            entry.operation.as_str(),
+            entry.key.as_str()
+        ),
+        (k.scope, k.operation, k.key)
+    );
+    assert_eq!(entry.action, action);
+    let before = entry.before.as_ref().unwrap();
+    assert_json_is_row(before, &acted.before);
+    match (&entry.after, &acted.after) {
+        (Some(json), Some(after)) => assert_json_is_row(json, after),
+        (None, None) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The audit trail's JSON of a row.
+fn assert_json_is_row(json: &serde_json::Value, row: &KeyRow) {
+    assert_eq!(json["scope"], row.scope.as_str());
+    assert_eq!(json["operation"], row.operation.as_str());
+    assert_eq!(json["key"], row.key.as_str());
+    assert_eq!(json["status"], row.status.as_str());
+    assert_eq!(json["attempt"], row.attempt);
+    assert_eq!(json["locked_until_ms"], json!(row.locked_until_ms));
+    assert_eq!(json["recovery_point"], json!(row.recovery_point));
+    assert_eq!(json["created_at_ms"], row.created_at_ms);
+    assert_eq!(json["expires_at_ms"], row.expires_at_ms);
+    assert_eq!(json["completed_at_ms"], json!(row.completed_at_ms));
+    match &row.response {
+        None => assert!(json["response"].is_null(), "{json}"),
+        Some(response) => {
+            assert_eq!(json["response"]["status"], response.status);
+            assert_eq!(json["response"]["headers"], json!(response.headers));
+            match std::str::from_utf8(&response.body) {
+                Ok(text) => assert_eq!(json["response"]["body"], text),
+                Err(_) => assert!(json["response"]["body_hex"].is_string(), "{json}"),
+            }
+        }
+    }
+}
+
+// The cases.
+
+/// Processing keys whose lease ran out are stuck: listed as such, counted, the oldest one's
+/// creation reported.
+async fn stuck_keys_are_listed_and_counted<DB: Db>() {
+    let table = DB::fresh().await;
+    let pool = table.pool();
+    DB::insert_staged(pool, key("s-1"), NOW - 3 * HOUR, NOW - 1_000, 1).await;
+    // A lease that runs out exactly now has run out.
+    DB::insert_staged(pool, key("s-2"), NOW - 2 * HOUR, NOW, 2).await;
+    DB::insert_staged(pool, key("p-1"), NOW - 5 * HOUR, NOW + 30_000, 1).await;
+    put(&table, key("c-1"), NOW + HOUR).await;
+
+    let keys = |status| {
+        let table = table.clone();
+        async move {
+            let page = table
+                .list(&KeyFilter::new().status(status), NOW)
+                .await
+                .unwrap();
+            page.keys.into_iter().map(|r| r.key).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(keys(KeyStatus::Stuck).await, ["s-1", "s-2"]);
+    assert_eq!(keys(KeyStatus::Processing).await, ["p-1"]);
+    assert_eq!(keys(KeyStatus::Completed).await, ["c-1"]);
+    let s1 = row(&table, key("s-1"), NOW).await;
+    assert_eq!(s1.status, KeyStatus::Stuck);
+    assert_eq!(s1.locked_until_ms, Some(NOW - 1_000));
+    assert_eq!(s1.attempt, 1);
+    assert_eq!(s1.recovery_point.as_deref(), Some("charge"));
+    assert_eq!(s1.response, None);
+
+    let counts = table.counts(NOW).await.unwrap();
+    assert_eq!(
+        (
+            counts.by_status.stuck,
+            counts.by_status.processing,
+            counts.by_status.completed
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(counts.by_operation["pay:v1"].stuck, 2);
+    // s-1's; p-1 is older but not stuck.
+    assert_eq!(counts.oldest_stuck_created_at_ms, Some(NOW - 3 * HOUR));
+    let later = table.counts(NOW + 60_000).await.unwrap();
+    assert_eq!(later.by_status.stuck, 3);
+    assert_eq!(later.oldest_stuck_created_at_ms, Some(NOW - 5 * HOUR));
+    let earlier = table.counts(NOW - 2_000).await.unwrap();
+    assert_eq!(earlier.by_status.stuck, 0);
+    assert_eq!(earlier.oldest_stuck_created_at_ms, None);
+}
+
+/// Releasing a stuck key makes it takeable at once, one attempt on; releasing a live one
+/// fences its running attempt out.
+async fn release<DB: Db>() {
+    let table = DB::fresh().await;
+    let stuck = key("stuck");
+    DB::insert_staged(table.pool(), stuck, NOW - HOUR, NOW - 1_000, 1).await;
+    let seen = row(&table, stuck, NOW).await;
+    let acted = table
+        .act(stuck, &seen, &Action::Release, &alice(), NOW)
+        .await
+        .unwrap();
+    assert_eq!(acted.before, seen);
+    let after = acted.after.clone().unwrap();
+    assert_eq!(after, row(&table, stuck, NOW).await);
+    assert_eq!(after.attempt, 2);
+    assert_eq!(after.locked_until_ms, Some(NOW));
+    // Takeable: its lease has run out, and it resumes from where it was.
+    assert_eq!(after.status, KeyStatus::Stuck);
+    assert_eq!(after.recovery_point.as_deref(), Some("charge"));
+    assert_eq!(after.response, None);
+    assert_eq!(after.expires_at_ms, seen.expires_at_ms);
+    let journal = table.journal(stuck).await.unwrap().unwrap();
+    assert_eq!(journal.steps.len(), 2);
+    audited(&table, stuck, &acted, "release").await;
+    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
+    assert_eq!(entry.before.as_ref().unwrap()["attempt"], 1);
+    assert_eq!(entry.before.as_ref().unwrap()["status"], "stuck");
+    assert_eq!(entry.after.as_ref().unwrap()["attempt"], 2);
+    assert_eq!(entry.after.as_ref().unwrap()["locked_until_ms"], NOW);
+
+    let live = key("live");
+    DB::insert_staged(table.pool(), live, NOW - HOUR, NOW + 30_000, 3).await;
+    let seen = row(&table, live, NOW).await;
+    assert_eq!(seen.status, KeyStatus::Processing);
+    let acted = table
+        .act(live, &seen, &Action::Release, &alice(), NOW)
+        .await
+        .unwrap();
+    let after = acted.after.unwrap();
+    assert_eq!((after.attempt, after.locked_until_ms), (4, Some(NOW)));
+    assert_eq!(after.status, KeyStatus::Stuck);
+    assert_eq!(DB::audit_rows(table.pool()).await, 2);
+}
+
+/// Completing a processing or stuck key stores the operator's response: replayed from then
+/// on, the lease gone, the running attempt fenced out.
+async fn complete<DB: Db>() {
+    let table = DB::fresh().await;
+    let k = key("k");
+    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    let seen = row(&table, k, NOW).await;
+    let given = response(201, b"{\"id\":\"order-7\"}");
+    let acted = table
+        .act(k, &seen, &Action::Complete(given.clone()), &alice(), NOW)
+        .await
+        .unwrap();
+    let after = acted.after.clone().unwrap();
+    assert_eq!(after, row(&table, k, NOW).await);
+    assert_eq!(after.status, KeyStatus::Completed);
+    assert_eq!(after.response.as_ref(), Some(&given));
+    assert_eq!(after.completed_at_ms, Some(NOW));
+    assert_eq!(after.locked_until_ms, None);
+    assert_eq!(after.attempt, 2);
+    assert_eq!(after.expires_at_ms, seen.expires_at_ms);
+    assert_eq!(after.fingerprint, seen.fingerprint);
+    // The protocol replays it.
+    let mut conn = table.pool().acquire().await.unwrap();
+    let stored = DB::lookup(&mut conn, k).await.unwrap().unwrap();
+    drop(conn);
+    assert_eq!(stored.response, Some(given));
+    audited(&table, k, &acted, "complete").await;
+    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
+    let after_json = entry.after.as_ref().unwrap();
+    assert_eq!(after_json["status"], "completed");
+    assert_eq!(after_json["response"]["body"], "{\"id\":\"order-7\"}");
+    assert_eq!(after_json["locked_until_ms"], serde_json::Value::Null);
+    assert!(entry.before.as_ref().unwrap()["response"].is_null());
+}
+
+/// Failing stores a failure, any body (a binary one is hexadecimal in the audit trail), and
+/// refuses a success.
+async fn fail<DB: Db>() {
+    let table = DB::fresh().await;
+    let k = key("k");
+    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW + 30_000, 1).await;
+    let seen = row(&table, k, NOW).await;
+    for status in [200, 204, 399] {
+        match table
+            .act(
+                k,
+                &seen,
+                &Action::Fail(response(status, b"")),
+                &alice(),
+                NOW,
+            )
+            .await
+        {
+            Err(StoreError::InvalidArgument(why)) => assert!(why.contains("400"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(row(&table, k, NOW).await, seen);
+    assert_eq!(DB::audit_rows(table.pool()).await, 0);
+
+    let given = response(502, &[0xff, 0xfe, 0x00]);
+    let acted = table
+        .act(k, &seen, &Action::Fail(given.clone()), &alice(), NOW)
+        .await
+        .unwrap();
+    let after = acted.after.clone().unwrap();
+    assert_eq!(after.status, KeyStatus::Completed);
+    assert_eq!(after.response.as_ref(), Some(&given));
+    assert_eq!((after.attempt, after.locked_until_ms), (2, None));
+    audited(&table, k, &acted, "fail").await;
+    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
+    let json = &entry.after.as_ref().unwrap()["response"];
+    assert_eq!(json["body_hex"], "fffe00");
+    assert!(json.get("body").is_none(), "{json}");
+    assert_eq!(json["status"], 502);
+}
+
+/// Expiring sets `expires_at` to now, once; deleting removes the row.
+async fn expire_and_delete<DB: Db>() {
+    let table = DB::fresh().await;
+    let k = key("c");
+    put(&table, k, NOW + HOUR).await;
+    let seen = row(&table, k, NOW).await;
+    let acted = table
+        .act(k, &seen, &Action::Expire, &alice(), NOW)
+        .await
+        .unwrap();
+    let after = acted.after.clone().unwrap();
+    assert_eq!(after, row(&table, k, NOW).await);
+    assert_eq!(after.expires_at_ms, NOW);
+    assert_eq!(after.status, KeyStatus::Expired);
+    assert_eq!(after.attempt, seen.attempt);
+    assert_eq!(after.response, seen.response);
+    audited(&table, k, &acted, "expire").await;
+    // Expired already: refused, even with the row as it is now.
+    match table.act(k, &after, &Action::Expire, &alice(), NOW).await {
+        Err(StoreError::NotApplicable(why)) => assert!(why.contains("expired"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+
+    // A staged key expires too.
+    let staged = key("s");
+    DB::insert_staged(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    let seen = row(&table, staged, NOW).await;
+    let acted = table
+        .act(staged, &seen, &Action::Expire, &alice(), NOW)
+        .await
+        .unwrap();
+    let after = acted.after.unwrap();
+    assert_eq!(after.expires_at_ms, NOW);
+    assert_eq!(
+        (after.attempt, after.locked_until_ms),
+        (1, Some(NOW + 30_000))
+    );
+
+    // Deleted: gone, its journal with it; the audit trail keeps the row.
+    let seen = row(&table, staged, NOW).await;
+    let acted = table
+        .act(staged, &seen, &Action::Delete, &alice(), NOW)
+        .await
+        .unwrap();
+    assert_eq!(acted.before, seen);
+    assert_eq!(acted.after, None);
+    assert!(table.get(staged, NOW).await.unwrap().is_none());
+    assert!(table.journal(staged).await.unwrap().is_none());
+    let entries = table.audit(&AuditFilter::new().key(staged)).await.unwrap();
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| e.action.as_str())
+            .collect::<Vec<_>>(),
+        ["delete", "expire"]
+    );
+    assert_eq!(entries[0].after, None);
+    assert_eq!(entries[0].before.as_ref().unwrap()["attempt"], 1);
+    assert_eq!(entries[0].id, acted.audit_id);
+    // An expired key is deleted as well.
+    let seen = row(&table, k, NOW).await;
+    table
+        .act(k, &seen, &Action::Delete, &alice(), NOW)
+        .await
+        .unwrap();
+    assert_eq!(table.counts(NOW).await.unwrap().by_status.total(), 0);
+    assert_eq!(DB::audit_rows(table.pool()).await, 4);
+}
+
+/// Releasing, completing or failing a completed (or expired) key does not apply.
+async fn not_applicable<DB: Db>() {
+    let table = DB::fresh().await;
+    let completed = key("c");
+    let expired = key("e");
+    put(&table, completed, NOW + HOUR).await;
+    put(&table, expired, NOW - 1).await;
+    for k in [completed, expired] {
+        let seen = row(&table, k, NOW).await;
+        for action in [
+            Action::Release,
+            Action::Complete(response(200, b"{}")),
+            Action::Fail(response(500, b"")),
+        ] {
+            match table.act(k, &seen, &action, &alice(), NOW).await {
+                Err(StoreError::NotApplicable(why)) => {
+                    assert!(why.contains(action.name()), "{why}");
+                    assert!(why.contains(seen.status.as_str()), "{why}");
+                }
+                other => panic!("{} on {}: {other:?}", action.name(), seen.status),
+            }
+        }
+        assert_eq!(row(&table, k, NOW).await, seen);
+    }
+    let seen = row(&table, expired, NOW).await;
+    assert!(matches!(
+        table
+            .act(expired, &seen, &Action::Expire, &alice(), NOW)
+            .await,
+        Err(StoreError::NotApplicable(_))
+    ));
+    assert_eq!(DB::audit_rows(table.pool()).await, 0);
+    assert!(table.audit(&AuditFilter::new()).await.unwrap().is_empty());
+}
+
+/// A row that moved between the operator's read and the action refuses the action, changes
+/// nothing and audits nothing.
+async fn fenced_refusals<DB: Db>() {
+    let table = DB::fresh().await;
+    let pool = table.pool();
+    let k = key("k");
+    DB::insert_staged(pool, k, NOW - HOUR, NOW - 1_000, 1).await;
+
+    // A retry took the key over.
+    let seen = row(&table, k, NOW).await;
+    DB::bump_attempt(pool, k).await;
+    let now = row(&table, k, NOW).await;
+    match table.act(k, &seen, &Action::Release, &alice(), NOW).await {
+        Err(StoreError::Changed {
+            current: Some(current),
+        }) => {
+            assert_eq!(*current, now);
+            assert_eq!(current.attempt, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(row(&table, k, NOW).await, now);
+
+    // The running attempt renewed its lease.
+    let seen = row(&table, k, NOW).await;
+    DB::renew_lease(pool, k, NOW + 30_000).await;
+    let error = table
+        .act(
+            k,
+            &seen,
+            &Action::Complete(response(200, b"")),
+            &alice(),
+            NOW,
+        )
+        .await
+        .unwrap_err();
+    assert!(error.is_changed(), "{error:?}");
+    let StoreError::Changed {
+        current: Some(current),
+    } = error
+    else {
+        unreachable!()
+    };
+    assert_eq!(current.status, KeyStatus::Processing);
+    assert_eq!(current.locked_until_ms, Some(NOW + 30_000));
+
+    // It journaled a step.
+    let seen = row(&table, k, NOW).await;
+    DB::journal_step(pool, k, "ship").await;
+    assert!(
+        table
+            .act(k, &seen, &Action::Fail(response(500, b"")), &alice(), NOW)
+            .await
+            .unwrap_err()
+            .is_changed()
+    );
+
+    // Another operator expired it.
+    let seen = row(&table, k, NOW).await;
+    table
+        .act(k, &seen, &Action::Expire, &Actor::new("bob"), NOW)
+        .await
+        .unwrap();
+    assert!(
+        table
+            .act(k, &seen, &Action::Delete, &alice(), NOW)
+            .await
+            .unwrap_err()
+            .is_changed()
+    );
+    let seen_by_bob = row(&table, k, NOW).await;
+
+    // Someone deleted it.
+    table.delete(k, NOW).await.unwrap().unwrap();
+    match table
+        .act(k, &seen_by_bob, &Action::Delete, &alice(), NOW)
+        .await
+    {
+        Err(StoreError::Changed { current: None }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Only bob's action is in the trail.
+    let entries = table.audit(&AuditFilter::new()).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].operator, "bob");
+    assert_eq!(entries[0].reason, None);
+
+    // A lease that ran out since the read is not a change: the same row, now stuck.
+    let k = key("lapsed");
+    DB::insert_staged(pool, k, NOW - HOUR, NOW - 5_000, 1).await;
+    let seen = row(&table, k, NOW - 10_000).await;
+    assert_eq!(seen.status, KeyStatus::Processing);
+    let acted = table
+        .act(k, &seen, &Action::Release, &alice(), NOW)
+        .await
+        .unwrap();
+    assert_eq!(acted.before.status, KeyStatus::Stuck);
+}
+
+/// What the store refuses before reading anything.
+async fn invalid_arguments<DB: Db>() {
+    let table = DB::fresh().await;
+    let k = key("k");
+    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    let seen = row(&table, k, NOW).await;
+    for nobody in ["", "  "] {
+        match table
+            .act(k, &seen, &Action::Release, &Actor::new(nobody), NOW)
+            .await
+        {
+            Err(StoreError::InvalidArgument(why)) => assert!(why.contains("operator"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        table
+            .act(key("other"), &seen, &Action::Release, &alice(), NOW)
+            .await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(row(&table, k, NOW).await, seen);
+    assert_eq!(DB::audit_rows(table.pool()).await, 0);
+}
+
+/// The audit trail, newest first, by key and by operator, page by page.
+async fn audit_filters<DB: Db>() {
+    let table = DB::fresh().await;
+    let (a, b) = (key("a"), key("b"));
+    put(&table, a, NOW + HOUR).await;
+    put(&table, b, NOW + HOUR).await;
+    let bob = Actor::new("bob").reason("cleanup");
+    let act = |k: KeyRef<'static>, action: Action, by: Actor, at: i64| {
+        let table = table.clone();
+        async move {
+            let seen = row(&table, k, at).await;
+            table
+                .act(k, &seen, &action, &by, at)
+                .await
+                .unwrap()
+                .audit_id
+        }
+    };
+    let first = act(a, Action::Expire, alice(), NOW).await;
+    let second = act(b, Action::Expire, bob.clone(), NOW + 1).await;
+    let third = act(a, Action::Delete, bob.clone(), NOW + 2).await;
+    let fourth = act(b, Action::Delete, alice(), NOW + 3).await;
+    assert!(first < second && second < third && third < fourth);
+
+    let ids = |filter: AuditFilter| {
+        let table = table.clone();
+        async move {
+            let entries = table.audit(&filter).await.unwrap();
+            entries.into_iter().map(|e| e.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        ids(AuditFilter::new()).await,
+        [fourth, third, second, first]
+    );
+    assert_eq!(ids(AuditFilter::new().key(a)).await, [third, first]);
+    assert_eq!(
+        ids(AuditFilter::new().operator("alice")).await,
+        [fourth, first]
+    );
+    assert_eq!(
+        ids(AuditFilter::new().key(b).operator("bob")).await,
+        [second]
+    );
+    assert!(ids(AuditFilter::new().operator("carol")).await.is_empty());
+    let other_scope = AuditFilter::new().key(KeyRef {
+        scope: "global",
+        ..a
+    });
+    assert!(ids(other_scope).await.is_empty());
+    // Pages.
+    assert_eq!(
+        ids(AuditFilter::new().limit(3)).await,
+        [fourth, third, second]
+    );
+    assert_eq!(
+        ids(AuditFilter::new().limit(3).before_id(second)).await,
+        [first]
+    );
+    assert_eq!(ids(AuditFilter::new().limit(0)).await, [fourth]);
+
+    let entries = table.audit(&AuditFilter::new()).await.unwrap();
+    let at: Vec<i64> = entries.iter().map(|e| e.at_ms).collect();
+    assert_eq!(at, [NOW + 3, NOW + 2, NOW + 1, NOW]);
+    let actions: Vec<&str> = entries.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["delete", "delete", "expire", "expire"]);
+    assert_eq!(entries[1].reason.as_deref(), Some("cleanup"));
+    assert_eq!(entries[1].key, "a");
+    assert_eq!(entries[1].after, None);
+    assert_eq!(entries[3].after.as_ref().unwrap()["expires_at_ms"], NOW);
+    assert_eq!(entries[3].after.as_ref().unwrap()["status"], "expired");
+}
+
+/// A staged key's journal and request, for tools.
+async fn journal<DB: Db>() {
+    let table = DB::fresh().await;
+    let staged = key("s");
+    DB::insert_staged(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    let journal = table.journal(staged).await.unwrap().unwrap();
+    assert_eq!(journal.recovery_point.as_deref(), Some("charge"));
+    assert_eq!(
+        serde_json::Value::Object(journal.steps),
+        serde_json::from_str::<serde_json::Value>(JOURNAL).unwrap()
+    );
+    assert_eq!(
+        journal.request,
+        Some(json!({"amount": 5, "currency": "EUR"}))
+    );
+    // An atomic-mode key has none.
+    let atomic = key("a");
+    put(&table, atomic, NOW + HOUR).await;
+    let journal = table.journal(atomic).await.unwrap().unwrap();
+    assert!(journal.steps.is_empty());
+    assert_eq!((journal.recovery_point, journal.request), (None, None));
+    assert!(table.journal(key("none")).await.unwrap().is_none());
+}
+
+/// Two operators act on one row at once: one succeeds, the other is told the row changed.
+async fn concurrent_acts<DB: Db>() {
+    let table = DB::fresh().await;
+    let k = key("k");
+    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    const ROUNDS: i64 = 5;
+    for round in 0..ROUNDS {
+        let seen = Arc::new(row(&table, k, NOW).await);
+        assert_eq!(seen.attempt, 1 + round);
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let tasks: Vec<_> = ["alice", "bob"]
+            .into_iter()
+            .map(|name| {
+                let (table, seen, barrier) = (table.clone(), seen.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    table
+                        .act(k, &seen, &Action::Release, &Actor::new(name), NOW)
+                        .await
+                })
+            })
+            .collect();
+        let mut done = 0;
+        let mut changed = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(acted) => {
+                    assert_eq!(acted.after.unwrap().attempt, seen.attempt + 1);
+                    done += 1;
+                }
+                Err(StoreError::Changed {
+                    current: Some(current),
+                }) => {
+                    assert_eq!(current.attempt, seen.attempt + 1);
+                    changed += 1;
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        assert_eq!((done, changed), (1, 1), "round {round}");
+    }
+    assert_eq!(row(&table, k, NOW).await.attempt, 1 + ROUNDS);
+    assert_eq!(DB::audit_rows(table.pool()).await, ROUNDS);
+}
+
+/// One `#[tokio::test]` per case, on `$db`.
+macro_rules! operator_cases {
+    ($db:ty) => {
+        operator_cases!($db:
+            stuck_keys_are_listed_and_counted,
+            release,
+            complete,
+            fail,
+            expire_and_delete,
+            not_applicable,
+            fenced_refusals,
+            invalid_arguments,
+            audit_filters,
+            journal,
+            concurrent_acts,
+        );
+    };
+    ($db:ty: $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name::<$db>().await;
+            }
+        )*
+    };
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use idem_store::KeyRef;
+    use idem_store::sqlx::{self, Postgres};
+
+    use super::{Db, JOURNAL, REQUEST, common};
+    use idem_store::{Backend as _, KeyTable};
+
+    impl Db for Postgres {
+        async fn fresh() -> KeyTable<Self> {
+            let url = common::postgres_url();
+            let schema = common::unique("idem_test");
+            let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
+                panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+            });
+            sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                .execute(&admin)
+                .await
+                .unwrap();
+            admin.close().await;
+            let separator = if url.contains('?') { '&' } else { '?' };
+            let url = format!(
+                "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
+            );
+            let table = KeyTable::new(
+                Postgres::connect(&url, 4, &common::settings())
+                    .await
+                    .unwrap(),
+            );
+            table.migrate().await.unwrap();
+            table
+        }
+
+        async fn insert_staged(
+            pool: &sqlx::PgPool,
+            key: KeyRef<'_>,
+            created_ms: i64,
+            lease_ms: i64,
+            attempt: i64,
+        ) {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+                 status, created_at, expires_at, locked_until, attempt, recovery_point, \
+                 journal, request) \
+                 VALUES ($1, $2, $3, decode('0a0b', 'hex'), 'processing', \
+                 to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000), \
+                 to_timestamp($6::float8 / 1000), $7, 'charge', $8, $9)",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(created_ms)
+            .bind(created_ms + 24 * common::HOUR)
+            .bind(lease_ms)
+            .bind(attempt)
+            .bind(JOURNAL)
+            .bind(REQUEST)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        async fn renew_lease(pool: &sqlx::PgPool, key: KeyRef<'_>, until_ms: i64) {
+            sqlx::query(
+                "UPDATE idempotency_keys SET locked_until = to_timestamp($4::float8 / 1000) \
+                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(until_ms)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        shared_sql!();
+    }
+
+    operator_cases!(Postgres);
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use idem_store::KeyRef;
+    use idem_store::sqlx::{self, Sqlite};
+
+    use super::{Db, JOURNAL, REQUEST, common};
+    use idem_store::{Backend as _, KeyTable};
+
+    impl Db for Sqlite {
+        async fn fresh() -> KeyTable<Self> {
+            let url = format!(
+                "sqlite://{}",
+                common::temp_file(&common::unique("idem_test")).display()
+            );
+            let table = KeyTable::new(Sqlite::connect(&url, 4, &common::settings()).await.unwrap());
+            table.migrate().await.unwrap();
+            table
+        }
+
+        async fn insert_staged(
+            pool: &sqlx::SqlitePool,
+            key: KeyRef<'_>,
+            created_ms: i64,
+            lease_ms: i64,
+            attempt: i64,
+        ) {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+                 status, created_at, expires_at, locked_until, attempt, recovery_point, \
+                 journal, request) \
+                 VALUES (?1, ?2, ?3, X'0a0b', 'processing', \
+                 strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
+                 strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
+                 strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch'), ?7, 'charge', ?8, ?9)",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(created_ms)
+            .bind(created_ms + 24 * common::HOUR)
+            .bind(lease_ms)
+            .bind(attempt)
+            .bind(JOURNAL)
+            .bind(REQUEST)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        async fn renew_lease(pool: &sqlx::SqlitePool, key: KeyRef<'_>, until_ms: i64) {
+            sqlx::query(
+                "UPDATE idempotency_keys \
+                 SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch') \
+                 WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3",
+            )
+            .bind(key.scope)
+            .bind(key.operation)
+            .bind(key.key)
+            .bind(until_ms)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+
+        shared_sql!();
+    }
+
+    operator_cases!(Sqlite);
+}
