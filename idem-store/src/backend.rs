@@ -181,7 +181,7 @@ pub(crate) mod sealed {
             filter: &AuditFilter,
         ) -> impl Future<Output = Result<Vec<AuditEntry>, StoreError>> + Send;
 
-        fn journal(
+        fn read_journal(
             pool: &Pool<Self>,
             key: KeyRef<'_>,
         ) -> impl Future<Output = Result<Option<Journal>, StoreError>> + Send;

@@ -358,7 +358,7 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`] when the journal is not a JSON object or the request is not
     /// JSON; database errors.
     pub async fn journal(&self, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
-        DB::journal(self.pool(), key)
+        DB::read_journal(self.pool(), key)
             .await
             .map_err(StoreError::refine::<DB>)
     }

@@ -649,7 +649,10 @@ impl sealed::Sealed for Sqlite {
             .collect()
     }
 
-    async fn journal(pool: &Pool<Self>, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
+    async fn read_journal(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+    ) -> Result<Option<Journal>, StoreError> {
         let row: Option<(Option<String>, Option<String>, Option<String>)> =
             by_key(sql::JOURNAL, key)
                 .try_map(|row: SqliteRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
