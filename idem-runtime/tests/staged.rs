@@ -418,6 +418,87 @@ async fn reconciler_resumes_stuck_keys<DB: TestDb>() {
     assert_eq!(replay.kind, OutcomeKind::Replayed);
 }
 
+/// Operators on staged keys, through the key table the runtime hands out: a stuck key is
+/// listed; `complete` makes retries replay the operator's response; `release` of a running
+/// attempt fences it out and lets the next retry resume; every action is audited.
+async fn operators_act_on_staged_keys<DB: TestDb>() {
+    use idem_runtime::store::{Action, Actor, AuditFilter, KeyFilter, StoredResponse};
+    let h = Harness::<DB>::new().await;
+    let table = h.idem.keys();
+    let work = Work::new(After::Interrupt);
+    let stuck = key("p-op-1");
+    assert!(run(&h.idem, &SPEC, &work, &stuck, 100).await.is_err());
+    let listed = table
+        .list(
+            &KeyFilter::new().status(KeyStatus::Stuck),
+            h.idem.now_millis(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.keys.len(), 1);
+    let row = &listed.keys[0];
+    assert_eq!(row.key, "p-op-1");
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: bytes::Bytes::from_static(br#"{"settled":"by hand"}"#),
+    };
+    let actor = Actor::new("alice").reason("charge confirmed with the provider");
+    table
+        .act(
+            row.key_ref(),
+            row,
+            &Action::Complete(response),
+            &actor,
+            h.idem.now_millis(),
+        )
+        .await
+        .unwrap();
+    let replay = run(&h.idem, &SPEC, &work, &stuck, 100).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(replay.record.body.as_ref(), br#"{"settled":"by hand"}"#);
+    assert_eq!(work.runs.load(Ordering::SeqCst), 1, "completed by hand, not run");
+
+    // A running attempt released by an operator: it is fenced out, the next retry resumes.
+    work.set(After::Wait);
+    let running = key("p-op-2");
+    let first = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), running.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    recorded(&h, "p-op-2").await;
+    let row = table
+        .get(key_ref("p-op-2"), h.idem.now_millis())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, KeyStatus::Processing);
+    table
+        .act(
+            row.key_ref(),
+            &row,
+            &Action::Release,
+            &Actor::new("bob"),
+            h.idem.now_millis(),
+        )
+        .await
+        .unwrap();
+    let fresh = Work::new(After::Finish);
+    let resumed = run(&h.idem, &SPEC, &fresh, &running, 100).await.unwrap();
+    assert_eq!(resumed.kind, OutcomeKind::Executed);
+    assert_eq!(fresh.provider.calls(), 0, "resumed after the recorded charge");
+    work.gate.notify_one();
+    let first = first.await.unwrap();
+    assert!(matches!(first, Err(Error::InFlight { .. })), "{first:?}");
+    assert_eq!(h.effects().await, 1);
+    let audit = table.audit(&AuditFilter::new()).await.unwrap();
+    let actions: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|e| (e.operator.as_str(), e.action.as_str()))
+        .collect();
+    assert_eq!(actions, [("bob", "release"), ("alice", "complete")]);
+}
+
 on_both_backends!(
     reservation_commits_at_once,
     waiting_duplicate_gets_the_response,
@@ -427,6 +508,7 @@ on_both_backends!(
     takeover_fences_the_old_attempt,
     one_of_two_racing_takeovers_wins,
     reconciler_resumes_stuck_keys,
+    operators_act_on_staged_keys,
 );
 
 /// The attribute in staged mode: `#[idempotent(mode = "staged", lease = …)]` on a handler
