@@ -155,7 +155,7 @@ pub(crate) mod sealed {
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
 )]
-pub trait Backend: Database + sealed::Sealed {
+pub trait Backend: Database + sealed::Sealed + crate::outbox::OutboxSql {
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];

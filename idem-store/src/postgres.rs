@@ -21,11 +21,19 @@ use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID, Migration};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 1] = [Migration::new(
-    1,
-    "idempotency_keys",
-    include_str!("../migrations/postgres/0001_idempotency_keys.sql"),
-)];
+static MIGRATIONS: [Migration; 2] = [
+    Migration::new(
+        1,
+        "idempotency_keys",
+        include_str!("../migrations/postgres/0001_idempotency_keys.sql"),
+    ),
+    // version 2: staged mode (added separately)
+    Migration::new(
+        3,
+        "idempotency_outbox",
+        include_str!("../migrations/postgres/0003_outbox.sql"),
+    ),
+];
 
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
 /// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per

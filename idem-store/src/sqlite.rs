@@ -19,11 +19,19 @@ use crate::migrate::{LEGACY_SQLX_VERSION, Migration};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 1] = [Migration::new(
-    1,
-    "idempotency_keys",
-    include_str!("../migrations/sqlite/0001_idempotency_keys.sql"),
-)];
+static MIGRATIONS: [Migration; 2] = [
+    Migration::new(
+        1,
+        "idempotency_keys",
+        include_str!("../migrations/sqlite/0001_idempotency_keys.sql"),
+    ),
+    // version 2: staged mode (added separately)
+    Migration::new(
+        3,
+        "idempotency_outbox",
+        include_str!("../migrations/sqlite/0003_outbox.sql"),
+    ),
+];
 
 mod sql {
     // A timestamp column in milliseconds. idem writes text timestamps; a plain number an

@@ -132,7 +132,10 @@ async fn migration_waits_for_the_lock() {
         .await
         .unwrap();
     run.await.unwrap().unwrap();
-    assert_eq!(Postgres::history(table.pool()).await.len(), 1);
+    assert_eq!(
+        Postgres::history(table.pool()).await.len(),
+        Postgres::migrations().len()
+    );
 }
 
 trait ConnectWithUrl {
