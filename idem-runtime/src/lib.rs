@@ -17,6 +17,7 @@ mod handler;
 pub mod key;
 mod maintenance;
 mod once;
+pub mod outbox;
 mod principal;
 mod problem;
 pub mod protocol;

@@ -457,7 +457,11 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
     let replay = run(&h.idem, &SPEC, &work, &stuck, 100).await.unwrap();
     assert_eq!(replay.kind, OutcomeKind::Replayed);
     assert_eq!(replay.record.body.as_ref(), br#"{"settled":"by hand"}"#);
-    assert_eq!(work.runs.load(Ordering::SeqCst), 1, "completed by hand, not run");
+    assert_eq!(
+        work.runs.load(Ordering::SeqCst),
+        1,
+        "completed by hand, not run"
+    );
 
     // A running attempt released by an operator: it is fenced out, the next retry resumes.
     work.set(After::Wait);
@@ -486,7 +490,11 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
     let fresh = Work::new(After::Finish);
     let resumed = run(&h.idem, &SPEC, &fresh, &running, 100).await.unwrap();
     assert_eq!(resumed.kind, OutcomeKind::Executed);
-    assert_eq!(fresh.provider.calls(), 0, "resumed after the recorded charge");
+    assert_eq!(
+        fresh.provider.calls(),
+        0,
+        "resumed after the recorded charge"
+    );
     work.gate.notify_one();
     let first = first.await.unwrap();
     assert!(matches!(first, Err(Error::InFlight { .. })), "{first:?}");

@@ -210,7 +210,9 @@ pub(crate) mod sealed {
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
 )]
-pub trait Backend: Database + sealed::Sealed + crate::staged::StagedSql {
+pub trait Backend:
+    Database + sealed::Sealed + crate::staged::StagedSql + crate::outbox::OutboxSql
+{
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];

@@ -1,7 +1,7 @@
 //! [`StoreError`]: everything that can go wrong in this crate.
 
-/// What went wrong with the key table: the one error type of [`crate::KeyTable`] and of the
-/// migration runner.
+/// What went wrong with the key table or the outbox: the one error type of
+/// [`crate::KeyTable`], [`crate::Outbox`] and the migration runner.
 ///
 /// The protocol's primitives on [`crate::Backend`] return [`sqlx::Error`] instead: the
 /// runtime tells their errors apart itself ([`crate::Backend::classify`]) and keeps the raw
@@ -54,9 +54,13 @@ pub enum StoreError {
     /// nothing audited.
     #[error("not applicable: {0}")]
     NotApplicable(String),
-    /// A key row this version cannot read (a status it does not know, a response status out
-    /// of range, response headers that are not a JSON array of pairs, …).
-    #[error("unreadable key row: {0}")]
+    /// A string that is not an [`crate::OutboxStatus`] (`pending`, `delivered`, `dead`).
+    #[error("unknown outbox status `{0}`: expected pending, delivered or dead")]
+    InvalidOutboxStatus(String),
+    /// A key row or outbox message this version cannot read (a status it does not know, a
+    /// response status out of range, response headers that are not a JSON array of pairs, a
+    /// payload that is not JSON, …).
+    #[error("unreadable row: {0}")]
     Corrupt(String),
 }
 
@@ -91,6 +95,7 @@ impl StoreError {
             | Self::InvalidArgument(_)
             | Self::Changed { .. }
             | Self::NotApplicable(_)
+            | Self::InvalidOutboxStatus(_)
             | Self::Corrupt(_) => None,
         }
     }

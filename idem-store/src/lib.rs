@@ -121,6 +121,47 @@
 //! # }
 //! ```
 //!
+//! # The outbox
+//!
+//! Messages written in the application's own transaction with [`enqueue`], to be delivered
+//! after it commits, at least once: [`Outbox`] claims due messages under a lease, records
+//! each outcome, and serves tools (list, counts, revive dead messages, sweep delivered
+//! ones). Receivers deduplicate on each message's [`OutboxMessage::dedup_id`].
+//!
+//! `idempotency_outbox`, created by migration 3 of [`migrate`]:
+//!
+//! | column | PostgreSQL | SQLite | meaning |
+//! |---|---|---|---|
+//! | `id` | bigserial | integer (autoincrement) | claim order |
+//! | `dedup_id` | text, unique | text, unique | what receivers deduplicate on |
+//! | `topic` | text | text | the kind of message, for the sink |
+//! | `payload` | text | text | the message, JSON |
+//! | `status` | text | text | `pending`, `delivered` or `dead` |
+//! | `attempts` | integer | integer | failed deliveries so far |
+//! | `next_attempt_at` | timestamptz | text | when a pending message is due |
+//! | `locked_until` | timestamptz | text | the lease of the dispatcher that claimed it |
+//! | `last_error` | text | text | why the last delivery failed |
+//! | `created_at` | timestamptz | text | when it was enqueued |
+//! | `delivered_at` | timestamptz | text | when it was delivered |
+//!
+//! A partial index on `id` over pending rows serves the claim; one on `delivered_at` over
+//! delivered rows serves [`Outbox::sweep_delivered`].
+//!
+//! ## Claims and leases
+//!
+//! [`Outbox::claim`] takes up to `batch` pending rows that are due (`next_attempt_at <= now`)
+//! and not leased (`locked_until` empty or past), in `id` order, and sets their
+//! `locked_until` to `now + lease`, in one statement:
+//!
+//! - PostgreSQL: the rows are picked with `FOR UPDATE SKIP LOCKED`, so dispatchers claiming
+//!   at the same moment skip each other's rows instead of waiting or taking them twice;
+//! - SQLite: the one `UPDATE … RETURNING` runs under the database's single write lock.
+//!
+//! Until the lease ends no other claim returns the rows. A dispatcher that dies mid-batch
+//! only delays its rows: they are claimed again once the lease is over. A dispatcher still
+//! delivering when its lease ends may see its rows claimed by another: choose leases longer
+//! than a batch takes to deliver.
+//!
 //! # Errors
 //!
 //! [`KeyTable`] and [`migrate`] return [`StoreError`]. The protocol's primitives on
@@ -136,6 +177,7 @@ mod error;
 mod list;
 mod migrate;
 mod operator;
+mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod row;
@@ -149,6 +191,9 @@ pub use crate::error::StoreError;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
 pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};
+pub use crate::outbox::{
+    Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
+};
 pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
 pub use crate::table::KeyTable;
 

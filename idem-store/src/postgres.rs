@@ -22,7 +22,7 @@ use crate::operator::{self, Acted, Action, Actor, AuditEntry, AuditFilter, Journ
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 2] = [
+static MIGRATIONS: [Migration; 3] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -32,6 +32,11 @@ static MIGRATIONS: [Migration; 2] = [
         2,
         "staged mode and the audit trail",
         include_str!("../migrations/postgres/0002_staged.sql"),
+    ),
+    Migration::new(
+        3,
+        "idempotency_outbox",
+        include_str!("../migrations/postgres/0003_outbox.sql"),
     ),
 ];
 

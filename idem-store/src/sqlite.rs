@@ -20,7 +20,7 @@ use crate::operator::{self, Acted, Action, Actor, AuditEntry, AuditFilter, Journ
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 2] = [
+static MIGRATIONS: [Migration; 3] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -30,6 +30,11 @@ static MIGRATIONS: [Migration; 2] = [
         2,
         "staged mode and the audit trail",
         include_str!("../migrations/sqlite/0002_staged.sql"),
+    ),
+    Migration::new(
+        3,
+        "idempotency_outbox",
+        include_str!("../migrations/sqlite/0003_outbox.sql"),
     ),
 ];
 

@@ -1,0 +1,893 @@
+//! The transactional outbox: messages enqueued in a handler's own transaction, delivered
+//! after it commits by a [`Dispatcher`] through a [`Sink`].
+//!
+//! A handler that changes data and must tell another system about it (a webhook, a queue)
+//! cannot do both atomically. With the outbox it only inserts the message, in the
+//! transaction that makes the change, so both commit or neither does; a dispatcher delivers
+//! it afterwards, retrying until the sink accepts it:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use idem_runtime::Idem;
+//! use idem_runtime::outbox::{Dispatcher, OutboxMessage, WebhookSink};
+//! use idem_runtime::sqlx::Sqlite;
+//! use serde_json::json;
+//!
+//! # async fn demo(idem: Idem<Sqlite>) -> Result<(), Box<dyn std::error::Error>> {
+//! // In a handler (or any transaction): the message commits with the order.
+//! let mut tx = idem.pool().begin().await?;
+//! sqlx::query("INSERT INTO orders (id, total) VALUES (42, 1990)").execute(&mut *tx).await?;
+//! idem.enqueue(&mut tx, &OutboxMessage::new("order-42/created", "order.created", json!({ "id": 42 })))
+//!     .await?;
+//! tx.commit().await?;
+//!
+//! // Once per process: delivers what commits, until shut down.
+//! let sink = WebhookSink::new("http://hooks.internal/orders")?;
+//! let dispatcher = Dispatcher::new(&idem, sink)
+//!     .batch(32)
+//!     .max_attempts(10)
+//!     .backoff(Duration::from_secs(1), Duration::from_secs(300))
+//!     .spawn();
+//! // …
+//! dispatcher.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! In an `#[idempotent]` handler, enqueue on the handler's transaction: a retried request
+//! replays its stored response and enqueues nothing again. Deriving the dedup id from what
+//! the message is about (`order-42/created`) also keeps two different requests from
+//! announcing the same fact twice.
+//!
+//! # At least once
+//!
+//! A message is delivered at least once, never "exactly once": a dispatcher that dies (or
+//! whose database write fails) after the sink accepted a message and before recording it
+//! leaves the message pending, and it is delivered again. Receivers deduplicate on the
+//! message's [`dedup_id`](OutboxMessage::dedup_id), unique in the outbox: the webhook sink
+//! sends it as `Idempotency-Key`, so an idem-powered receiver answers a repeated delivery
+//! with its stored response instead of acting twice.
+//!
+//! # Claims, leases and several dispatchers
+//!
+//! A dispatcher claims a batch of due messages in `id` order and leases them for
+//! [`Dispatcher::lease`]: no other claim returns them until the lease ends. On PostgreSQL
+//! the claim picks its rows with `FOR UPDATE SKIP LOCKED`, so any number of dispatchers, in
+//! any number of processes, can share one outbox: they never hold the same message at once.
+//! On SQLite every claim runs under the database's single write lock; several dispatchers
+//! work too, but gain nothing over one.
+//!
+//! A dispatcher that dies mid-batch only delays its messages until their lease ends; another
+//! dispatcher (or the same one, restarted) then delivers them. Choose a lease longer than a
+//! batch takes to deliver (batch × the sink's timeout ÷ [`Dispatcher::concurrency`] in the
+//! worst case): a delivery is never started once its lease has ended (the message is left
+//! to the next claim), but one still running when its lease ends may overlap with another
+//! dispatcher's delivery of the same message.
+//!
+//! # Retries, backoff and dead letters
+//!
+//! A failed delivery is retried after a delay drawn at random ("full jitter") between zero
+//! and `min(max, base × 2^(attempts − 1))`, `attempts` counting the failures so far
+//! including this one ([`Dispatcher::backoff`], default base 1 s, max 5 min). The random
+//! spread keeps the retries of many messages that failed together (a receiver's outage)
+//! from arriving together.
+//!
+//! After [`Dispatcher::max_attempts`] failures (default 10), or at once for a failure the
+//! sink reports as [permanent](DeliveryError::permanent), the message is *dead*: nothing
+//! delivers it again. Dead messages stay in the table with their `last_error`; list them
+//! with [`Outbox::list`] and put one back with [`Outbox::retry_dead`] once the cause is
+//! fixed. Delivered messages stay too, until [`Outbox::sweep_delivered`] deletes them; while
+//! a delivered message is in the table its dedup id cannot be enqueued again.
+//!
+//! # Time
+//!
+//! The dispatcher reads the time from its [`Idem`]'s clock ([`Idem::with_clock`]): due
+//! times, leases and backoff follow a [`ManualClock`](crate::clock::ManualClock) in tests.
+//! Only the pause between idle polls ([`Dispatcher::poll_interval`]) is real time.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::future::Future;
+use std::hash::BuildHasher as _;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::{FutureExt as _, StreamExt as _, stream};
+use sqlx::Transaction;
+use tokio::sync::oneshot;
+use tokio::task::{JoinError, JoinHandle};
+
+use crate::clock::millis;
+use crate::protocol::Idem;
+use crate::store::{Backend, StoreError};
+
+pub use crate::store::{
+    Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
+};
+
+#[cfg(feature = "webhook")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
+pub use self::webhook::WebhookSink;
+
+impl<DB: Backend> Idem<DB> {
+    /// Enqueues `message` in `tx`, due now by this handle's clock: [`enqueue`] with
+    /// [`Idem::now_millis`]. Returns `false`, changing nothing, when a message with the same
+    /// dedup id exists already.
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn enqueue(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        message: &OutboxMessage,
+    ) -> Result<bool, StoreError> {
+        enqueue(tx, message, self.now_millis()).await
+    }
+
+    /// The outbox, for tools: inspect, list, count, retry dead messages, sweep delivered
+    /// ones (see [`Outbox`]).
+    #[must_use]
+    pub fn outbox(&self) -> Outbox<DB> {
+        Outbox::new(self.pool().clone())
+    }
+}
+
+/// Why a delivery failed ([`Sink::deliver`]).
+///
+/// Transient failures are retried with backoff; a permanent one makes the message dead at
+/// once. [`DeliveryError::message`] is stored as the outbox message's `last_error`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DeliveryError {
+    message: String,
+    permanent: bool,
+}
+
+impl DeliveryError {
+    /// A failure worth retrying: the receiver is down, overloaded, timed out.
+    #[must_use]
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// A failure no retry will fix: the receiver refuses the message itself. The message is
+    /// dead at once.
+    #[must_use]
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: true,
+        }
+    }
+
+    /// What went wrong.
+    #[must_use]
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether retrying is pointless ([`DeliveryError::permanent`]).
+    #[must_use]
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
+    }
+}
+
+/// Where a [`Dispatcher`] delivers messages: a webhook ([`WebhookSink`], feature `webhook`),
+/// a message broker, anything.
+///
+/// `deliver` returns once the receiver has the message (`Ok`) or has not (`Err`); the
+/// dispatcher records the outcome. It may be called again for a message it already
+/// delivered (see the [module documentation](self) on at-least-once delivery), and for
+/// several messages at once with [`Dispatcher::concurrency`]. Bound its time (a timeout):
+/// a delivery that outlasts the dispatcher's lease may overlap with another dispatcher's.
+/// A panic counts as a transient failure.
+///
+/// The method returns `impl Future`, so the trait is not object safe: a dispatcher is
+/// generic over its sink. To choose a sink at run time, implement `Sink` on an enum of
+/// sinks, or on a struct holding an `Arc<dyn YourTrait>` whose method returns a boxed
+/// future.
+///
+/// ```
+/// use idem_runtime::outbox::{Claimed, DeliveryError, Sink};
+///
+/// /// Prints messages; fails for topics it does not know.
+/// struct Print;
+///
+/// impl Sink for Print {
+///     async fn deliver(&self, message: &Claimed) -> Result<(), DeliveryError> {
+///         match message.topic.as_str() {
+///             "order.created" => {
+///                 tracing::info!(id = %message.dedup_id, payload = %message.payload, "order created");
+///                 Ok(())
+///             }
+///             other => Err(DeliveryError::permanent(format!("unknown topic {other}"))),
+///         }
+///     }
+/// }
+/// ```
+pub trait Sink: Send + Sync + 'static {
+    /// Delivers one message.
+    fn deliver(&self, message: &Claimed) -> impl Future<Output = Result<(), DeliveryError>> + Send;
+}
+
+impl<S: Sink> Sink for Arc<S> {
+    fn deliver(&self, message: &Claimed) -> impl Future<Output = Result<(), DeliveryError>> + Send {
+        S::deliver(self, message)
+    }
+}
+
+/// What one [`Dispatcher::run_once`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchReport {
+    /// Messages claimed.
+    pub claimed: usize,
+    /// Delivered and recorded.
+    pub delivered: usize,
+    /// Failed, to be retried after a backoff.
+    pub failed: usize,
+    /// Failed and given up on (dead): too many attempts, or a permanent failure.
+    pub dead: usize,
+    /// Not attempted because their lease had ended before their turn came (a batch that
+    /// took longer than the lease): the next claim takes them again.
+    pub skipped: usize,
+}
+
+/// Delivers the outbox's messages through a [`Sink`]: claims due messages, delivers them,
+/// records each outcome, retries failures with backoff (see the
+/// [module documentation](self)).
+///
+/// Built from an [`Idem`] (its pool and clock) and a sink; run it with
+/// [`Dispatcher::spawn`] (a task of its own), [`Dispatcher::run`] (a loop until a shutdown
+/// signal) or [`Dispatcher::run_once`] (one batch, for tests and cron-like callers).
+pub struct Dispatcher<DB: Backend, S: Sink> {
+    idem: Idem<DB>,
+    outbox: Outbox<DB>,
+    sink: S,
+    batch: u32,
+    lease: Duration,
+    max_attempts: u32,
+    backoff_base: Duration,
+    backoff_max: Duration,
+    poll_interval: Duration,
+    concurrency: usize,
+    jitter: Jitter,
+}
+
+impl<DB: Backend, S: Sink> fmt::Debug for Dispatcher<DB, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("idem", &self.idem)
+            .field("batch", &self.batch)
+            .field("lease", &self.lease)
+            .field("max_attempts", &self.max_attempts)
+            .field("backoff_base", &self.backoff_base)
+            .field("backoff_max", &self.backoff_max)
+            .field("poll_interval", &self.poll_interval)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
+    /// A dispatcher of `idem`'s outbox (its pool, its clock) to `sink`, with the defaults:
+    /// batches of 32, 30 s leases, 10 attempts, backoff from 1 s to 5 min, a poll every
+    /// 500 ms when idle, one delivery at a time.
+    #[must_use]
+    pub fn new(idem: &Idem<DB>, sink: S) -> Self {
+        Self {
+            outbox: idem.outbox(),
+            idem: idem.clone(),
+            sink,
+            batch: 32,
+            lease: Duration::from_secs(30),
+            max_attempts: 10,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            poll_interval: Duration::from_millis(500),
+            concurrency: 1,
+            jitter: Jitter::new(),
+        }
+    }
+
+    /// Messages claimed at once (1 to [`Outbox::MAX_BATCH`]). Default 32.
+    #[must_use]
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch.clamp(1, Outbox::<DB>::MAX_BATCH);
+        self
+    }
+
+    /// How long a claim holds its messages: longer than a batch takes to deliver. Default
+    /// 30 s.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Failed deliveries after which a message is dead (at least 1). Default 10.
+    #[must_use]
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts.max(1);
+        self
+    }
+
+    /// The backoff after a failure: a random delay between zero and
+    /// `min(max, base × 2^(attempts − 1))`. Default 1 s and 5 min.
+    #[must_use]
+    pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.backoff_base = base;
+        self.backoff_max = max.max(base);
+        self
+    }
+
+    /// The pause before the next claim when the last one found less than a full batch (real
+    /// time, not the clock's). Default 500 ms.
+    #[must_use]
+    pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// Deliveries of one batch in flight at once (at least 1). Default 1: one after another,
+    /// in `id` order.
+    #[must_use]
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// The outbox this dispatcher delivers.
+    #[must_use]
+    pub fn outbox(&self) -> &Outbox<DB> {
+        &self.outbox
+    }
+
+    /// The sink.
+    #[must_use]
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// Claims one batch of due messages, delivers them and records each outcome.
+    ///
+    /// # Errors
+    /// When the store fails; the batch stops there (deliveries in flight are dropped), and
+    /// its messages not recorded yet are claimed again once their lease ends.
+    pub async fn run_once(&self) -> Result<DispatchReport, StoreError> {
+        let now = self.idem.now_millis();
+        let claimed = self
+            .outbox
+            .claim(now, self.batch, millis(self.lease))
+            .await?;
+        let mut report = DispatchReport {
+            claimed: claimed.len(),
+            ..DispatchReport::default()
+        };
+        let mut outcomes = stream::iter(claimed)
+            .map(|message| self.dispatch(message))
+            .buffer_unordered(self.concurrency);
+        while let Some(outcome) = outcomes.next().await {
+            match outcome? {
+                Outcome::Delivered => report.delivered += 1,
+                Outcome::Failed => report.failed += 1,
+                Outcome::Dead => report.dead += 1,
+                Outcome::Skipped => report.skipped += 1,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs batches until `shutdown` completes: a full batch is followed by the next at
+    /// once, anything less by a pause of [`Dispatcher::poll_interval`]. Store errors are
+    /// logged (`tracing`, warn) and the loop goes on after the pause.
+    ///
+    /// `shutdown` is looked at between batches: a batch that started is finished first (its
+    /// deliveries are bounded by the sink's timeout).
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            if shutdown.as_mut().now_or_never().is_some() {
+                return;
+            }
+            let more = match self.run_once().await {
+                Ok(report) => {
+                    if report.claimed > 0 {
+                        tracing::debug!(
+                            claimed = report.claimed,
+                            delivered = report.delivered,
+                            failed = report.failed,
+                            dead = report.dead,
+                            skipped = report.skipped,
+                            "outbox batch dispatched"
+                        );
+                    }
+                    report.claimed >= self.batch as usize
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox dispatch failed; retrying after the poll interval");
+                    false
+                }
+            };
+            if more {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            tokio::select! {
+                () = shutdown.as_mut() => return,
+                () = tokio::time::sleep(self.poll_interval) => {}
+            }
+        }
+    }
+
+    /// Runs the dispatcher on a task of its own ([`Dispatcher::run`]) until
+    /// [`DispatcherHandle::shutdown`]. Dropping the handle aborts the task at once, as
+    /// [`DispatcherHandle::abort`] does: messages it was delivering are delivered again
+    /// once their lease ends. Keep the handle for as long as the dispatcher should run.
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    #[must_use = "dropping the handle stops the dispatcher"]
+    pub fn spawn(self) -> DispatcherHandle {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            self.run(async move {
+                // A dropped sender stops the loop too.
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        DispatcherHandle {
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Delivers one claimed message and records the outcome.
+    async fn dispatch(&self, message: Claimed) -> Result<Outcome, StoreError> {
+        if self.idem.now_millis() >= message.locked_until_ms {
+            return Ok(Outcome::Skipped);
+        }
+        let result = AssertUnwindSafe(self.sink.deliver(&message))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(DeliveryError::transient("the sink panicked")));
+        let now = self.idem.now_millis();
+        let error = match result {
+            Ok(()) => {
+                if !self.outbox.mark_delivered(message.id, now).await? {
+                    tracing::debug!(
+                        dedup_id = %message.dedup_id,
+                        "outbox message delivered after its lease ended; another dispatcher recorded it"
+                    );
+                }
+                return Ok(Outcome::Delivered);
+            }
+            Err(error) => error,
+        };
+        let attempts = message.attempts.saturating_add(1);
+        let dead = error.is_permanent() || attempts >= self.max_attempts;
+        let next = now.saturating_add(millis(self.backoff_delay(attempts)));
+        self.outbox
+            .mark_failed(message.id, now, error.message(), next, dead)
+            .await?;
+        if dead {
+            tracing::warn!(
+                dedup_id = %message.dedup_id,
+                topic = %message.topic,
+                attempts,
+                permanent = error.is_permanent(),
+                %error,
+                "outbox message is dead"
+            );
+            Ok(Outcome::Dead)
+        } else {
+            tracing::info!(
+                dedup_id = %message.dedup_id,
+                topic = %message.topic,
+                attempts,
+                retry_in_ms = next - now,
+                %error,
+                "outbox delivery failed; will retry"
+            );
+            Ok(Outcome::Failed)
+        }
+    }
+
+    /// The delay before the next attempt after `attempts` failures: uniform in
+    /// `[0, min(max, base × 2^(attempts − 1))]`.
+    fn backoff_delay(&self, attempts: u32) -> Duration {
+        let cap = backoff_cap(self.backoff_base, self.backoff_max, attempts);
+        let cap_ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(self.jitter.below_or_at(cap_ms))
+    }
+}
+
+/// `min(max, base × 2^(attempts − 1))`, without overflow.
+fn backoff_cap(base: Duration, max: Duration, attempts: u32) -> Duration {
+    if base.is_zero() {
+        return Duration::ZERO;
+    }
+    2_u32
+        .checked_pow(attempts.saturating_sub(1))
+        .and_then(|factor| base.checked_mul(factor))
+        .map_or(max, |cap| cap.min(max))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Delivered,
+    Failed,
+    Dead,
+    Skipped,
+}
+
+/// Random numbers for the jitter: SplitMix64 over a per-dispatcher random seed. Not for
+/// anything that needs unpredictability.
+struct Jitter(AtomicU64);
+
+impl Jitter {
+    fn new() -> Self {
+        Self(AtomicU64::new(RandomState::new().hash_one(0_u8)))
+    }
+
+    fn next(&self) -> u64 {
+        let mut z = self
+            .0
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, max]` (the modulo's bias is negligible for delays in milliseconds).
+    fn below_or_at(&self, max: u64) -> u64 {
+        match max.checked_add(1) {
+            Some(bound) => self.next() % bound,
+            None => self.next(),
+        }
+    }
+}
+
+/// A [`Dispatcher`] running on a task of its own ([`Dispatcher::spawn`]).
+///
+/// [`DispatcherHandle::shutdown`] stops it gracefully (after the batch in progress);
+/// [`DispatcherHandle::abort`], or dropping the handle, stops it at once.
+#[derive(Debug)]
+pub struct DispatcherHandle {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl DispatcherHandle {
+    /// Stops the dispatcher after the batch in progress and waits for it.
+    ///
+    /// # Errors
+    /// When the task panicked or was aborted.
+    pub async fn shutdown(mut self) -> Result<(), JoinError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the dispatcher at once, in the middle of a batch if need be: the messages it
+    /// had claimed are delivered again (by any dispatcher) once their lease ends.
+    pub fn abort(&self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+
+    /// Whether the task has ended.
+    #[must_use]
+    pub fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl Drop for DispatcherHandle {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+#[cfg(feature = "webhook")]
+mod webhook {
+    use std::time::Duration;
+
+    use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+
+    use super::{Claimed, DeliveryError, Sink};
+    use crate::key::IdempotencyKey;
+
+    /// How much of an error response's body `last_error` keeps.
+    const ERROR_BODY_LIMIT: usize = 512;
+
+    /// A [`Sink`] that POSTs each message to one URL, as JSON:
+    ///
+    /// ```text
+    /// POST /hooks/orders HTTP/1.1
+    /// content-type: application/json
+    /// idempotency-key: "order-42/created"
+    ///
+    /// {"id":"order-42/created","type":"order.created","data":{"id":42}}
+    /// ```
+    ///
+    /// `id` is the message's dedup id, `type` its topic, `data` its payload. The dedup id also
+    /// goes in `Idempotency-Key`, as a structured-field string: an idem-powered receiver
+    /// replays its first response to a repeated delivery instead of acting twice. A dedup id
+    /// that cannot be an `Idempotency-Key` (1 to 255 visible ASCII characters) fails
+    /// permanently.
+    ///
+    /// The outcome, by the response:
+    ///
+    /// | response | outcome |
+    /// |---|---|
+    /// | `2xx` | delivered |
+    /// | `408`, `409`, `423`, `425`, `429` | transient: retried (`409` is what idem answers while the same key is in flight) |
+    /// | other `4xx` | permanent: dead at once (the receiver refuses the message itself), unless [`WebhookSink::permanent_client_errors`] is off |
+    /// | `3xx`, `5xx`, no response, timeout | transient: retried |
+    ///
+    /// Redirects are not followed (a client of the application's, [`WebhookSink::with_client`],
+    /// follows its own policy). Each request times out after [`WebhookSink::timeout`]
+    /// (default 10 s), from connecting to the end of the response. Error messages never hold
+    /// the URL, which may carry a secret.
+    ///
+    /// `https` URLs need one of reqwest's TLS features, which idem does not enable: add
+    /// `reqwest` to the application's dependencies with, say, `features = ["rustls-tls"]`
+    /// (Cargo unifies the features, so this sink's client gets TLS too).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use idem_runtime::outbox::WebhookSink;
+    /// use http::{HeaderName, HeaderValue};
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let sink = WebhookSink::new("http://billing.internal/hooks")?
+    ///     .timeout(Duration::from_secs(5))
+    ///     .header(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer s3cr3t"));
+    /// # let _ = sink; Ok(()) }
+    /// ```
+    #[derive(Debug, Clone)]
+    pub struct WebhookSink {
+        client: reqwest::Client,
+        url: reqwest::Url,
+        timeout: Duration,
+        headers: HeaderMap,
+        permanent_client_errors: bool,
+    }
+
+    impl WebhookSink {
+        /// The default [`WebhookSink::timeout`].
+        pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+        /// POSTs to `url`, with a client of its own (no redirects).
+        ///
+        /// # Errors
+        /// When `url` is not a valid URL, or the client cannot be built.
+        pub fn new(url: impl reqwest::IntoUrl) -> Result<Self, reqwest::Error> {
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("idem/", env!("CARGO_PKG_VERSION")))
+                .build()?;
+            Self::with_client(client, url)
+        }
+
+        /// POSTs to `url` with the application's `client` (its TLS, proxy and redirect
+        /// settings).
+        ///
+        /// # Errors
+        /// When `url` is not a valid URL.
+        pub fn with_client(
+            client: reqwest::Client,
+            url: impl reqwest::IntoUrl,
+        ) -> Result<Self, reqwest::Error> {
+            Ok(Self {
+                client,
+                url: url.into_url()?,
+                timeout: Self::DEFAULT_TIMEOUT,
+                headers: HeaderMap::new(),
+                permanent_client_errors: true,
+            })
+        }
+
+        /// How long one request may take, from connecting to the end of the response.
+        /// Default 10 s.
+        #[must_use]
+        pub fn timeout(mut self, timeout: Duration) -> Self {
+            self.timeout = timeout;
+            self
+        }
+
+        /// A header sent with every request (authorization, a signature's key id, …).
+        /// `content-type` and `idempotency-key` are the sink's own.
+        #[must_use]
+        pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+            self.headers.append(name, value);
+            self
+        }
+
+        /// Whether a `4xx` other than `408`, `409`, `423`, `425` and `429` makes the message
+        /// dead at once (default) or is retried like any failure.
+        #[must_use]
+        pub fn permanent_client_errors(mut self, permanent: bool) -> Self {
+            self.permanent_client_errors = permanent;
+            self
+        }
+
+        /// The URL.
+        #[must_use]
+        pub fn url(&self) -> &reqwest::Url {
+            &self.url
+        }
+
+        fn is_permanent(&self, status: StatusCode) -> bool {
+            self.permanent_client_errors
+                && status.is_client_error()
+                && !matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429)
+        }
+    }
+
+    /// The body: `{"id": …, "type": …, "data": …}`.
+    #[derive(serde::Serialize)]
+    struct Envelope<'a> {
+        id: &'a str,
+        #[serde(rename = "type")]
+        topic: &'a str,
+        data: &'a serde_json::Value,
+    }
+
+    /// `dedup_id` as a structured-field string: quoted, `\` and `"` escaped.
+    fn idempotency_key(dedup_id: &str) -> Result<HeaderValue, DeliveryError> {
+        let key = IdempotencyKey::new(dedup_id).map_err(|e| {
+            DeliveryError::permanent(format!(
+                "the dedup id cannot be sent as an Idempotency-Key: {e}"
+            ))
+        })?;
+        let mut quoted = String::with_capacity(key.as_str().len() + 2);
+        quoted.push('"');
+        for c in key.as_str().chars() {
+            if matches!(c, '"' | '\\') {
+                quoted.push('\\');
+            }
+            quoted.push(c);
+        }
+        quoted.push('"');
+        HeaderValue::from_str(&quoted)
+            .map_err(|e| DeliveryError::permanent(format!("invalid Idempotency-Key: {e}")))
+    }
+
+    /// The start of a response's body, as text, for `last_error`.
+    async fn body_start(mut response: reqwest::Response) -> String {
+        let mut body = Vec::new();
+        while body.len() < ERROR_BODY_LIMIT {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let truncated = body.len() > ERROR_BODY_LIMIT;
+        body.truncate(ERROR_BODY_LIMIT);
+        let mut text = String::from_utf8_lossy(&body).trim().to_owned();
+        if truncated {
+            text.push('…');
+        }
+        text
+    }
+
+    impl Sink for WebhookSink {
+        async fn deliver(&self, message: &Claimed) -> Result<(), DeliveryError> {
+            let key = idempotency_key(&message.dedup_id)?;
+            let body = serde_json::to_vec(&Envelope {
+                id: &message.dedup_id,
+                topic: &message.topic,
+                data: &message.payload,
+            })
+            .map_err(|e| DeliveryError::permanent(format!("the payload cannot be sent: {e}")))?;
+            let response = self
+                .client
+                .post(self.url.clone())
+                .timeout(self.timeout)
+                .headers(self.headers.clone())
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(HeaderName::from_static(crate::key::HEADER), key)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| DeliveryError::transient(e.without_url().to_string()))?;
+            let status = response.status();
+            if status.is_success() {
+                return Ok(());
+            }
+            let body = body_start(response).await;
+            let message = if body.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {body}")
+            };
+            if self.is_permanent(status) {
+                Err(DeliveryError::permanent(message))
+            } else {
+                Err(DeliveryError::transient(message))
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn keys_are_structured_field_strings() {
+            let value = idempotency_key(r#"a"b\c"#).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(value.to_str().ok(), Some(r#""a\"b\\c""#));
+            let parsed = IdempotencyKey::parse(value.as_bytes(), crate::key::KeyFormat::Strict)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(parsed.as_str(), r#"a"b\c"#);
+            assert!(idempotency_key("with space").unwrap_err().is_permanent());
+            assert!(idempotency_key("").unwrap_err().is_permanent());
+            assert!(idempotency_key("é").unwrap_err().is_permanent());
+        }
+
+        #[test]
+        fn client_errors_are_permanent_but_a_few() {
+            let sink = WebhookSink::new("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}"));
+            for code in [400, 401, 403, 404, 410, 413, 422] {
+                assert!(sink.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
+            }
+            for code in [300, 302, 408, 409, 423, 425, 429, 500, 502, 503, 504] {
+                assert!(!sink.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
+            }
+            let lenient = sink.permanent_client_errors(false);
+            assert!(!lenient.is_permanent(StatusCode::NOT_FOUND));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_cap_doubles_up_to_the_max() {
+        let base = Duration::from_secs(1);
+        let max = Duration::from_secs(300);
+        let caps: Vec<u64> = (1..=11)
+            .map(|n| backoff_cap(base, max, n).as_secs())
+            .collect();
+        assert_eq!(caps, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(backoff_cap(base, max, 0), base);
+        assert_eq!(backoff_cap(base, max, u32::MAX), max);
+        assert_eq!(backoff_cap(Duration::MAX, Duration::MAX, 40), Duration::MAX);
+        assert_eq!(backoff_cap(base, max, 33), max);
+        assert_eq!(backoff_cap(Duration::ZERO, max, 40), Duration::ZERO);
+    }
+
+    #[test]
+    fn jitter_spreads_over_the_whole_range() {
+        let jitter = Jitter::new();
+        let mut seen = [false; 11];
+        for _ in 0..10_000 {
+            let n = jitter.below_or_at(10);
+            assert!(n <= 10);
+            seen[usize::try_from(n).unwrap_or(0)] = true;
+        }
+        assert!(seen.iter().all(|s| *s), "{seen:?}");
+        assert_eq!(jitter.below_or_at(0), 0);
+        let _ = jitter.below_or_at(u64::MAX);
+        // Two dispatchers do not draw the same delays.
+        let other = Jitter::new();
+        let a: Vec<u64> = (0..8).map(|_| jitter.next()).collect();
+        let b: Vec<u64> = (0..8).map(|_| other.next()).collect();
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,27 @@
+-- idem: the transactional outbox. A message is inserted in the same transaction as the
+-- writes it announces and delivered afterwards, at least once, by a dispatcher.
+-- `pending` rows are due once `next_attempt_at` has passed; a dispatcher that claims one
+-- sets `locked_until` (its lease) and nobody else claims it before then.
+CREATE TABLE idempotency_outbox (
+    id              BIGSERIAL   PRIMARY KEY,
+    dedup_id        TEXT        NOT NULL UNIQUE,
+    topic           TEXT        NOT NULL,
+    payload         TEXT        NOT NULL,
+    status          TEXT        NOT NULL DEFAULT 'pending'
+                                CHECK (status IN ('pending', 'delivered', 'dead')),
+    attempts        INTEGER     NOT NULL DEFAULT 0,
+    next_attempt_at TIMESTAMPTZ NOT NULL,
+    locked_until    TIMESTAMPTZ,
+    last_error      TEXT,
+    created_at      TIMESTAMPTZ NOT NULL,
+    delivered_at    TIMESTAMPTZ
+);
+
+-- The dispatcher's claim: pending rows in `id` order, the due ones taken. Only pending rows
+-- are in the index, so delivered and dead rows cost the claim nothing.
+CREATE INDEX idempotency_outbox_pending
+    ON idempotency_outbox (id) WHERE status = 'pending';
+
+-- The sweep of delivered rows.
+CREATE INDEX idempotency_outbox_delivered
+    ON idempotency_outbox (delivered_at) WHERE status = 'delivered';
