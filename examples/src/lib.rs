@@ -3,3 +3,4 @@
 
 pub mod fake_provider;
 pub mod orders;
+pub mod payments;

@@ -132,7 +132,8 @@ pub struct Order {
 
 /// The example's own queries, one implementation per backend.
 pub trait OrdersDb: Backend {
-    /// Creates the `orders` table.
+    /// Applies the examples' migrations, which create the `orders` table (and the `payments`
+    /// example's: the examples share one migration history).
     fn migrate_orders(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;

@@ -1,4 +1,4 @@
-//! Harness for the `orders` HTTP tests: real server processes on real databases.
+//! Harness for the examples' HTTP tests: real server processes on real databases.
 //!
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
 //! each test creates its own database. An unreachable server fails the test: nothing is
@@ -95,6 +95,13 @@ impl Db {
         }
     }
 
+    pub async fn text(&self, sql: &str) -> String {
+        match &self.pool {
+            Pool::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Pool::Lite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        }
+    }
+
     pub async fn orders(&self) -> i64 {
         self.scalar("SELECT count(*) FROM orders").await
     }
@@ -151,7 +158,7 @@ impl Db {
     }
 }
 
-/// One `orders` process.
+/// One server process: `orders` unless started with [`Server::spawn`].
 pub struct Server {
     child: Child,
     pub base: String,
@@ -163,9 +170,16 @@ impl Server {
     }
 
     pub fn start_with(db: &Db, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_orders"));
+        Self::spawn(env!("CARGO_BIN_EXE_orders"), "orders", &db.dir, env)
+    }
+
+    /// Starts `program` in `dir` on a free port, with `env` added to an environment without
+    /// `DATABASE_URL` or `IDEM_FAILPOINT`; echoes its output as `[label] …` and returns once
+    /// it logs `listening on http://ADDR`.
+    pub fn spawn(program: &str, label: &'static str, dir: &Path, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(program);
         command
-            .current_dir(&db.dir)
+            .current_dir(dir)
             .env_remove("DATABASE_URL")
             .env_remove("IDEM_FAILPOINT")
             .env("LISTEN_ADDR", "127.0.0.1:0")
@@ -175,14 +189,16 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
-        let mut child = command.spawn().expect("orders binary starts");
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{label} starts: {e}"));
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                println!("[orders] {line}");
+                println!("[{label}] {line}");
                 if let (false, Some(at)) = (sent, line.find("listening on http://")) {
                     let addr = line[at + "listening on ".len()..].trim().to_owned();
                     let _ = tx.send(addr);
@@ -192,8 +208,14 @@ impl Server {
         });
         let base = rx
             .recv_timeout(Duration::from_secs(60))
-            .expect("orders logs `listening on http://…` within 60 s");
+            .unwrap_or_else(|_| panic!("{label} logs `listening on http://…` within 60 s"));
         Self { child, base }
+    }
+
+    /// SIGKILL: the process dies at once, whatever it was doing.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     /// SIGTERM, then waits for the process to exit.
@@ -289,9 +311,19 @@ impl Client {
         key: Option<&str>,
         body: &str,
     ) -> reqwest::Result<Reply> {
+        self.try_post_to("/orders", tenant, key, body).await
+    }
+
+    pub async fn try_post_to(
+        &self,
+        path: &str,
+        tenant: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> reqwest::Result<Reply> {
         let mut request = self
             .http
-            .post(format!("{}/orders", self.base))
+            .post(format!("{}{path}", self.base))
             .header("content-type", "application/json")
             .body(body.to_owned());
         if let Some(tenant) = tenant {

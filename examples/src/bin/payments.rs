@@ -1,0 +1,149 @@
+//! `payments`: the example server.
+//!
+//! ```text
+//! cargo run --release -p idem-examples --bin payments
+//! ```
+//!
+//! - `DATABASE_URL`: unset → SQLite file `payments.db` in the working directory;
+//!   `sqlite://…` or `postgres://…` otherwise. Several instances may share one PostgreSQL.
+//! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
+//! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
+//!   `fake-provider` example's default address).
+//! - `WEBHOOK_URL`: where payment events are to be delivered, default
+//!   `http://127.0.0.1:3900/webhooks`.
+//! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
+//!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
+//!   by this process's reconciler — once it ran out.
+//!
+//! Applies the migrations at start, runs the reconciler (every half lease, between 1 s and
+//! 10 s), logs `listening on http://ADDR` once it accepts connections, and shuts down
+//! gracefully on SIGTERM or SIGINT. The HTTP contract is described in
+//! [`idem_examples::payments`].
+
+use std::error::Error;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_examples::payments::{self, AppState, PaymentsCtx, PaymentsDb};
+use idem_runtime::spec::parse_duration;
+use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::{Config, Idem};
+use tokio::net::TcpListener;
+
+const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
+const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
+    let result = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        serve::<Postgres>(&url).await
+    } else if url.starts_with("sqlite:") {
+        serve::<Sqlite>(&url).await
+    } else {
+        Err("DATABASE_URL must start with sqlite:, postgres: or postgresql:".into())
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("payments: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
+    let addr: SocketAddr = env_or("LISTEN_ADDR", DEFAULT_LISTEN_ADDR)
+        .parse()
+        .map_err(|e| format!("LISTEN_ADDR: {e}"))?;
+    let provider_url = env_or("PROVIDER_URL", payments::DEFAULT_PROVIDER_URL);
+    let webhook_url = env_or("WEBHOOK_URL", payments::DEFAULT_WEBHOOK_URL);
+    let lease = match std::env::var("PAYMENTS_LEASE") {
+        Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
+        Err(_) => payments::DEFAULT_LEASE,
+    };
+
+    let idem = Idem::<DB>::connect(url, Config::default()).await?;
+    idem.migrate().await?;
+    DB::migrate_payments(idem.pool()).await?;
+    let ctx = Arc::new(PaymentsCtx::new(&provider_url, lease)?);
+
+    // Stuck payments — their attempt died and nobody retries — are resumed from here. Every
+    // instance runs one; the takeover is fenced, so one attempt resumes each key.
+    let every = payments::reconcile_interval(lease);
+    let reconciler = payments::reconciler(idem.clone(), Arc::clone(&ctx)).spawn(every);
+
+    // Expired keys answer 410 for a week after expiry, then the sweeper forgets them.
+    let sweeper = idem.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(600));
+        loop {
+            every.tick().await;
+            match sweeper
+                .sweep_expired(
+                    Duration::from_secs(7 * 24 * 3600),
+                    500,
+                    Duration::from_millis(20),
+                )
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "swept expired idempotency keys"),
+                Err(error) => tracing::warn!(%error, "sweeping expired keys failed"),
+            }
+        }
+    });
+
+    // Outbox dispatcher: not wired in yet. It is to be spawned here, delivering the events
+    // written by `payments::pay` to `state.webhook_url`, and stopped after the server below.
+    let state = AppState {
+        idem,
+        ctx,
+        webhook_url: webhook_url.into(),
+    };
+
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(
+        provider = %provider_url,
+        lease = ?lease,
+        reconcile_every = ?every,
+        "payments ready"
+    );
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, payments::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    reconciler.stop();
+    tracing::info!("shut down");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return interrupt.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await.unwrap_or(());
+}

@@ -1,0 +1,590 @@
+//! The `payments` example: `POST /payments` charges a card at an outside provider exactly
+//! once, however often the client retries and whichever process crashes, with idem's staged
+//! mode.
+//!
+//! A database transaction cannot undo a card charge, so the atomic mode of `orders` does not
+//! fit: the charge happens at the provider, outside any transaction of ours. The payment
+//! instead runs as journaled steps under a lease on its idempotency key
+//! ([`idem_runtime::staged`]):
+//!
+//! 1. **reserve** — [`Idem::staged`] inserts the key as `processing` with the request, a lease
+//!    of `PAYMENTS_LEASE` and attempt number 1, in a transaction of its own. A retry of a
+//!    completed key replays its response (`Idempotent-Replayed: true`); a retry with another
+//!    body gets `422`; a retry while an attempt holds the lease gets `409` with
+//!    `Retry-After`; a retry after the lease ran out takes the key over and resumes.
+//! 2. **charge** — an [`Attempt::step`]: `POST {PROVIDER_URL}/charges` with
+//!    `Idempotency-Key: <provider key>`, a key derived from (scope, operation, key, `charge`)
+//!    that is the same on every attempt. The provider's `201` (the charge) is recorded in the
+//!    key's row before the next step. A `402` is a decline: a `402` problem is stored as the
+//!    key's response, replayed to every retry, and no payment is written. Anything else —
+//!    a `5xx`, a timeout, a refused connection, an answer that never arrives — leaves the key
+//!    resumable and answers `503` with `Retry-After: 1`.
+//! 3. **finish** — [`Attempt::finish`]: one transaction inserts the `payments` row and stores
+//!    the `201` response (with `Location: /payments/<id>`), completing the key.
+//!
+//! A [`Reconciler`] running in every process resumes keys whose attempt died (the process
+//! was killed, the client went away and nobody retries) once their lease has run out, with
+//! the request stored at reservation: a stuck payment completes within a few leases without
+//! any client.
+//!
+//! # What may run twice, and why it is safe
+//!
+//! - **The charge request.** An attempt that dies after the provider charged but before the
+//!   charge was recorded (the answer was lost, the process was killed) leaves the step
+//!   unrecorded, and the next attempt sends the request again — with the same provider key.
+//!   The provider deduplicates on that key and answers with the charge it made the first time
+//!   (or the same decline): the card is charged once.
+//! - **The code around the steps** (reading the tenant from the key's scope, deriving the
+//!   payment id): it runs on every attempt and is pure computation.
+//! - **Never twice: the `payments` row.** It is written in the same transaction that
+//!   completes the key, and that transaction is fenced by the attempt number: an attempt
+//!   whose lease was taken over cannot commit it. The payment id is derived from the key
+//!   (every attempt writes the same id, the primary key) and `charge_id` is unique, so even a
+//!   bug there could not add a second row.
+//!
+//! # The HTTP contract
+//!
+//! - `Authorization: Bearer <tenant>` ([`BearerTenant`], as in `orders`); keys are scoped
+//!   to the tenant.
+//! - `POST /payments` with `Idempotency-Key` (required: `400` without) and
+//!   `{"amount": 1..=1000000, "currency": "^[A-Z]{3}$", "customer": "^[a-z0-9-]{1,64}$"}`
+//!   (unknown fields refused): `201 {"id", "amount", "currency", "customer", "status":
+//!   "succeeded", "charge_id"}`. Invalid values answer `422`, malformed JSON `400`.
+//! - `GET /payments/{id}`: the tenant's own payment, `404` otherwise.
+//!
+//! Every error is `application/problem+json`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::key::{self, KeyError};
+use idem_runtime::protocol::{Call, Outcome, OutcomeKind, Record};
+use idem_runtime::spec::{Mode, OperationSpec, ScopeKind};
+use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
+use idem_runtime::store::Backend;
+use idem_runtime::{
+    Check, Checked, Error, Idem, IdempotencyKey, Principal, Problem, REPLAYED_HEADER,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::{Pool, Postgres, Sqlite};
+use uuid::Uuid;
+
+pub use crate::orders::BearerTenant;
+
+/// The operation's stored id.
+pub const OPERATION: &str = "create_payment:v1";
+
+/// `PROVIDER_URL`'s default.
+pub const DEFAULT_PROVIDER_URL: &str = "http://127.0.0.1:3900";
+/// `WEBHOOK_URL`'s default.
+pub const DEFAULT_WEBHOOK_URL: &str = "http://127.0.0.1:3900/webhooks";
+/// `PAYMENTS_LEASE`'s default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long one request to the provider may take before the attempt gives up on it (and a
+/// retry asks again, with the same provider key).
+pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The `Retry-After` of a payment interrupted by the provider.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The largest request body accepted.
+const MAX_BODY: usize = 16 * 1024;
+
+/// `create_payment:v1`: staged, scoped to the tenant, with `lease`.
+#[must_use]
+pub fn spec(lease: Duration) -> OperationSpec {
+    OperationSpec::new(OPERATION)
+        .mode(Mode::Staged)
+        .lease(lease)
+        .scope(ScopeKind::Tenant)
+}
+
+/// How often the reconciler looks for stuck payments: half the lease, between 1 s and 10 s,
+/// so a stuck payment is resumed within about one and a half leases.
+#[must_use]
+pub fn reconcile_interval(lease: Duration) -> Duration {
+    (lease / 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
+}
+
+/// What the payment work needs besides its attempt: the provider and the operation.
+#[derive(Debug)]
+pub struct PaymentsCtx {
+    /// The client for the provider, with [`PROVIDER_TIMEOUT`].
+    pub http: reqwest::Client,
+    /// The provider's base URL, without a trailing `/`.
+    pub provider_url: String,
+    /// [`spec`] with the configured lease.
+    pub spec: OperationSpec,
+}
+
+impl PaymentsCtx {
+    /// The context for a provider at `provider_url` and leases of `lease`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(provider_url: &str, lease: Duration) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .timeout(PROVIDER_TIMEOUT)
+            .connect_timeout(PROVIDER_TIMEOUT)
+            .build()?;
+        Ok(Self {
+            http,
+            provider_url: provider_url.trim_end_matches('/').to_owned(),
+            spec: spec(lease),
+        })
+    }
+}
+
+/// The application state.
+#[derive(Debug)]
+pub struct AppState<DB: Backend> {
+    /// Store handle and pool.
+    pub idem: Idem<DB>,
+    /// What [`pay`] needs, shared with the [`Reconciler`].
+    pub ctx: Arc<PaymentsCtx>,
+    /// Where payment events are to be delivered (`WEBHOOK_URL`). Nothing delivers to it
+    /// yet: the outbox dispatcher is not wired in (see the binary).
+    pub webhook_url: Arc<str>,
+}
+
+impl<DB: Backend> Clone for AppState<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            idem: self.idem.clone(),
+            ctx: Arc::clone(&self.ctx),
+            webhook_url: Arc::clone(&self.webhook_url),
+        }
+    }
+}
+
+/// The body of `POST /payments`, also the request stored with the key for resuming.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewPayment {
+    /// In the currency's smallest unit, `1..=1000000`.
+    pub amount: i64,
+    /// `^[A-Z]{3}$`
+    pub currency: String,
+    /// `^[a-z0-9-]{1,64}$`
+    pub customer: String,
+}
+
+impl Check for NewPayment {
+    fn check(&self) -> Result<(), Problem> {
+        let invalid = |detail: &str| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "urn:idem:example:invalid-payment",
+                "invalid payment",
+            )
+            .with_detail(detail)
+        };
+        if !(1..=1_000_000).contains(&self.amount) {
+            return Err(invalid("`amount` must be between 1 and 1000000"));
+        }
+        if !(self.currency.len() == 3 && self.currency.bytes().all(|b| b.is_ascii_uppercase())) {
+            return Err(invalid("`currency` must match ^[A-Z]{3}$"));
+        }
+        let customer_ok = (1..=64).contains(&self.customer.len())
+            && self
+                .customer
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !customer_ok {
+            return Err(invalid("`customer` must match ^[a-z0-9-]{1,64}$"));
+        }
+        Ok(())
+    }
+}
+
+/// A payment as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Payment {
+    /// Its id, derived from the idempotency key.
+    pub id: Uuid,
+    /// In the currency's smallest unit.
+    pub amount: i64,
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Who paid.
+    pub customer: String,
+    /// Always `succeeded`: declined payments are not written.
+    pub status: String,
+    /// The provider's charge.
+    pub charge_id: String,
+}
+
+/// The provider's charge, as its `201` gives it: the `charge` step's recorded result.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Charge {
+    /// `ch_…`
+    pub id: String,
+    /// As charged.
+    pub amount: i64,
+    /// As charged.
+    pub currency: String,
+    /// As charged.
+    pub customer: String,
+}
+
+/// The example's own queries, one implementation per backend.
+pub trait PaymentsDb: Backend {
+    /// Applies the examples' migrations (the `orders` and `payments` tables share one
+    /// history).
+    fn migrate_payments(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;
+    /// Inserts a payment in the transaction that completes its key.
+    fn insert_payment(
+        conn: &mut <Self as sqlx::Database>::Connection,
+        tenant: &str,
+        payment: &Payment,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    /// Reads one of the tenant's payments.
+    fn find_payment(
+        pool: &Pool<Self>,
+        tenant: &str,
+        id: Uuid,
+    ) -> impl Future<Output = Result<Option<Payment>, sqlx::Error>> + Send;
+}
+
+macro_rules! payments_db {
+    ($db:ty, $migrations:literal, $insert:literal, $find:literal) => {
+        impl PaymentsDb for $db {
+            async fn migrate_payments(
+                pool: &Pool<Self>,
+            ) -> Result<(), sqlx::migrate::MigrateError> {
+                // idem keeps its own migration history: the application's is its own.
+                sqlx::migrate!($migrations).run(pool).await
+            }
+
+            async fn insert_payment(
+                conn: &mut <Self as sqlx::Database>::Connection,
+                tenant: &str,
+                payment: &Payment,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query($insert)
+                    .bind(payment.id.to_string())
+                    .bind(tenant)
+                    .bind(payment.amount)
+                    .bind(&payment.currency)
+                    .bind(&payment.customer)
+                    .bind(&payment.charge_id)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            }
+
+            async fn find_payment(
+                pool: &Pool<Self>,
+                tenant: &str,
+                id: Uuid,
+            ) -> Result<Option<Payment>, sqlx::Error> {
+                let row: Option<(i64, String, String, String)> = sqlx::query_as($find)
+                    .bind(id.to_string())
+                    .bind(tenant)
+                    .fetch_optional(pool)
+                    .await?;
+                Ok(row.map(|(amount, currency, customer, charge_id)| Payment {
+                    id,
+                    amount,
+                    currency,
+                    customer,
+                    status: SUCCEEDED.to_owned(),
+                    charge_id,
+                }))
+            }
+        }
+    };
+}
+
+payments_db!(
+    Postgres,
+    "migrations/postgres",
+    "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
+     VALUES ($1, $2, $3, $4, $5, $6)",
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = $1 AND tenant = $2"
+);
+payments_db!(
+    Sqlite,
+    "migrations/sqlite",
+    "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2"
+);
+
+const SUCCEEDED: &str = "succeeded";
+
+/// The payment work, shared by `POST /payments` and the [`Reconciler`]: charge (a recorded
+/// step), then write the payment and its response (the last step). See the module docs for
+/// what may run twice.
+///
+/// # Errors
+/// [`StepError::Permanent`] with a `402` problem when the provider declines;
+/// [`StepError::Retryable`] when the provider fails or cannot be reached; what the store
+/// answers.
+pub async fn pay<DB: PaymentsDb>(
+    ctx: Arc<PaymentsCtx>,
+    attempt: Attempt<DB>,
+    request: NewPayment,
+) -> Result<Finished, StepError> {
+    // Runs on every attempt: pure computation from the key.
+    let scope = attempt.key().scope;
+    let tenant = scope.strip_prefix("tenant:").unwrap_or(scope).to_owned();
+    let id = payment_id(&attempt.provider_key("payment"))
+        .map_err(|error| StepError::retryable(format!("payment id: {error}")))?;
+
+    // Runs once per key, unless an attempt dies between the provider's answer and the
+    // recording: then again, with the same provider key, and the provider answers with the
+    // charge it made the first time.
+    let charge: Charge = attempt
+        .step("charge", |provider_key| {
+            charge(&ctx, provider_key, &request)
+        })
+        .await?;
+
+    let payment = Payment {
+        id,
+        amount: request.amount,
+        currency: request.currency,
+        customer: request.customer,
+        status: SUCCEEDED.to_owned(),
+        charge_id: charge.id,
+    };
+    attempt
+        .finish(move |tx| {
+            Box::pin(async move {
+                DB::insert_payment(&mut **tx, &tenant, &payment).await?;
+                // Outbox: the `payment.succeeded` event for `WEBHOOK_URL` is to be written
+                // here, in the transaction that completes the key, for the dispatcher to
+                // deliver.
+                let mut record = Record::json(StatusCode::CREATED, &payment)?;
+                let location = HeaderValue::try_from(format!("/payments/{}", payment.id))
+                    .map_err(|_| StepError::retryable("the payment id is not a header value"))?;
+                record.headers.insert(header::LOCATION, location);
+                Ok(record)
+            })
+        })
+        .await
+}
+
+/// The payment's id, from the key's provider key for `payment` (a hash of the scope,
+/// operation and key): every attempt at one key writes the same id.
+fn payment_id(provider_key: &str) -> Result<Uuid, uuid::Error> {
+    // `idem_` and 32 hexadecimal digits: the 128 bits of a UUID.
+    let bits = Uuid::try_parse(provider_key.trim_start_matches("idem_"))?;
+    Ok(uuid::Builder::from_custom_bytes(bits.into_bytes()).into_uuid())
+}
+
+/// The `charge` step: one request to the provider.
+async fn charge(
+    ctx: &PaymentsCtx,
+    provider_key: String,
+    request: &NewPayment,
+) -> Result<Charge, StepError> {
+    let interrupted = |reason: String| {
+        tracing::warn!(%reason, "charge interrupted; a retry resumes it");
+        StepError::Retryable {
+            reason,
+            retry_after: Some(RETRY_AFTER),
+        }
+    };
+    let response = ctx
+        .http
+        .post(format!("{}/charges", ctx.provider_url))
+        .header(key::HEADER, &provider_key)
+        .json(request)
+        .send()
+        .await
+        .map_err(|error| interrupted(format!("no answer from the provider: {}", chain(&error))))?;
+    match response.status() {
+        StatusCode::CREATED => response.json::<Charge>().await.map_err(|error| {
+            interrupted(format!(
+                "the provider's charge is unreadable: {}",
+                chain(&error)
+            ))
+        }),
+        StatusCode::PAYMENT_REQUIRED => {
+            tracing::info!(provider_key, "charge declined");
+            Err(StepError::Permanent(declined()?))
+        }
+        status => Err(interrupted(format!("the provider answered {status}"))),
+    }
+}
+
+/// An error and its sources, for logs: reqwest's own message leaves out why a request
+/// failed (a timeout, a refused connection, a connection closed before the answer).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(error) = source {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        source = error.source();
+    }
+    text
+}
+
+/// The stored answer to a declined payment.
+fn declined() -> Result<Record, serde_json::Error> {
+    let problem = Problem::new(
+        StatusCode::PAYMENT_REQUIRED,
+        "urn:idem:example:payment-declined",
+        "payment declined",
+    )
+    .with_detail("the card was declined; nothing was charged");
+    let mut record = Record::json(StatusCode::PAYMENT_REQUIRED, &problem)?;
+    record.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    Ok(record)
+}
+
+/// A [`Reconciler`] that resumes stuck payments with [`pay`].
+#[must_use]
+pub fn reconciler<DB: PaymentsDb>(idem: Idem<DB>, ctx: Arc<PaymentsCtx>) -> Reconciler<DB> {
+    let spec = ctx.spec;
+    Reconciler::new(idem).resumable(spec, move |attempt, request: NewPayment| {
+        pay(Arc::clone(&ctx), attempt, request)
+    })
+}
+
+/// The request's `Idempotency-Key`, required: `400` problem+json when it is missing,
+/// repeated or malformed.
+#[derive(Debug, Clone)]
+pub struct RequiredKey(pub IdempotencyKey);
+
+impl<DB: Backend> FromRequestParts<AppState<DB>> for RequiredKey {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<DB>) -> Result<Self, Response> {
+        let mut values = parts.headers.get_all(key::HEADER).iter();
+        let key = match (values.next(), values.next()) {
+            (None, _) => Err(Error::MissingKey),
+            (Some(_), Some(_)) => Err(Error::InvalidKey(KeyError::Repeated)),
+            (Some(raw), None) => {
+                IdempotencyKey::parse(raw.as_bytes(), state.idem.config().key_format)
+                    .map_err(Error::InvalidKey)
+            }
+        };
+        key.map(Self).map_err(IntoResponse::into_response)
+    }
+}
+
+/// `POST /payments`: charges once per key. Safe to retry with the same `Idempotency-Key`.
+pub async fn create_payment<DB: PaymentsDb>(
+    State(state): State<AppState<DB>>,
+    principal: BearerTenant,
+    RequiredKey(key): RequiredKey,
+    Checked(new): Checked<NewPayment>,
+) -> Response {
+    let spec = state.ctx.spec;
+    let scope = match principal.scope_for(&spec) {
+        Ok(scope) => scope,
+        Err(error) => return error.into_response(),
+    };
+    let fingerprint = match Fingerprint::of(spec.id, &new, &[]) {
+        Ok(fingerprint) => fingerprint,
+        Err(error) => return Error::Input(error).into_response(),
+    };
+    // The attempt runs on a task of its own: a client that hangs up does not abandon it
+    // midway (it would only be resumed once its lease ran out).
+    let ctx = Arc::clone(&state.ctx);
+    let attempt = tokio::spawn(async move {
+        let call = Call {
+            scope: scope.as_str(),
+            key: &key,
+            fingerprint,
+        };
+        state
+            .idem
+            .staged(&spec, call, new, move |attempt, request| {
+                pay(ctx, attempt, request)
+            })
+            .await
+    });
+    match attempt.await {
+        Ok(Ok(outcome)) => respond(outcome),
+        Ok(Err(error)) => error.into_response(),
+        Err(_) => Error::Panicked.into_response(),
+    }
+}
+
+/// An outcome as the response: replays carry `Idempotent-Replayed: true`.
+fn respond(outcome: Outcome) -> Response {
+    let replayed = outcome.kind == OutcomeKind::Replayed;
+    let mut response = outcome.record.into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// `GET /payments/{id}`: the tenant's own payment, `404` for anything else.
+pub async fn get_payment<DB: PaymentsDb>(
+    State(state): State<AppState<DB>>,
+    BearerTenant(tenant): BearerTenant,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Payment>, Problem> {
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "urn:idem:example:not-found",
+            "payment not found",
+        )
+    };
+    let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    DB::find_payment(state.idem.pool(), &tenant, id)
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "database error");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "urn:idem:example:internal",
+                "internal error",
+            )
+        })?
+        .map(axum::Json)
+        .ok_or_else(not_found)
+}
+
+async fn no_route() -> Response {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "urn:idem:example:not-found",
+        "no such resource",
+    )
+    .into_response()
+}
+
+async fn no_method() -> Response {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "urn:idem:example:method-not-allowed",
+        "method not allowed",
+    )
+    .into_response()
+}
+
+/// The example's routes.
+pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
+    Router::new()
+        .route("/payments", post(create_payment::<DB>))
+        .route("/payments/{id}", get(get_payment::<DB>))
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}

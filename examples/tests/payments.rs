@@ -1,0 +1,546 @@
+//! The `payments` example's contract, driven over HTTP against real processes — the
+//! `payments` server on PostgreSQL or SQLite and the `fake-provider` — including a process
+//! killed between the provider's charge and its recording, and a provider that fails and
+//! loses answers under two servers sharing one database.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::{Client, Db, Kind, Reply, Server};
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+const PAYMENT: &str = r#"{"amount": 1250, "currency": "EUR", "customer": "cus-1"}"#;
+/// The same payment, other key order and formatting.
+const PAYMENT_REFORMATTED: &str = r#"{"customer":"cus-1","amount":1250,"currency":"EUR"}"#;
+const OTHER_PAYMENT: &str = r#"{"amount": 1251, "currency": "EUR", "customer": "cus-1"}"#;
+/// The fake provider declines every charge of 402.
+const DECLINED: &str = r#"{"amount": 402, "currency": "EUR", "customer": "cus-1"}"#;
+
+/// One `fake-provider` process.
+struct Provider {
+    server: Server,
+    http: reqwest::Client,
+}
+
+impl Provider {
+    fn start(db: &Db) -> Self {
+        Self {
+            server: Server::spawn(
+                env!("CARGO_BIN_EXE_fake-provider"),
+                "fake-provider",
+                &db.dir,
+                &[],
+            ),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self) -> &str {
+        &self.server.base
+    }
+
+    async fn control(&self, settings: Value) {
+        let response = self
+            .http
+            .post(format!("{}/control", self.url()))
+            .json(&settings)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+
+    async fn stats(&self) -> Value {
+        self.http
+            .get(format!("{}/stats", self.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn charges(&self) -> u64 {
+        self.stats().await["charges"].as_u64().unwrap()
+    }
+}
+
+/// A `payments` process on `db`, calling `provider_url`.
+fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
+    Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("PROVIDER_URL", provider_url),
+            ("PAYMENTS_LEASE", lease),
+        ],
+    )
+}
+
+async fn post(c: &Client, tenant: Option<&str>, key: Option<&str>, body: &str) -> Reply {
+    c.try_post_to("/payments", tenant, key, body).await.unwrap()
+}
+
+/// Posts until the answer is final (not `409` or `503`, which say "retry"), alternating
+/// between `clients`; at most `tries` requests.
+async fn post_until_final(clients: &[Client], key: &str, body: &str, tries: usize) -> Reply {
+    for i in 0..tries {
+        let reply = clients[i % clients.len()]
+            .try_post_to("/payments", Some("acme"), Some(key), body)
+            .await;
+        match reply {
+            Ok(reply) if !matches!(reply.status, 409 | 503) => return reply,
+            Ok(reply) => {
+                let problem = reply.assert_problem(reply.status);
+                assert!(reply.header("retry-after").is_some(), "{problem}");
+            }
+            Err(error) => println!("request failed: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    panic!("{key}: no final answer after {tries} requests");
+}
+
+async fn payments_rows(db: &Db) -> i64 {
+    db.scalar("SELECT count(*) FROM payments").await
+}
+
+/// Waits until `check` holds, for at most `within`.
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < until, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Case 1: the happy path, refusals, replays and reads.
+async fn contract(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let server = payments(&db, provider.url(), "30s");
+    let c = Client::new(&server);
+
+    // Authentication, then the key, then the body.
+    post(&c, None, Some("k1"), PAYMENT)
+        .await
+        .assert_problem(401);
+    post(&c, Some("ACME"), Some("k1"), PAYMENT)
+        .await
+        .assert_problem(401);
+    let missing = post(&c, Some("acme"), None, PAYMENT)
+        .await
+        .assert_problem(400);
+    assert_eq!(missing["type"], "urn:idem:problem:missing-key");
+    for bad in ["\"unterminated", "a b", &"k".repeat(256), "\"\""] {
+        post(&c, Some("acme"), Some(bad), PAYMENT)
+            .await
+            .assert_problem(400);
+    }
+    let invalid = [
+        r#"{"amount": 0, "currency": "EUR", "customer": "cus-1"}"#,
+        r#"{"amount": 1000001, "currency": "EUR", "customer": "cus-1"}"#,
+        r#"{"amount": 12.5, "currency": "EUR", "customer": "cus-1"}"#,
+        r#"{"amount": 100, "currency": "eur", "customer": "cus-1"}"#,
+        r#"{"amount": 100, "currency": "EURO", "customer": "cus-1"}"#,
+        r#"{"amount": 100, "currency": "EUR", "customer": "Cus_1"}"#,
+        r#"{"amount": 100, "currency": "EUR", "customer": ""}"#,
+        r#"{"amount": 100, "currency": "EUR"}"#,
+        r#"{"amount": 100, "currency": "EUR", "customer": "cus-1", "note": "x"}"#,
+        r#"{"amount": "100", "currency": "EUR", "customer": "cus-1"}"#,
+    ];
+    for body in invalid {
+        post(&c, Some("acme"), Some("k1"), body)
+            .await
+            .assert_problem(422);
+    }
+    for body in [r#"{"amount": 100, "currency": "#, "not json"] {
+        post(&c, Some("acme"), Some("k1"), body)
+            .await
+            .assert_problem(400);
+    }
+    assert_eq!(db.keys().await, 0, "refused requests store nothing");
+    assert_eq!(provider.stats().await["requests"], 0);
+
+    // The payment.
+    let first = post(&c, Some("acme"), Some("k1"), PAYMENT).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert!(!first.replayed());
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    let payment = first.json();
+    let id = payment["id"].as_str().unwrap().to_owned();
+    assert_eq!(first.header("location").unwrap(), format!("/payments/{id}"));
+    assert_eq!(payment["amount"], 1250);
+    assert_eq!(payment["currency"], "EUR");
+    assert_eq!(payment["customer"], "cus-1");
+    assert_eq!(payment["status"], "succeeded");
+    assert!(payment["charge_id"].as_str().unwrap().starts_with("ch_"));
+    assert_eq!(payment.as_object().unwrap().len(), 6, "{payment}");
+
+    // Replays: the same answer, whatever the formatting; nothing reaches the provider.
+    for body in [PAYMENT, PAYMENT_REFORMATTED] {
+        let replay = post(&c, Some("acme"), Some("\"k1\""), body).await;
+        assert_eq!(replay.status, 201);
+        assert!(replay.replayed());
+        assert_eq!(replay.body, first.body);
+        assert_eq!(replay.header("location"), first.header("location"));
+        assert_eq!(replay.header("content-type"), Some("application/json"));
+    }
+    // Same key, other payment: 422.
+    let mismatch = post(&c, Some("acme"), Some("k1"), OTHER_PAYMENT).await;
+    assert_eq!(
+        mismatch.assert_problem(422)["type"],
+        "urn:idem:problem:key-reused"
+    );
+
+    // Reading: own tenant only.
+    let read = c.get("acme", &format!("/payments/{id}")).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.json(), payment);
+    c.get("globex", &format!("/payments/{id}"))
+        .await
+        .assert_problem(404);
+    c.get("acme", "/payments/not-a-uuid")
+        .await
+        .assert_problem(404);
+    c.get("acme", &format!("/payments/{}", uuid::Uuid::new_v4()))
+        .await
+        .assert_problem(404);
+
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 1, "{stats}");
+    assert_eq!(
+        stats["requests"], 1,
+        "replays do not call the provider: {stats}"
+    );
+
+    // The same key under another tenant is another payment.
+    let other = post(&c, Some("globex"), Some("k1"), PAYMENT).await;
+    assert_eq!(other.status, 201);
+    assert_ne!(other.json()["id"], payment["id"]);
+    assert_ne!(other.json()["charge_id"], payment["charge_id"]);
+
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 2, "{stats}");
+    assert_eq!(stats["requests"], 2, "{stats}");
+    assert_eq!(payments_rows(&db).await, 2);
+    let charge_id: String = db
+        .text(&format!("SELECT charge_id FROM payments WHERE id = '{id}'"))
+        .await;
+    assert_eq!(charge_id, payment["charge_id"].as_str().unwrap());
+    assert!(server.stop().success(), "graceful shutdown exits 0");
+}
+
+/// Case 2: a declined card: `402`, stored and replayed; no payment, no charge.
+async fn declined(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let server = payments(&db, provider.url(), "30s");
+    let c = Client::new(&server);
+
+    let first = post(&c, Some("acme"), Some("k-402"), DECLINED).await;
+    let problem = first.assert_problem(402);
+    assert_eq!(problem["type"], "urn:idem:example:payment-declined");
+    assert_eq!(problem["title"], "payment declined");
+    assert!(!first.replayed());
+
+    let again = post(&c, Some("acme"), Some("k-402"), DECLINED).await;
+    again.assert_problem(402);
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+    post(&c, Some("acme"), Some("k-402"), PAYMENT)
+        .await
+        .assert_problem(422);
+
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 0, "{stats}");
+    assert_eq!(
+        stats["requests"], 1,
+        "the replay does not call the provider"
+    );
+    assert_eq!(payments_rows(&db).await, 0);
+}
+
+/// Case 3: a failing provider: `503` with `Retry-After`; the retry resumes and charges once.
+async fn provider_failure(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let server = payments(&db, provider.url(), "30s");
+    let c = Client::new(&server);
+
+    provider.control(json!({"fail_rate": 1})).await;
+    for _ in 0..2 {
+        let reply = post(&c, Some("acme"), Some("k-fail"), PAYMENT).await;
+        let problem = reply.assert_problem(503);
+        assert_eq!(problem["type"], "urn:idem:problem:interrupted");
+        assert_eq!(reply.header("retry-after"), Some("1"));
+    }
+    assert_eq!(provider.charges().await, 0);
+    assert_eq!(payments_rows(&db).await, 0);
+
+    provider.control(json!({"fail_rate": 0})).await;
+    let reply = post_until_final(std::slice::from_ref(&c), "k-fail", PAYMENT, 20).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let replay = post(&c, Some("acme"), Some("k-fail"), PAYMENT).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, reply.body);
+    assert_eq!(provider.charges().await, 1);
+    assert_eq!(payments_rows(&db).await, 1);
+}
+
+/// A TCP proxy to `upstream` that forwards what its clients send and throws away every
+/// answer: the provider does what it is asked and its caller never hears back. Returns the
+/// proxy's base URL.
+async fn black_hole(upstream: &str) -> String {
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let Ok(mut outbound) = TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut from_client, _to_client) = inbound.split();
+                let (mut from_upstream, mut to_upstream) = outbound.split();
+                let forward = async {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                        if to_upstream.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                let swallow = async {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(1..) = from_upstream.read(&mut buf).await {}
+                };
+                tokio::join!(forward, swallow);
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// Case 4: the process is killed after the provider charged and before the charge was
+/// recorded. A new process resumes the payment — on the client's retry or, with no retry, by
+/// its reconciler — with the same provider key: one charge, one payment.
+async fn crash_after_charge(kind: Kind, client_retries: bool) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let proxy = black_hole(provider.url()).await;
+    let doomed = payments(&db, &proxy, "1s");
+    let c = Client::new(&doomed);
+    let lost = tokio::spawn(async move {
+        c.try_post_to("/payments", Some("acme"), Some("k-crash"), PAYMENT)
+            .await
+    });
+    let p = &provider;
+    eventually(
+        Duration::from_secs(10),
+        "the provider charged",
+        || async move { p.charges().await == 1 },
+    )
+    .await;
+    doomed.kill();
+    assert!(lost.await.unwrap().is_err(), "the client got no answer");
+    assert_eq!(payments_rows(&db).await, 0, "the charge was never recorded");
+    assert_eq!(
+        db.text("SELECT status FROM idempotency_keys").await,
+        "processing"
+    );
+
+    let server = payments(&db, provider.url(), "1s");
+    let c = Client::new(&server);
+    if client_retries {
+        let reply = post_until_final(std::slice::from_ref(&c), "k-crash", PAYMENT, 40).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+    } else {
+        // Nobody retries: the reconciler resumes the payment within a few leases.
+        let db = &db;
+        eventually(
+            Duration::from_secs(8),
+            "the reconciler completed it",
+            || async move { db.text("SELECT status FROM idempotency_keys").await == "completed" },
+        )
+        .await;
+    }
+    assert_eq!(payments_rows(&db).await, 1);
+    let replay = post(&c, Some("acme"), Some("k-crash"), PAYMENT).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert!(replay.replayed());
+    let payment = replay.json();
+    let charge_id = db.text("SELECT charge_id FROM payments").await;
+    assert_eq!(payment["charge_id"], charge_id.as_str());
+    assert_eq!(
+        db.text("SELECT id FROM payments").await,
+        payment["id"].as_str().unwrap()
+    );
+
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 1, "charged once: {stats}");
+    assert_eq!(stats["distinct_keys"], 1, "one provider key: {stats}");
+    assert!(
+        stats["requests"].as_u64().unwrap() >= 2,
+        "the charge was asked for again, and deduplicated: {stats}"
+    );
+}
+
+/// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
+/// 30 % of its answers; 20 keys, each retried on alternating processes until final: one
+/// charge and one payment per paid key, none for declined ones.
+#[tokio::test]
+async fn chaos_two_processes_on_postgres() {
+    let db = Db::fresh(Kind::Postgres).await;
+    let provider = Provider::start(&db);
+    let servers = [
+        payments(&db, provider.url(), "1s"),
+        payments(&db, provider.url(), "1s"),
+    ];
+    let clients: Vec<Client> = servers.iter().map(Client::new).collect();
+    provider
+        .control(json!({"fail_rate": 0.2, "drop_response_rate": 0.3}))
+        .await;
+
+    let work = (0..20).map(|i| {
+        let clients = clients.clone();
+        async move {
+            let key = format!("chaos-{i}");
+            let amount = if i % 5 == 4 { 402 } else { 1000 + i };
+            let body = json!({"amount": amount, "currency": "EUR", "customer": format!("cus-{i}")})
+                .to_string();
+            // Each key starts on another process.
+            let mut clients = clients;
+            clients.rotate_left(i as usize % 2);
+            let reply = post_until_final(&clients, &key, &body, 80).await;
+            (key, amount, body, reply)
+        }
+    });
+    let results = join_all(work).await;
+
+    provider
+        .control(json!({"fail_rate": 0, "drop_response_rate": 0}))
+        .await;
+    let mut paid = HashSet::new();
+    let mut charge_ids = HashSet::new();
+    for (key, amount, body, reply) in &results {
+        if *amount == 402 {
+            reply.assert_problem(402);
+        } else {
+            assert_eq!(reply.status, 201, "{key}: {}", reply.body);
+            let payment = reply.json();
+            assert_eq!(payment["amount"], *amount);
+            paid.insert(payment["id"].as_str().unwrap().to_owned());
+            charge_ids.insert(payment["charge_id"].as_str().unwrap().to_owned());
+        }
+        // Final means final, on either process.
+        for c in &clients {
+            let replay = post(c, Some("acme"), Some(key), body).await;
+            assert!(replay.replayed(), "{key}: {}", replay.body);
+            assert_eq!(replay.body, reply.body, "{key}");
+        }
+    }
+    assert_eq!(paid.len(), 16);
+    assert_eq!(charge_ids.len(), 16);
+
+    let stats = provider.stats().await;
+    println!("provider: {stats}");
+    assert_eq!(stats["charges"], 16, "one charge per paid key: {stats}");
+    assert_eq!(
+        stats["distinct_keys"], 20,
+        "one provider key per key: {stats}"
+    );
+    assert_eq!(payments_rows(&db).await, 16);
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT charge_id) FROM payments")
+            .await,
+        16
+    );
+    for id in &paid {
+        let read = clients[0].get("acme", &format!("/payments/{id}")).await;
+        assert_eq!(read.status, 200, "{id}");
+        assert!(charge_ids.contains(read.json()["charge_id"].as_str().unwrap()));
+    }
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM idempotency_keys WHERE status = 'completed'")
+            .await,
+        20
+    );
+}
+
+/// `DATABASE_URL` unset: an SQLite file `payments.db` in the working directory.
+#[tokio::test]
+async fn default_database_is_a_sqlite_file_in_the_working_directory() {
+    let dir = std::env::temp_dir()
+        .join("idem-example-tests")
+        .join(format!("payments_{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("payments.db");
+    let db = Db::sqlite_at(format!("sqlite://{}", file.display()), dir);
+    let provider = Provider::start(&db);
+    let server = Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[("PROVIDER_URL", provider.url())],
+    );
+    let reply = post(&Client::new(&server), Some("acme"), Some("k1"), PAYMENT).await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    assert!(common::exists(&file));
+    assert_eq!(payments_rows(&db).await, 1);
+    assert!(server.stop().success());
+}
+
+macro_rules! on_both {
+    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
+            })*
+        }
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
+            })*
+        }
+    };
+}
+
+on_both!(contract, declined, provider_failure);
+
+mod crash {
+    use super::{Kind, crash_after_charge};
+
+    #[tokio::test]
+    async fn postgres_retry_resumes() {
+        crash_after_charge(Kind::Postgres, true).await;
+    }
+    #[tokio::test]
+    async fn postgres_reconciler_resumes() {
+        crash_after_charge(Kind::Postgres, false).await;
+    }
+    #[tokio::test]
+    async fn sqlite_retry_resumes() {
+        crash_after_charge(Kind::Sqlite, true).await;
+    }
+    #[tokio::test]
+    async fn sqlite_reconciler_resumes() {
+        crash_after_charge(Kind::Sqlite, false).await;
+    }
+}
