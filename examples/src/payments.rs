@@ -66,6 +66,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idem_runtime::fingerprint::Fingerprint;
 use idem_runtime::key::{self, KeyError};
+use idem_runtime::outbox::OutboxMessage;
 use idem_runtime::protocol::{Call, Outcome, OutcomeKind, Record};
 use idem_runtime::spec::{Mode, OperationSpec, ScopeKind};
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
@@ -74,6 +75,7 @@ use idem_runtime::{
     Check, Checked, Error, Idem, IdempotencyKey, Principal, Problem, REPLAYED_HEADER,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
@@ -151,8 +153,8 @@ pub struct AppState<DB: Backend> {
     pub idem: Idem<DB>,
     /// What [`pay`] needs, shared with the [`Reconciler`].
     pub ctx: Arc<PaymentsCtx>,
-    /// Where payment events are to be delivered (`WEBHOOK_URL`). Nothing delivers to it
-    /// yet: the outbox dispatcher is not wired in (see the binary).
+    /// Where payment events are delivered (`WEBHOOK_URL`), by the outbox dispatcher the
+    /// binary runs.
     pub webhook_url: Arc<str>,
 }
 
@@ -324,6 +326,9 @@ payments_db!(
 
 const SUCCEEDED: &str = "succeeded";
 
+/// The topic of the event written with every payment, delivered to `WEBHOOK_URL`.
+pub const PAYMENT_SUCCEEDED: &str = "payment.succeeded";
+
 /// The payment work, shared by `POST /payments` and the [`Reconciler`]: charge (a recorded
 /// step), then write the payment and its response (the last step). See the module docs for
 /// what may run twice.
@@ -360,13 +365,28 @@ pub async fn pay<DB: PaymentsDb>(
         status: SUCCEEDED.to_owned(),
         charge_id: charge.id,
     };
+    // The event's id: what the receiver deduplicates on, the same on every attempt.
+    let event = OutboxMessage::new(
+        attempt.provider_key(PAYMENT_SUCCEEDED),
+        PAYMENT_SUCCEEDED,
+        json!({
+            "payment_id": payment.id,
+            "tenant": tenant,
+            "amount": payment.amount,
+            "currency": payment.currency,
+            "charge_id": payment.charge_id,
+        }),
+    );
+    let idem = attempt.idem().clone();
     attempt
         .finish(move |tx| {
             Box::pin(async move {
                 DB::insert_payment(&mut **tx, &tenant, &payment).await?;
-                // Outbox: the `payment.succeeded` event for `WEBHOOK_URL` is to be written
-                // here, in the transaction that completes the key, for the dispatcher to
-                // deliver.
+                // In the transaction that completes the key: the event exists exactly when
+                // the payment does, and the dispatcher delivers it after the commit.
+                idem.enqueue(tx, &event)
+                    .await
+                    .map_err(|error| StepError::retryable(format!("outbox: {error}")))?;
                 let mut record = Record::json(StatusCode::CREATED, &payment)?;
                 let location = HeaderValue::try_from(format!("/payments/{}", payment.id))
                     .map_err(|_| StepError::retryable("the payment id is not a header value"))?;

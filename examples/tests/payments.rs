@@ -67,6 +67,42 @@ impl Provider {
             .unwrap()
     }
 
+    /// The `payment.succeeded` deliveries received so far, as payment ids (duplicates kept).
+    async fn payment_events(&self) -> Vec<String> {
+        let events: Value = self
+            .http
+            .get(format!("{}/events", self.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["body"]["type"] == "payment.succeeded")
+            .map(|e| {
+                assert_eq!(e["id"], e["body"]["id"], "{e}");
+                e["body"]["data"]["payment_id"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    /// Waits until every payment in `ids` has had its event delivered.
+    async fn await_events(&self, ids: &HashSet<String>) {
+        eventually(
+            Duration::from_secs(30),
+            "every payment's event delivered",
+            || async {
+                let seen: HashSet<String> = self.payment_events().await.into_iter().collect();
+                ids.is_subset(&seen)
+            },
+        )
+        .await;
+    }
+
     async fn charges(&self) -> u64 {
         self.stats().await["charges"].as_u64().unwrap()
     }
@@ -81,6 +117,7 @@ fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
         &[
             ("DATABASE_URL", &db.url),
             ("PROVIDER_URL", provider_url),
+            ("WEBHOOK_URL", &format!("{provider_url}/webhooks")),
             ("PAYMENTS_LEASE", lease),
         ],
     )
@@ -241,6 +278,14 @@ async fn contract(kind: Kind) {
         .text(&format!("SELECT charge_id FROM payments WHERE id = '{id}'"))
         .await;
     assert_eq!(charge_id, payment["charge_id"].as_str().unwrap());
+    // Both payments' events reach the webhook through the outbox.
+    let ids: HashSet<String> = [
+        id.to_string(),
+        other.json()["id"].as_str().unwrap().to_owned(),
+    ]
+    .into_iter()
+    .collect();
+    provider.await_events(&ids).await;
     assert!(server.stop().success(), "graceful shutdown exits 0");
 }
 
@@ -398,6 +443,9 @@ async fn crash_after_charge(kind: Kind, client_retries: bool) {
         stats["requests"].as_u64().unwrap() >= 2,
         "the charge was asked for again, and deduplicated: {stats}"
     );
+    // The resumed payment's event is delivered too.
+    let id = payment["id"].as_str().unwrap().to_owned();
+    provider.await_events(&HashSet::from([id])).await;
 }
 
 /// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
@@ -470,6 +518,10 @@ async fn chaos_two_processes_on_postgres() {
             .await,
         16
     );
+    // Every payment's event arrives (duplicates allowed, none missing), none for declines.
+    provider.await_events(&paid).await;
+    let delivered: HashSet<String> = provider.payment_events().await.into_iter().collect();
+    assert_eq!(delivered, paid);
     for id in &paid {
         let read = clients[0].get("acme", &format!("/payments/{id}")).await;
         assert_eq!(read.status, 200, "{id}");

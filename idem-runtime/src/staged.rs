@@ -246,6 +246,13 @@ impl<DB: Backend> Attempt<DB> {
         self.inner.resumed
     }
 
+    /// The store handle: its clock ([`Idem::now_millis`]) for the outbox's
+    /// [`Idem::enqueue`](crate::Idem::enqueue), its pool for reads outside the steps.
+    #[must_use]
+    pub fn idem(&self) -> &Idem<DB> {
+        &self.inner.idem
+    }
+
     /// The scope, operation and key this attempt runs.
     #[must_use]
     pub fn key(&self) -> KeyRef<'_> {

@@ -9,7 +9,7 @@
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).
-//! - `WEBHOOK_URL`: where payment events are to be delivered, default
+//! - `WEBHOOK_URL`: where the outbox delivers payment events (`payment.succeeded`), default
 //!   `http://127.0.0.1:3900/webhooks`.
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_examples::payments::{self, AppState, PaymentsCtx, PaymentsDb};
+use idem_runtime::outbox::{Dispatcher, WebhookSink};
 use idem_runtime::spec::parse_duration;
 use idem_runtime::sqlx::{Postgres, Sqlite};
 use idem_runtime::{Config, Idem};
@@ -106,8 +107,13 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         }
     });
 
-    // Outbox dispatcher: not wired in yet. It is to be spawned here, delivering the events
-    // written by `payments::pay` to `state.webhook_url`, and stopped after the server below.
+    // Events `payments::pay` writes in the payment's transaction are delivered from here, at
+    // least once; several instances share the work (claims under a lease). Receivers
+    // deduplicate on the event's `id`.
+    let sink = WebhookSink::new(webhook_url.as_str())?;
+    let dispatcher = Dispatcher::new(&idem, sink)
+        .poll_interval(Duration::from_millis(200))
+        .spawn();
     let state = AppState {
         idem,
         ctx,
@@ -126,6 +132,9 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     reconciler.stop();
+    if let Err(error) = dispatcher.shutdown().await {
+        tracing::warn!(%error, "the outbox dispatcher did not stop cleanly");
+    }
     tracing::info!("shut down");
     Ok(())
 }
