@@ -93,7 +93,9 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors, staged: bool) -> O
                     "a staged handler takes `attempt: Attempt<DB>` instead of a transaction: \
                      its steps open their own (`attempt.db_step`, `attempt.finish`)",
                 ));
-                continue;
+                // (Standing in for the `Attempt`, so that this is the only error.)
+                transaction.get_or_insert_with(|| (*reference.elem).clone());
+                Role::Transaction
             }
             Type::Reference(TypeReference {
                 mutability: Some(_),

@@ -255,8 +255,8 @@ pub trait Backend:
     ///
     /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
     /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
-    /// duplicate never runs the work. PostgreSQL looks in that same round trip (the function
-    /// `idem_key_is_free`, which raises `IK001`: an error [`Backend::classify`] calls
+    /// duplicate never runs the work. PostgreSQL takes the lock and looks in one call of the
+    /// function `idem_lock_key` (migration 2), which raises `IK001`: an error [`Backend::classify`] calls
     /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
     /// [`Begun::Taken`].
     fn begin<'c>(

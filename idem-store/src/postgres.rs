@@ -354,9 +354,10 @@ impl Backend for Postgres {
             );
         }
         if let Some(lock) = lock {
+            // The advisory lock and the look again, in one call (migration 2).
             let _ = write!(
                 statement,
-                "; SELECT pg_advisory_xact_lock({}); SELECT idem_key_is_free(",
+                "; SELECT idem_lock_key({}, ",
                 lock_id(lock.namespace, lock.key)
             );
             for text in [lock.key.scope, lock.key.operation, lock.key.key] {
@@ -445,7 +446,7 @@ impl Backend for Postgres {
         match error.as_database_error().and_then(|e| e.code()) {
             // lock_not_available (lock_timeout), query_canceled (statement_timeout)
             Some(code) if code == "55P03" || code == "57014" => Failure::LockTimeout,
-            // raised by `idem_key_is_free`
+            // raised by `idem_lock_key`
             Some(code) if code == "IK001" => Failure::Taken,
             _ => Failure::Other,
         }

@@ -1,4 +1,4 @@
--- idem: staged mode, the operator's audit trail, and the look-again under the key's lock.
+-- idem: staged mode, the operator's audit trail, and the key's lock with its look-again.
 -- See ARCHITECTURE.md, "The key table", for the meaning of every column.
 -- Adding nullable columns and columns with constant defaults rewrites nothing: existing
 -- (atomic-mode) rows read as attempt 0 with no lease, journal or request.
@@ -34,14 +34,15 @@ CREATE TABLE idempotency_audit (
 
 CREATE INDEX idempotency_audit_key ON idempotency_audit (scope, operation, idempotency_key);
 
--- Called in the round trip that begins an atomic execution, once the key's advisory lock is
--- held: refuses to go on when the key's row exists (or, when an expired row is being
--- replaced, exists unexpired): a concurrent execution committed while this one waited, and
--- its answer is the answer. SQLSTATE IK001.
-CREATE FUNCTION idem_key_is_free(p_scope TEXT, p_operation TEXT, p_key TEXT,
-                                 p_expired_by TIMESTAMPTZ) RETURNS void
+-- Called in the round trip that begins an atomic execution: takes the key's advisory lock
+-- (waiting at most `lock_timeout`), then refuses to go on when the key's row exists (or, when
+-- an expired row is being replaced, exists unexpired): a concurrent execution committed while
+-- this one waited, and its answer is the answer. SQLSTATE IK001.
+CREATE FUNCTION idem_lock_key(p_lock BIGINT, p_scope TEXT, p_operation TEXT, p_key TEXT,
+                              p_expired_by TIMESTAMPTZ) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM pg_advisory_xact_lock(p_lock);
     IF EXISTS (SELECT 1 FROM idempotency_keys
                WHERE scope = p_scope AND operation = p_operation AND idempotency_key = p_key
                  AND (p_expired_by IS NULL OR expires_at > p_expired_by)) THEN

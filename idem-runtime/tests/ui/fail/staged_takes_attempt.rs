@@ -1,4 +1,4 @@
-//! `mode = "staged"` is not available through the attribute yet: it points to `Idem::staged`.
+//! A staged handler takes an `Attempt`, not a transaction: its steps open their own.
 
 use axum::Router;
 use axum::routing::post;
