@@ -184,6 +184,7 @@ impl Args {
         let mut operation: Option<LitStr> = None;
         let mut version: Option<(u32, Span)> = None;
         let mut seen: Vec<String> = Vec::new();
+        let mut spans: Vec<(String, Span)> = Vec::new();
 
         for arg in parsed {
             let name = arg.name.to_string();
@@ -195,6 +196,7 @@ impl Args {
                 continue;
             }
             seen.push(name.clone());
+            spans.push((name.clone(), arg.name.span()));
             let value = &arg.value;
             let result = match name.as_str() {
                 "ttl" => ttl(value).map(|t| args.ttl = t),
@@ -239,29 +241,37 @@ impl Args {
             }
         }
 
+        let span_of = |name: &str| {
+            spans
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or_else(Span::call_site, |(_, span)| *span)
+        };
         if args.mode == Mode::Staged {
             let refused = [
                 (
+                    "key",
                     args.key == KeyRequirement::Optional,
                     "`key = \"optional\"` does not go with `mode = \"staged\"`: a staged \
                      operation keeps its progress in its key's row",
                 ),
                 (
+                    "store_client_errors",
                     args.store_client_errors,
                     "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
                      operation stores a failure by returning `StepError::Permanent`",
                 ),
             ];
-            for (wrong, message) in refused {
+            for (name, wrong, message) in refused {
                 if wrong {
-                    errors.push(syn::Error::new(Span::call_site(), message));
+                    errors.push(syn::Error::new(span_of(name), message));
                 }
             }
         } else {
             for name in ["lease", "on_in_flight"] {
                 if seen.iter().any(|s| s == name) {
                     errors.push(syn::Error::new(
-                        Span::call_site(),
+                        span_of(name),
                         format!("`{name}` applies to `mode = \"staged\"` only"),
                     ));
                 }
