@@ -69,6 +69,7 @@ for e in one:
     )
     # The key's advisory lock: one per transaction, as one per key.
     sql = re.sub(r"pg_advisory_xact_lock\(-?\d+\)", "pg_advisory_xact_lock(:k)", sql)
+    sql = re.sub(r"idem_lock_key\(-?\d+,", "idem_lock_key(:k,", sql)
     sql = uuid_re.sub("gen_random_uuid()::text", sql)
     sql = sql.replace("; ", " \\; ")  # one round trip, as the runtime sends it
     lines.append(sql + ";")

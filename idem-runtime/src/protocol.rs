@@ -235,17 +235,18 @@ impl<DB: Backend> Idem<DB> {
     ///    same fingerprint replays its record; another fingerprint is [`Error::Mismatch`];
     ///    an expired key is [`Error::Expired`] or, with [`ExpiryPolicy::Reexecute`], runs
     ///    again.
-    /// 2. Otherwise `BEGIN` taking the key's lock (PostgreSQL: an advisory lock in the same
-    ///    round trip; SQLite: `BEGIN IMMEDIATE`), `work` on that transaction, one `INSERT` of
-    ///    the completed key row with the record, `COMMIT`.
+    /// 2. Otherwise `BEGIN` taking the key's lock and looking at the key again once it holds
+    ///    it (PostgreSQL: `idem_lock_key`, in the same round trip; SQLite: `BEGIN IMMEDIATE`
+    ///    and a `SELECT`), `work` on that transaction, one `INSERT` of the completed key row
+    ///    with the record, `COMMIT`.
     ///
     /// A concurrent duplicate waits for the key's lock up to [`Config::in_flight_wait`] and
-    /// gets [`Error::InFlight`] past the wait. Whenever an execution ends without storing its
-    /// record — the key's row appeared meanwhile (the `INSERT` finds it), `work` failed or
-    /// panicked — everything rolls back and the key is looked up once more: a record a
-    /// concurrent execution committed is the answer then, never a second committed effect.
-    /// (A duplicate that waited for the lock runs `work` on the way, against the first's
-    /// committed writes, and has it rolled back: keep effects inside the transaction.)
+    /// gets [`Error::InFlight`] past the wait. When the execution it waited for committed, it
+    /// answers with that record as soon as it holds the lock, and `work` never runs. Whenever
+    /// an execution ends without storing its record — `work` failed or panicked, or the key's
+    /// row appeared anyway (the `INSERT` finds it) — everything rolls back and the key is
+    /// looked up once more: a record a concurrent execution committed is the answer then,
+    /// never a second committed effect.
     ///
     /// A record with `status >= 400` rolls everything back and is not stored
     /// ([`OutcomeKind::Failed`]), except `4xx` with [`OperationSpec::store_client_errors`],

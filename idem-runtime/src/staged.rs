@@ -29,6 +29,10 @@
 //! - Never: a recorded step, or a [`Attempt::db_step`] / [`Attempt::finish`] whose
 //!   transaction committed.
 //!
+//! An attempt whose request is dropped (its client went away) stops where it is: its
+//! heartbeat stops with it, the lease runs out, and the next retry or the reconciler
+//! resumes the key.
+//!
 //! Every write of an attempt is fenced by its attempt number: an attempt whose lease was
 //! taken over can no longer record, finish or release anything ([`StepError::LeaseLost`]).
 //!

@@ -1,0 +1,6 @@
+-- The key's lock as idem takes it now: BEGIN and `idem_lock_key` (the advisory lock, then a
+-- look at the key's row by primary key) in one round trip, then COMMIT. Against
+-- lock_only.sql: what the look-again costs the database per first execution.
+\set k random(1, 9000000000000000000)
+BEGIN \; SELECT idem_lock_key(:k, 'tenant:bench', 'create_order:v1', 'bench-' || :k, NULL);
+COMMIT;
