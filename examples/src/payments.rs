@@ -435,7 +435,7 @@ async fn charge(
         }),
         StatusCode::PAYMENT_REQUIRED => {
             tracing::info!(provider_key, "charge declined");
-            Err(StepError::Permanent(declined()?))
+            Err(StepError::permanent(declined()?))
         }
         status => Err(interrupted(format!("the provider answered {status}"))),
     }

@@ -259,7 +259,7 @@ impl Args {
                     "store_client_errors",
                     args.store_client_errors,
                     "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
-                     operation stores a failure by returning `StepError::Permanent`",
+                     operation stores a failure by returning `StepError::permanent(…)`",
                 ),
             ];
             for (name, wrong, message) in refused {

@@ -41,7 +41,7 @@
 //! | the work returns | the key | the client |
 //! |---|---|---|
 //! | `Ok(`[`Finished`]`)` from [`Attempt::finish`] | completed with the response | the response, replayed to every retry |
-//! | [`StepError::Permanent`] (a declined card) | completed with that error response | the error, replayed to every retry |
+//! | [`StepError::permanent`] (a declined card) | completed with that error response | the error, replayed to every retry |
 //! | [`StepError::Retryable`] (a provider timeout) | processing, lease released | `503` with `Retry-After`; a retry resumes |
 //! | a panic | processing, lease released | `500`; a retry resumes |
 //!
@@ -83,10 +83,6 @@
 //! # Ok(()) }
 //! ```
 
-// `StepError::Permanent` carries the response to store (a `Record`, about 140 bytes): failures
-// are the rare path, and boxing it would make every handler write `Box::new`.
-#![allow(clippy::result_large_err)]
-
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -115,8 +111,9 @@ use crate::store::{Backend, KeyRef};
 #[non_exhaustive]
 pub enum StepError {
     /// A definitive failure (a declined card): this response is stored and replayed, and the
-    /// key is done.
-    Permanent(Record),
+    /// key is done. Boxed so that `Result<_, StepError>` stays small; build it with
+    /// [`StepError::permanent`].
+    Permanent(Box<Record>),
     /// A failure worth retrying (a provider timeout): the lease is released, the client gets
     /// `503` with `Retry-After`, and a retry with the same key resumes after the recorded
     /// steps.
@@ -136,6 +133,12 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// [`StepError::Permanent`]: store `record` as the key's response and end the key.
+    #[must_use]
+    pub fn permanent(record: Record) -> Self {
+        Self::Permanent(Box::new(record))
+    }
+
     /// [`StepError::Retryable`] with the default `Retry-After`.
     pub fn retryable(reason: impl fmt::Display) -> Self {
         Self::Retryable {
@@ -683,6 +686,7 @@ impl<DB: Backend> Idem<DB> {
                 record,
             }),
             Ok(Err(StepError::Permanent(record))) => {
+                let record = *record;
                 let mut conn = self.pool().acquire().await.map_err(Error::Store)?;
                 if store_record(self, &mut conn, key, number, &record)
                     .await

@@ -132,7 +132,7 @@ async fn pay<DB: TestDb>(
             if amount == 402 {
                 let record =
                     Record::json(StatusCode::PAYMENT_REQUIRED, &json!({"declined": true})).unwrap();
-                return Err(StepError::Permanent(record));
+                return Err(StepError::permanent(record));
             }
             Ok(charge)
         })
