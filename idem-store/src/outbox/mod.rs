@@ -575,3 +575,153 @@ impl<DB: Backend> Outbox<DB> {
             .map_err(|e| StoreError::from(e).refine::<DB>())
     }
 }
+
+/// The Rust side of [`OutboxSql`], the same for every backend: binds and reads. Each backend
+/// file invokes it with its database type, beside a `mod sql` holding its statements, which
+/// the invocation's paths resolve to.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! impl_outbox_sql {
+    ($db:ty) => {
+        /// A row's columns, in the order of `sql::columns!`.
+        fn raw(
+            row: &<$db as sqlx::Database>::Row,
+        ) -> Result<$crate::outbox::RawOutboxRow, sqlx::Error> {
+            Ok($crate::outbox::RawOutboxRow {
+                id: sqlx::Row::try_get(row, 0)?,
+                dedup_id: sqlx::Row::try_get(row, 1)?,
+                topic: sqlx::Row::try_get(row, 2)?,
+                payload: sqlx::Row::try_get(row, 3)?,
+                status: sqlx::Row::try_get(row, 4)?,
+                attempts: sqlx::Row::try_get(row, 5)?,
+                next_attempt_at_ms: sqlx::Row::try_get(row, 6)?,
+                locked_until_ms: sqlx::Row::try_get(row, 7)?,
+                last_error: sqlx::Row::try_get(row, 8)?,
+                created_at_ms: sqlx::Row::try_get(row, 9)?,
+                delivered_at_ms: sqlx::Row::try_get(row, 10)?,
+            })
+        }
+
+        impl $crate::outbox::OutboxSql for $db {
+            async fn outbox_enqueue(
+                tx: &mut sqlx::Transaction<'_, Self>,
+                message: &$crate::outbox::OutboxMessage,
+                payload: &str,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::ENQUEUE)
+                    .bind(message.dedup_id.as_str())
+                    .bind(message.topic.as_str())
+                    .bind(payload)
+                    .bind(now_ms)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_claim(
+                pool: &sqlx::Pool<Self>,
+                now_ms: i64,
+                until_ms: i64,
+                batch: i64,
+            ) -> Result<Vec<$crate::outbox::RawOutboxRow>, sqlx::Error> {
+                let rows = sqlx::query(sql::CLAIM)
+                    .bind(now_ms)
+                    .bind(until_ms)
+                    .bind(batch)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(raw).collect()
+            }
+
+            async fn outbox_mark_delivered(
+                pool: &sqlx::Pool<Self>,
+                id: i64,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::MARK_DELIVERED)
+                    .bind(id)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_mark_failed(
+                pool: &sqlx::Pool<Self>,
+                id: i64,
+                now_ms: i64,
+                error: &str,
+                next_attempt_at_ms: i64,
+                dead: bool,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::MARK_FAILED)
+                    .bind(id)
+                    .bind(error)
+                    .bind(next_attempt_at_ms)
+                    .bind(dead)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_get(
+                pool: &sqlx::Pool<Self>,
+                dedup_id: &str,
+            ) -> Result<Option<$crate::outbox::RawOutboxRow>, sqlx::Error> {
+                let row = sqlx::query(sql::GET)
+                    .bind(dedup_id)
+                    .fetch_optional(pool)
+                    .await?;
+                row.as_ref().map(raw).transpose()
+            }
+
+            async fn outbox_list(
+                pool: &sqlx::Pool<Self>,
+                status: Option<&'static str>,
+                limit: i64,
+            ) -> Result<Vec<$crate::outbox::RawOutboxRow>, sqlx::Error> {
+                let rows = sqlx::query(sql::LIST)
+                    .bind(status)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(raw).collect()
+            }
+
+            async fn outbox_counts(
+                pool: &sqlx::Pool<Self>,
+            ) -> Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> {
+                sqlx::query_as(sql::COUNTS).fetch_all(pool).await
+            }
+
+            async fn outbox_retry_dead(
+                pool: &sqlx::Pool<Self>,
+                dedup_id: &str,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::RETRY_DEAD)
+                    .bind(dedup_id)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_sweep_delivered(
+                pool: &sqlx::Pool<Self>,
+                before_ms: i64,
+                batch: i64,
+            ) -> Result<u64, sqlx::Error> {
+                let done = sqlx::query(sql::SWEEP_DELIVERED)
+                    .bind(before_ms)
+                    .bind(batch)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use impl_outbox_sql;

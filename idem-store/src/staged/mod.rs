@@ -162,3 +162,157 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
         limit: i64,
     ) -> impl Future<Output = Result<Vec<StuckKey>, sqlx::Error>> + Send;
 }
+
+/// The Rust side of [`StagedSql`], the same for every backend: binds and reads. Each backend
+/// file invokes it with its database type, beside a `mod sql` holding its statements
+/// (`RESERVE`, `RESERVE_OR_REPLACE_EXPIRED`, `TAKE_OVER`, `RENEW`, `JOURNAL`, `FINISH`,
+/// `RELEASE`, `STUCK`), which the invocation's paths resolve to.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! impl_staged_sql {
+    ($db:ty) => {
+        fn by_key<'q>(
+            statement: &'q str,
+            key: $crate::KeyRef<'q>,
+        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+            sqlx::query(statement)
+                .bind(key.scope)
+                .bind(key.operation)
+                .bind(key.key)
+        }
+
+        impl $crate::staged::StagedSql for $db {
+            async fn reserve(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                r: $crate::staged::Reservation<'_>,
+            ) -> Result<bool, sqlx::Error> {
+                let statement = if r.replace_expired {
+                    sql::RESERVE_OR_REPLACE_EXPIRED
+                } else {
+                    sql::RESERVE
+                };
+                let done = by_key(statement, r.key)
+                    .bind(r.fingerprint)
+                    .bind(r.request)
+                    .bind(r.created_ms)
+                    .bind(r.expires_ms)
+                    .bind(r.locked_until_ms)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn take_over(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                key: $crate::KeyRef<'_>,
+                seen_attempt: i64,
+                now_ms: i64,
+                locked_until_ms: i64,
+            ) -> Result<Option<$crate::staged::Lease>, sqlx::Error> {
+                let row = by_key(sql::TAKE_OVER, key)
+                    .bind(seen_attempt)
+                    .bind(now_ms)
+                    .bind(locked_until_ms)
+                    .fetch_optional(conn)
+                    .await?;
+                row.map(|row| {
+                    Ok($crate::staged::Lease {
+                        attempt: sqlx::Row::try_get(&row, 0)?,
+                        journal: sqlx::Row::try_get(&row, 1)?,
+                        request: sqlx::Row::try_get(&row, 2)?,
+                        fingerprint: sqlx::Row::try_get(&row, 3)?,
+                    })
+                })
+                .transpose()
+            }
+
+            async fn renew(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+                locked_until_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = by_key(sql::RENEW, key)
+                    .bind(attempt)
+                    .bind(locked_until_ms)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn journal(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+                step: &str,
+                journal: &str,
+                locked_until_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = by_key(sql::JOURNAL, key)
+                    .bind(attempt)
+                    .bind(step)
+                    .bind(journal)
+                    .bind(locked_until_ms)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn finish(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+                ending: $crate::staged::Ending<'_>,
+            ) -> Result<bool, sqlx::Error> {
+                let done = by_key(sql::FINISH, key)
+                    .bind(attempt)
+                    .bind(i32::from(ending.status))
+                    .bind(ending.headers_json)
+                    .bind(ending.body)
+                    .bind(ending.completed_ms)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn release(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = by_key(sql::RELEASE, key)
+                    .bind(attempt)
+                    .bind(now_ms)
+                    .execute(conn)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn stuck(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                operation: &str,
+                now_ms: i64,
+                limit: i64,
+            ) -> Result<Vec<$crate::staged::StuckKey>, sqlx::Error> {
+                let rows = sqlx::query(sql::STUCK)
+                    .bind(operation)
+                    .bind(now_ms)
+                    .bind(limit)
+                    .fetch_all(conn)
+                    .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok($crate::staged::StuckKey {
+                            scope: sqlx::Row::try_get(row, 0)?,
+                            operation: sqlx::Row::try_get(row, 1)?,
+                            key: sqlx::Row::try_get(row, 2)?,
+                            attempt: sqlx::Row::try_get(row, 3)?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use impl_staged_sql;
