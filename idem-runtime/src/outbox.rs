@@ -7,6 +7,7 @@
 //! it afterwards, retrying until the sink accepts it:
 //!
 //! ```no_run
+//! # #[cfg(feature = "webhook")] mod example {
 //! use std::time::Duration;
 //! use idem_runtime::Idem;
 //! use idem_runtime::outbox::{Dispatcher, OutboxMessage, WebhookSink};
@@ -31,6 +32,7 @@
 //! // …
 //! dispatcher.shutdown().await?;
 //! # Ok(()) }
+//! # }
 //! ```
 //!
 //! In an `#[idempotent]` handler, enqueue on the handler's transaction: a retried request
