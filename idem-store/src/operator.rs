@@ -575,6 +575,82 @@ pub(crate) fn journal_of(
     })
 }
 
+/// The two operator reads whose Rust is the same on every backend (the audit trail, a key's
+/// journal), as methods of `sealed::Sealed`: invoked inside each backend's impl, beside its
+/// `mod sql` (`AUDIT`, `JOURNAL`) and its `by_key`, which the invocation's paths resolve to.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! operator_reads {
+    () => {
+        async fn audit(
+            pool: &sqlx::Pool<Self>,
+            filter: &$crate::AuditFilter,
+        ) -> Result<Vec<$crate::AuditEntry>, $crate::StoreError> {
+            let mut query = sqlx::QueryBuilder::<Self>::new(sql::AUDIT);
+            for (column, value) in [
+                ("scope", &filter.scope),
+                ("operation", &filter.operation),
+                ("idempotency_key", &filter.key),
+                ("operator", &filter.operator),
+            ] {
+                if let Some(value) = value {
+                    query
+                        .push(" AND ")
+                        .push(column)
+                        .push(" = ")
+                        .push_bind(value.as_str());
+                }
+            }
+            if let Some(id) = filter.before_id {
+                query.push(" AND id < ").push_bind(id);
+            }
+            query
+                .push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(filter.effective_limit()));
+            let rows = query.build().fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    $crate::operator::RawAudit {
+                        id: sqlx::Row::try_get(row, 0)?,
+                        at_ms: sqlx::Row::try_get(row, 1)?,
+                        operator: sqlx::Row::try_get(row, 2)?,
+                        scope: sqlx::Row::try_get(row, 3)?,
+                        operation: sqlx::Row::try_get(row, 4)?,
+                        key: sqlx::Row::try_get(row, 5)?,
+                        action: sqlx::Row::try_get(row, 6)?,
+                        reason: sqlx::Row::try_get(row, 7)?,
+                        before: sqlx::Row::try_get(row, 8)?,
+                        after: sqlx::Row::try_get(row, 9)?,
+                    }
+                    .into_entry()
+                })
+                .collect()
+        }
+
+        async fn read_journal(
+            pool: &sqlx::Pool<Self>,
+            key: $crate::KeyRef<'_>,
+        ) -> Result<Option<$crate::Journal>, $crate::StoreError> {
+            let row: Option<(Option<String>, Option<String>, Option<String>)> =
+                by_key(sql::JOURNAL, key)
+                    .try_map(|row: <Self as sqlx::Database>::Row| {
+                        Ok((
+                            sqlx::Row::try_get(&row, 0)?,
+                            sqlx::Row::try_get(&row, 1)?,
+                            sqlx::Row::try_get(&row, 2)?,
+                        ))
+                    })
+                    .fetch_optional(pool)
+                    .await?;
+            row.map(|(recovery_point, journal, request)| {
+                $crate::operator::journal_of(key, recovery_point, journal, request)
+            })
+            .transpose()
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use operator_reads;
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;

@@ -18,7 +18,7 @@ use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSetting
 use crate::error::StoreError;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID, Migration};
-use crate::operator::{self, Acted, Action, Actor, AuditEntry, AuditFilter, Journal, RawAudit};
+use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
@@ -679,62 +679,7 @@ impl sealed::Sealed for Postgres {
         })
     }
 
-    async fn audit(pool: &Pool<Self>, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
-        let mut query = QueryBuilder::<Postgres>::new(sql::AUDIT);
-        for (column, value) in [
-            ("scope", &filter.scope),
-            ("operation", &filter.operation),
-            ("idempotency_key", &filter.key),
-            ("operator", &filter.operator),
-        ] {
-            if let Some(value) = value {
-                query
-                    .push(" AND ")
-                    .push(column)
-                    .push(" = ")
-                    .push_bind(value.as_str());
-            }
-        }
-        if let Some(id) = filter.before_id {
-            query.push(" AND id < ").push_bind(id);
-        }
-        query
-            .push(" ORDER BY id DESC LIMIT ")
-            .push_bind(i64::from(filter.effective_limit()));
-        let rows = query.build().fetch_all(pool).await?;
-        rows.iter()
-            .map(|row| {
-                RawAudit {
-                    id: row.try_get(0)?,
-                    at_ms: row.try_get(1)?,
-                    operator: row.try_get(2)?,
-                    scope: row.try_get(3)?,
-                    operation: row.try_get(4)?,
-                    key: row.try_get(5)?,
-                    action: row.try_get(6)?,
-                    reason: row.try_get(7)?,
-                    before: row.try_get(8)?,
-                    after: row.try_get(9)?,
-                }
-                .into_entry()
-            })
-            .collect()
-    }
-
-    async fn read_journal(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-    ) -> Result<Option<Journal>, StoreError> {
-        let row: Option<(Option<String>, Option<String>, Option<String>)> =
-            by_key(sql::JOURNAL, key)
-                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-                .fetch_optional(pool)
-                .await?;
-        row.map(|(recovery_point, journal, request)| {
-            operator::journal_of(key, recovery_point, journal, request)
-        })
-        .transpose()
-    }
+    crate::operator::operator_reads!();
 }
 
 /// The connection a migration run holds the lock on: closed rather than pooled again unless
