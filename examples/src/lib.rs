@@ -4,3 +4,4 @@
 pub mod fake_provider;
 pub mod orders;
 pub mod payments;
+pub mod server;

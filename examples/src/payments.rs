@@ -80,6 +80,7 @@ use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
 pub use crate::orders::BearerTenant;
+use crate::orders::OrdersDb;
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
@@ -238,13 +239,9 @@ pub struct Charge {
     pub customer: String,
 }
 
-/// The example's own queries, one implementation per backend.
-pub trait PaymentsDb: Backend {
-    /// Applies the examples' migrations (the `orders` and `payments` tables share one
-    /// history).
-    fn migrate_payments(
-        pool: &Pool<Self>,
-    ) -> impl Future<Output = Result<(), sqlx::migrate::MigrateError>> + Send;
+/// The example's own queries, one implementation per backend. The tables come from the
+/// examples' one migration history, applied by [`OrdersDb::migrate_orders`].
+pub trait PaymentsDb: OrdersDb {
     /// Inserts a payment in the transaction that completes its key.
     fn insert_payment(
         conn: &mut <Self as sqlx::Database>::Connection,
@@ -260,15 +257,8 @@ pub trait PaymentsDb: Backend {
 }
 
 macro_rules! payments_db {
-    ($db:ty, $migrations:literal, $insert:literal, $find:literal) => {
+    ($db:ty, $insert:literal, $find:literal) => {
         impl PaymentsDb for $db {
-            async fn migrate_payments(
-                pool: &Pool<Self>,
-            ) -> Result<(), sqlx::migrate::MigrateError> {
-                // idem keeps its own migration history: the application's is its own.
-                sqlx::migrate!($migrations).run(pool).await
-            }
-
             async fn insert_payment(
                 conn: &mut <Self as sqlx::Database>::Connection,
                 tenant: &str,
@@ -311,14 +301,12 @@ macro_rules! payments_db {
 
 payments_db!(
     Postgres,
-    "migrations/postgres",
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES ($1, $2, $3, $4, $5, $6)",
     "SELECT amount, currency, customer, charge_id FROM payments WHERE id = $1 AND tenant = $2"
 );
 payments_db!(
     Sqlite,
-    "migrations/sqlite",
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2"

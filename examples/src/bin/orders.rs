@@ -14,11 +14,11 @@
 //! connections, and shuts down gracefully on SIGTERM or SIGINT.
 
 use std::error::Error;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use idem_examples::orders::{self, OrdersDb};
+use idem_examples::server;
 use idem_runtime::sqlx::{Postgres, Sqlite};
 use idem_runtime::{Config, Idem};
 use tokio::net::TcpListener;
@@ -28,34 +28,18 @@ const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
-    let result = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        serve::<Postgres>(&url).await
-    } else if url.starts_with("sqlite:") {
-        serve::<Sqlite>(&url).await
-    } else {
-        Err("DATABASE_URL must start with sqlite:, postgres: or postgresql:".into())
+    server::init_tracing();
+    let url = server::env_or("DATABASE_URL", DEFAULT_DATABASE_URL);
+    let result = match server::Store::of(&url) {
+        Ok(server::Store::Postgres) => serve::<Postgres>(&url).await,
+        Ok(server::Store::Sqlite) => serve::<Sqlite>(&url).await,
+        Err(error) => Err(error),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("orders: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    server::exit("orders", result)
 }
 
 async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
-    let addr: SocketAddr = std::env::var("LISTEN_ADDR")
-        .unwrap_or_else(|_| DEFAULT_LISTEN_ADDR.to_owned())
-        .parse()
-        .map_err(|e| format!("LISTEN_ADDR: {e}"))?;
+    let addr = server::listen_addr(DEFAULT_LISTEN_ADDR)?;
     let config = Config::default().max_request_body(16 * 1024);
     let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
@@ -83,11 +67,12 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
         }
     });
 
+    let shutdown = server::shutdown_signal()?;
     let listener = TcpListener::bind(addr).await?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
     let bench_routes = std::env::var("ORDERS_BENCH_ROUTES").is_ok_and(|v| v == "1");
     axum::serve(listener, orders::router_with(idem, bench_routes))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown)
         .await?;
     tracing::info!("shut down");
     Ok(())
@@ -111,22 +96,4 @@ fn arm_fail_point<DB: OrdersDb>(idem: &Idem<DB>) -> Result<(), Box<dyn Error>> {
         let _ = idem;
         Err(format!("IDEM_FAILPOINT={spec} needs the `failpoints` feature").into())
     }
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    interrupt.await.unwrap_or(());
 }

@@ -21,12 +21,12 @@
 //! [`idem_examples::payments`].
 
 use std::error::Error;
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_examples::payments::{self, AppState, PaymentsCtx, PaymentsDb};
+use idem_examples::server;
 use idem_runtime::outbox::{Dispatcher, WebhookSink};
 use idem_runtime::spec::parse_duration;
 use idem_runtime::sqlx::{Postgres, Sqlite};
@@ -38,39 +38,20 @@ const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
-    let result = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        serve::<Postgres>(&url).await
-    } else if url.starts_with("sqlite:") {
-        serve::<Sqlite>(&url).await
-    } else {
-        Err("DATABASE_URL must start with sqlite:, postgres: or postgresql:".into())
+    server::init_tracing();
+    let url = server::env_or("DATABASE_URL", DEFAULT_DATABASE_URL);
+    let result = match server::Store::of(&url) {
+        Ok(server::Store::Postgres) => serve::<Postgres>(&url).await,
+        Ok(server::Store::Sqlite) => serve::<Sqlite>(&url).await,
+        Err(error) => Err(error),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("payments: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+    server::exit("payments", result)
 }
 
 async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
-    let addr: SocketAddr = env_or("LISTEN_ADDR", DEFAULT_LISTEN_ADDR)
-        .parse()
-        .map_err(|e| format!("LISTEN_ADDR: {e}"))?;
-    let provider_url = env_or("PROVIDER_URL", payments::DEFAULT_PROVIDER_URL);
-    let webhook_url = env_or("WEBHOOK_URL", payments::DEFAULT_WEBHOOK_URL);
+    let addr = server::listen_addr(DEFAULT_LISTEN_ADDR)?;
+    let provider_url = server::env_or("PROVIDER_URL", payments::DEFAULT_PROVIDER_URL);
+    let webhook_url = server::env_or("WEBHOOK_URL", payments::DEFAULT_WEBHOOK_URL);
     let lease = match std::env::var("PAYMENTS_LEASE") {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
@@ -78,7 +59,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
 
     let idem = Idem::<DB>::connect(url, Config::default()).await?;
     idem.migrate().await?;
-    DB::migrate_payments(idem.pool()).await?;
+    DB::migrate_orders(idem.pool()).await?;
     let ctx = Arc::new(PaymentsCtx::new(&provider_url, lease)?);
 
     // Stuck payments — their attempt died and nobody retries — are resumed from here. Every
@@ -120,6 +101,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         webhook_url: webhook_url.into(),
     };
 
+    let shutdown = server::shutdown_signal()?;
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(
         provider = %provider_url,
@@ -129,7 +111,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     );
     tracing::info!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, payments::router(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(shutdown)
         .await?;
     reconciler.stop();
     if let Err(error) = dispatcher.shutdown().await {
@@ -137,22 +119,4 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     }
     tracing::info!("shut down");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    interrupt.await.unwrap_or(());
 }
