@@ -549,10 +549,15 @@ impl<DB: Backend> Idem<DB> {
     ) -> Result<Start, Error> {
         let waiting_until = Instant::now() + self.config().in_flight_wait;
         let mut pause = Duration::from_millis(10);
-        let mut conn = self.pool().acquire().await.map_err(Error::Store)?;
+        let mut held = Some(self.pool().acquire().await.map_err(Error::Store)?);
         loop {
+            // (A waiting retry gives its connection back while it sleeps.)
+            let conn: &mut DB::Connection = match &mut held {
+                Some(conn) => conn,
+                None => held.insert(self.pool().acquire().await.map_err(Error::Store)?),
+            };
             let now = self.now_millis();
-            let stored = DB::lookup(&mut conn, key).await.map_err(Error::Store)?;
+            let stored = DB::lookup(&mut *conn, key).await.map_err(Error::Store)?;
             let reserve = |replace_expired| Reservation {
                 key,
                 fingerprint: call.fingerprint.as_bytes(),
@@ -571,13 +576,13 @@ impl<DB: Backend> Idem<DB> {
                 Some(_) => None,
             };
             if let Some(replace_expired) = replace_expired {
-                if DB::reserve(&mut conn, reserve(replace_expired))
+                if DB::reserve(&mut *conn, reserve(replace_expired))
                     .await
                     .map_err(Error::Store)?
                 {
                     let attempt = if replace_expired {
                         // The replaced row's attempt went on counting: read it back.
-                        DB::lookup(&mut conn, key)
+                        DB::lookup(&mut *conn, key)
                             .await
                             .map_err(Error::Store)?
                             .map_or(1, |row| row.attempt)
@@ -610,7 +615,7 @@ impl<DB: Backend> Idem<DB> {
             let live = row.locked_until_ms.is_some_and(|until| until > now);
             if !live {
                 let until = now.saturating_add(millis(spec.lease));
-                if let Some(lease) = DB::take_over(&mut conn, key, row.attempt, now, until)
+                if let Some(lease) = DB::take_over(&mut *conn, key, row.attempt, now, until)
                     .await
                     .map_err(Error::Store)?
                 {
@@ -625,6 +630,7 @@ impl<DB: Backend> Idem<DB> {
             if spec.on_in_flight != InFlightPolicy::Wait || Instant::now() >= waiting_until {
                 return Err(self.in_flight_error());
             }
+            held = None;
             tokio::time::sleep(pause.min(waiting_until.saturating_duration_since(Instant::now())))
                 .await;
             pause = (pause * 2).min(POLL_MAX);
