@@ -1,0 +1,206 @@
+//! The database the tool works on: one [`KeyTable`] on PostgreSQL or SQLite, chosen by the
+//! URL, with the same methods whichever it is.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use idem_store::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use idem_store::sqlx::{Postgres, Sqlite};
+use idem_store::{
+    Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
+    KeyTable, Page, StoreError,
+};
+
+/// Why the tool could not open the database.
+#[derive(Debug)]
+pub struct ConnectError(pub String);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// The key table of the database the tool was pointed at.
+#[derive(Debug, Clone)]
+pub enum Db {
+    /// `postgres://…` or `postgresql://…`.
+    Postgres(KeyTable<Postgres>),
+    /// `sqlite:…`.
+    Sqlite(KeyTable<Sqlite>),
+}
+
+/// Calls the same method on whichever table `self` holds.
+macro_rules! on_table {
+    ($self:ident, $table:ident => $call:expr) => {
+        match $self {
+            Db::Postgres($table) => $call,
+            Db::Sqlite($table) => $call,
+        }
+    };
+}
+
+impl Db {
+    /// Opens the database at `url` (`postgres://…`, `postgresql://…` or `sqlite:…`); on
+    /// PostgreSQL, names resolve in `schema` when given. Never creates a database: a SQLite
+    /// file that does not exist is an error.
+    ///
+    /// # Errors
+    /// An unknown scheme, an unreadable URL, or a database that does not answer; the message
+    /// shows the URL redacted ([`redact`]).
+    pub async fn connect(url: &str, schema: Option<&str>) -> Result<Self, ConnectError> {
+        let shown = redact(url);
+        let failed = |e: idem_store::sqlx::Error| ConnectError(format!("{shown}: {e}"));
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let mut options = PgConnectOptions::from_str(url).map_err(failed)?;
+            if let Some(schema) = schema {
+                options = options.options([("search_path", schema)]);
+            }
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .map_err(failed)?;
+            Ok(Self::Postgres(KeyTable::new(pool)))
+        } else if url.starts_with("sqlite:") {
+            if schema.is_some() {
+                return Err(ConnectError(
+                    "--schema applies to PostgreSQL only; SQLite has no schemas".into(),
+                ));
+            }
+            let options = SqliteConnectOptions::from_str(url)
+                .map_err(failed)?
+                .create_if_missing(false)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(2)
+                .connect_with(options)
+                .await
+                .map_err(failed)?;
+            Ok(Self::Sqlite(KeyTable::new(pool)))
+        } else {
+            Err(ConnectError(format!(
+                "{shown}: unknown database URL: expected postgres://… or sqlite:…"
+            )))
+        }
+    }
+
+    /// `postgres` or `sqlite`.
+    #[must_use]
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// See [`KeyTable::get`].
+    pub async fn get(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
+        on_table!(self, t => t.get(key, now_ms).await)
+    }
+
+    /// See [`KeyTable::list`].
+    pub async fn list(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
+        on_table!(self, t => t.list(filter, now_ms).await)
+    }
+
+    /// See [`KeyTable::counts`].
+    pub async fn counts(&self, now_ms: i64) -> Result<Counts, StoreError> {
+        on_table!(self, t => t.counts(now_ms).await)
+    }
+
+    /// See [`KeyTable::act`].
+    pub async fn act(
+        &self,
+        key: KeyRef<'_>,
+        expected: &KeyRow,
+        action: &Action,
+        by: &Actor,
+        now_ms: i64,
+    ) -> Result<Acted, StoreError> {
+        on_table!(self, t => t.act(key, expected, action, by, now_ms).await)
+    }
+
+    /// See [`KeyTable::audit`].
+    pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
+        on_table!(self, t => t.audit(filter).await)
+    }
+
+    /// See [`KeyTable::journal`].
+    pub async fn journal(&self, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
+        on_table!(self, t => t.journal(key).await)
+    }
+
+    /// See [`KeyTable::sweep_batch`].
+    pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
+        on_table!(self, t => t.sweep_batch(before_ms, batch).await)
+    }
+}
+
+/// `url` without its password (`postgres://alice:***@host/db`), for every message and
+/// screen: the tool never prints a password.
+#[must_use]
+pub fn redact(url: &str) -> String {
+    // scheme://user:password@host… → scheme://user:***@host…
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(end) => rest.split_at(end),
+        None => (rest, ""),
+    };
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return redact_query(url);
+    };
+    let user = match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{user}:***"),
+        None => userinfo.to_owned(),
+    };
+    redact_query(&format!("{scheme}://{user}@{host}{tail}"))
+}
+
+/// Hides a `password=` query parameter.
+fn redact_query(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redact("postgres://alice:s3cret@db.internal:5432/app"),
+            "postgres://alice:***@db.internal:5432/app"
+        );
+        assert_eq!(
+            redact("postgres://alice@db/app?password=s3cret&sslmode=require"),
+            "postgres://alice@db/app?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://a:p@ss@host/db"),
+            "postgres://a:***@host/db",
+            "an @ in the password"
+        );
+        assert_eq!(
+            redact("sqlite:///var/lib/app.db"),
+            "sqlite:///var/lib/app.db"
+        );
+        assert_eq!(redact("sqlite:app.db"), "sqlite:app.db");
+    }
+}
