@@ -46,8 +46,9 @@
 //!
 //! # The key table
 //!
-//! `idempotency_keys`, primary key (`scope`, `operation`, `idempotency_key`), an index on
-//! `expires_at` for the sweeper and one on `locked_until` of processing rows; next to it the
+//! `idempotency_keys`, primary key (`scope`, `operation`, `idempotency_key`) and an index on
+//! `expires_at` for the sweeper; next to it `idempotency_processing`, the keys staged mode
+//! holds (`processing`), which listings of processing and stuck keys start from, and the
 //! audit trail `idempotency_audit`. Created and evolved by [`migrate`], which keeps its own
 //! history in `idem_schema_migrations` (never sqlx's `_sqlx_migrations`, so an application's
 //! own sqlx migrations and idem's ignore each other).

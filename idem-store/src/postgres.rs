@@ -22,7 +22,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 4] = [
+static MIGRATIONS: [Migration; 5] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -42,6 +42,11 @@ static MIGRATIONS: [Migration; 4] = [
         4,
         "idempotency_operations",
         include_str!("../migrations/postgres/0004_operations.sql"),
+    ),
+    Migration::new(
+        5,
+        "idempotency_processing",
+        include_str!("../migrations/postgres/0005_processing.sql"),
     ),
 ];
 
@@ -160,6 +165,11 @@ mod sql {
         " FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
          FOR UPDATE"
     );
+
+    /// Processing and stuck keys are looked for in `idempotency_processing`, which holds
+    /// staged mode's processing keys only, instead of among all keys.
+    pub(super) const IN_PROCESSING: &str = " AND (scope, operation, idempotency_key) IN \
+         (SELECT scope, operation, idempotency_key FROM idempotency_processing)";
 
     /// The start of a listing; the filters follow as `AND …`.
     pub(super) const LIST: &str =
@@ -540,6 +550,7 @@ impl sealed::Sealed for Postgres {
                 push_now(&mut query, now_ms);
             }
             Some(KeyStatus::Processing) => {
+                query.push(sql::IN_PROCESSING);
                 query.push(
                     " AND status = 'processing' AND (locked_until IS NULL OR locked_until > ",
                 );
@@ -547,6 +558,7 @@ impl sealed::Sealed for Postgres {
                 query.push(")");
             }
             Some(KeyStatus::Stuck) => {
+                query.push(sql::IN_PROCESSING);
                 query.push(" AND status = 'processing' AND locked_until <= ");
                 push_now(&mut query, now_ms);
             }

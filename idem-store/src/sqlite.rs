@@ -20,7 +20,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 4] = [
+static MIGRATIONS: [Migration; 5] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -40,6 +40,11 @@ static MIGRATIONS: [Migration; 4] = [
         4,
         "idempotency_operations",
         include_str!("../migrations/sqlite/0004_operations.sql"),
+    ),
+    Migration::new(
+        5,
+        "idempotency_processing",
+        include_str!("../migrations/sqlite/0005_processing.sql"),
     ),
 ];
 
@@ -147,6 +152,11 @@ mod sql {
         columns!(),
         " FROM idempotency_keys WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3"
     );
+
+    /// Processing and stuck keys are looked for in `idempotency_processing`, which holds
+    /// staged mode's processing keys only, instead of among all keys.
+    pub(super) const IN_PROCESSING: &str = " AND (scope, operation, idempotency_key) IN \
+         (SELECT scope, operation, idempotency_key FROM idempotency_processing)";
 
     /// The start of a listing; the filters follow as `AND …`.
     pub(super) const LIST: &str = concat!("SELECT ", columns!(), " FROM idempotency_keys WHERE 1");
@@ -506,6 +516,7 @@ impl sealed::Sealed for Sqlite {
                 query.push(sql::EXPIRES_MS).push(" <= ").push_bind(now_ms);
             }
             Some(KeyStatus::Processing) => {
+                query.push(sql::IN_PROCESSING);
                 query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
                 query
                     .push(sql::LOCKED_MS)
@@ -514,6 +525,7 @@ impl sealed::Sealed for Sqlite {
                     .push(")");
             }
             Some(KeyStatus::Stuck) => {
+                query.push(sql::IN_PROCESSING);
                 query.push(" AND status = 'processing' AND ");
                 query.push(sql::LOCKED_MS).push(" <= ").push_bind(now_ms);
             }

@@ -789,6 +789,103 @@ async fn operations_and_sweep_count<DB: Db>() {
     assert_eq!(table.count_sweepable(NOW).await.unwrap(), 0);
 }
 
+/// `idempotency_processing` holds exactly the keys in `processing`: a reservation adds the
+/// key (also one replacing an expired key), and finishing, an operator's complete, fail or
+/// delete, and the sweep take it out.
+async fn processing_table_follows_the_keys<DB: Db>() {
+    use idem_store::staged::{Ending, Reservation, StagedSql as _};
+
+    let table = DB::fresh().await;
+    let mut conn = table.pool().acquire().await.unwrap();
+    let keys = [
+        "pr-finish",
+        "pr-complete",
+        "pr-fail",
+        "pr-delete",
+        "pr-sweep",
+    ];
+    for k in keys {
+        let expires_ms = if k == "pr-sweep" {
+            NOW - HOUR
+        } else {
+            NOW + HOUR
+        };
+        let reserved = DB::reserve(
+            &mut conn,
+            Reservation {
+                key: key(k),
+                fingerprint: &[1; 32],
+                request: "{}",
+                created_ms: NOW - 2 * HOUR,
+                expires_ms,
+                locked_until_ms: NOW + 30_000,
+                replace_expired: false,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(reserved, "{k}");
+    }
+    let processing = |table: KeyTable<DB>| async move {
+        let mut page = table
+            .list(&KeyFilter::new().status(KeyStatus::Processing), NOW)
+            .await
+            .unwrap()
+            .keys
+            .into_iter()
+            .map(|row| row.key)
+            .collect::<Vec<_>>();
+        page.sort();
+        page
+    };
+    assert_eq!(processing(table.clone()).await.len(), keys.len());
+
+    let ending = Ending {
+        status: 201,
+        headers_json: "[]",
+        body: b"{}",
+        completed_ms: NOW,
+    };
+    assert!(
+        DB::finish(&mut conn, key("pr-finish"), 1, ending)
+            .await
+            .unwrap()
+    );
+    for (k, action) in [
+        ("pr-complete", Action::Complete(response(200, b"done"))),
+        ("pr-fail", Action::Fail(response(402, b"declined"))),
+        ("pr-delete", Action::Delete),
+    ] {
+        let before = row(&table, key(k), NOW).await;
+        table
+            .act(key(k), &before, &action, &alice(), NOW)
+            .await
+            .unwrap();
+    }
+    assert_eq!(processing(table.clone()).await, ["pr-sweep"]);
+    assert_eq!(table.sweep_batch(NOW, 100).await.unwrap(), 1);
+    assert!(processing(table.clone()).await.is_empty());
+
+    // An expired key reserved again is processing again.
+    put(&table, key("pr-again"), NOW - HOUR).await;
+    let reserved = DB::reserve(
+        &mut conn,
+        Reservation {
+            key: key("pr-again"),
+            fingerprint: &[2; 32],
+            request: "{}",
+            created_ms: NOW,
+            expires_ms: NOW + HOUR,
+            locked_until_ms: NOW + 30_000,
+            replace_expired: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(reserved);
+    assert_eq!(processing(table.clone()).await, ["pr-again"]);
+}
+
 /// One `#[tokio::test]` per case, on `$db`.
 macro_rules! operator_cases {
     ($db:ty) => {
@@ -805,6 +902,7 @@ macro_rules! operator_cases {
             journal,
             concurrent_acts,
             operations_and_sweep_count,
+            processing_table_follows_the_keys,
         );
     };
     ($db:ty: $($name:ident),* $(,)?) => {
@@ -877,6 +975,15 @@ mod postgres {
             .execute(pool)
             .await
             .unwrap();
+            // Staged mode's reservation writes the key's row in `idempotency_processing` in
+            // the same statement (on SQLite a trigger does).
+            sqlx::query("INSERT INTO idempotency_processing VALUES ($1, $2, $3)")
+                .bind(key.scope)
+                .bind(key.operation)
+                .bind(key.key)
+                .execute(pool)
+                .await
+                .unwrap();
         }
 
         async fn renew_lease(pool: &sqlx::PgPool, key: KeyRef<'_>, until_ms: i64) {

@@ -10,21 +10,27 @@ mod sql {
         };
     }
 
+    /// The key row, and its row in `idempotency_processing` (which the key table's
+    /// triggers remove once the key stops processing). One row affected: reserved.
     pub(super) const RESERVE: &str = concat!(
-        "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-         request, created_at, expires_at, locked_until, attempt) \
+        "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
          VALUES ($1, $2, $3, $4, 'processing', $5, ",
         at!(6),
         ", ",
         at!(7),
         ", ",
         at!(8),
-        ", 1) ON CONFLICT (scope, operation, idempotency_key) DO NOTHING"
+        ", 1) ON CONFLICT (scope, operation, idempotency_key) DO NOTHING \
+         RETURNING scope, operation, idempotency_key) \
+         INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+         SELECT scope, operation, idempotency_key FROM reserved \
+         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
     );
 
     pub(super) const RESERVE_OR_REPLACE_EXPIRED: &str = concat!(
-        "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-         request, created_at, expires_at, locked_until, attempt) \
+        "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
          VALUES ($1, $2, $3, $4, 'processing', $5, ",
         at!(6),
         ", ",
@@ -37,7 +43,11 @@ mod sql {
          locked_until = EXCLUDED.locked_until, attempt = idempotency_keys.attempt + 1, \
          journal = NULL, recovery_point = NULL, response_status = NULL, \
          response_headers = NULL, response_body = NULL, completed_at = NULL \
-         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at"
+         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at \
+         RETURNING scope, operation, idempotency_key) \
+         INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+         SELECT scope, operation, idempotency_key FROM reserved \
+         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
     );
 
     pub(super) const TAKE_OVER: &str = concat!(
@@ -82,7 +92,9 @@ mod sql {
 
     pub(super) const STUCK: &str = concat!(
         "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys \
-         WHERE status = 'processing' AND operation = $1 AND locked_until <= ",
+         WHERE (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing WHERE operation = $1) \
+         AND status = 'processing' AND operation = $1 AND locked_until <= ",
         at!(2),
         " ORDER BY locked_until LIMIT $3"
     );

@@ -86,7 +86,9 @@ mod sql {
 
     pub(super) const STUCK: &str = concat!(
         "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys \
-         WHERE status = 'processing' AND operation = ?1 AND locked_until <= ",
+         WHERE (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing WHERE operation = ?1) \
+         AND status = 'processing' AND operation = ?1 AND locked_until <= ",
         at!(2),
         " ORDER BY locked_until LIMIT ?3"
     );
