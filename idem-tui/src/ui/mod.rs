@@ -48,6 +48,8 @@ pub mod format;
 pub mod view;
 
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod render_tests;
 
 use std::time::Duration;
