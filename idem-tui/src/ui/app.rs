@@ -141,7 +141,7 @@ impl Column {
             Self::Key => "key",
             Self::Status => "status",
             Self::Age => "age",
-            Self::Expires => "expires",
+            Self::Expires => "exp in",
             Self::Response => "resp",
         }
     }
@@ -641,7 +641,7 @@ impl App {
                     Column::Operation => a.operation.cmp(&b.operation),
                     Column::Key => a.key.cmp(&b.key),
                     Column::Status => a.status.as_str().cmp(b.status.as_str()),
-                    // Oldest first: the smallest creation time is the largest age.
+                    // Youngest first: the latest creation time is the smallest age.
                     Column::Age => b.created_at_ms.cmp(&a.created_at_ms),
                     Column::Expires => a.expires_at_ms.cmp(&b.expires_at_ms),
                     Column::Response => a

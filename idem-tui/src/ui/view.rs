@@ -185,7 +185,7 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
         Constraint::Fill(1),
         Constraint::Length(10),
         Constraint::Length(5),
-        Constraint::Length(7),
+        Constraint::Length(8),
         Constraint::Length(5),
     ];
     let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
@@ -197,6 +197,7 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
         .header(header)
         .block(block)
         .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("▸")
         .column_spacing(1);
     if app.order.is_empty() {
         let text = if app.refreshing {
@@ -277,8 +278,7 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let title = if registered {
         " operations (Enter: their keys) ".to_owned()
     } else {
-        " operations with keys (not registered: no ttl/scope/mode known; Enter: their keys) "
-            .to_owned()
+        " operations with keys (unregistered: ttl, scope, mode unknown) ".to_owned()
     };
     let mut state =
         TableState::new().with_selected((!app.operations.is_empty()).then_some(app.op_selected));
@@ -474,9 +474,9 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
         )
     } else {
         let hint = if app.detail.is_some() {
-            "j/k scroll  Esc back  e r c f d act  ? help  q quit"
+            "j/k scroll  Esc back  e/r/c/f/d act  ? help  q quit"
         } else {
-            "j/k move  Enter open  / search  s status  Tab view  e r c f d act  ? help  q quit"
+            "j/k move  Enter open  / search  s status  Tab view  ? help  q quit"
         };
         Line::styled(hint, Style::new().dim())
     };
@@ -534,12 +534,6 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
 }
 
 fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
-    let area = centered(
-        frame.area(),
-        72,
-        if dialog.kind.needs_response() { 15 } else { 13 },
-    );
-    frame.render_widget(Clear, area);
     let row = &dialog.shown;
     let mut lines = vec![
         Line::from(vec![
@@ -573,11 +567,11 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
             ),
         ])
     };
+    lines.push(input("reason", &dialog.reason, Field::Reason));
     if dialog.kind.needs_response() {
         lines.push(input("status", &dialog.status, Field::Status));
         lines.push(input("body", &dialog.body, Field::Body));
     }
-    lines.push(input("reason", &dialog.reason, Field::Reason));
     lines.push(Line::raw(format!("     by: {}", app.operator)));
     if let Some(error) = &dialog.error {
         lines.push(Line::styled(error.clone(), Style::new().red().bold()));
@@ -597,6 +591,9 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
     };
     lines.push(confirm);
     let title = format!(" {} this key? ", dialog.kind.name());
+    let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+    let area = centered(frame.area(), 72, height);
+    frame.render_widget(Clear, area);
     frame.render_widget(
         Paragraph::new(lines)
             .block(
@@ -611,32 +608,26 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
 
 /// Every binding, for `?` and the module doc.
 pub const HELP: &[(&str, &str)] = &[
-    (
-        "j/k ↑/↓",
-        "move; PgUp/PgDn, g/G (Home/End): by page, to the ends",
-    ),
+    ("j/k ↑/↓", "move; PgUp/PgDn, g/G: by page, to the ends"),
     (
         "Enter",
-        "open the key's detail (Esc/Enter back); operations: list its keys",
+        "open the key's detail, Esc back; operations: its keys",
     ),
     ("Tab", "switch view: keys / operations"),
-    ("/", "search keys by prefix (Enter applies, empty clears)"),
+    ("/", "search by key prefix (Enter applies, empty clears)"),
     (
         "s",
-        "cycle the status filter: all, completed, processing, stuck, expired",
+        "cycle status filter: completed processing stuck expired",
     ),
-    (
-        "o / S",
-        "filter by the selected key's operation / scope (again: clear)",
-    ),
+    ("o / S", "filter by the selected key's operation / scope"),
     ("x", "clear every filter"),
     (
         "1-7, 0",
-        "sort the loaded keys by a column (again: reverse); 0: database order",
+        "sort loaded keys by a column (again: reverse), 0: none",
     ),
     (
         "e r c f d",
-        "expire, release, complete, fail, delete the key (asks first)",
+        "expire release complete fail delete (asks first)",
     ),
     ("p", "pause / resume the live refresh (every 2 s)"),
     ("R, F5", "refresh now"),
@@ -645,8 +636,6 @@ pub const HELP: &[(&str, &str)] = &[
 ];
 
 fn draw_help(frame: &mut Frame<'_>) {
-    let area = centered(frame.area(), 78, 20);
-    frame.render_widget(Clear, area);
     let mut lines: Vec<Line<'_>> = HELP
         .iter()
         .map(|(keys, what)| {
@@ -658,13 +647,16 @@ fn draw_help(frame: &mut Frame<'_>) {
         .collect();
     lines.push(Line::raw(""));
     lines.push(Line::styled(
-        "Keys load in database order (scope, operation, key), a page at a time as you",
+        "Keys load in database order (scope, operation, key), a page at",
         Style::new().dim(),
     ));
     lines.push(Line::styled(
-        "scroll; sorting by a column sorts the keys loaded so far.",
+        "a time as you scroll: a sort orders the keys loaded so far.",
         Style::new().dim(),
     ));
+    let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+    let area = centered(frame.area(), 76, height);
+    frame.render_widget(Clear, area);
     frame.render_widget(
         Paragraph::new(lines)
             .block(Block::bordered().title(" keys — any key closes "))
