@@ -22,7 +22,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 3] = [
+static MIGRATIONS: [Migration; 4] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -38,7 +38,20 @@ static MIGRATIONS: [Migration; 3] = [
         "idempotency_outbox",
         include_str!("../migrations/postgres/0003_outbox.sql"),
     ),
+    Migration::new(
+        4,
+        "idempotency_operations",
+        include_str!("../migrations/postgres/0004_operations.sql"),
+    ),
 ];
+
+/// `now_ms` as a `timestamptz` in a listing.
+fn push_now(query: &mut QueryBuilder<'_, Postgres>, now_ms: i64) {
+    query
+        .push(sql::NOW_TS.0)
+        .push_bind(now_ms)
+        .push(sql::NOW_TS.1);
+}
 
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
 /// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
@@ -118,6 +131,23 @@ mod sql {
          SELECT ctid FROM idempotency_keys WHERE expires_at <= to_timestamp($1::float8 / 1000) \
          LIMIT $2 FOR UPDATE SKIP LOCKED))";
 
+    /// Keys `SWEEP` deletes at this `before`, in all its batches.
+    pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
+         WHERE expires_at <= to_timestamp($1::float8 / 1000)";
+
+    pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
+         (operation, scope, ttl_ms, mode, lease_ms, registered_at) \
+         VALUES ($1, $2, $3, $4, $5, to_timestamp($6::float8 / 1000)) \
+         ON CONFLICT (operation) DO UPDATE SET scope = excluded.scope, \
+         ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = excluded.lease_ms, \
+         registered_at = excluded.registered_at";
+
+    pub(super) const REGISTRATIONS: &str = concat!(
+        "SELECT operation, scope, ttl_ms, mode, lease_ms, ",
+        ms!("registered_at"),
+        " FROM idempotency_operations ORDER BY operation"
+    );
+
     pub(super) const GET: &str = concat!(
         "SELECT ",
         columns!(),
@@ -135,11 +165,16 @@ mod sql {
     pub(super) const LIST: &str =
         concat!("SELECT ", columns!(), " FROM idempotency_keys WHERE TRUE");
 
-    /// `expires_at` in milliseconds, as the filters compare it with `now_ms` (the same value
-    /// `KeyRow::expires_at_ms` holds, so filters and the status shown agree).
-    pub(super) const EXPIRES_MS: &str = ms!("expires_at");
-    /// `locked_until` in milliseconds, likewise.
-    pub(super) const LOCKED_MS: &str = ms!("locked_until");
+    /// `$1` milliseconds as a `timestamptz`.
+    macro_rules! AT_1 {
+        () => {
+            "to_timestamp($1::float8 / 1000)"
+        };
+    }
+
+    /// A listing's `now_ms` parameter as a `timestamptz`: the filters compare the columns
+    /// themselves with it, so that indexes on them serve the comparison.
+    pub(super) const NOW_TS: (&str, &str) = ("to_timestamp(", "::float8 / 1000)");
 
     /// Expiry now, never later than it was.
     pub(super) const EXPIRE: &str = concat!(
@@ -159,13 +194,13 @@ mod sql {
     /// Keys per operation and state, with the earliest `created_at` of each group (the
     /// stuck groups' give the oldest stuck key).
     pub(super) const COUNTS: &str = concat!(
-        "SELECT operation, CASE WHEN status = 'completed' AND ",
-        ms!("expires_at"),
-        " <= $1 THEN 'expired' WHEN status = 'processing' AND ",
-        ms!("locked_until"),
-        " <= $1 THEN 'stuck' ELSE status END AS state, count(*), min(",
-        ms!("created_at"),
-        ") FROM idempotency_keys GROUP BY 1, 2"
+        "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= ",
+        AT_1!(),
+        " THEN 'expired' WHEN status = 'processing' AND locked_until <= ",
+        AT_1!(),
+        " THEN 'stuck' ELSE status END AS state, count(*), ",
+        ms!("min(created_at)"),
+        " FROM idempotency_keys GROUP BY 1, 2"
     );
 
     pub(super) const TABLE_BYTES: &str =
@@ -497,24 +532,23 @@ impl sealed::Sealed for Postgres {
         match filter.status {
             None => {}
             Some(KeyStatus::Completed) => {
-                query.push(" AND status = 'completed' AND ");
-                query.push(sql::EXPIRES_MS).push(" > ").push_bind(now_ms);
+                query.push(" AND status = 'completed' AND expires_at > ");
+                push_now(&mut query, now_ms);
             }
             Some(KeyStatus::Expired) => {
-                query.push(" AND status = 'completed' AND ");
-                query.push(sql::EXPIRES_MS).push(" <= ").push_bind(now_ms);
+                query.push(" AND status = 'completed' AND expires_at <= ");
+                push_now(&mut query, now_ms);
             }
             Some(KeyStatus::Processing) => {
-                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
-                query
-                    .push(sql::LOCKED_MS)
-                    .push(" > ")
-                    .push_bind(now_ms)
-                    .push(")");
+                query.push(
+                    " AND status = 'processing' AND (locked_until IS NULL OR locked_until > ",
+                );
+                push_now(&mut query, now_ms);
+                query.push(")");
             }
             Some(KeyStatus::Stuck) => {
-                query.push(" AND status = 'processing' AND ");
-                query.push(sql::LOCKED_MS).push(" <= ").push_bind(now_ms);
+                query.push(" AND status = 'processing' AND locked_until <= ");
+                push_now(&mut query, now_ms);
             }
         }
         if let Some(operation) = &filter.operation {
@@ -680,6 +714,7 @@ impl sealed::Sealed for Postgres {
     }
 
     crate::operator::operator_reads!();
+    crate::operations::operations_sql!();
 }
 
 /// The connection a migration run holds the lock on: closed rather than pooled again unless
