@@ -2,8 +2,8 @@
 //! ([`Command`]): [`update`] is pure, so every transition is a unit test.
 
 use idem_store::{
-    Action, AuditEntry, Counts, Cursor, Journal, KeyFilter, KeyRef, KeyRow, KeyStatus, Page,
-    StatusCounts, StoredResponse,
+    Action, AuditEntry, Counts, Cursor, Journal, KeyFilter, KeyRef, KeyRow, KeyStatus,
+    OperationInfo, Page, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -54,37 +54,14 @@ impl std::fmt::Display for KeyId {
     }
 }
 
-/// How an operation is registered (from the operations registry, when the store has one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Registration {
-    /// The operation's scope kind.
-    pub scope: String,
-    /// How long its keys live.
-    pub ttl_ms: i64,
-    /// `atomic` or `staged`.
-    pub mode: String,
-    /// Staged mode: the lease of an attempt.
-    pub lease_ms: Option<i64>,
-}
-
-/// One line of the operations view.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OperationLine {
-    /// The operation id.
-    pub operation: String,
-    /// Its keys by status.
-    pub counts: StatusCounts,
-    /// Its registration, when known.
-    pub registered: Option<Registration>,
-}
-
-/// The operations of `counts.by_operation`, without registrations.
+/// The operations of `counts.by_operation`, without registrations: the operations view
+/// when the registry cannot be read.
 #[must_use]
-pub fn operations_from_counts(counts: &Counts) -> Vec<OperationLine> {
+pub fn operations_from_counts(counts: &Counts) -> Vec<OperationInfo> {
     counts
         .by_operation
         .iter()
-        .map(|(operation, counts)| OperationLine {
+        .map(|(operation, counts)| OperationInfo {
             operation: operation.clone(),
             counts: *counts,
             registered: None,
@@ -381,7 +358,7 @@ pub struct App {
     /// The counts of the last refresh.
     pub counts: Option<Counts>,
     /// The operations of the last refresh.
-    pub operations: Vec<OperationLine>,
+    pub operations: Vec<OperationInfo>,
     /// The selected line of the operations view.
     pub op_selected: usize,
     /// The loaded keys, in database order (scope, operation, key).
@@ -443,7 +420,7 @@ pub struct Refreshed {
     /// The counts.
     pub counts: Counts,
     /// The operations.
-    pub operations: Vec<OperationLine>,
+    pub operations: Vec<OperationInfo>,
     /// The first keys of the listing.
     pub page: Page,
     /// The detail's key, when one was open.

@@ -281,7 +281,7 @@ fn views_detail_and_help() {
     let mut app = loaded_app();
     let _ = update(&mut app, key(KeyCode::Tab));
     assert_eq!(app.view, View::Operations);
-    assert_eq!(app.operations.len(), 3);
+    assert_eq!(app.operations.len(), 4);
     let _ = update(&mut app, ch('j'));
     // Enter on an operation lists its keys.
     let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));

@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use idem_store::{
-    AuditEntry, Counts, Journal, KeyRow, KeyStatus, Page, StatusCounts, StoredResponse,
+    AuditEntry, Counts, Journal, KeyRow, KeyStatus, OperationInfo, Page, Registration,
+    StatusCounts, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use serde_json::json;
@@ -109,10 +110,37 @@ pub fn counts_of(rows: &[KeyRow]) -> Counts {
 /// A refresh result with `rows` and `next`.
 pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
     let counts = counts_of(&rows);
+    let mut operations = operations_from_counts(&counts);
+    // Two registered operations: one with keys, one without.
+    if let Some(line) = operations
+        .iter_mut()
+        .find(|l| l.operation == "create_order:v1")
+    {
+        line.registered = Some(Registration {
+            operation: line.operation.clone(),
+            scope: "tenant".into(),
+            ttl_ms: 24 * HOUR,
+            mode: "staged".into(),
+            lease_ms: Some(30_000),
+            registered_at_ms: NOW - HOUR,
+        });
+    }
+    operations.push(OperationInfo {
+        operation: "payout:v1".into(),
+        counts: StatusCounts::default(),
+        registered: Some(Registration {
+            operation: "payout:v1".into(),
+            scope: "global".into(),
+            ttl_ms: 7 * 24 * HOUR,
+            mode: "atomic".into(),
+            lease_ms: None,
+            registered_at_ms: NOW - HOUR,
+        }),
+    });
     Msg::Refreshed {
         generation: 0,
         result: Ok(Box::new(Refreshed {
-            operations: operations_from_counts(&counts),
+            operations,
             counts,
             page: Page { keys: rows, next },
             detail: None,

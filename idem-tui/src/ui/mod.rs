@@ -55,7 +55,7 @@ mod render_tests;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use idem_store::{Actor, AuditFilter, StoreError};
+use idem_store::{Actor, AuditFilter, OperationInfo, StoreError};
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::Event;
 use tokio::sync::mpsc;
@@ -227,11 +227,12 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
     }
 }
 
-/// The operations view's lines: every operation with keys, by `counts`.
-async fn operations(
-    _db: &Db,
-    counts: &idem_store::Counts,
-    _now_ms: i64,
-) -> Vec<app::OperationLine> {
-    app::operations_from_counts(counts)
+/// The operations view's lines: every registered operation and every operation with keys;
+/// when the registry cannot be read (a database not migrated to it yet), the operations of
+/// `counts`.
+async fn operations(db: &Db, counts: &idem_store::Counts, now_ms: i64) -> Vec<OperationInfo> {
+    match db.operations(now_ms).await {
+        Ok(operations) => operations,
+        Err(_) => app::operations_from_counts(counts),
+    }
 }

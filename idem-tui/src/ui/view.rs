@@ -241,7 +241,7 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
                     None => r.mode.clone(),
                 },
             ),
-            None => ("?".to_owned(), "?".to_owned(), "?".to_owned()),
+            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
         };
         let c = &line.counts;
         Row::new(vec![
@@ -276,9 +276,9 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     ];
     let registered = app.operations.iter().any(|l| l.registered.is_some());
     let title = if registered {
-        " operations (Enter: their keys) ".to_owned()
+        " operations (-: not registered; Enter: their keys) ".to_owned()
     } else {
-        " operations with keys (unregistered: ttl, scope, mode unknown) ".to_owned()
+        " operations with keys (none registered: ttl, scope, mode unknown) ".to_owned()
     };
     let mut state =
         TableState::new().with_selected((!app.operations.is_empty()).then_some(app.op_selected));
