@@ -1,0 +1,237 @@
+//! The real `idem` binary in a pseudo-terminal, on a real SQLite file: search by key prefix,
+//! open a key, expire it with a reason, quit; then the database and the audit trail tell
+//! what happened.
+//!
+//! The binary gets the database from `DATABASE_URL` and the operator from `USER`, which both
+//! the minimal main and the command line's read.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idem_store::sqlx::Sqlite;
+use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use idem_store::{
+    AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse, TxSettings,
+};
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+const OPERATION: &str = "create_order:v1";
+const OPERATOR: &str = "e2e-operator";
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// A new SQLite file with the key table and three completed keys.
+async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
+    let dir = std::env::temp_dir().join("idem-tui-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("ui_e2e_{}.db", uuid::Uuid::new_v4().simple()));
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+        .unwrap()
+        .create_if_missing(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let table = KeyTable::new(pool);
+    table.migrate().await.unwrap();
+    let now = now_ms();
+    let settings = TxSettings {
+        lock_timeout: Duration::from_secs(2),
+        statement_timeout: Duration::from_secs(30),
+        session_has_timeouts: true,
+    };
+    let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
+    for key in ["order-1", "order-2", "other-1"] {
+        let mut conn = table.pool().acquire().await.unwrap();
+        let tx = Sqlite::begin(&mut conn, &settings, None)
+            .await
+            .unwrap()
+            .free()
+            .unwrap();
+        let row = NewRow {
+            key: KeyRef {
+                scope: "global",
+                operation: OPERATION,
+                key,
+            },
+            fingerprint: &[7; 32],
+            status: 201,
+            headers_json: &headers,
+            body: br#"{"id":1,"state":"created"}"#,
+            created_ms: now - 60_000,
+            completed_ms: now - 59_000,
+            expires_ms: now + 86_400_000,
+            replace_expired: false,
+        };
+        assert!(Sqlite::insert_completed_and_commit(tx, row).await.unwrap());
+    }
+    (path, table)
+}
+
+/// The binary in a pseudo-terminal of 80×24, its screen parsed as it draws.
+struct Tui {
+    screen: Arc<Mutex<vt100::Parser>>,
+    writer: Box<dyn Write + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+}
+
+impl Tui {
+    fn start(database_url: &str) -> Self {
+        let pty = native_pty_system()
+            .openpty(PtySize {
+                rows: 24,
+                cols: 80,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_idem"));
+        command.env("DATABASE_URL", database_url);
+        command.env("USER", OPERATOR);
+        command.env("TERM", "xterm-256color");
+        command.env("TZ", "UTC");
+        let child = pty.slave.spawn_command(command).unwrap();
+        drop(pty.slave);
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(24, 80, 0)));
+        let mut reader = pty.master.try_clone_reader().unwrap();
+        let parser = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                parser.lock().unwrap().process(&buf[..n]);
+            }
+        });
+        let writer = pty.master.take_writer().unwrap();
+        // The master must live as long as the child: leak it into the reader's lifetime.
+        std::mem::forget(pty.master);
+        Self {
+            screen,
+            writer,
+            child,
+        }
+    }
+
+    fn contents(&self) -> String {
+        self.screen.lock().unwrap().screen().contents()
+    }
+
+    /// Waits until the screen satisfies `ready`; panics with the screen after 15 s.
+    fn wait_for(&mut self, what: &str, ready: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let screen = self.contents();
+            if ready(&screen) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("idem exited ({status:?}) waiting for {what}; screen:\n{screen}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_text(&mut self, text: &str) {
+        self.wait_for(text, |screen| screen.contains(text));
+    }
+
+    fn send(&mut self, keys: &str) {
+        self.writer.write_all(keys.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    /// Waits for the process to end; panics after 10 s.
+    fn wait_exit(&mut self) -> portable_pty::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("idem did not quit; screen:\n{}", self.contents());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Search, open, expire with a reason, quit: then the key is expired and audited.
+async fn expire_through_the_ui(database_url: &str, table: &KeyTable<Sqlite>) {
+    let mut tui = Tui::start(database_url);
+    tui.wait_text("other-1");
+    tui.wait_text("3 keys");
+
+    // `/` + prefix: only the order- keys.
+    tui.send("/order-");
+    tui.wait_text("key prefix: order-");
+    tui.send("\r");
+    tui.wait_for("the filtered listing", |s| {
+        s.contains("key=order-*") && s.contains("order-2") && !s.contains("other-1")
+    });
+
+    // Enter: the detail of the first, order-1.
+    tui.send("\r");
+    tui.wait_text("recovery point");
+    tui.wait_text("global create_order:v1 order-1");
+
+    // `e`, a reason, Enter to the buttons, `y`.
+    tui.send("e");
+    tui.wait_text("expire this key?");
+    tui.send("INC-9 retried by hand");
+    tui.wait_text("reason: INC-9 retried by hand");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    tui.send("y");
+    tui.wait_text("expire: global create_order:v1 order-1 done");
+    // The refreshed detail shows the key expired and, scrolled down, its audit entry.
+    tui.wait_text("status         expired");
+    tui.send(&"j".repeat(20));
+    tui.wait_text(&format!("expire by {OPERATOR}"));
+    tui.wait_text("reason: INC-9 retried by hand");
+
+    tui.send("q");
+    let status = tui.wait_exit();
+    assert!(status.success(), "{status:?}");
+
+    let key = KeyRef {
+        scope: "global",
+        operation: OPERATION,
+        key: "order-1",
+    };
+    let row = table.get(key, now_ms()).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Expired);
+    let other = KeyRef { key: "order-2", ..key };
+    assert_eq!(
+        table.get(other, now_ms()).await.unwrap().unwrap().status,
+        KeyStatus::Completed,
+        "only the selected key"
+    );
+    let audit = table.audit(&AuditFilter::new().key(key)).await.unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].action, "expire");
+    assert_eq!(audit[0].operator, OPERATOR);
+    assert_eq!(audit[0].reason.as_deref(), Some("INC-9 retried by hand"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_a_key_on_sqlite() {
+    let (path, table) = seeded_sqlite().await;
+    let url = format!("sqlite://{}", path.display());
+    expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
