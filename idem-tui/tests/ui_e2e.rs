@@ -214,7 +214,10 @@ async fn expire_through_the_ui(database_url: &str, table: &KeyTable<Sqlite>) {
     };
     let row = table.get(key, now_ms()).await.unwrap().unwrap();
     assert_eq!(row.status, KeyStatus::Expired);
-    let other = KeyRef { key: "order-2", ..key };
+    let other = KeyRef {
+        key: "order-2",
+        ..key
+    };
     assert_eq!(
         table.get(other, now_ms()).await.unwrap().unwrap().status,
         KeyStatus::Completed,

@@ -431,7 +431,7 @@ pub struct Refreshed {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActError {
     /// The row changed since it was shown; this is the row now (`None`: deleted).
-    Changed(Option<KeyRow>),
+    Changed(Option<Box<KeyRow>>),
     /// Anything else, as the store says it.
     Other(String),
 }
@@ -465,7 +465,7 @@ pub enum Msg {
         /// Which key.
         key: KeyId,
         /// What was read.
-        result: Result<DetailData, String>,
+        result: Result<Box<DetailData>, String>,
     },
     /// An action finished.
     Acted {
@@ -806,7 +806,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
             }
         }
         Msg::DetailLoaded { key, result } => {
-            apply_detail(app, &key, result);
+            apply_detail(app, &key, result.map(|data| *data));
             None
         }
         Msg::Acted {
@@ -828,7 +828,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                         "{action} refused: {key} changed since it was shown ({now}); nothing \
                          was changed: look at it again"
                     ));
-                    replace_row(app, &key, current);
+                    replace_row(app, &key, current.map(|row| *row));
                 }
                 Err(ActError::Other(e)) => app.error(format!("{action} failed: {key}: {e}")),
             }
@@ -986,11 +986,9 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             }
             return Some(app.set_filters(filters));
         }
-        KeyCode::Char('x') => {
-            if app.filters != Filters::default() {
-                app.info("filters cleared");
-                return Some(app.set_filters(Filters::default()));
-            }
+        KeyCode::Char('x') if app.filters != Filters::default() => {
+            app.info("filters cleared");
+            return Some(app.set_filters(Filters::default()));
         }
         KeyCode::Char(c @ '0'..='7') if app.view == View::Keys => {
             let keep = app.selected_row().map(KeyId::of);

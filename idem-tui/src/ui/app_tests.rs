@@ -308,7 +308,7 @@ fn views_detail_and_help() {
         &mut app,
         Msg::DetailLoaded {
             key: id.clone(),
-            result: Ok(fixtures::detail_data(&stuck)),
+            result: Ok(Box::new(fixtures::detail_data(&stuck))),
         },
     );
     let detail = app.detail.as_ref().unwrap();
@@ -515,7 +515,7 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
         Msg::Acted {
             key: id.clone(),
             action: "release",
-            result: Err(ActError::Changed(Some(now.clone()))),
+            result: Err(ActError::Changed(Some(Box::new(now.clone())))),
         },
     );
     assert!(matches!(command, Some(Command::Refresh { .. })));

@@ -200,7 +200,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             result: db.list(&filter, now).await.map_err(|e| e.to_string()),
         },
         Command::LoadDetail { key } => {
-            let result = read_detail(db, &key, now).await;
+            let result = read_detail(db, &key, now).await.map(Box::new);
             Msg::DetailLoaded { key, result }
         }
         Command::Act {
@@ -215,7 +215,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 .await
                 .map(|acted| acted.audit_id)
                 .map_err(|e| match e {
-                    StoreError::Changed { current } => ActError::Changed(current.map(|row| *row)),
+                    StoreError::Changed { current } => ActError::Changed(current),
                     other => ActError::Other(other.to_string()),
                 });
             Msg::Acted {

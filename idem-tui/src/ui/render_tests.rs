@@ -41,7 +41,7 @@ fn open_detail(app: &mut App, index: usize) {
         app,
         Msg::DetailLoaded {
             key: KeyId::of(&row),
-            result: Ok(fixtures::detail_data(&row)),
+            result: Ok(Box::new(fixtures::detail_data(&row))),
         },
     );
 }
