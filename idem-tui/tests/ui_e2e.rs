@@ -2,6 +2,10 @@
 //! open a key, expire it with a reason, quit; then the database and the audit trail tell
 //! what happened.
 //!
+//! The same on PostgreSQL, in a schema of its own (`idem_test_ui_<uuid>`, named by the URL's
+//! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`); an unreachable server fails the test.
+//!
 //! The binary gets the database from `DATABASE_URL` and the operator from `USER`, which both
 //! the minimal main and the command line's read.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
@@ -12,8 +16,9 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_store::sqlx::Sqlite;
+use idem_store::sqlx::postgres::PgPoolOptions;
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
     AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse, TxSettings,
 };
@@ -41,6 +46,44 @@ async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
         .unwrap();
     let table = KeyTable::new(pool);
     table.migrate().await.unwrap();
+    seed(&table).await;
+    (path, table)
+}
+
+/// A new schema `idem_test_ui_<uuid>` on the PostgreSQL of `DATABASE_URL` (default
+/// `postgres://postgres@127.0.0.1:5432/test`) with the key table and three completed keys,
+/// and a URL whose sessions resolve names in it.
+async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
+    let base = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("idem_test_ui_{}", uuid::Uuid::new_v4().simple());
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&base)
+        .await
+        .unwrap();
+    idem_store::sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap();
+    let table = KeyTable::new(pool);
+    table.migrate().await.unwrap();
+    seed(&table).await;
+    (url, table)
+}
+
+/// Three completed keys of [`OPERATION`], stored as the runtime stores them.
+async fn seed<DB: Backend>(table: &KeyTable<DB>) {
     let now = now_ms();
     let settings = TxSettings {
         lock_timeout: Duration::from_secs(2),
@@ -50,7 +93,7 @@ async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
     for key in ["order-1", "order-2", "other-1"] {
         let mut conn = table.pool().acquire().await.unwrap();
-        let tx = Sqlite::begin(&mut conn, &settings, None)
+        let tx = DB::begin(&mut conn, &settings, None)
             .await
             .unwrap()
             .free()
@@ -70,14 +113,14 @@ async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
             expires_ms: now + 86_400_000,
             replace_expired: false,
         };
-        assert!(Sqlite::insert_completed_and_commit(tx, row).await.unwrap());
+        assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
     }
-    (path, table)
 }
 
 /// The binary in a pseudo-terminal of 80×24, its screen parsed as it draws.
 struct Tui {
     screen: Arc<Mutex<vt100::Parser>>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
     writer: Box<dyn Write + Send>,
     child: Box<dyn portable_pty::Child + Send + Sync>,
 }
@@ -112,10 +155,9 @@ impl Tui {
             }
         });
         let writer = pty.master.take_writer().unwrap();
-        // The master must live as long as the child: leak it into the reader's lifetime.
-        std::mem::forget(pty.master);
         Self {
             screen,
+            master: pty.master,
             writer,
             child,
         }
@@ -148,6 +190,23 @@ impl Tui {
         self.wait_for(text, |screen| screen.contains(text));
     }
 
+    /// Resizes the terminal (the binary gets a `SIGWINCH`).
+    fn resize(&mut self, rows: u16, cols: u16) {
+        self.screen
+            .lock()
+            .unwrap()
+            .screen_mut()
+            .set_size(rows, cols);
+        self.master
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+    }
+
     fn send(&mut self, keys: &str) {
         self.writer.write_all(keys.as_bytes()).unwrap();
         self.writer.flush().unwrap();
@@ -170,10 +229,22 @@ impl Tui {
 }
 
 /// Search, open, expire with a reason, quit: then the key is expired and audited.
-async fn expire_through_the_ui(database_url: &str, table: &KeyTable<Sqlite>) {
+async fn expire_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<DB>) {
     let mut tui = Tui::start(database_url);
     tui.wait_text("other-1");
     tui.wait_text("3 keys");
+
+    // A resize redraws at the new size.
+    tui.resize(30, 120);
+    tui.wait_for("a redraw at 120 columns", |s| {
+        s.lines()
+            .any(|l| l.starts_with('└') && l.chars().count() == 120)
+    });
+    tui.resize(24, 80);
+    tui.wait_for("a redraw at 80 columns", |s| {
+        s.lines()
+            .any(|l| l.starts_with('└') && l.chars().count() == 80)
+    });
 
     // `/` + prefix: only the order- keys.
     tui.send("/order-");
@@ -237,4 +308,11 @@ async fn expire_a_key_on_sqlite() {
     expire_through_the_ui(&url, &table).await;
     table.pool().close().await;
     let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_a_key_on_postgres() {
+    let (url, table) = seeded_postgres().await;
+    expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
 }
