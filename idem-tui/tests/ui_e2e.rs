@@ -1,6 +1,7 @@
 //! The real `idem` binary in a pseudo-terminal, on a real SQLite file: search by key prefix,
-//! open a key, expire it with a reason, quit; then the database and the audit trail tell
-//! what happened.
+//! open a key, expire it with a reason, try to delete another that an operator changes while
+//! the dialog is open (refused), quit; then the database and the audit trail tell what
+//! happened.
 //!
 //! The same on PostgreSQL, in a schema of its own (`idem_test_ui_<uuid>`, named by the URL's
 //! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
@@ -20,7 +21,8 @@ use idem_store::sqlx::postgres::PgPoolOptions;
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
-    AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse, TxSettings,
+    Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse,
+    TxSettings,
 };
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 
@@ -274,6 +276,36 @@ async fn expire_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable
     tui.wait_text(&format!("expire by {OPERATOR}"));
     tui.wait_text("reason: INC-9 retried by hand");
 
+    // Back to the list, order-2, `d`: while the dialog is open another operator expires
+    // the key; `y` is refused, nothing deleted.
+    tui.send("\r");
+    tui.wait_text("keys loaded");
+    tui.send("j");
+    tui.send("d");
+    tui.wait_text("delete this key?");
+    tui.wait_text("key: global create_order:v1 order-2");
+    tui.send("cleanup");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    let order_2 = KeyRef {
+        scope: "global",
+        operation: OPERATION,
+        key: "order-2",
+    };
+    let shown = table.get(order_2, now_ms()).await.unwrap().unwrap();
+    table
+        .act(
+            order_2,
+            &shown,
+            &Action::Expire,
+            &Actor::new("someone-else").reason("raced"),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+    tui.send("y");
+    tui.wait_text("delete refused: global create_order:v1 order-2 changed since it");
+
     tui.send("q");
     let status = tui.wait_exit();
     assert!(status.success(), "{status:?}");
@@ -285,14 +317,21 @@ async fn expire_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable
     };
     let row = table.get(key, now_ms()).await.unwrap().unwrap();
     assert_eq!(row.status, KeyStatus::Expired);
+    assert_eq!(
+        table.get(order_2, now_ms()).await.unwrap().unwrap().status,
+        KeyStatus::Expired,
+        "expired by the other operator, not deleted"
+    );
+    let audit_2 = table.audit(&AuditFilter::new().key(order_2)).await.unwrap();
+    assert_eq!(audit_2.len(), 1, "{audit_2:?}");
+    assert_eq!(audit_2[0].operator, "someone-else");
     let other = KeyRef {
-        key: "order-2",
+        key: "other-1",
         ..key
     };
     assert_eq!(
         table.get(other, now_ms()).await.unwrap().unwrap().status,
-        KeyStatus::Completed,
-        "only the selected key"
+        KeyStatus::Completed
     );
     let audit = table.audit(&AuditFilter::new().key(key)).await.unwrap();
     assert_eq!(audit.len(), 1, "{audit:?}");

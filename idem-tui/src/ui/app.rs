@@ -1034,6 +1034,14 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
 }
 
 fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    // The last line the pane can scroll to (a wrapped line counts once).
+    let last = match &app.detail {
+        Some(detail) => super::view::detail_lines(app, detail)
+            .len()
+            .saturating_sub(1),
+        None => return None,
+    };
+    let last = u16::try_from(last).unwrap_or(u16::MAX);
     let Some(detail) = &mut app.detail else {
         return None;
     };
@@ -1041,13 +1049,16 @@ fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
         KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
             app.detail = None;
         }
-        KeyCode::Down | KeyCode::Char('j') => detail.scroll = detail.scroll.saturating_add(1),
+        KeyCode::Down | KeyCode::Char('j') => {
+            detail.scroll = detail.scroll.saturating_add(1).min(last);
+        }
         KeyCode::Up | KeyCode::Char('k') => detail.scroll = detail.scroll.saturating_sub(1),
         KeyCode::PageDown | KeyCode::Char(' ') => {
-            detail.scroll = detail.scroll.saturating_add(10);
+            detail.scroll = detail.scroll.saturating_add(10).min(last);
         }
         KeyCode::PageUp => detail.scroll = detail.scroll.saturating_sub(10),
         KeyCode::Home | KeyCode::Char('g') => detail.scroll = 0,
+        KeyCode::End | KeyCode::Char('G') => detail.scroll = last,
         KeyCode::Tab => {
             app.detail = None;
             app.view = View::Operations;

@@ -588,3 +588,28 @@ fn key_ids_borrow_as_key_refs() {
         }
     );
 }
+
+#[test]
+fn the_detail_scrolls_within_its_lines() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, key(KeyCode::Enter));
+    let row = app.selected_row().unwrap().clone();
+    let _ = update(
+        &mut app,
+        Msg::DetailLoaded {
+            key: KeyId::of(&row),
+            result: Ok(Box::new(fixtures::detail_data(&row))),
+        },
+    );
+    let lines = super::super::view::detail_lines(&app, app.detail.as_ref().unwrap()).len();
+    let _ = update(&mut app, ch('G'));
+    let last = u16::try_from(lines - 1).unwrap();
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, key(KeyCode::PageDown));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    let _ = update(&mut app, ch('k'));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last - 1);
+    let _ = update(&mut app, ch('g'));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, 0);
+}

@@ -7,7 +7,7 @@ use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 
-use super::app::{ActKind, App, Column, Detail, Dialog, Field, View};
+use super::app::{ActKind, App, Column, Detail, Dialog, Field, Filters, View};
 use super::format::{self, Body};
 
 /// The colour of a status.
@@ -64,11 +64,10 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
         ),
         None => "loading…".to_owned(),
     };
+    // The database last: a long URL is cut, the rest stays readable.
     let mut first = vec![
         Span::styled(" idem ", Style::new().bold().reversed()),
         Span::raw(" "),
-        Span::raw(app.database.clone()),
-        Span::raw("  "),
         Span::styled(refreshed, Style::new().dim()),
     ];
     if app.paused {
@@ -77,6 +76,8 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
     if app.read_only {
         first.push(Span::styled(" [read-only]", Style::new().cyan()));
     }
+    first.push(Span::raw("  "));
+    first.push(Span::raw(app.database.clone()));
     let mut second = vec![Span::raw(" ")];
     match &app.counts {
         Some(counts) => {
@@ -202,6 +203,8 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
     if app.order.is_empty() {
         let text = if app.refreshing {
             "loading…"
+        } else if app.filters == Filters::default() {
+            "no keys"
         } else {
             "no keys match the filters (x clears them)"
         };
@@ -287,6 +290,7 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
             .header(header)
             .block(Block::bordered().title(title))
             .row_highlight_style(Style::new().reversed())
+            .highlight_symbol("▸")
             .column_spacing(1),
         area,
         &mut state,
@@ -294,7 +298,8 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
 }
 
 /// The lines of the detail pane.
-fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
+#[must_use]
+pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
     let label = |name: &str| Span::styled(format!("{name:<15}"), Style::new().bold());
     let field = |name: &str, value: String| Line::from(vec![label(name), Span::raw(value)]);
     let section = |name: &str| {
