@@ -1,6 +1,7 @@
 //! Full-screen snapshots of [`view`] with a fixed clock and fixed rows, in
 //! `tests/snapshots/`.
 
+use jiff::tz::TimeZone;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -144,6 +145,17 @@ fn errors_and_the_search_prompt() {
 
 #[test]
 fn tiny_terminals_do_not_panic() {
+    let mut empty = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    let _ = update(
+        &mut empty,
+        Msg::Tick {
+            now_ms: fixtures::NOW,
+        },
+    );
+    let _ = update(&mut empty, fixtures::refreshed(Vec::new(), None));
+    for (w, h) in [(1, 1), (3, 3), (10, 4), (20, 5), (80, 24)] {
+        render(&empty, w, h);
+    }
     let mut app = loaded_app();
     for (w, h) in [(1, 1), (10, 3), (20, 5), (40, 10), (80, 24)] {
         render(&app, w, h);

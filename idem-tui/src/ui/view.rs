@@ -213,8 +213,9 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
             x: area.x + 2,
             y: area.y + 2,
             width: area.width.saturating_sub(4),
-            height: 1.min(area.height.saturating_sub(2)),
-        };
+            height: 1,
+        }
+        .intersection(area);
         frame.render_widget(Paragraph::new(text).dim(), inner);
     } else {
         frame.render_stateful_widget(table, area, &mut state);
