@@ -1,6 +1,6 @@
 //! Drawing: [`view`] is a pure function of the [`App`] (its clock included).
 
-use idem_store::{KeyRow, KeyStatus, StatusCounts};
+use idem_store::{KeyRow, KeyStatus, StatusCounts, StoredStatus};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
@@ -335,8 +335,17 @@ pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
     lines.push(field("expires", when(row.expires_at_ms)));
     lines.push(field(
         "locked until",
-        row.locked_until_ms
-            .map_or_else(|| "- (no lease)".to_owned(), when),
+        row.locked_until_ms.map_or_else(
+            || "- (no lease)".to_owned(),
+            |until| {
+                let state = if until <= app.now_ms {
+                    "ran out"
+                } else {
+                    "held"
+                };
+                format!("{} (attempt {}'s lease, {state})", when(until), row.attempt)
+            },
+        ),
     ));
     lines.push(field(
         "attempt",
@@ -510,11 +519,21 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
         .map_or_else(|| "none".to_owned(), |l| format::local_time(l, &app.tz));
     let point = row.recovery_point.as_deref().unwrap_or("the start");
     match dialog.kind {
-        ActKind::Expire => vec![
-            format!("expires_at: {expires} → now"),
-            format!("status: {} → expired", row.status),
-            "retries answer 410 (or run again) until the sweeper deletes it".to_owned(),
-        ],
+        ActKind::Expire => {
+            let mut effect = vec![
+                format!("expires_at: {expires} → now"),
+                "retries answer 410 (or run again) until the sweeper deletes it".to_owned(),
+            ];
+            if row.status.stored() == StoredStatus::Processing {
+                effect.push(format!(
+                    "attempt {} is not fenced (release does that)",
+                    row.attempt
+                ));
+            } else {
+                effect.insert(1, format!("status: {} → expired", row.status));
+            }
+            effect
+        }
         ActKind::Release => vec![
             format!("attempt: {} → {}", row.attempt, row.attempt + 1),
             format!("locked_until: {lease} → now"),
