@@ -135,7 +135,13 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
             let operator = options.operator.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let msg = execute(&db, &operator, command).await;
+                let fallback = command.clone();
+                let work = tokio::spawn(async move { execute(&db, &operator, command).await });
+                // A task that failed still answers, so that nothing stays "under way".
+                let msg = match work.await {
+                    Ok(msg) => msg,
+                    Err(e) => failed(fallback, &e.to_string()),
+                };
                 // The loop is gone when the user quit: nobody is waiting for the result.
                 let _ = tx.send(msg);
             });
@@ -145,6 +151,30 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The answer to `command` when its task died (`why`) before it could answer.
+fn failed(command: Command, why: &str) -> Msg {
+    let why = format!("the database task failed: {why}");
+    match command {
+        Command::Refresh { generation, .. } => Msg::Refreshed {
+            generation,
+            result: Err(why),
+        },
+        Command::LoadMore { generation, .. } => Msg::MoreLoaded {
+            generation,
+            result: Err(why),
+        },
+        Command::LoadDetail { key } => Msg::DetailLoaded {
+            key,
+            result: Err(why),
+        },
+        Command::Act { key, action, .. } => Msg::Acted {
+            key,
+            action: action.name(),
+            result: Err(ActError::Other(why)),
+        },
+    }
 }
 
 /// Reads a key, its audit history and its journal.
