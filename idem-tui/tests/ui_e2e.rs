@@ -35,6 +35,11 @@ fn now_ms() -> i64 {
 
 /// A new SQLite file with the key table and three completed keys.
 async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
+    seeded_sqlite_with(&["order-1", "order-2", "other-1"]).await
+}
+
+/// A new SQLite file with the key table and a completed key of each of `keys`.
+async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
     let dir = std::env::temp_dir().join("idem-tui-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("ui_e2e_{}.db", uuid::Uuid::new_v4().simple()));
@@ -48,7 +53,7 @@ async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
         .unwrap();
     let table = KeyTable::new(pool);
     table.migrate().await.unwrap();
-    seed(&table).await;
+    seed(&table, keys).await;
     (path, table)
 }
 
@@ -80,12 +85,12 @@ async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
         .unwrap();
     let table = KeyTable::new(pool);
     table.migrate().await.unwrap();
-    seed(&table).await;
+    seed(&table, &["order-1", "order-2", "other-1"]).await;
     (url, table)
 }
 
-/// Three completed keys of [`OPERATION`], stored as the runtime stores them.
-async fn seed<DB: Backend>(table: &KeyTable<DB>) {
+/// Completed keys of [`OPERATION`], stored as the runtime stores them.
+async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
     let now = now_ms();
     let settings = TxSettings {
         lock_timeout: Duration::from_secs(2),
@@ -93,7 +98,7 @@ async fn seed<DB: Backend>(table: &KeyTable<DB>) {
         session_has_timeouts: true,
     };
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
-    for key in ["order-1", "order-2", "other-1"] {
+    for &key in keys {
         let mut conn = table.pool().acquire().await.unwrap();
         let tx = DB::begin(&mut conn, &settings, None)
             .await
@@ -354,4 +359,27 @@ async fn expire_a_key_on_postgres() {
     let (url, table) = seeded_postgres().await;
     expire_through_the_ui(&url, &table).await;
     table.pool().close().await;
+}
+
+/// 120 keys: the listing reads 50, then the next 50 as the selection reaches the end, and so
+/// on; never the whole table at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_load_as_the_selection_moves_down() {
+    let keys: Vec<String> = (0..120).map(|i| format!("key-{i:03}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (path, table) = seeded_sqlite_with(&keys).await;
+    let mut tui = Tui::start(&format!("sqlite://{}", path.display()));
+    tui.wait_text("120 keys");
+    tui.wait_text("50 keys loaded, more below");
+    assert!(!tui.contents().contains("key-050"));
+    tui.send("G");
+    tui.wait_text("100 keys loaded, more below");
+    tui.send("G");
+    tui.wait_text("120 keys loaded ");
+    tui.send("G");
+    tui.wait_text("key-119");
+    tui.send("q");
+    assert!(tui.wait_exit().success());
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
 }
