@@ -1,0 +1,1134 @@
+//! The UI's state ([`App`]), what happens to it ([`Msg`]), and what it asks the database for
+//! ([`Command`]): [`update`] is pure, so every transition is a unit test.
+
+use idem_store::{
+    Action, AuditEntry, Counts, Cursor, Journal, KeyFilter, KeyRef, KeyRow, KeyStatus,
+    OperationInfo, Page, StoredResponse,
+};
+use jiff::tz::TimeZone;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+/// How often the keys, the counts and an open detail are read again, unless paused.
+pub const REFRESH_EVERY_MS: i64 = 2_000;
+/// Keys per page of the listing.
+pub const PAGE: u32 = 50;
+/// The next page is loaded when the selection comes this close to the last loaded key.
+pub const PREFETCH: usize = 5;
+
+/// A key's identity, owned.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId {
+    /// The scope.
+    pub scope: String,
+    /// The operation id.
+    pub operation: String,
+    /// The client's key.
+    pub key: String,
+}
+
+impl KeyId {
+    /// The identity of `row`.
+    #[must_use]
+    pub fn of(row: &KeyRow) -> Self {
+        Self {
+            scope: row.scope.clone(),
+            operation: row.operation.clone(),
+            key: row.key.clone(),
+        }
+    }
+
+    /// Borrowed, for the store.
+    #[must_use]
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+}
+
+impl std::fmt::Display for KeyId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {}", self.scope, self.operation, self.key)
+    }
+}
+
+/// The operations of `counts.by_operation`, without registrations: the operations view
+/// when the registry cannot be read.
+#[must_use]
+pub fn operations_from_counts(counts: &Counts) -> Vec<OperationInfo> {
+    counts
+        .by_operation
+        .iter()
+        .map(|(operation, counts)| OperationInfo {
+            operation: operation.clone(),
+            counts: *counts,
+            registered: None,
+        })
+        .collect()
+}
+
+/// The top-level views, in Tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// The key table.
+    Keys,
+    /// Operations and their counts.
+    Operations,
+}
+
+/// A column of the key table, for sorting the loaded rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// Scope.
+    Scope,
+    /// Operation.
+    Operation,
+    /// Key.
+    Key,
+    /// Status.
+    Status,
+    /// Age (since created).
+    Age,
+    /// Expires in.
+    Expires,
+    /// Response status.
+    Response,
+}
+
+impl Column {
+    /// Columns in screen order, bound to `1`…`7`.
+    pub const ALL: [Self; 7] = [
+        Self::Scope,
+        Self::Operation,
+        Self::Key,
+        Self::Status,
+        Self::Age,
+        Self::Expires,
+        Self::Response,
+    ];
+
+    /// The column's title.
+    #[must_use]
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Scope => "scope",
+            Self::Operation => "operation",
+            Self::Key => "key",
+            Self::Status => "status",
+            Self::Age => "age",
+            Self::Expires => "exp in",
+            Self::Response => "resp",
+        }
+    }
+}
+
+/// The filters of the listing, applied by the database.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filters {
+    /// Only this status.
+    pub status: Option<KeyStatus>,
+    /// Only this scope.
+    pub scope: Option<String>,
+    /// Only this operation.
+    pub operation: Option<String>,
+    /// Only keys starting with this.
+    pub key_prefix: Option<String>,
+}
+
+impl Filters {
+    /// The store's filter for a page of `limit` keys after `after`.
+    #[must_use]
+    pub fn to_key_filter(&self, limit: u32, after: Option<Cursor>) -> KeyFilter {
+        let mut filter = KeyFilter::new().limit(limit).after(after);
+        filter.status = self.status;
+        filter.scope.clone_from(&self.scope);
+        filter.operation.clone_from(&self.operation);
+        filter.key_prefix.clone_from(&self.key_prefix);
+        filter
+    }
+}
+
+/// What an operator can do to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActKind {
+    /// `e`.
+    Expire,
+    /// `r`.
+    Release,
+    /// `c`.
+    Complete,
+    /// `f`.
+    Fail,
+    /// `d`.
+    Delete,
+}
+
+impl ActKind {
+    /// The verb, as in the audit trail.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Expire => "expire",
+            Self::Release => "release",
+            Self::Complete => "complete",
+            Self::Fail => "fail",
+            Self::Delete => "delete",
+        }
+    }
+
+    /// Whether the action applies to a key in `status` (as the store decides it).
+    #[must_use]
+    pub fn applies_to(self, status: KeyStatus) -> bool {
+        match self {
+            Self::Expire => status != KeyStatus::Expired,
+            Self::Release | Self::Complete | Self::Fail => {
+                matches!(status, KeyStatus::Processing | KeyStatus::Stuck)
+            }
+            Self::Delete => true,
+        }
+    }
+
+    /// Whether the dialog asks for a response (status and body).
+    #[must_use]
+    pub fn needs_response(self) -> bool {
+        matches!(self, Self::Complete | Self::Fail)
+    }
+}
+
+/// A field of the action dialog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// Why (required).
+    Reason,
+    /// The response status (complete and fail).
+    Status,
+    /// The response body (complete and fail).
+    Body,
+    /// The buttons: `y` confirms, `n` cancels.
+    Confirm,
+}
+
+/// The confirmation dialog of an action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dialog {
+    /// The action.
+    pub kind: ActKind,
+    /// The key's row as it was shown when the dialog opened: the store refuses the action
+    /// if the row is not this one any more.
+    pub shown: KeyRow,
+    /// The reason typed so far.
+    pub reason: String,
+    /// The response status typed so far.
+    pub status: String,
+    /// The response body typed so far.
+    pub body: String,
+    /// Where typing goes.
+    pub focus: Field,
+    /// Why the last `y` was not accepted.
+    pub error: Option<String>,
+}
+
+impl Dialog {
+    /// The fields in order.
+    #[must_use]
+    pub fn fields(&self) -> &'static [Field] {
+        if self.kind.needs_response() {
+            &[Field::Reason, Field::Status, Field::Body, Field::Confirm]
+        } else {
+            &[Field::Reason, Field::Confirm]
+        }
+    }
+
+    fn step(&mut self, forward: bool) {
+        let fields = self.fields();
+        let at = fields.iter().position(|f| *f == self.focus).unwrap_or(0);
+        let next = if forward {
+            (at + 1).min(fields.len() - 1)
+        } else {
+            at.saturating_sub(1)
+        };
+        self.focus = fields[next];
+    }
+
+    fn field_mut(&mut self) -> Option<&mut String> {
+        match self.focus {
+            Field::Reason => Some(&mut self.reason),
+            Field::Status => Some(&mut self.status),
+            Field::Body => Some(&mut self.body),
+            Field::Confirm => None,
+        }
+    }
+
+    /// The action the dialog describes, or why it cannot be done as filled in.
+    ///
+    /// # Errors
+    /// A missing reason, a status that is not a number in 100..=599 (400..=599 to fail).
+    pub fn action(&self) -> Result<Action, String> {
+        if self.reason.trim().is_empty() {
+            return Err("a reason is required: it is recorded in the audit trail".into());
+        }
+        let response = || -> Result<StoredResponse, String> {
+            let status: u16 = self
+                .status
+                .trim()
+                .parse()
+                .map_err(|_| format!("status {:?} is not a number", self.status.trim()))?;
+            let lowest = if self.kind == ActKind::Fail { 400 } else { 100 };
+            if !(lowest..=599).contains(&status) {
+                return Err(format!("status must be within {lowest}..=599"));
+            }
+            let body = self.body.clone().into_bytes();
+            let headers =
+                if !body.is_empty() && serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
+                    vec![("content-type".to_owned(), "application/json".to_owned())]
+                } else if body.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![(
+                        "content-type".to_owned(),
+                        "text/plain; charset=utf-8".to_owned(),
+                    )]
+                };
+            Ok(StoredResponse {
+                status,
+                headers,
+                body: body.into(),
+            })
+        };
+        Ok(match self.kind {
+            ActKind::Expire => Action::Expire,
+            ActKind::Release => Action::Release,
+            ActKind::Delete => Action::Delete,
+            ActKind::Complete => Action::Complete(response()?),
+            ActKind::Fail => Action::Fail(response()?),
+        })
+    }
+}
+
+/// The detail pane of one key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    /// Which key.
+    pub key: KeyId,
+    /// Its row as last read; `None` once it is gone.
+    pub row: Option<KeyRow>,
+    /// Its audit history, newest first (`Err`: why it could not be read).
+    pub audit: Option<Result<Vec<AuditEntry>, String>>,
+    /// Its journal (staged keys).
+    pub journal: Option<Result<Option<Journal>, String>>,
+    /// Lines scrolled down.
+    pub scroll: u16,
+    /// A read is under way.
+    pub loading: bool,
+}
+
+/// A line of the status bar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The text.
+    pub text: String,
+    /// Whether it reports a failure (shown in red).
+    pub error: bool,
+}
+
+/// A one-line text prompt (the `/` search).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    /// What is typed so far.
+    pub text: String,
+}
+
+/// Everything the screen shows.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The database, redacted.
+    pub database: String,
+    /// Who acts (recorded in the audit trail).
+    pub operator: String,
+    /// Every action is refused.
+    pub read_only: bool,
+    /// Where local times are shown.
+    pub tz: TimeZone,
+    /// The clock, as last ticked: milliseconds since the Unix epoch.
+    pub now_ms: i64,
+    /// The view shown.
+    pub view: View,
+    /// The counts of the last refresh.
+    pub counts: Option<Counts>,
+    /// The operations of the last refresh.
+    pub operations: Vec<OperationInfo>,
+    /// The selected line of the operations view.
+    pub op_selected: usize,
+    /// The loaded keys, in database order (scope, operation, key).
+    pub rows: Vec<KeyRow>,
+    /// Indexes into `rows`, in the order shown.
+    pub order: Vec<usize>,
+    /// Where the next page starts; `None` once the last page is loaded.
+    pub next: Option<Cursor>,
+    /// A next page is being read.
+    pub loading_more: bool,
+    /// Bumped at every change of filters: results of older listings are dropped.
+    pub generation: u64,
+    /// The listing's filters.
+    pub filters: Filters,
+    /// The sort of the loaded rows: `None` is the database order.
+    pub sort: Option<(Column, bool)>,
+    /// The selected line (index into `order`).
+    pub selected: usize,
+    /// The `/` prompt, while open.
+    pub prompt: Option<Prompt>,
+    /// The action dialog, while open.
+    pub dialog: Option<Dialog>,
+    /// The detail pane, while open.
+    pub detail: Option<Detail>,
+    /// The help overlay is shown.
+    pub help: bool,
+    /// Live refresh is paused.
+    pub paused: bool,
+    /// When the last refresh arrived.
+    pub refreshed_at_ms: Option<i64>,
+    /// When the last refresh was asked for.
+    pub refresh_asked_ms: Option<i64>,
+    /// A refresh of the current generation is under way.
+    pub refreshing: bool,
+    /// An action is under way.
+    pub acting: bool,
+    /// The status bar.
+    pub status: Option<Status>,
+    /// Lines of the key table on screen, for PageUp/PageDown.
+    pub page_height: usize,
+    /// The user asked to quit.
+    pub quit: bool,
+}
+
+/// A read of the detail pane's key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetailData {
+    /// The row; `None` when the key has no row.
+    pub row: Option<KeyRow>,
+    /// Its audit history.
+    pub audit: Result<Vec<AuditEntry>, String>,
+    /// Its journal.
+    pub journal: Result<Option<Journal>, String>,
+}
+
+/// What a refresh read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refreshed {
+    /// The counts.
+    pub counts: Counts,
+    /// The operations.
+    pub operations: Vec<OperationInfo>,
+    /// The first keys of the listing.
+    pub page: Page,
+    /// The detail's key, when one was open.
+    pub detail: Option<(KeyId, Result<DetailData, String>)>,
+}
+
+/// Why an action was not done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActError {
+    /// The row changed since it was shown; this is the row now (`None`: deleted).
+    Changed(Option<Box<KeyRow>>),
+    /// Anything else, as the store says it.
+    Other(String),
+}
+
+/// Everything that happens to the UI.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Msg {
+    /// A key was pressed.
+    Key(KeyEvent),
+    /// The clock moved on.
+    Tick {
+        /// Milliseconds since the Unix epoch.
+        now_ms: i64,
+    },
+    /// A refresh finished.
+    Refreshed {
+        /// The listing it was for.
+        generation: u64,
+        /// What it read.
+        result: Result<Box<Refreshed>, String>,
+    },
+    /// A next page arrived.
+    MoreLoaded {
+        /// The listing it was for.
+        generation: u64,
+        /// The page.
+        result: Result<Page, String>,
+    },
+    /// The detail's key was read.
+    DetailLoaded {
+        /// Which key.
+        key: KeyId,
+        /// What was read.
+        result: Result<Box<DetailData>, String>,
+    },
+    /// An action finished.
+    Acted {
+        /// The key.
+        key: KeyId,
+        /// The action's name.
+        action: &'static str,
+        /// The audit id, or why not.
+        result: Result<i64, ActError>,
+    },
+}
+
+/// Database work for the loop to run off the drawing path; its result comes back as a
+/// [`Msg`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Read the counts, the operations, the listing's first `filter.limit` keys and the
+    /// detail's key; answered by [`Msg::Refreshed`].
+    Refresh {
+        /// The listing.
+        generation: u64,
+        /// Its filter.
+        filter: KeyFilter,
+        /// The detail's key.
+        detail: Option<KeyId>,
+    },
+    /// Read the next page; answered by [`Msg::MoreLoaded`].
+    LoadMore {
+        /// The listing.
+        generation: u64,
+        /// Its filter, `after` the last loaded key.
+        filter: KeyFilter,
+    },
+    /// Read one key, its audit and journal; answered by [`Msg::DetailLoaded`].
+    LoadDetail {
+        /// The key.
+        key: KeyId,
+    },
+    /// Act on a key; answered by [`Msg::Acted`].
+    Act {
+        /// The key.
+        key: KeyId,
+        /// The row that was shown.
+        expected: Box<KeyRow>,
+        /// What to do.
+        action: Action,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl App {
+    /// A fresh UI, nothing loaded yet: the first [`Msg::Tick`] asks for a refresh.
+    #[must_use]
+    pub fn new(database: String, operator: String, read_only: bool, tz: TimeZone) -> Self {
+        Self {
+            database,
+            operator,
+            read_only,
+            tz,
+            now_ms: 0,
+            view: View::Keys,
+            counts: None,
+            operations: Vec::new(),
+            op_selected: 0,
+            rows: Vec::new(),
+            order: Vec::new(),
+            next: None,
+            loading_more: false,
+            generation: 0,
+            filters: Filters::default(),
+            sort: None,
+            selected: 0,
+            prompt: None,
+            dialog: None,
+            detail: None,
+            help: false,
+            paused: false,
+            refreshed_at_ms: None,
+            refresh_asked_ms: None,
+            refreshing: false,
+            acting: false,
+            status: None,
+            page_height: 10,
+            quit: false,
+        }
+    }
+
+    /// The selected key's row in the key table.
+    #[must_use]
+    pub fn selected_row(&self) -> Option<&KeyRow> {
+        self.order
+            .get(self.selected)
+            .and_then(|&i| self.rows.get(i))
+    }
+
+    /// The rows in the order shown.
+    pub fn shown_rows(&self) -> impl Iterator<Item = &KeyRow> {
+        self.order.iter().filter_map(|&i| self.rows.get(i))
+    }
+
+    fn info(&mut self, text: impl Into<String>) {
+        self.status = Some(Status {
+            text: text.into(),
+            error: false,
+        });
+    }
+
+    fn error(&mut self, text: impl Into<String>) {
+        self.status = Some(Status {
+            text: text.into(),
+            error: true,
+        });
+    }
+
+    /// A refresh of everything shown, now.
+    fn refresh(&mut self) -> Command {
+        self.refreshing = true;
+        self.refresh_asked_ms = Some(self.now_ms);
+        let loaded = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
+        Command::Refresh {
+            generation: self.generation,
+            filter: self
+                .filters
+                .to_key_filter(loaded.clamp(PAGE, KeyFilter::MAX_LIMIT), None),
+            detail: self.detail.as_ref().map(|d| d.key.clone()),
+        }
+    }
+
+    /// The filters changed: a new listing from its first page.
+    fn relist(&mut self) -> Command {
+        self.generation += 1;
+        self.rows.clear();
+        self.order.clear();
+        self.next = None;
+        self.loading_more = false;
+        self.selected = 0;
+        self.refresh()
+    }
+
+    /// Recomputes `order` after a load or a change of sort, keeping the selected key.
+    fn resort(&mut self, keep: Option<KeyId>) {
+        let mut order: Vec<usize> = (0..self.rows.len()).collect();
+        if let Some((column, descending)) = self.sort {
+            let rows = &self.rows;
+            order.sort_by(|&a, &b| {
+                let (a, b) = (&rows[a], &rows[b]);
+                let ord = match column {
+                    Column::Scope => a.scope.cmp(&b.scope),
+                    Column::Operation => a.operation.cmp(&b.operation),
+                    Column::Key => a.key.cmp(&b.key),
+                    Column::Status => a.status.as_str().cmp(b.status.as_str()),
+                    // Youngest first: the latest creation time is the smallest age.
+                    Column::Age => b.created_at_ms.cmp(&a.created_at_ms),
+                    Column::Expires => a.expires_at_ms.cmp(&b.expires_at_ms),
+                    Column::Response => a
+                        .response
+                        .as_ref()
+                        .map(|r| r.status)
+                        .cmp(&b.response.as_ref().map(|r| r.status)),
+                };
+                if descending { ord.reverse() } else { ord }
+            });
+        }
+        self.order = order;
+        if let Some(keep) = keep
+            && let Some(at) = self
+                .order
+                .iter()
+                .position(|&i| self.rows.get(i).is_some_and(|r| KeyId::of(r) == keep))
+        {
+            self.selected = at;
+        }
+        self.selected = self.selected.min(self.order.len().saturating_sub(1));
+    }
+
+    /// The next page, when the selection is near the end of the loaded keys.
+    fn maybe_load_more(&mut self) -> Option<Command> {
+        if self.loading_more || self.refreshing {
+            return None;
+        }
+        let next = self.next.clone()?;
+        if self.selected + PREFETCH < self.order.len() {
+            return None;
+        }
+        self.loading_more = true;
+        Some(Command::LoadMore {
+            generation: self.generation,
+            filter: self.filters.to_key_filter(PAGE, Some(next)),
+        })
+    }
+
+    fn move_selection(&mut self, delta: isize) -> Option<Command> {
+        match self.view {
+            View::Keys => {
+                let last = self.order.len().saturating_sub(1);
+                self.selected = self.selected.saturating_add_signed(delta).min(last);
+                self.maybe_load_more()
+            }
+            View::Operations => {
+                let last = self.operations.len().saturating_sub(1);
+                self.op_selected = self.op_selected.saturating_add_signed(delta).min(last);
+                None
+            }
+        }
+    }
+
+    /// The row an action would apply to: the detail's, or the selected one.
+    fn target(&self) -> Option<&KeyRow> {
+        match &self.detail {
+            Some(detail) => detail.row.as_ref(),
+            None if self.view == View::Keys => self.selected_row(),
+            None => None,
+        }
+    }
+
+    fn open_dialog(&mut self, kind: ActKind) {
+        if self.read_only {
+            self.error(format!(
+                "read-only: {} refused (the tool was started with --read-only)",
+                kind.name()
+            ));
+            return;
+        }
+        let Some(row) = self.target().cloned() else {
+            self.error(format!("{}: no key selected", kind.name()));
+            return;
+        };
+        if !kind.applies_to(row.status) {
+            self.error(format!(
+                "{} does not apply to a {} key ({})",
+                kind.name(),
+                row.status,
+                KeyId::of(&row)
+            ));
+            return;
+        }
+        self.dialog = Some(Dialog {
+            kind,
+            shown: row,
+            reason: String::new(),
+            status: match kind {
+                ActKind::Complete => "200".into(),
+                ActKind::Fail => "500".into(),
+                _ => String::new(),
+            },
+            body: String::new(),
+            focus: Field::Reason,
+            error: None,
+        });
+    }
+
+    fn set_filters(&mut self, filters: Filters) -> Command {
+        self.filters = filters;
+        self.detail = None;
+        self.relist()
+    }
+}
+
+/// Applies `msg` to `app`; returns the database work it calls for.
+pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
+    match msg {
+        Msg::Key(key) => on_key(app, key),
+        Msg::Tick { now_ms } => {
+            app.now_ms = now_ms;
+            let due = app
+                .refresh_asked_ms
+                .is_none_or(|at| now_ms - at >= REFRESH_EVERY_MS);
+            let first = app.refreshed_at_ms.is_none() && app.refresh_asked_ms.is_none();
+            if first || (!app.paused && !app.refreshing && due) {
+                Some(app.refresh())
+            } else {
+                None
+            }
+        }
+        Msg::Refreshed { generation, result } => {
+            if generation != app.generation {
+                return None;
+            }
+            app.refreshing = false;
+            match result {
+                Ok(refreshed) => {
+                    let Refreshed {
+                        counts,
+                        operations,
+                        page,
+                        detail,
+                    } = *refreshed;
+                    let keep = app.selected_row().map(KeyId::of);
+                    app.refreshed_at_ms = Some(app.now_ms);
+                    app.counts = Some(counts);
+                    app.operations = operations;
+                    app.op_selected = app.op_selected.min(app.operations.len().saturating_sub(1));
+                    app.rows = page.keys;
+                    app.next = page.next;
+                    app.resort(keep);
+                    if let Some((key, result)) = detail {
+                        apply_detail(app, &key, result);
+                    }
+                    if app
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.error && s.text.starts_with("refresh failed"))
+                    {
+                        app.status = None;
+                    }
+                    app.maybe_load_more()
+                }
+                Err(e) => {
+                    app.error(format!("refresh failed: {e}"));
+                    None
+                }
+            }
+        }
+        Msg::MoreLoaded { generation, result } => {
+            if generation != app.generation {
+                return None;
+            }
+            app.loading_more = false;
+            match result {
+                Ok(page) => {
+                    let keep = app.selected_row().map(KeyId::of);
+                    let known: std::collections::HashSet<KeyId> =
+                        app.rows.iter().map(KeyId::of).collect();
+                    app.rows.extend(
+                        page.keys
+                            .into_iter()
+                            .filter(|r| !known.contains(&KeyId::of(r))),
+                    );
+                    app.next = page.next;
+                    app.resort(keep);
+                    None
+                }
+                Err(e) => {
+                    app.error(format!("loading more keys failed: {e}"));
+                    None
+                }
+            }
+        }
+        Msg::DetailLoaded { key, result } => {
+            apply_detail(app, &key, result.map(|data| *data));
+            None
+        }
+        Msg::Acted {
+            key,
+            action,
+            result,
+        } => {
+            app.acting = false;
+            match result {
+                Ok(audit_id) => {
+                    app.info(format!("{action}: {key} done (audit #{audit_id})"));
+                }
+                Err(ActError::Changed(current)) => {
+                    let now = match &current {
+                        Some(row) => format!("it is {} now, attempt {}", row.status, row.attempt),
+                        None => "it is gone now".to_owned(),
+                    };
+                    app.error(format!(
+                        "{action} refused: {key} changed since it was shown ({now}); nothing \
+                         was changed: look at it again"
+                    ));
+                    replace_row(app, &key, current.map(|row| *row));
+                }
+                Err(ActError::Other(e)) => app.error(format!("{action} failed: {key}: {e}")),
+            }
+            Some(app.refresh())
+        }
+    }
+}
+
+/// Puts `current` in place of `key`'s row everywhere it is shown.
+fn replace_row(app: &mut App, key: &KeyId, current: Option<KeyRow>) {
+    let keep = app.selected_row().map(KeyId::of);
+    if let Some(at) = app.rows.iter().position(|r| KeyId::of(r) == *key) {
+        match &current {
+            Some(row) => app.rows[at] = row.clone(),
+            None => {
+                app.rows.remove(at);
+            }
+        }
+    }
+    app.resort(keep);
+    if let Some(detail) = &mut app.detail
+        && detail.key == *key
+    {
+        detail.row = current;
+    }
+}
+
+fn apply_detail(app: &mut App, key: &KeyId, result: Result<DetailData, String>) {
+    let Some(detail) = &mut app.detail else {
+        return;
+    };
+    if detail.key != *key {
+        return;
+    }
+    detail.loading = false;
+    match result {
+        Ok(data) => {
+            detail.row = data.row;
+            detail.audit = Some(data.audit);
+            detail.journal = Some(data.journal);
+        }
+        Err(e) => app.error(format!("reading {key} failed: {e}")),
+    }
+}
+
+fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        app.quit = true;
+        return None;
+    }
+    if app.dialog.is_some() {
+        return on_dialog_key(app, key);
+    }
+    if let Some(prompt) = &mut app.prompt {
+        match key.code {
+            KeyCode::Esc => app.prompt = None,
+            KeyCode::Enter => {
+                let text = prompt.text.clone();
+                app.prompt = None;
+                let mut filters = app.filters.clone();
+                filters.key_prefix = (!text.is_empty()).then_some(text);
+                return Some(app.set_filters(filters));
+            }
+            KeyCode::Backspace => {
+                prompt.text.pop();
+            }
+            KeyCode::Char(c) => prompt.text.push(c),
+            _ => {}
+        }
+        return None;
+    }
+    if app.help {
+        // Any key closes the help; `q` still quits.
+        app.help = false;
+        if key.code == KeyCode::Char('q') {
+            app.quit = true;
+        }
+        return None;
+    }
+    let page = isize::try_from(app.page_height.max(1)).unwrap_or(10);
+    match key.code {
+        KeyCode::Char('q') => app.quit = true,
+        KeyCode::Char('?') => app.help = true,
+        KeyCode::Char('p') => {
+            app.paused = !app.paused;
+            app.info(if app.paused {
+                "live refresh paused (p resumes)"
+            } else {
+                "live refresh resumed"
+            });
+            if !app.paused && !app.refreshing {
+                return Some(app.refresh());
+            }
+        }
+        KeyCode::Char('R') | KeyCode::F(5) => return Some(app.refresh()),
+        KeyCode::Char('e') => app.open_dialog(ActKind::Expire),
+        KeyCode::Char('r') => app.open_dialog(ActKind::Release),
+        KeyCode::Char('c') => app.open_dialog(ActKind::Complete),
+        KeyCode::Char('f') => app.open_dialog(ActKind::Fail),
+        KeyCode::Char('d') => app.open_dialog(ActKind::Delete),
+        _ if app.detail.is_some() => return on_detail_key(app, key),
+        KeyCode::Tab | KeyCode::BackTab => {
+            app.view = match app.view {
+                View::Keys => View::Operations,
+                View::Operations => View::Keys,
+            };
+        }
+        KeyCode::Down | KeyCode::Char('j') => return app.move_selection(1),
+        KeyCode::Up | KeyCode::Char('k') => return app.move_selection(-1),
+        KeyCode::PageDown => return app.move_selection(page),
+        KeyCode::PageUp => return app.move_selection(-page),
+        KeyCode::Home | KeyCode::Char('g') => return app.move_selection(isize::MIN / 2),
+        KeyCode::End | KeyCode::Char('G') => return app.move_selection(isize::MAX / 2),
+        KeyCode::Char('/') => {
+            app.view = View::Keys;
+            app.prompt = Some(Prompt {
+                text: app.filters.key_prefix.clone().unwrap_or_default(),
+            });
+        }
+        KeyCode::Char('s') => {
+            let mut filters = app.filters.clone();
+            filters.status = match filters.status {
+                None => Some(KeyStatus::ALL[0]),
+                Some(status) => KeyStatus::ALL
+                    .iter()
+                    .position(|s| *s == status)
+                    .and_then(|i| KeyStatus::ALL.get(i + 1).copied()),
+            };
+            let shown = filters.status.map_or("all", KeyStatus::as_str);
+            app.info(format!("status filter: {shown}"));
+            return Some(app.set_filters(filters));
+        }
+        KeyCode::Char('o') if app.view == View::Keys => {
+            let mut filters = app.filters.clone();
+            if filters.operation.is_some() {
+                filters.operation = None;
+            } else if let Some(row) = app.selected_row() {
+                filters.operation = Some(row.operation.clone());
+            } else {
+                return None;
+            }
+            return Some(app.set_filters(filters));
+        }
+        KeyCode::Char('S') if app.view == View::Keys => {
+            let mut filters = app.filters.clone();
+            if filters.scope.is_some() {
+                filters.scope = None;
+            } else if let Some(row) = app.selected_row() {
+                filters.scope = Some(row.scope.clone());
+            } else {
+                return None;
+            }
+            return Some(app.set_filters(filters));
+        }
+        KeyCode::Char('x') if app.filters != Filters::default() => {
+            app.info("filters cleared");
+            return Some(app.set_filters(Filters::default()));
+        }
+        KeyCode::Char(c @ '0'..='7') if app.view == View::Keys => {
+            let keep = app.selected_row().map(KeyId::of);
+            let index = usize::from(u8::try_from(c).unwrap_or(b'0') - b'0');
+            app.sort = match (index, app.sort) {
+                (0, _) => None,
+                (n, Some((column, descending))) if Column::ALL[n - 1] == column => {
+                    Some((column, !descending))
+                }
+                (n, _) => Some((Column::ALL[n - 1], false)),
+            };
+            app.resort(keep);
+        }
+        KeyCode::Enter => match app.view {
+            View::Keys => {
+                if let Some(row) = app.selected_row().cloned() {
+                    let key = KeyId::of(&row);
+                    app.detail = Some(Detail {
+                        key: key.clone(),
+                        row: Some(row),
+                        audit: None,
+                        journal: None,
+                        scroll: 0,
+                        loading: true,
+                    });
+                    return Some(Command::LoadDetail { key });
+                }
+            }
+            View::Operations => {
+                if let Some(line) = app.operations.get(app.op_selected) {
+                    let filters = Filters {
+                        operation: Some(line.operation.clone()),
+                        ..app.filters.clone()
+                    };
+                    app.view = View::Keys;
+                    return Some(app.set_filters(filters));
+                }
+            }
+        },
+        _ => {}
+    }
+    None
+}
+
+fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    // The last line the pane can scroll to (a wrapped line counts once).
+    let last = match &app.detail {
+        Some(detail) => super::view::detail_lines(app, detail)
+            .len()
+            .saturating_sub(1),
+        None => return None,
+    };
+    let last = u16::try_from(last).unwrap_or(u16::MAX);
+    let Some(detail) = &mut app.detail else {
+        return None;
+    };
+    match key.code {
+        KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
+            app.detail = None;
+        }
+        KeyCode::Down | KeyCode::Char('j') => {
+            detail.scroll = detail.scroll.saturating_add(1).min(last);
+        }
+        KeyCode::Up | KeyCode::Char('k') => detail.scroll = detail.scroll.saturating_sub(1),
+        KeyCode::PageDown | KeyCode::Char(' ') => {
+            detail.scroll = detail.scroll.saturating_add(10).min(last);
+        }
+        KeyCode::PageUp => detail.scroll = detail.scroll.saturating_sub(10),
+        KeyCode::Home | KeyCode::Char('g') => detail.scroll = 0,
+        KeyCode::End | KeyCode::Char('G') => detail.scroll = last,
+        KeyCode::Tab => {
+            app.detail = None;
+            app.view = View::Operations;
+        }
+        KeyCode::Char('/') => {
+            app.detail = None;
+            app.prompt = Some(Prompt {
+                text: app.filters.key_prefix.clone().unwrap_or_default(),
+            });
+        }
+        _ => {}
+    }
+    None
+}
+
+fn on_dialog_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    let Some(dialog) = &mut app.dialog else {
+        return None;
+    };
+    match key.code {
+        KeyCode::Esc => {
+            app.dialog = None;
+            app.info("cancelled: nothing was changed");
+        }
+        KeyCode::Tab | KeyCode::Down => dialog.step(true),
+        KeyCode::BackTab | KeyCode::Up => dialog.step(false),
+        KeyCode::Enter if dialog.focus != Field::Confirm => dialog.step(true),
+        KeyCode::Char('n') if dialog.focus == Field::Confirm => {
+            app.dialog = None;
+            app.info("cancelled: nothing was changed");
+        }
+        KeyCode::Char('y') if dialog.focus == Field::Confirm => match dialog.action() {
+            Ok(action) => {
+                let reason = dialog.reason.trim().to_owned();
+                let shown = dialog.shown.clone();
+                let key = KeyId::of(&shown);
+                app.dialog = None;
+                app.acting = true;
+                app.info(format!("{}: {key}…", action.name()));
+                return Some(Command::Act {
+                    key,
+                    expected: Box::new(shown),
+                    action,
+                    reason,
+                });
+            }
+            Err(e) => {
+                dialog.error = Some(e);
+                if dialog.reason.trim().is_empty() {
+                    dialog.focus = Field::Reason;
+                } else {
+                    dialog.focus = Field::Status;
+                }
+            }
+        },
+        KeyCode::Backspace => {
+            if let Some(field) = dialog.field_mut() {
+                field.pop();
+            }
+        }
+        KeyCode::Char(c) => {
+            if let Some(field) = dialog.field_mut() {
+                field.push(c);
+            }
+        }
+        _ => {}
+    }
+    None
+}
+
+#[cfg(test)]
+#[path = "app_tests.rs"]
+mod tests;

@@ -1,0 +1,615 @@
+//! [`update`]'s transitions.
+
+use idem_store::{Action, Cursor, KeyFilter, KeyRef, KeyStatus};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::*;
+use crate::ui::fixtures::{self, NOW, loaded_app, refreshed, rows};
+
+fn key(code: KeyCode) -> Msg {
+    Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn ch(c: char) -> Msg {
+    key(KeyCode::Char(c))
+}
+
+fn typed(app: &mut App, text: &str) {
+    for c in text.chars() {
+        assert_eq!(update(app, ch(c)), None, "typing {c:?}");
+    }
+}
+
+fn refresh_filter(command: Option<Command>) -> KeyFilter {
+    match command {
+        Some(Command::Refresh { filter, .. }) => filter,
+        other => panic!("expected a refresh, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_clock_drives_the_refresh_unless_paused() {
+    let mut app = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    let first = update(&mut app, Msg::Tick { now_ms: NOW });
+    assert_eq!(refresh_filter(first).limit, PAGE);
+    assert!(app.refreshing);
+    // Nothing new while the first is under way, nor before the interval.
+    assert_eq!(update(&mut app, Msg::Tick { now_ms: NOW + 100 }), None);
+    assert_eq!(update(&mut app, refreshed(rows(), None)), None);
+    assert_eq!(app.refreshed_at_ms, Some(NOW + 100));
+    assert_eq!(app.order.len(), 6);
+    assert_eq!(
+        update(
+            &mut app,
+            Msg::Tick {
+                now_ms: NOW + 1_000
+            }
+        ),
+        None
+    );
+    assert!(
+        update(
+            &mut app,
+            Msg::Tick {
+                now_ms: NOW + REFRESH_EVERY_MS
+            }
+        )
+        .is_some()
+    );
+    let _ = update(&mut app, refreshed(rows(), None));
+    // Paused: no refresh however late.
+    assert_eq!(update(&mut app, ch('p')), None);
+    assert!(app.paused);
+    assert_eq!(
+        update(
+            &mut app,
+            Msg::Tick {
+                now_ms: NOW + 60_000
+            }
+        ),
+        None
+    );
+    // Resumed: at once.
+    assert!(update(&mut app, ch('p')).is_some());
+    assert!(!app.paused);
+}
+
+#[test]
+fn a_failed_refresh_goes_to_the_status_line() {
+    let mut app = loaded_app();
+    let _ = update(
+        &mut app,
+        Msg::Tick {
+            now_ms: NOW + REFRESH_EVERY_MS,
+        },
+    );
+    let _ = update(
+        &mut app,
+        Msg::Refreshed {
+            generation: 0,
+            result: Err("connection refused".into()),
+        },
+    );
+    let status = app.status.clone().unwrap();
+    assert!(status.error);
+    assert_eq!(status.text, "refresh failed: connection refused");
+    // The keys already shown stay.
+    assert_eq!(app.order.len(), 6);
+    assert!(!app.refreshing);
+}
+
+#[test]
+fn navigation_stays_within_the_rows() {
+    let mut app = loaded_app();
+    assert_eq!(app.selected, 0);
+    let _ = update(&mut app, key(KeyCode::Up));
+    assert_eq!(app.selected, 0);
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, key(KeyCode::Down));
+    assert_eq!(app.selected, 2);
+    let _ = update(&mut app, ch('k'));
+    assert_eq!(app.selected, 1);
+    let _ = update(&mut app, ch('G'));
+    assert_eq!(app.selected, 5);
+    let _ = update(&mut app, key(KeyCode::PageDown));
+    assert_eq!(app.selected, 5);
+    let _ = update(&mut app, ch('g'));
+    assert_eq!(app.selected, 0);
+    assert_eq!(app.selected_row().unwrap().key, "msg-0001");
+}
+
+#[test]
+fn pages_load_as_the_selection_nears_the_end() {
+    let mut app = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    let _ = update(&mut app, Msg::Tick { now_ms: NOW });
+    let first: Vec<_> = rows().into_iter().take(3).collect();
+    let next = Cursor::at(first[2].key_ref());
+    // Three rows and a next page: the selection is near the end already.
+    let more = update(&mut app, refreshed(first, Some(next.clone())));
+    match more {
+        Some(Command::LoadMore { generation, filter }) => {
+            assert_eq!(generation, 0);
+            assert_eq!(filter.after, Some(next));
+            assert_eq!(filter.limit, PAGE);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(app.loading_more);
+    // Once under way, moving does not ask again.
+    assert_eq!(update(&mut app, ch('j')), None);
+    let rest: Vec<_> = rows().into_iter().skip(3).collect();
+    let _ = update(
+        &mut app,
+        Msg::MoreLoaded {
+            generation: 0,
+            result: Ok(Page {
+                keys: rest,
+                next: None,
+            }),
+        },
+    );
+    assert_eq!(app.order.len(), 6);
+    assert!(!app.loading_more);
+    assert_eq!(app.next, None);
+    // The next refresh reads as many keys as are loaded (at least a page).
+    let _ = update(
+        &mut app,
+        Msg::Tick {
+            now_ms: NOW + REFRESH_EVERY_MS,
+        },
+    );
+    assert_eq!(app.selected, 1);
+    // A page of an older listing is dropped.
+    let _ = update(&mut app, ch('s'));
+    let stale = Msg::MoreLoaded {
+        generation: 0,
+        result: Ok(Page {
+            keys: rows(),
+            next: None,
+        }),
+    };
+    assert_eq!(update(&mut app, stale), None);
+    assert!(app.rows.is_empty());
+}
+
+#[test]
+fn the_status_filter_cycles_and_relists() {
+    let mut app = loaded_app();
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let filter = refresh_filter(update(&mut app, ch('s')));
+        assert_eq!(filter.status, app.filters.status);
+        assert_eq!(filter.after, None);
+        seen.push(filter.status);
+    }
+    assert_eq!(
+        seen,
+        [
+            Some(KeyStatus::Completed),
+            Some(KeyStatus::Processing),
+            Some(KeyStatus::Stuck),
+            Some(KeyStatus::Expired),
+            None
+        ]
+    );
+    assert_eq!(app.generation, 5);
+    assert!(app.rows.is_empty(), "a new listing starts empty");
+    // A refresh of an older listing is dropped.
+    assert_eq!(update(&mut app, refreshed(rows(), None)), None);
+    assert!(app.rows.is_empty());
+}
+
+#[test]
+fn search_by_prefix() {
+    let mut app = loaded_app();
+    assert_eq!(update(&mut app, ch('/')), None);
+    assert!(app.prompt.is_some());
+    // Typing in the prompt: `q` and `s` are text here.
+    typed(&mut app, "orqs");
+    let _ = update(&mut app, key(KeyCode::Backspace));
+    let _ = update(&mut app, key(KeyCode::Backspace));
+    typed(&mut app, "der-");
+    assert_eq!(app.prompt.as_ref().unwrap().text, "order-");
+    assert!(!app.quit);
+    let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));
+    assert_eq!(filter.key_prefix.as_deref(), Some("order-"));
+    assert!(app.prompt.is_none());
+    // Esc leaves the filter as it was.
+    let _ = update(&mut app, ch('/'));
+    typed(&mut app, "x");
+    assert_eq!(update(&mut app, key(KeyCode::Esc)), None);
+    assert_eq!(app.filters.key_prefix.as_deref(), Some("order-"));
+    // An empty prefix clears it.
+    let _ = update(&mut app, ch('/'));
+    for _ in 0..6 {
+        let _ = update(&mut app, key(KeyCode::Backspace));
+    }
+    let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));
+    assert_eq!(filter.key_prefix, None);
+}
+
+#[test]
+fn scope_and_operation_filters_from_the_selection() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, ch('j'));
+    let filter = refresh_filter(update(&mut app, ch('o')));
+    assert_eq!(filter.operation.as_deref(), Some("create_order:v1"));
+    let mut msg = refreshed(rows(), None);
+    if let Msg::Refreshed { generation, .. } = &mut msg {
+        *generation = app.generation;
+    }
+    let _ = update(&mut app, msg);
+    let filter = refresh_filter(update(&mut app, ch('S')));
+    assert_eq!(filter.scope.as_deref(), Some("global"));
+    assert_eq!(filter.operation.as_deref(), Some("create_order:v1"));
+    let filter = refresh_filter(update(&mut app, ch('x')));
+    assert_eq!(filter, KeyFilter::new().limit(PAGE));
+}
+
+#[test]
+fn sorting_the_loaded_rows_keeps_the_selection() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+    assert_eq!(update(&mut app, ch('4')), None, "sorting reads nothing");
+    assert_eq!(app.sort, Some((Column::Status, false)));
+    let statuses: Vec<_> = app.shown_rows().map(|r| r.status.as_str()).collect();
+    assert_eq!(
+        statuses,
+        [
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "expired",
+            "stuck"
+        ]
+    );
+    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+    let _ = update(&mut app, ch('4'));
+    assert_eq!(app.sort, Some((Column::Status, true)));
+    assert_eq!(app.shown_rows().next().unwrap().status, KeyStatus::Stuck);
+    let _ = update(&mut app, ch('0'));
+    assert_eq!(app.sort, None);
+    assert_eq!(app.shown_rows().next().unwrap().key, "msg-0001");
+    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+}
+
+#[test]
+fn views_detail_and_help() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, key(KeyCode::Tab));
+    assert_eq!(app.view, View::Operations);
+    assert_eq!(app.operations.len(), 4);
+    let _ = update(&mut app, ch('j'));
+    // Enter on an operation lists its keys.
+    let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));
+    assert_eq!(filter.operation.as_deref(), Some("refund:v2"));
+    assert_eq!(app.view, View::Keys);
+    let mut app = loaded_app();
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, ch('j'));
+    let stuck = app.selected_row().unwrap().clone();
+    let id = KeyId::of(&stuck);
+    assert_eq!(
+        update(&mut app, key(KeyCode::Enter)),
+        Some(Command::LoadDetail { key: id.clone() })
+    );
+    let detail = app.detail.as_ref().unwrap();
+    assert!(detail.loading);
+    assert_eq!(
+        detail.row.as_ref(),
+        Some(&stuck),
+        "the listed row shows at once"
+    );
+    let _ = update(
+        &mut app,
+        Msg::DetailLoaded {
+            key: id.clone(),
+            result: Ok(Box::new(fixtures::detail_data(&stuck))),
+        },
+    );
+    let detail = app.detail.as_ref().unwrap();
+    assert!(!detail.loading);
+    assert_eq!(detail.audit.as_ref().unwrap().as_ref().unwrap().len(), 1);
+    // A refresh reads the open detail too.
+    match update(
+        &mut app,
+        Msg::Tick {
+            now_ms: NOW + REFRESH_EVERY_MS,
+        },
+    ) {
+        Some(Command::Refresh { detail, .. }) => assert_eq!(detail, Some(id)),
+        other => panic!("{other:?}"),
+    }
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, 1);
+    let _ = update(&mut app, ch('?'));
+    assert!(app.help);
+    let _ = update(&mut app, ch('j'));
+    assert!(!app.help, "any key closes the help");
+    assert_eq!(
+        app.detail.as_ref().unwrap().scroll,
+        1,
+        "and does nothing else"
+    );
+    let _ = update(&mut app, key(KeyCode::Esc));
+    assert!(app.detail.is_none());
+    let _ = update(&mut app, ch('q'));
+    assert!(app.quit);
+}
+
+#[test]
+fn ctrl_c_quits_even_in_a_dialog() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, ch('e'));
+    assert!(app.dialog.is_some());
+    let _ = update(
+        &mut app,
+        Msg::Key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+    );
+    assert!(app.quit);
+}
+
+#[test]
+fn expire_asks_for_a_reason_then_confirmation() {
+    let mut app = loaded_app();
+    let shown = app.selected_row().unwrap().clone();
+    assert_eq!(update(&mut app, ch('e')), None);
+    let dialog = app.dialog.as_ref().unwrap();
+    assert_eq!(dialog.kind, ActKind::Expire);
+    assert_eq!(dialog.focus, Field::Reason);
+    // `y` and `n` are text while typing the reason.
+    typed(&mut app, "yes, INC-7 no");
+    assert_eq!(app.dialog.as_ref().unwrap().reason, "yes, INC-7 no");
+    assert_eq!(update(&mut app, key(KeyCode::Enter)), None);
+    assert_eq!(app.dialog.as_ref().unwrap().focus, Field::Confirm);
+    let command = update(&mut app, ch('y'));
+    assert_eq!(
+        command,
+        Some(Command::Act {
+            key: KeyId::of(&shown),
+            expected: Box::new(shown),
+            action: Action::Expire,
+            reason: "yes, INC-7 no".into(),
+        })
+    );
+    assert!(app.dialog.is_none());
+    assert!(app.acting);
+}
+
+#[test]
+fn a_dialog_cancels_with_n_or_esc_and_needs_a_reason() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, ch('d'));
+    let _ = update(&mut app, key(KeyCode::Tab));
+    // No reason: refused, back to the reason.
+    assert_eq!(update(&mut app, ch('y')), None);
+    let dialog = app.dialog.as_ref().unwrap();
+    assert!(
+        dialog
+            .error
+            .as_ref()
+            .unwrap()
+            .contains("reason is required")
+    );
+    assert_eq!(dialog.focus, Field::Reason);
+    let _ = update(&mut app, key(KeyCode::Tab));
+    assert_eq!(update(&mut app, ch('n')), None);
+    assert!(app.dialog.is_none());
+    assert_eq!(
+        app.status.as_ref().unwrap().text,
+        "cancelled: nothing was changed"
+    );
+    let _ = update(&mut app, ch('d'));
+    typed(&mut app, "abc");
+    assert_eq!(update(&mut app, key(KeyCode::Esc)), None);
+    assert!(app.dialog.is_none());
+}
+
+#[test]
+fn complete_and_fail_ask_for_a_response() {
+    let mut app = loaded_app();
+    for _ in 0..3 {
+        let _ = update(&mut app, ch('j'));
+    }
+    assert_eq!(app.selected_row().unwrap().status, KeyStatus::Stuck);
+    let _ = update(&mut app, ch('f'));
+    assert_eq!(app.dialog.as_ref().unwrap().status, "500");
+    typed(&mut app, "card declined");
+    let _ = update(&mut app, key(KeyCode::Enter));
+    assert_eq!(app.dialog.as_ref().unwrap().focus, Field::Status);
+    for _ in 0..3 {
+        let _ = update(&mut app, key(KeyCode::Backspace));
+    }
+    typed(&mut app, "200");
+    let _ = update(&mut app, key(KeyCode::Enter));
+    typed(&mut app, r#"{"error":"declined"}"#);
+    let _ = update(&mut app, key(KeyCode::Enter));
+    assert_eq!(update(&mut app, ch('y')), None, "a failure is 400 or more");
+    let dialog = app.dialog.as_ref().unwrap();
+    assert_eq!(
+        dialog.error.as_deref(),
+        Some("status must be within 400..=599")
+    );
+    assert_eq!(dialog.focus, Field::Status);
+    for _ in 0..3 {
+        let _ = update(&mut app, key(KeyCode::Backspace));
+    }
+    typed(&mut app, "402");
+    let _ = update(&mut app, key(KeyCode::Enter));
+    let _ = update(&mut app, key(KeyCode::Enter));
+    match update(&mut app, ch('y')) {
+        Some(Command::Act {
+            action: Action::Fail(response),
+            reason,
+            ..
+        }) => {
+            assert_eq!(response.status, 402);
+            assert_eq!(response.body.as_ref(), br#"{"error":"declined"}"#);
+            assert_eq!(
+                response.headers,
+                [("content-type".to_owned(), "application/json".to_owned())]
+            );
+            assert_eq!(reason, "card declined");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn actions_that_do_not_apply_are_refused_before_the_dialog() {
+    let mut app = loaded_app();
+    // A completed key cannot be released, completed or failed.
+    for c in ['r', 'c', 'f'] {
+        assert_eq!(update(&mut app, ch(c)), None);
+        assert!(app.dialog.is_none());
+        let status = app.status.as_ref().unwrap();
+        assert!(status.error);
+        assert!(
+            status.text.contains("does not apply to a completed key"),
+            "{}",
+            status.text
+        );
+    }
+    // An expired key cannot be expired.
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, ch('e'));
+    assert!(app.dialog.is_none());
+    // Nothing selected.
+    let mut empty = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    let _ = update(&mut empty, ch('d'));
+    assert_eq!(empty.status.unwrap().text, "delete: no key selected");
+}
+
+#[test]
+fn read_only_refuses_every_action() {
+    let mut app = loaded_app();
+    app.read_only = true;
+    for c in ['e', 'r', 'c', 'f', 'd'] {
+        assert_eq!(update(&mut app, ch(c)), None);
+        assert!(app.dialog.is_none());
+        let status = app.status.as_ref().unwrap();
+        assert!(status.error);
+        assert!(status.text.starts_with("read-only:"), "{}", status.text);
+    }
+}
+
+#[test]
+fn a_changed_row_is_refused_and_shown_as_it_is_now() {
+    let mut app = loaded_app();
+    for _ in 0..3 {
+        let _ = update(&mut app, ch('j'));
+    }
+    let shown = app.selected_row().unwrap().clone();
+    let id = KeyId::of(&shown);
+    let _ = update(&mut app, key(KeyCode::Enter));
+    let mut now = shown.clone();
+    now.attempt = 3;
+    now.status = KeyStatus::Processing;
+    now.locked_until_ms = Some(NOW + 60_000);
+    let command = update(
+        &mut app,
+        Msg::Acted {
+            key: id.clone(),
+            action: "release",
+            result: Err(ActError::Changed(Some(Box::new(now.clone())))),
+        },
+    );
+    assert!(matches!(command, Some(Command::Refresh { .. })));
+    let status = app.status.clone().unwrap();
+    assert!(status.error);
+    assert_eq!(
+        status.text,
+        "release refused: tenant:acme create_order:v1 order-2 changed since it was shown \
+         (it is processing now, attempt 3); nothing was changed: look at it again"
+    );
+    assert_eq!(app.selected_row(), Some(&now));
+    assert_eq!(app.detail.as_ref().unwrap().row.as_ref(), Some(&now));
+    // Deleted meanwhile.
+    let _ = update(
+        &mut app,
+        Msg::Acted {
+            key: id,
+            action: "expire",
+            result: Err(ActError::Changed(None)),
+        },
+    );
+    assert!(app.status.as_ref().unwrap().text.contains("it is gone now"));
+    assert_eq!(app.order.len(), 5);
+    assert_eq!(app.detail.as_ref().unwrap().row, None);
+}
+
+#[test]
+fn a_done_action_is_reported_and_refreshes() {
+    let mut app = loaded_app();
+    let id = KeyId::of(app.selected_row().unwrap());
+    let command = update(
+        &mut app,
+        Msg::Acted {
+            key: id,
+            action: "expire",
+            result: Ok(12),
+        },
+    );
+    assert!(matches!(command, Some(Command::Refresh { .. })));
+    let status = app.status.clone().unwrap();
+    assert!(!status.error);
+    assert_eq!(
+        status.text,
+        "expire: global sync:v1 msg-0001 done (audit #12)"
+    );
+    let _ = update(
+        &mut app,
+        Msg::Acted {
+            key: KeyId::of(&rows()[0]),
+            action: "delete",
+            result: Err(ActError::Other(
+                "the key table's database failed: boom".into(),
+            )),
+        },
+    );
+    assert!(app.status.as_ref().unwrap().error);
+}
+
+#[test]
+fn key_ids_borrow_as_key_refs() {
+    let row = rows().remove(2);
+    let id = KeyId::of(&row);
+    assert_eq!(id.as_ref(), row.key_ref());
+    assert_eq!(
+        id.as_ref(),
+        KeyRef {
+            scope: "tenant:acme",
+            operation: "create_order:v1",
+            key: "order-1"
+        }
+    );
+}
+
+#[test]
+fn the_detail_scrolls_within_its_lines() {
+    let mut app = loaded_app();
+    let _ = update(&mut app, key(KeyCode::Enter));
+    let row = app.selected_row().unwrap().clone();
+    let _ = update(
+        &mut app,
+        Msg::DetailLoaded {
+            key: KeyId::of(&row),
+            result: Ok(Box::new(fixtures::detail_data(&row))),
+        },
+    );
+    let lines = super::super::view::detail_lines(&app, app.detail.as_ref().unwrap()).len();
+    let _ = update(&mut app, ch('G'));
+    let last = u16::try_from(lines - 1).unwrap();
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, key(KeyCode::PageDown));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    let _ = update(&mut app, ch('k'));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, last - 1);
+    let _ = update(&mut app, ch('g'));
+    assert_eq!(app.detail.as_ref().unwrap().scroll, 0);
+}

@@ -1,0 +1,271 @@
+//! Text for the screen: times (local and relative), stored bodies (JSON highlighted, text,
+//! binary as a hex head), fingerprints. Pure functions of their inputs.
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+
+/// How many bytes of a binary body the detail pane shows in hexadecimal.
+pub const HEX_HEAD: usize = 128;
+
+/// `ms` (milliseconds since the Unix epoch) in `tz`: `2026-12-01 06:35:12.345 UTC`.
+#[must_use]
+pub fn local_time(ms: i64, tz: &TimeZone) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(ts) => ts
+            .to_zoned(tz.clone())
+            .strftime("%Y-%m-%d %H:%M:%S%.3f %Z")
+            .to_string(),
+        Err(_) => format!("{ms} ms (out of range)"),
+    }
+}
+
+/// `ms` in `tz` as a time of day, `06:35:12`, for the header.
+#[must_use]
+pub fn clock_time(ms: i64, tz: &TimeZone) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(ts) => ts.to_zoned(tz.clone()).strftime("%H:%M:%S").to_string(),
+        Err(_) => "?".to_owned(),
+    }
+}
+
+/// A duration in its largest unit: `850ms`, `42s`, `5m`, `3h`, `12d`; negative durations
+/// get a `-`.
+#[must_use]
+pub fn span(ms: i64) -> String {
+    let sign = if ms < 0 { "-" } else { "" };
+    let ms = ms.unsigned_abs();
+    let text = if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{}s", ms / 1_000)
+    } else if ms < 3_600_000 {
+        format!("{}m", ms / 60_000)
+    } else if ms < 86_400_000 {
+        format!("{}h", ms / 3_600_000)
+    } else {
+        format!("{}d", ms / 86_400_000)
+    };
+    format!("{sign}{text}")
+}
+
+/// `at_ms` relative to `now_ms`: `in 5m`, `3h ago`, `now`.
+#[must_use]
+pub fn relative(at_ms: i64, now_ms: i64) -> String {
+    let delta = at_ms.saturating_sub(now_ms);
+    if delta.abs() < 1_000 {
+        "now".to_owned()
+    } else if delta > 0 {
+        format!("in {}", span(delta))
+    } else {
+        format!("{} ago", span(-delta))
+    }
+}
+
+/// `at_ms` in `tz` and relative to `now_ms`: `2026-12-01 06:35:12.345 UTC (3m ago)`.
+#[must_use]
+pub fn when(at_ms: i64, now_ms: i64, tz: &TimeZone) -> String {
+    format!("{} ({})", local_time(at_ms, tz), relative(at_ms, now_ms))
+}
+
+/// Bytes in lowercase hexadecimal, no separators.
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// What a stored body is, for the detail pane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// No body.
+    Empty,
+    /// A JSON document, pretty-printed.
+    Json(String),
+    /// UTF-8 text that is not JSON.
+    Text(String),
+    /// Anything else: its size and the hex dump of its first [`HEX_HEAD`] bytes.
+    Binary {
+        /// The body's size in bytes.
+        len: usize,
+        /// `offset  hex bytes  ascii` lines.
+        head: Vec<String>,
+    },
+}
+
+/// Classifies and formats `body`.
+#[must_use]
+pub fn body(body: &[u8]) -> Body {
+    if body.is_empty() {
+        return Body::Empty;
+    }
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
+        && let Ok(pretty) = serde_json::to_string_pretty(&value)
+    {
+        return Body::Json(pretty);
+    }
+    match std::str::from_utf8(body) {
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\r' && c != '\t') =>
+        {
+            Body::Text(text.to_owned())
+        }
+        _ => Body::Binary {
+            len: body.len(),
+            head: hex_dump(&body[..body.len().min(HEX_HEAD)]),
+        },
+    }
+}
+
+/// `0000  7b 22 69 64 …  {"id…` lines of 16 bytes.
+fn hex_dump(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .chunks(16)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let hexes: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+            let ascii: String = chunk
+                .iter()
+                .map(|&b| {
+                    if b.is_ascii_graphic() || b == b' ' {
+                        char::from(b)
+                    } else {
+                        '.'
+                    }
+                })
+                .collect();
+            format!("{:04x}  {:<47}  {ascii}", i * 16, hexes.join(" "))
+        })
+        .collect()
+}
+
+/// Pretty-printed JSON as lines with keys, strings, numbers and literals in colour.
+#[must_use]
+pub fn highlight_json(pretty: &str) -> Vec<Line<'static>> {
+    pretty.lines().map(highlight_json_line).collect()
+}
+
+/// One line of pretty-printed JSON, highlighted.
+fn highlight_json_line(line: &str) -> Line<'static> {
+    let key = Style::new().fg(Color::Cyan);
+    let string = Style::new().fg(Color::Green);
+    let number = Style::new().fg(Color::Magenta);
+    let literal = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+    let mut spans = Vec::new();
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    let mut plain = String::new();
+    let flush = |plain: &mut String, spans: &mut Vec<Span<'static>>| {
+        if !plain.is_empty() {
+            spans.push(Span::raw(std::mem::take(plain)));
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '"' {
+            flush(&mut plain, &mut spans);
+            let start = i;
+            i += 1;
+            while i < chars.len() {
+                match chars[i] {
+                    '\\' => i += 2,
+                    '"' => {
+                        i += 1;
+                        break;
+                    }
+                    _ => i += 1,
+                }
+            }
+            let end = i.min(chars.len());
+            let text: String = chars[start..end].iter().collect();
+            let is_key = chars[end..].iter().find(|c| !c.is_whitespace()) == Some(&':');
+            spans.push(Span::styled(text, if is_key { key } else { string }));
+        } else if c == '-' || c.is_ascii_digit() {
+            flush(&mut plain, &mut spans);
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_digit() || matches!(chars[i], '-' | '+' | '.' | 'e' | 'E'))
+            {
+                i += 1;
+            }
+            spans.push(Span::styled(
+                chars[start..i].iter().collect::<String>(),
+                number,
+            ));
+        } else if c.is_ascii_alphabetic() {
+            flush(&mut plain, &mut spans);
+            let start = i;
+            while i < chars.len() && chars[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+            spans.push(Span::styled(
+                chars[start..i].iter().collect::<String>(),
+                literal,
+            ));
+        } else {
+            plain.push(c);
+            i += 1;
+        }
+    }
+    flush(&mut plain, &mut spans);
+    Line::from(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_and_relative_times() {
+        assert_eq!(span(850), "850ms");
+        assert_eq!(span(42_000), "42s");
+        assert_eq!(span(5 * 60_000 + 1), "5m");
+        assert_eq!(span(-3 * 3_600_000), "-3h");
+        assert_eq!(span(12 * 86_400_000), "12d");
+        assert_eq!(relative(10_000, 10_500), "now");
+        assert_eq!(relative(70_000, 10_000), "in 1m");
+        assert_eq!(relative(0, 7_200_000), "2h ago");
+    }
+
+    #[test]
+    fn local_times_in_a_zone() {
+        assert_eq!(
+            local_time(1_800_000_000_123, &TimeZone::UTC),
+            "2027-01-15 08:00:00.123 UTC"
+        );
+        assert!(local_time(i64::MAX, &TimeZone::UTC).contains("out of range"));
+    }
+
+    #[test]
+    fn bodies_are_classified() {
+        assert_eq!(body(b""), Body::Empty);
+        assert_eq!(body(br#"{"a":1}"#), Body::Json("{\n  \"a\": 1\n}".into()));
+        assert_eq!(body(b"plain text"), Body::Text("plain text".into()));
+        match body(&[0, 159, 146, 150, b'a']) {
+            Body::Binary { len, head } => {
+                assert_eq!(len, 5);
+                assert_eq!(head.len(), 1);
+                assert!(head[0].starts_with("0000  00 9f 92 96 61"), "{}", head[0]);
+                assert!(head[0].ends_with("....a"), "{}", head[0]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn json_highlighting_keeps_the_text() {
+        let pretty = "{\n  \"id\": 7,\n  \"ok\": true,\n  \"name\": \"a \\\" b\"\n}";
+        let lines = highlight_json(pretty);
+        let text: Vec<String> = lines.iter().map(ToString::to_string).collect();
+        assert_eq!(text.join("\n"), pretty);
+        assert_eq!(lines[1].spans[1].style.fg, Some(Color::Cyan));
+        assert_eq!(lines[1].spans[3].style.fg, Some(Color::Magenta));
+    }
+}

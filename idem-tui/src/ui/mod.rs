@@ -1,0 +1,268 @@
+//! The terminal UI: `idem` with no subcommand on a terminal.
+//!
+//! A live view of the key table: a header with the database (password redacted), the keys by
+//! status and the time of the last refresh; the key table (scope, operation, key, status,
+//! age, expires in, response status), filtered in the database and loaded a page at a time
+//! as the selection moves down (keyset pagination: the whole table is never read); a detail
+//! pane with every column of a key, its response (JSON highlighted, binary bodies as their
+//! size and a hex head), its journal and its audit history; an operations view with each
+//! operation's counts by status (and its ttl, scope and mode when registered); and the
+//! operator actions, each behind a confirmation dialog that says what will change and asks
+//! for a reason recorded in the audit trail.
+//!
+//! # Key bindings
+//!
+//! | keys | what |
+//! |---|---|
+//! | `j`/`k`, `↑`/`↓` | move the selection (the detail: scroll); `PgUp`/`PgDn`, `g`/`G` (`Home`/`End`) by page and to the ends |
+//! | `Enter` | open the selected key's detail (`Esc` or `Enter` goes back); in the operations view: list that operation's keys |
+//! | `Tab` | switch views: keys, operations |
+//! | `/` | search keys by prefix: type it, `Enter` applies (empty clears), `Esc` cancels |
+//! | `s` | cycle the status filter: all, completed, processing, stuck, expired |
+//! | `o` / `S` | filter by the selected key's operation / scope (again: clear it) |
+//! | `x` | clear every filter |
+//! | `1`…`7`, `0` | sort the loaded keys by a column (again: reverse); `0`: the database order |
+//! | `e` `r` `c` `f` `d` | expire, release, complete, fail, delete the selected key: a dialog shows what will change and asks for a reason (complete and fail also a status and a body); `Enter`/`Tab` moves between fields, then `y` confirms, `n` or `Esc` cancels |
+//! | `p` | pause or resume the live refresh (every 2 s) |
+//! | `R`, `F5` | refresh now |
+//! | `?` | every binding (any key closes it) |
+//! | `q`, `Ctrl-C` | quit |
+//!
+//! The database orders keys by (scope, operation, key), the order pages are read in; a sort by
+//! another column sorts the keys loaded so far.
+//!
+//! An action is refused when the key's row changed since it was shown (the store compares it
+//! with the row on screen), when the tool runs with `--read-only`, and when it does not apply
+//! to the key's status; the status line says why.
+//!
+//! # Structure
+//!
+//! Elm-like: [`app::App`] is the state, [`app::update`] applies a [`app::Msg`] (a key, a
+//! tick of the clock, a database result) and returns the [`app::Command`] to run, if any;
+//! [`view::view`] draws the state. [`run`] is the loop: it draws, waits for a terminal event,
+//! a tick or a result, and runs each command on its own task, so drawing never waits for the
+//! database. Errors go to the status line.
+
+pub mod app;
+pub mod format;
+pub mod view;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod render_tests;
+
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use idem_store::{Actor, AuditFilter, OperationInfo, StoreError};
+use jiff::tz::TimeZone;
+use ratatui::crossterm::event::Event;
+use tokio::sync::mpsc;
+
+use crate::db::Db;
+use app::{ActError, App, Command, DetailData, Msg, Refreshed, update};
+
+/// How the UI was started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The database URL, redacted, for the header.
+    pub database: String,
+    /// Who acts: recorded in the audit trail with every action.
+    pub operator: String,
+    /// Refuse every action.
+    pub read_only: bool,
+}
+
+/// How often the clock ticks (and a due refresh starts).
+const TICK: Duration = Duration::from_millis(250);
+
+/// Restores the terminal when dropped: on every return, error or not. (A panic restores it
+/// too: [`ratatui::try_init`] installs a panic hook that does.)
+struct Restore;
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        ratatui::restore();
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// Runs the UI on the terminal until the user quits.
+///
+/// # Errors
+/// The terminal cannot be set up or drawn on. Database errors never end it: they show in
+/// the status line.
+pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
+    let mut app = App::new(
+        options.database,
+        options.operator.clone(),
+        options.read_only,
+        TimeZone::system(),
+    );
+    app.now_ms = now_ms();
+    let mut terminal = ratatui::try_init()?;
+    let _restore = Restore;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let mut events = crossterm::event::EventStream::new();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        let size = terminal.size()?;
+        // Header 3, footer 1, the table's borders and header row 3.
+        app.page_height = usize::from(size.height.saturating_sub(7)).max(1);
+        terminal.draw(|frame| view::view(&app, frame))?;
+        let msg = tokio::select! {
+            _ = tick.tick() => Msg::Tick { now_ms: now_ms() },
+            Some(msg) = rx.recv() => msg,
+            event = events.next() => match event {
+                Some(Ok(Event::Key(key))) => Msg::Key(key),
+                // A resize (or anything else) only needs the redraw at the top of the loop.
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    app.status = Some(app::Status { text: format!("terminal: {e}"), error: true });
+                    continue;
+                }
+                None => break,
+            },
+        };
+        if let Some(command) = update(&mut app, msg) {
+            let db = db.clone();
+            let operator = options.operator.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let fallback = command.clone();
+                let work = tokio::spawn(async move { execute(&db, &operator, command).await });
+                // A task that failed still answers, so that nothing stays "under way".
+                let msg = match work.await {
+                    Ok(msg) => msg,
+                    Err(e) => failed(fallback, &e.to_string()),
+                };
+                // The loop is gone when the user quit: nobody is waiting for the result.
+                let _ = tx.send(msg);
+            });
+        }
+        if app.quit {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The answer to `command` when its task died (`why`) before it could answer.
+fn failed(command: Command, why: &str) -> Msg {
+    let why = format!("the database task failed: {why}");
+    match command {
+        Command::Refresh { generation, .. } => Msg::Refreshed {
+            generation,
+            result: Err(why),
+        },
+        Command::LoadMore { generation, .. } => Msg::MoreLoaded {
+            generation,
+            result: Err(why),
+        },
+        Command::LoadDetail { key } => Msg::DetailLoaded {
+            key,
+            result: Err(why),
+        },
+        Command::Act { key, action, .. } => Msg::Acted {
+            key,
+            action: action.name(),
+            result: Err(ActError::Other(why)),
+        },
+    }
+}
+
+/// Reads a key, its audit history and its journal.
+async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailData, String> {
+    let row = db
+        .get(key.as_ref(), now_ms)
+        .await
+        .map_err(|e| e.to_string())?;
+    let audit = db
+        .audit(&AuditFilter::new().key(key.as_ref()).limit(50))
+        .await
+        .map_err(|e| e.to_string());
+    let journal = db.journal(key.as_ref()).await.map_err(|e| e.to_string());
+    Ok(DetailData {
+        row,
+        audit,
+        journal,
+    })
+}
+
+/// Runs `command` on the database; its result as a message.
+async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
+    let now = now_ms();
+    match command {
+        Command::Refresh {
+            generation,
+            filter,
+            detail,
+        } => {
+            let result = async {
+                let counts = db.counts(now).await.map_err(|e| e.to_string())?;
+                let operations = operations(db, &counts, now).await;
+                let page = db.list(&filter, now).await.map_err(|e| e.to_string())?;
+                let detail = match detail {
+                    Some(key) => {
+                        let data = read_detail(db, &key, now).await;
+                        Some((key, data))
+                    }
+                    None => None,
+                };
+                Ok(Box::new(Refreshed {
+                    counts,
+                    operations,
+                    page,
+                    detail,
+                }))
+            }
+            .await;
+            Msg::Refreshed { generation, result }
+        }
+        Command::LoadMore { generation, filter } => Msg::MoreLoaded {
+            generation,
+            result: db.list(&filter, now).await.map_err(|e| e.to_string()),
+        },
+        Command::LoadDetail { key } => {
+            let result = read_detail(db, &key, now).await.map(Box::new);
+            Msg::DetailLoaded { key, result }
+        }
+        Command::Act {
+            key,
+            expected,
+            action,
+            reason,
+        } => {
+            let by = Actor::new(operator).reason(reason);
+            let result = db
+                .act(key.as_ref(), &expected, &action, &by, now)
+                .await
+                .map(|acted| acted.audit_id)
+                .map_err(|e| match e {
+                    StoreError::Changed { current } => ActError::Changed(current),
+                    other => ActError::Other(other.to_string()),
+                });
+            Msg::Acted {
+                key,
+                action: action.name(),
+                result,
+            }
+        }
+    }
+}
+
+/// The operations view's lines: every registered operation and every operation with keys;
+/// when the registry cannot be read (a database not migrated to it yet), the operations of
+/// `counts`.
+async fn operations(db: &Db, counts: &idem_store::Counts, now_ms: i64) -> Vec<OperationInfo> {
+    match db.operations(now_ms).await {
+        Ok(operations) => operations,
+        Err(_) => app::operations_from_counts(counts),
+    }
+}

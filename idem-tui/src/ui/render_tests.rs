@@ -1,0 +1,172 @@
+//! Full-screen snapshots of [`view`] with a fixed clock and fixed rows, in
+//! `tests/snapshots/`.
+
+use jiff::tz::TimeZone;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::app::{App, KeyId, Msg, update};
+use super::fixtures::{self, loaded_app};
+use super::view::view;
+
+fn render(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| view(app, frame)).unwrap();
+    terminal.backend().to_string()
+}
+
+macro_rules! snapshot {
+    ($name:expr, $screen:expr) => {
+        insta::with_settings!({
+            snapshot_path => "../../tests/snapshots",
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+        }, {
+            insta::assert_snapshot!($name, $screen);
+        })
+    };
+}
+
+fn press(app: &mut App, code: KeyCode) {
+    let _ = update(app, Msg::Key(KeyEvent::new(code, KeyModifiers::NONE)));
+}
+
+fn open_detail(app: &mut App, index: usize) {
+    for _ in 0..index {
+        press(app, KeyCode::Down);
+    }
+    press(app, KeyCode::Enter);
+    let row = app.selected_row().unwrap().clone();
+    let _ = update(
+        app,
+        Msg::DetailLoaded {
+            key: KeyId::of(&row),
+            result: Ok(Box::new(fixtures::detail_data(&row))),
+        },
+    );
+}
+
+#[test]
+fn key_list() {
+    let mut app = loaded_app();
+    press(&mut app, KeyCode::Down);
+    snapshot!("ui_keys_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn key_list_wide_sorted_and_filtered() {
+    let mut app = loaded_app();
+    app.filters.scope = Some("tenant:acme".into());
+    app.filters.key_prefix = Some("order-".into());
+    app.paused = true;
+    press(&mut app, KeyCode::Char('5'));
+    snapshot!("ui_keys_120x30", render(&app, 120, 30));
+}
+
+#[test]
+fn detail_with_a_json_body() {
+    let mut app = loaded_app();
+    open_detail(&mut app, 0);
+    snapshot!("ui_detail_json_80x24", render(&app, 80, 24));
+    // Scrolled down to the journal and the audit.
+    for _ in 0..18 {
+        press(&mut app, KeyCode::Char('j'));
+    }
+    snapshot!("ui_detail_json_scrolled_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn detail_of_a_stuck_key_wide() {
+    let mut app = loaded_app();
+    open_detail(&mut app, 3);
+    snapshot!("ui_detail_stuck_120x40", render(&app, 120, 40));
+}
+
+#[test]
+fn detail_with_a_binary_body() {
+    let mut app = loaded_app();
+    open_detail(&mut app, 1);
+    for _ in 0..14 {
+        press(&mut app, KeyCode::Char('j'));
+    }
+    snapshot!("ui_detail_binary_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn operations() {
+    let mut app = loaded_app();
+    press(&mut app, KeyCode::Tab);
+    snapshot!("ui_operations_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn confirmation_dialogs() {
+    let mut app = loaded_app();
+    press(&mut app, KeyCode::Char('e'));
+    for c in "INC-42 client retried".chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    press(&mut app, KeyCode::Enter);
+    snapshot!("ui_dialog_expire_80x24", render(&app, 80, 24));
+
+    let mut app = loaded_app();
+    for _ in 0..3 {
+        press(&mut app, KeyCode::Down);
+    }
+    press(&mut app, KeyCode::Char('c'));
+    press(&mut app, KeyCode::Enter);
+    press(&mut app, KeyCode::Enter);
+    for c in r#"{"id":8}"#.chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    snapshot!("ui_dialog_complete_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn help() {
+    let mut app = loaded_app();
+    press(&mut app, KeyCode::Char('?'));
+    snapshot!("ui_help_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn errors_and_the_search_prompt() {
+    let mut app = loaded_app();
+    app.read_only = true;
+    press(&mut app, KeyCode::Char('d'));
+    snapshot!("ui_read_only_80x24", render(&app, 80, 24));
+    press(&mut app, KeyCode::Char('/'));
+    for c in "ord".chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    snapshot!("ui_search_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn tiny_terminals_do_not_panic() {
+    let mut empty = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    let _ = update(
+        &mut empty,
+        Msg::Tick {
+            now_ms: fixtures::NOW,
+        },
+    );
+    let _ = update(&mut empty, fixtures::refreshed(Vec::new(), None));
+    for (w, h) in [(1, 1), (3, 3), (10, 4), (20, 5), (80, 24)] {
+        render(&empty, w, h);
+    }
+    let mut app = loaded_app();
+    for (w, h) in [(1, 1), (10, 3), (20, 5), (40, 10), (80, 24)] {
+        render(&app, w, h);
+        press(&mut app, KeyCode::Char('?'));
+        render(&app, w, h);
+        press(&mut app, KeyCode::Esc);
+        press(&mut app, KeyCode::Char('e'));
+        render(&app, w, h);
+        press(&mut app, KeyCode::Esc);
+        open_detail(&mut app, 1);
+        render(&app, w, h);
+        press(&mut app, KeyCode::Esc);
+    }
+}

@@ -1,0 +1,691 @@
+//! Drawing: [`view`] is a pure function of the [`App`] (its clock included).
+
+use idem_store::{KeyRow, KeyStatus, StatusCounts, StoredStatus};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::text::{Line, Span, Text};
+use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
+
+use super::app::{ActKind, App, Column, Detail, Dialog, Field, Filters, View};
+use super::format::{self, Body};
+
+/// The colour of a status.
+fn status_style(status: KeyStatus) -> Style {
+    match status {
+        KeyStatus::Completed => Style::new().fg(Color::Green),
+        KeyStatus::Processing => Style::new().fg(Color::Yellow),
+        KeyStatus::Stuck => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        KeyStatus::Expired => Style::new().fg(Color::DarkGray),
+    }
+}
+
+/// Draws the whole screen.
+pub fn view(app: &App, frame: &mut Frame<'_>) {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(frame.area());
+    draw_header(app, frame, header);
+    match (&app.detail, app.view) {
+        (Some(detail), _) => draw_detail(app, detail, frame, body),
+        (None, View::Keys) => draw_keys(app, frame, body),
+        (None, View::Operations) => draw_operations(app, frame, body),
+    }
+    draw_footer(app, frame, footer);
+    if let Some(dialog) = &app.dialog {
+        draw_dialog(app, dialog, frame);
+    }
+    if app.help {
+        draw_help(frame);
+    }
+}
+
+fn counts_spans(counts: &StatusCounts) -> Vec<Span<'static>> {
+    let mut spans = vec![Span::raw(format!("{} keys ", counts.total()))];
+    for status in KeyStatus::ALL {
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(
+            format!("{} {}", status, counts.get(status)),
+            status_style(status),
+        ));
+    }
+    spans
+}
+
+fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let refreshed = match app.refreshed_at_ms {
+        Some(at) => format!(
+            "refreshed {} ({})",
+            format::clock_time(at, &app.tz),
+            format::relative(at, app.now_ms)
+        ),
+        None => "loading…".to_owned(),
+    };
+    // The database last: a long URL is cut, the rest stays readable.
+    let mut first = vec![
+        Span::styled(" idem ", Style::new().bold().reversed()),
+        Span::raw(" "),
+        Span::styled(refreshed, Style::new().dim()),
+    ];
+    if app.paused {
+        first.push(Span::styled(" [paused]", Style::new().yellow().bold()));
+    }
+    if app.read_only {
+        first.push(Span::styled(" [read-only]", Style::new().cyan()));
+    }
+    first.push(Span::raw("  "));
+    first.push(Span::raw(app.database.clone()));
+    let mut second = vec![Span::raw(" ")];
+    match &app.counts {
+        Some(counts) => {
+            second.extend(counts_spans(&counts.by_status));
+            if let Some(oldest) = counts.oldest_stuck_created_at_ms {
+                second.push(Span::styled(
+                    format!("  oldest stuck {}", format::relative(oldest, app.now_ms)),
+                    Style::new().red(),
+                ));
+            }
+        }
+        None => second.push(Span::raw("counting…")),
+    }
+    let tab = |name: &'static str, on: bool| {
+        if on {
+            Span::styled(format!(" {name} "), Style::new().reversed().bold())
+        } else {
+            Span::raw(format!(" {name} "))
+        }
+    };
+    let f = &app.filters;
+    let mut third = vec![
+        Span::raw(" "),
+        tab("Keys", app.view == View::Keys),
+        Span::raw("│"),
+        tab("Operations", app.view == View::Operations),
+        Span::raw("  "),
+    ];
+    let filter = |name: &str, value: Option<&str>| match value {
+        Some(v) => Span::styled(format!("{name}={v} "), Style::new().yellow()),
+        None => Span::styled(format!("{name}=* "), Style::new().dim()),
+    };
+    third.push(filter("status", f.status.map(KeyStatus::as_str)));
+    third.push(filter("scope", f.scope.as_deref()));
+    third.push(filter("op", f.operation.as_deref()));
+    third.push(filter(
+        "key",
+        f.key_prefix
+            .as_deref()
+            .map(|p| p.to_owned() + "*")
+            .as_deref(),
+    ));
+    if let Some((column, descending)) = app.sort {
+        third.push(Span::styled(
+            format!(
+                "sort={}{}",
+                column.title(),
+                if descending { "↓" } else { "↑" }
+            ),
+            Style::new().cyan(),
+        ));
+    }
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::from(first),
+            Line::from(second),
+            Line::from(third),
+        ]),
+        area,
+    );
+}
+
+fn response_status(row: &KeyRow) -> String {
+    row.response
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |r| r.status.to_string())
+}
+
+fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let more = if app.loading_more {
+        ", loading more…"
+    } else if app.next.is_some() {
+        ", more below"
+    } else {
+        ""
+    };
+    let title = format!(" {} keys loaded{more} ", app.order.len());
+    let block = Block::bordered().title(title);
+    let header = Row::new(Column::ALL.iter().enumerate().map(|(i, c)| {
+        let mark = match app.sort {
+            Some((column, false)) if column == *c => "↑",
+            Some((column, true)) if column == *c => "↓",
+            _ => "",
+        };
+        Cell::from(format!("{}{}{mark}", i + 1, c.title()))
+    }))
+    .style(Style::new().bold().underlined());
+    let rows = app.shown_rows().map(|row| {
+        Row::new(vec![
+            Cell::from(row.scope.clone()),
+            Cell::from(row.operation.clone()),
+            Cell::from(row.key.clone()),
+            Cell::from(Span::styled(row.status.as_str(), status_style(row.status))),
+            Cell::from(format::span(app.now_ms - row.created_at_ms)),
+            Cell::from(if row.expires_at_ms <= app.now_ms {
+                "expired".to_owned()
+            } else {
+                format::span(row.expires_at_ms - app.now_ms)
+            }),
+            Cell::from(response_status(row)),
+        ])
+    });
+    let widths = [
+        Constraint::Length(12),
+        Constraint::Length(16),
+        Constraint::Fill(1),
+        Constraint::Length(10),
+        Constraint::Length(5),
+        Constraint::Length(8),
+        Constraint::Length(5),
+    ];
+    let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
+    let offset = app.selected.saturating_sub(inner_height - 1);
+    let mut state = TableState::new()
+        .with_offset(offset)
+        .with_selected((!app.order.is_empty()).then_some(app.selected));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(block)
+        .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("▸")
+        .column_spacing(1);
+    if app.order.is_empty() {
+        let text = if app.refreshing {
+            "loading…"
+        } else if app.filters == Filters::default() {
+            "no keys"
+        } else {
+            "no keys match the filters (x clears them)"
+        };
+        frame.render_widget(table, area);
+        let inner = Rect {
+            x: area.x + 2,
+            y: area.y + 2,
+            width: area.width.saturating_sub(4),
+            height: 1,
+        }
+        .intersection(area);
+        frame.render_widget(Paragraph::new(text).dim(), inner);
+    } else {
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let header = Row::new([
+        "operation",
+        "scope",
+        "ttl",
+        "mode",
+        "compl",
+        "proc",
+        "stuck",
+        "expd",
+        "total",
+    ])
+    .style(Style::new().bold().underlined());
+    let rows = app.operations.iter().map(|line| {
+        let (scope, ttl, mode) = match &line.registered {
+            Some(r) => (
+                r.scope.clone(),
+                format::span(r.ttl_ms),
+                match r.lease_ms {
+                    Some(lease) => format!("{} ({})", r.mode, format::span(lease)),
+                    None => r.mode.clone(),
+                },
+            ),
+            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+        };
+        let c = &line.counts;
+        Row::new(vec![
+            Cell::from(line.operation.clone()),
+            Cell::from(scope),
+            Cell::from(ttl),
+            Cell::from(mode),
+            Cell::from(c.completed.to_string()),
+            Cell::from(c.processing.to_string()),
+            Cell::from(Span::styled(
+                c.stuck.to_string(),
+                if c.stuck > 0 {
+                    status_style(KeyStatus::Stuck)
+                } else {
+                    Style::new()
+                },
+            )),
+            Cell::from(c.expired.to_string()),
+            Cell::from(c.total().to_string()),
+        ])
+    });
+    let widths = [
+        Constraint::Fill(1),
+        Constraint::Length(8),
+        Constraint::Length(4),
+        Constraint::Length(12),
+        Constraint::Length(6),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(6),
+    ];
+    let registered = app.operations.iter().any(|l| l.registered.is_some());
+    let title = if registered {
+        " operations (-: not registered; Enter: their keys) ".to_owned()
+    } else {
+        " operations with keys (none registered: ttl, scope, mode unknown) ".to_owned()
+    };
+    let mut state =
+        TableState::new().with_selected((!app.operations.is_empty()).then_some(app.op_selected));
+    frame.render_stateful_widget(
+        Table::new(rows, widths)
+            .header(header)
+            .block(Block::bordered().title(title))
+            .row_highlight_style(Style::new().reversed())
+            .highlight_symbol("▸")
+            .column_spacing(1),
+        area,
+        &mut state,
+    );
+}
+
+/// The lines of the detail pane.
+#[must_use]
+pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
+    let label = |name: &str| Span::styled(format!("{name:<15}"), Style::new().bold());
+    let field = |name: &str, value: String| Line::from(vec![label(name), Span::raw(value)]);
+    let section = |name: &str| {
+        Line::from(Span::styled(
+            name.to_owned(),
+            Style::new().bold().underlined(),
+        ))
+    };
+    let when = |ms: i64| format::when(ms, app.now_ms, &app.tz);
+    let mut lines = Vec::new();
+    let Some(row) = &detail.row else {
+        lines.push(Line::from(Span::styled(
+            "this key has no row (any more): deleted or swept",
+            Style::new().yellow(),
+        )));
+        return lines;
+    };
+    lines.push(field("scope", row.scope.clone()));
+    lines.push(field("operation", row.operation.clone()));
+    lines.push(field("key", row.key.clone()));
+    lines.push(Line::from(vec![
+        label("status"),
+        Span::styled(row.status.as_str(), status_style(row.status)),
+        Span::raw(format!(" (column: {})", row.status.stored())),
+    ]));
+    lines.push(field("fingerprint", format::hex(&row.fingerprint)));
+    lines.push(field("created", when(row.created_at_ms)));
+    lines.push(field(
+        "completed",
+        row.completed_at_ms.map_or_else(|| "-".to_owned(), when),
+    ));
+    lines.push(field("expires", when(row.expires_at_ms)));
+    lines.push(field(
+        "locked until",
+        row.locked_until_ms.map_or_else(
+            || "- (no lease)".to_owned(),
+            |until| {
+                let state = if until <= app.now_ms {
+                    "ran out"
+                } else {
+                    "held"
+                };
+                format!("{} (attempt {}'s lease, {state})", when(until), row.attempt)
+            },
+        ),
+    ));
+    lines.push(field(
+        "attempt",
+        if row.attempt == 0 {
+            "0 (atomic mode)".to_owned()
+        } else {
+            row.attempt.to_string()
+        },
+    ));
+    lines.push(field(
+        "recovery point",
+        row.recovery_point.clone().unwrap_or_else(|| "-".to_owned()),
+    ));
+    lines.push(Line::raw(""));
+    lines.push(section("Response"));
+    match &row.response {
+        None => lines.push(Line::raw("none stored")),
+        Some(response) => {
+            lines.push(field("status", response.status.to_string()));
+            if response.headers.is_empty() {
+                lines.push(field("headers", "none".to_owned()));
+            }
+            for (name, value) in &response.headers {
+                lines.push(Line::from(vec![
+                    label("header"),
+                    Span::styled(format!("{name}: "), Style::new().cyan()),
+                    Span::raw(value.clone()),
+                ]));
+            }
+            match format::body(&response.body) {
+                Body::Empty => lines.push(field("body", "empty".to_owned())),
+                Body::Json(pretty) => {
+                    lines.push(field(
+                        "body",
+                        format!("JSON, {} bytes", response.body.len()),
+                    ));
+                    lines.extend(format::highlight_json(&pretty));
+                }
+                Body::Text(text) => {
+                    lines.push(field(
+                        "body",
+                        format!("text, {} bytes", response.body.len()),
+                    ));
+                    lines.extend(text.lines().map(|l| Line::raw(l.to_owned())));
+                }
+                Body::Binary { len, head } => {
+                    let shown = len.min(format::HEX_HEAD);
+                    lines.push(field(
+                        "body",
+                        format!("binary, {len} bytes (first {shown} in hex)"),
+                    ));
+                    lines.extend(
+                        head.into_iter()
+                            .map(|l| Line::styled(l, Style::new().dim())),
+                    );
+                }
+            }
+        }
+    }
+    lines.push(Line::raw(""));
+    lines.push(section("Journal"));
+    match &detail.journal {
+        None => lines.push(Line::raw("loading…")),
+        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
+        Some(Ok(None)) => lines.push(Line::raw("none (atomic mode)")),
+        Some(Ok(Some(journal))) => {
+            if journal.steps.is_empty() {
+                lines.push(Line::raw("no steps journaled"));
+            }
+            for (step, value) in &journal.steps {
+                let here = journal.recovery_point.as_deref() == Some(step.as_str());
+                lines.push(Line::from(vec![
+                    Span::styled(
+                        format!("{}{step}: ", if here { "▸ " } else { "  " }),
+                        Style::new().cyan(),
+                    ),
+                    Span::raw(value.to_string()),
+                ]));
+            }
+            if let Some(request) = &journal.request {
+                lines.push(field("request", request.to_string()));
+            }
+        }
+    }
+    lines.push(Line::raw(""));
+    lines.push(section("Audit"));
+    match &detail.audit {
+        None => lines.push(Line::raw("loading…")),
+        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
+        Some(Ok(entries)) if entries.is_empty() => {
+            lines.push(Line::raw("no operator has acted on this key"));
+        }
+        Some(Ok(entries)) => {
+            for entry in entries {
+                lines.push(Line::from(vec![
+                    Span::styled(format!("#{} ", entry.id), Style::new().dim()),
+                    Span::raw(format!(
+                        "{} ",
+                        format::when(entry.at_ms, app.now_ms, &app.tz)
+                    )),
+                    Span::styled(entry.action.clone(), Style::new().bold()),
+                    Span::raw(format!(" by {}", entry.operator)),
+                ]));
+                if let Some(reason) = &entry.reason {
+                    lines.push(Line::raw(format!("    reason: {reason}")));
+                }
+            }
+        }
+    }
+    lines
+}
+
+fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
+    let loading = if detail.loading { " (reading…)" } else { "" };
+    let title = format!(" {}{loading} — Esc back ", detail.key);
+    frame.render_widget(
+        Paragraph::new(Text::from(detail_lines(app, detail)))
+            .block(Block::bordered().title(title))
+            .wrap(Wrap { trim: false })
+            .scroll((detail.scroll, 0)),
+        area,
+    );
+}
+
+fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let line = if let Some(prompt) = &app.prompt {
+        Line::from(vec![
+            Span::styled("key prefix: ", Style::new().bold()),
+            Span::raw(prompt.text.clone()),
+            Span::styled("█", Style::new().slow_blink()),
+            Span::styled("  Enter applies, Esc cancels", Style::new().dim()),
+        ])
+    } else if let Some(status) = &app.status {
+        Line::styled(
+            status.text.clone(),
+            if status.error {
+                Style::new().red().bold()
+            } else {
+                Style::new().green()
+            },
+        )
+    } else {
+        let hint = if app.detail.is_some() {
+            "j/k scroll  Esc back  e/r/c/f/d act  ? help  q quit"
+        } else {
+            "j/k move  Enter open  / search  s status  Tab view  ? help  q quit"
+        };
+        Line::styled(hint, Style::new().dim())
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}
+
+/// A rectangle of at most `width`×`height` in the middle of `area`.
+fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let width = width.min(area.width);
+    let height = height.min(area.height);
+    Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    }
+}
+
+/// What the action will change, in words.
+fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
+    let row = &dialog.shown;
+    let expires = format::local_time(row.expires_at_ms, &app.tz);
+    let lease = row
+        .locked_until_ms
+        .map_or_else(|| "none".to_owned(), |l| format::local_time(l, &app.tz));
+    let point = row.recovery_point.as_deref().unwrap_or("the start");
+    match dialog.kind {
+        ActKind::Expire => {
+            let mut effect = vec![
+                format!("expires_at: {expires} → now"),
+                "retries answer 410 (or run again) until the sweeper deletes it".to_owned(),
+            ];
+            if row.status.stored() == StoredStatus::Processing {
+                effect.push(format!(
+                    "attempt {} is not fenced (release does that)",
+                    row.attempt
+                ));
+            } else {
+                effect.insert(1, format!("status: {} → expired", row.status));
+            }
+            effect
+        }
+        ActKind::Release => vec![
+            format!("attempt: {} → {}", row.attempt, row.attempt + 1),
+            format!("locked_until: {lease} → now"),
+            format!("the next retry resumes from {point}"),
+        ],
+        ActKind::Complete | ActKind::Fail => vec![
+            format!("status: {} → completed", row.status),
+            format!(
+                "response: none → {} with the body below",
+                dialog.status.trim()
+            ),
+            format!(
+                "attempt: {} → {}; lease cleared; retries replay it",
+                row.attempt,
+                row.attempt + 1
+            ),
+        ],
+        ActKind::Delete => vec![
+            "the row is deleted (its audit history stays)".to_owned(),
+            "the next request with this key runs as a first one".to_owned(),
+        ],
+    }
+}
+
+fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
+    let row = &dialog.shown;
+    let mut lines = vec![
+        Line::from(vec![
+            Span::raw("key: "),
+            Span::styled(
+                format!("{} {} {}", row.scope, row.operation, row.key),
+                Style::new().bold(),
+            ),
+        ]),
+        Line::raw(format!(
+            "as shown: {}, attempt {}; refused if it changed since",
+            row.status, row.attempt
+        )),
+    ];
+    lines.extend(
+        dialog_effect(app, dialog)
+            .into_iter()
+            .map(|l| Line::styled(format!("• {l}"), Style::new().yellow())),
+    );
+    let input = |name: &str, value: &str, field: Field| {
+        let focused = dialog.focus == field;
+        Line::from(vec![
+            Span::styled(format!("{name:>7}: "), Style::new().bold()),
+            Span::styled(
+                format!("{value}{}", if focused { "█" } else { "" }),
+                if focused {
+                    Style::new().reversed()
+                } else {
+                    Style::new()
+                },
+            ),
+        ])
+    };
+    lines.push(input("reason", &dialog.reason, Field::Reason));
+    if dialog.kind.needs_response() {
+        lines.push(input("status", &dialog.status, Field::Status));
+        lines.push(input("body", &dialog.body, Field::Body));
+    }
+    lines.push(Line::raw(format!("     by: {}", app.operator)));
+    if let Some(error) = &dialog.error {
+        lines.push(Line::styled(error.clone(), Style::new().red().bold()));
+    }
+    let confirm = if dialog.focus == Field::Confirm {
+        Line::from(vec![
+            Span::styled(" y ", Style::new().reversed().bold()),
+            Span::raw(format!(" {}   ", dialog.kind.name())),
+            Span::styled(" n ", Style::new().reversed()),
+            Span::raw(" cancel"),
+        ])
+    } else {
+        Line::styled(
+            "type, Enter/Tab next field, then y confirms; Esc cancels",
+            Style::new().dim(),
+        )
+    };
+    lines.push(confirm);
+    let title = format!(" {} this key? ", dialog.kind.name());
+    let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+    let area = centered(frame.area(), 72, height);
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(
+                Block::bordered()
+                    .title(title)
+                    .border_style(Style::new().yellow()),
+            )
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}
+
+/// Every binding, for `?` and the module doc.
+pub const HELP: &[(&str, &str)] = &[
+    ("j/k ↑/↓", "move; PgUp/PgDn, g/G: by page, to the ends"),
+    (
+        "Enter",
+        "open the key's detail, Esc back; operations: its keys",
+    ),
+    ("Tab", "switch view: keys / operations"),
+    ("/", "search by key prefix (Enter applies, empty clears)"),
+    (
+        "s",
+        "cycle status filter: completed processing stuck expired",
+    ),
+    ("o / S", "filter by the selected key's operation / scope"),
+    ("x", "clear every filter"),
+    (
+        "1-7, 0",
+        "sort loaded keys by a column (again: reverse), 0: none",
+    ),
+    (
+        "e r c f d",
+        "expire release complete fail delete (asks first)",
+    ),
+    ("p", "pause / resume the live refresh (every 2 s)"),
+    ("R, F5", "refresh now"),
+    ("?", "this help (any key closes it)"),
+    ("q, Ctrl-C", "quit"),
+];
+
+fn draw_help(frame: &mut Frame<'_>) {
+    let mut lines: Vec<Line<'_>> = HELP
+        .iter()
+        .map(|(keys, what)| {
+            Line::from(vec![
+                Span::styled(format!("{keys:>10}  "), Style::new().bold().cyan()),
+                Span::raw(*what),
+            ])
+        })
+        .collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        "Keys load in database order (scope, operation, key), a page at",
+        Style::new().dim(),
+    ));
+    lines.push(Line::styled(
+        "a time as you scroll: a sort orders the keys loaded so far.",
+        Style::new().dim(),
+    ));
+    let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+    let area = centered(frame.area(), 76, height);
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(Block::bordered().title(" keys — any key closes "))
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}

@@ -1,0 +1,385 @@
+//! The real `idem` binary in a pseudo-terminal, on a real SQLite file: search by key prefix,
+//! open a key, expire it with a reason, try to delete another that an operator changes while
+//! the dialog is open (refused), quit; then the database and the audit trail tell what
+//! happened.
+//!
+//! The same on PostgreSQL, in a schema of its own (`idem_test_ui_<uuid>`, named by the URL's
+//! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`); an unreachable server fails the test.
+//!
+//! The binary gets the database from `DATABASE_URL` and the operator from `USER`, which both
+//! the minimal main and the command line's read.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idem_store::sqlx::postgres::PgPoolOptions;
+use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use idem_store::sqlx::{Postgres, Sqlite};
+use idem_store::{
+    Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse,
+    TxSettings,
+};
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+const OPERATION: &str = "create_order:v1";
+const OPERATOR: &str = "e2e-operator";
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// A new SQLite file with the key table and three completed keys.
+async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
+    seeded_sqlite_with(&["order-1", "order-2", "other-1"]).await
+}
+
+/// A new SQLite file with the key table and a completed key of each of `keys`.
+async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
+    let dir = std::env::temp_dir().join("idem-tui-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("ui_e2e_{}.db", uuid::Uuid::new_v4().simple()));
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+        .unwrap()
+        .create_if_missing(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let table = KeyTable::new(pool);
+    table.migrate().await.unwrap();
+    seed(&table, keys).await;
+    (path, table)
+}
+
+/// A new schema `idem_test_ui_<uuid>` on the PostgreSQL of `DATABASE_URL` (default
+/// `postgres://postgres@127.0.0.1:5432/test`) with the key table and three completed keys,
+/// and a URL whose sessions resolve names in it.
+async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
+    let base = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("idem_test_ui_{}", uuid::Uuid::new_v4().simple());
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&base)
+        .await
+        .unwrap();
+    idem_store::sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap();
+    let table = KeyTable::new(pool);
+    table.migrate().await.unwrap();
+    seed(&table, &["order-1", "order-2", "other-1"]).await;
+    (url, table)
+}
+
+/// Completed keys of [`OPERATION`], stored as the runtime stores them.
+async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
+    let now = now_ms();
+    let settings = TxSettings {
+        lock_timeout: Duration::from_secs(2),
+        statement_timeout: Duration::from_secs(30),
+        session_has_timeouts: true,
+    };
+    let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
+    for &key in keys {
+        let mut conn = table.pool().acquire().await.unwrap();
+        let tx = DB::begin(&mut conn, &settings, None)
+            .await
+            .unwrap()
+            .free()
+            .unwrap();
+        let row = NewRow {
+            key: KeyRef {
+                scope: "global",
+                operation: OPERATION,
+                key,
+            },
+            fingerprint: &[7; 32],
+            status: 201,
+            headers_json: &headers,
+            body: br#"{"id":1,"state":"created"}"#,
+            created_ms: now - 60_000,
+            completed_ms: now - 59_000,
+            expires_ms: now + 86_400_000,
+            replace_expired: false,
+        };
+        assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
+    }
+}
+
+/// The binary in a pseudo-terminal of 80×24, its screen parsed as it draws.
+struct Tui {
+    screen: Arc<Mutex<vt100::Parser>>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
+    writer: Box<dyn Write + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+}
+
+impl Tui {
+    fn start(database_url: &str) -> Self {
+        let pty = native_pty_system()
+            .openpty(PtySize {
+                rows: 24,
+                cols: 80,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_idem"));
+        command.env("DATABASE_URL", database_url);
+        command.env("USER", OPERATOR);
+        command.env("TERM", "xterm-256color");
+        command.env("TZ", "UTC");
+        let child = pty.slave.spawn_command(command).unwrap();
+        drop(pty.slave);
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(24, 80, 0)));
+        let mut reader = pty.master.try_clone_reader().unwrap();
+        let parser = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                parser.lock().unwrap().process(&buf[..n]);
+            }
+        });
+        let writer = pty.master.take_writer().unwrap();
+        Self {
+            screen,
+            master: pty.master,
+            writer,
+            child,
+        }
+    }
+
+    fn contents(&self) -> String {
+        self.screen.lock().unwrap().screen().contents()
+    }
+
+    /// Waits until the screen satisfies `ready`; panics with the screen after 15 s.
+    fn wait_for(&mut self, what: &str, ready: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let screen = self.contents();
+            if ready(&screen) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("idem exited ({status:?}) waiting for {what}; screen:\n{screen}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_text(&mut self, text: &str) {
+        self.wait_for(text, |screen| screen.contains(text));
+    }
+
+    /// Resizes the terminal (the binary gets a `SIGWINCH`).
+    fn resize(&mut self, rows: u16, cols: u16) {
+        self.screen
+            .lock()
+            .unwrap()
+            .screen_mut()
+            .set_size(rows, cols);
+        self.master
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+    }
+
+    fn send(&mut self, keys: &str) {
+        self.writer.write_all(keys.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    /// Waits for the process to end; panics after 10 s.
+    fn wait_exit(&mut self) -> portable_pty::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("idem did not quit; screen:\n{}", self.contents());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Search, open, expire with a reason, quit: then the key is expired and audited.
+async fn expire_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<DB>) {
+    let mut tui = Tui::start(database_url);
+    tui.wait_text("other-1");
+    tui.wait_text("3 keys");
+
+    // A resize redraws at the new size.
+    tui.resize(30, 120);
+    tui.wait_for("a redraw at 120 columns", |s| {
+        s.lines()
+            .any(|l| l.starts_with('└') && l.chars().count() == 120)
+    });
+    tui.resize(24, 80);
+    tui.wait_for("a redraw at 80 columns", |s| {
+        s.lines()
+            .any(|l| l.starts_with('└') && l.chars().count() == 80)
+    });
+
+    // `/` + prefix: only the order- keys.
+    tui.send("/order-");
+    tui.wait_text("key prefix: order-");
+    tui.send("\r");
+    tui.wait_for("the filtered listing", |s| {
+        s.contains("key=order-*") && s.contains("order-2") && !s.contains("other-1")
+    });
+
+    // Enter: the detail of the first, order-1.
+    tui.send("\r");
+    tui.wait_text("recovery point");
+    tui.wait_text("global create_order:v1 order-1");
+
+    // `e`, a reason, Enter to the buttons, `y`.
+    tui.send("e");
+    tui.wait_text("expire this key?");
+    tui.send("INC-9 retried by hand");
+    tui.wait_text("reason: INC-9 retried by hand");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    tui.send("y");
+    tui.wait_text("expire: global create_order:v1 order-1 done");
+    // The refreshed detail shows the key expired and, scrolled down, its audit entry.
+    tui.wait_text("status         expired");
+    tui.send(&"j".repeat(20));
+    tui.wait_text(&format!("expire by {OPERATOR}"));
+    tui.wait_text("reason: INC-9 retried by hand");
+
+    // Back to the list, order-2, `d`: while the dialog is open another operator expires
+    // the key; `y` is refused, nothing deleted.
+    tui.send("\r");
+    tui.wait_text("keys loaded");
+    tui.send("j");
+    tui.send("d");
+    tui.wait_text("delete this key?");
+    tui.wait_text("key: global create_order:v1 order-2");
+    tui.send("cleanup");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    let order_2 = KeyRef {
+        scope: "global",
+        operation: OPERATION,
+        key: "order-2",
+    };
+    let shown = table.get(order_2, now_ms()).await.unwrap().unwrap();
+    table
+        .act(
+            order_2,
+            &shown,
+            &Action::Expire,
+            &Actor::new("someone-else").reason("raced"),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+    tui.send("y");
+    tui.wait_text("delete refused: global create_order:v1 order-2 changed since it");
+
+    tui.send("q");
+    let status = tui.wait_exit();
+    assert!(status.success(), "{status:?}");
+
+    let key = KeyRef {
+        scope: "global",
+        operation: OPERATION,
+        key: "order-1",
+    };
+    let row = table.get(key, now_ms()).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Expired);
+    assert_eq!(
+        table.get(order_2, now_ms()).await.unwrap().unwrap().status,
+        KeyStatus::Expired,
+        "expired by the other operator, not deleted"
+    );
+    let audit_2 = table.audit(&AuditFilter::new().key(order_2)).await.unwrap();
+    assert_eq!(audit_2.len(), 1, "{audit_2:?}");
+    assert_eq!(audit_2[0].operator, "someone-else");
+    let other = KeyRef {
+        key: "other-1",
+        ..key
+    };
+    assert_eq!(
+        table.get(other, now_ms()).await.unwrap().unwrap().status,
+        KeyStatus::Completed
+    );
+    let audit = table.audit(&AuditFilter::new().key(key)).await.unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].action, "expire");
+    assert_eq!(audit[0].operator, OPERATOR);
+    assert_eq!(audit[0].reason.as_deref(), Some("INC-9 retried by hand"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_a_key_on_sqlite() {
+    let (path, table) = seeded_sqlite().await;
+    let url = format!("sqlite://{}", path.display());
+    expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_a_key_on_postgres() {
+    let (url, table) = seeded_postgres().await;
+    expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+}
+
+/// 120 keys: the listing reads 50, then the next 50 as the selection reaches the end, and so
+/// on; never the whole table at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_load_as_the_selection_moves_down() {
+    let keys: Vec<String> = (0..120).map(|i| format!("key-{i:03}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (path, table) = seeded_sqlite_with(&keys).await;
+    let mut tui = Tui::start(&format!("sqlite://{}", path.display()));
+    tui.wait_text("120 keys");
+    tui.wait_text("50 keys loaded, more below");
+    assert!(!tui.contents().contains("key-050"));
+    tui.send("G");
+    tui.wait_text("100 keys loaded, more below");
+    tui.send("G");
+    tui.wait_text("120 keys loaded ");
+    tui.send("G");
+    tui.wait_text("key-119");
+    tui.send("q");
+    assert!(tui.wait_exit().success());
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
