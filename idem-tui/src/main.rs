@@ -1,11 +1,125 @@
 //! `idem`: the operator's terminal UI and command line for idem's key table.
 //!
-//! `idem` with no subcommand on a terminal opens the UI; every subcommand prints a table (or
-//! one JSON document with `--json`) and works without a terminal. See `idem --help` and the
-//! README's runbook.
+//! `idem` with no command, on a terminal, opens the UI. Every command works without a
+//! terminal and prints aligned columns, or one JSON document on stdout with `--json`:
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `keys list [--status S] [--operation OP] [--scope S] [--key-prefix P] [--limit N] [--after CURSOR]` | one page of keys; `next` is the cursor of the following page |
+//! | `keys show --scope S --operation OP --key K` | every column, the stored response, the journal and request, the audit history |
+//! | `keys expire\|release\|delete … [--reason R]` | an operator action, fenced by the row as read, audited |
+//! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R]` | completes a processing or stuck key with a response |
+//! | `stuck` | `keys list --status stuck` |
+//! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
+//! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
+//! | `sweep --grace 7d [--batch N] [--dry-run]` | deletes keys that expired more than the grace period ago |
+//! | `operations` | every operation seen or registered, with its counts and settings |
+//!
+//! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
+//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key not found,
+//! 4 refused (the key changed, the action does not apply to its state, or `--read-only`).
+//! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.
 
+mod cli;
+mod commands;
 mod db;
+mod error;
+mod format;
+mod output;
+mod pending;
+
+use std::io::IsTerminal as _;
+
+use clap::{CommandFactory as _, Parser as _};
+
+use crate::cli::Cli;
+use crate::commands::Context;
+use crate::db::Db;
+use crate::error::Failure;
 
 fn main() {
-    std::process::exit(0);
+    let cli = Cli::parse();
+    let as_json = cli.json;
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(failure) => {
+            output::print_failure(&failure, as_json);
+            failure.code
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Runs the command line; the exit code.
+fn run(cli: Cli) -> Result<i32, Failure> {
+    if cli.command.is_none() && !std::io::stdout().is_terminal() {
+        // Not a terminal, no command: nothing to open.
+        let help = Cli::command().render_help();
+        eprintln!("{help}");
+        return Ok(Failure::USAGE);
+    }
+    let url = cli
+        .database_url
+        .clone()
+        .ok_or_else(|| Failure::usage("no database: pass --database-url or set DATABASE_URL"))?;
+    let operator = operator(cli.operator.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::error(format!("cannot start: {e}")))?;
+    runtime.block_on(async move {
+        let db = Db::connect(&url, cli.schema.as_deref())
+            .await
+            .map_err(|e| Failure::error(e.to_string()))?;
+        let Some(command) = cli.command else {
+            let options = UiOptions {
+                database: db::redact(&url),
+                operator,
+                read_only: cli.read_only,
+            };
+            return Ok(open_ui(db, options).await);
+        };
+        let context = Context {
+            db,
+            operator,
+            read_only: cli.read_only,
+            json: cli.json,
+        };
+        let report = commands::run(&context, command).await?;
+        output::print(&report, cli.json);
+        Ok(0)
+    })
+}
+
+/// `--operator`, else the OS user (`USER`, `USERNAME`), else `unknown`.
+fn operator(given: Option<&str>) -> Result<String, Failure> {
+    let name = match given {
+        Some(name) => name.trim().to_owned(),
+        None => ["USER", "USERNAME"]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+            .unwrap_or_else(|| "unknown".to_owned()),
+    };
+    if name.is_empty() {
+        return Err(Failure::usage("--operator is empty: name who acts"));
+    }
+    Ok(name)
+}
+
+/// What the terminal UI runs with.
+#[derive(Debug)]
+struct UiOptions {
+    /// The database URL, redacted.
+    database: String,
+    /// Who acts.
+    operator: String,
+    /// Whether actions are refused.
+    read_only: bool,
+}
+
+/// Opens the terminal UI on `db`; the exit code.
+async fn open_ui(db: Db, options: UiOptions) -> i32 {
+    let _ = (db, options.database, options.operator, options.read_only);
+    eprintln!("the terminal UI is not built into this binary yet");
+    1
 }
