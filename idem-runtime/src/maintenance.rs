@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::protocol::Idem;
-use crate::store::{Backend, StoreError};
+use crate::spec::{Mode, OperationSpec};
+use crate::store::{Backend, Registration, StoreError};
 
 impl<DB: Backend> Idem<DB> {
     /// Deletes keys that expired more than `grace` ago, `batch` rows per statement with
@@ -42,5 +43,39 @@ impl<DB: Backend> Idem<DB> {
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+}
+
+impl<DB: Backend> Idem<DB> {
+    /// Records how this service runs `operations` in the database's operation registry
+    /// (`idempotency_operations`): their scope, ttl, mode and lease, which the operator tool
+    /// `idem` shows beside their keys. Call it once at start; a later registration of the
+    /// same operation id replaces the earlier one.
+    ///
+    /// ```no_run
+    /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) -> Result<(), idem_runtime::store::StoreError> {
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// const CREATE_ORDER: OperationSpec = OperationSpec::new("create_order:v1");
+    /// idem.register(&[&CREATE_ORDER]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn register(&self, operations: &[&OperationSpec]) -> Result<(), StoreError> {
+        let now = self.now_millis();
+        let registrations: Vec<Registration> = operations
+            .iter()
+            .map(|spec| Registration {
+                operation: spec.id.to_owned(),
+                scope: spec.scope.as_str().to_owned(),
+                ttl_ms: millis(spec.ttl),
+                mode: spec.mode.as_str().to_owned(),
+                lease_ms: matches!(spec.mode, Mode::Staged).then(|| millis(spec.lease)),
+                registered_at_ms: now,
+            })
+            .collect();
+        self.keys().register(&registrations).await
     }
 }

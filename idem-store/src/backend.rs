@@ -120,7 +120,7 @@ pub(crate) mod sealed {
     use crate::error::StoreError;
     use crate::{
         Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-        Page,
+        Page, Registration,
     };
 
     /// The bodies of [`crate::KeyTable`]'s methods, per backend. Not nameable outside the
@@ -185,6 +185,22 @@ pub(crate) mod sealed {
             pool: &Pool<Self>,
             key: KeyRef<'_>,
         ) -> impl Future<Output = Result<Option<Journal>, StoreError>> + Send;
+
+        fn count_sweepable(
+            pool: &Pool<Self>,
+            before_ms: i64,
+        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+        /// Upserts each registration, in one transaction.
+        fn register(
+            pool: &Pool<Self>,
+            registrations: &[Registration],
+        ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+        /// Every registration, by operation id.
+        fn registrations(
+            pool: &Pool<Self>,
+        ) -> impl Future<Output = Result<Vec<Registration>, StoreError>> + Send;
     }
 }
 

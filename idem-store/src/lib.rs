@@ -162,6 +162,13 @@
 //! delivering when its lease ends may see its rows claimed by another: choose leases longer
 //! than a batch takes to deliver.
 //!
+//! # The operation registry
+//!
+//! `idempotency_operations` (migration 4): one row per operation id with the scope kind,
+//! ttl, mode and lease a service runs it with, written by [`KeyTable::register`] (the
+//! runtime's `Idem::register`, called at start). [`KeyTable::operations`] lists every
+//! operation registered or seen in the key table, with its keys counted by state.
+//!
 //! # Errors
 //!
 //! [`KeyTable`] and [`migrate`] return [`StoreError`]. The protocol's primitives on
@@ -176,6 +183,7 @@ mod backend;
 mod error;
 mod list;
 mod migrate;
+mod operations;
 mod operator;
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -190,6 +198,7 @@ pub use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSet
 pub use crate::error::StoreError;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
+pub use crate::operations::{OperationInfo, Registration};
 pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};
 pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,

@@ -22,7 +22,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 3] = [
+static MIGRATIONS: [Migration; 4] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -37,6 +37,11 @@ static MIGRATIONS: [Migration; 3] = [
         3,
         "idempotency_outbox",
         include_str!("../migrations/postgres/0003_outbox.sql"),
+    ),
+    Migration::new(
+        4,
+        "idempotency_operations",
+        include_str!("../migrations/postgres/0004_operations.sql"),
     ),
 ];
 
@@ -117,6 +122,23 @@ mod sql {
     pub(super) const SWEEP: &str = "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(\
          SELECT ctid FROM idempotency_keys WHERE expires_at <= to_timestamp($1::float8 / 1000) \
          LIMIT $2 FOR UPDATE SKIP LOCKED))";
+
+    /// Keys `SWEEP` deletes at this `before`, in all its batches.
+    pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
+         WHERE expires_at <= to_timestamp($1::float8 / 1000)";
+
+    pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
+         (operation, scope, ttl_ms, mode, lease_ms, registered_at) \
+         VALUES ($1, $2, $3, $4, $5, to_timestamp($6::float8 / 1000)) \
+         ON CONFLICT (operation) DO UPDATE SET scope = excluded.scope, \
+         ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = excluded.lease_ms, \
+         registered_at = excluded.registered_at";
+
+    pub(super) const REGISTRATIONS: &str = concat!(
+        "SELECT operation, scope, ttl_ms, mode, lease_ms, ",
+        ms!("registered_at"),
+        " FROM idempotency_operations ORDER BY operation"
+    );
 
     pub(super) const GET: &str = concat!(
         "SELECT ",
@@ -680,6 +702,7 @@ impl sealed::Sealed for Postgres {
     }
 
     crate::operator::operator_reads!();
+    crate::operations::operations_sql!();
 }
 
 /// The connection a migration run holds the lock on: closed rather than pooled again unless

@@ -20,7 +20,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 3] = [
+static MIGRATIONS: [Migration; 4] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -35,6 +35,11 @@ static MIGRATIONS: [Migration; 3] = [
         3,
         "idempotency_outbox",
         include_str!("../migrations/sqlite/0003_outbox.sql"),
+    ),
+    Migration::new(
+        4,
+        "idempotency_operations",
+        include_str!("../migrations/sqlite/0004_operations.sql"),
     ),
 ];
 
@@ -119,6 +124,23 @@ mod sql {
          WHERE (scope, operation, idempotency_key) IN (\
          SELECT scope, operation, idempotency_key FROM idempotency_keys \
          WHERE expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch') LIMIT ?2)";
+
+    /// Keys `SWEEP` deletes at this `before`, in all its batches.
+    pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
+         WHERE expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch')";
+
+    pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
+         (operation, scope, ttl_ms, mode, lease_ms, registered_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
+         ON CONFLICT (operation) DO UPDATE SET scope = excluded.scope, \
+         ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = excluded.lease_ms, \
+         registered_at = excluded.registered_at";
+
+    pub(super) const REGISTRATIONS: &str = concat!(
+        "SELECT operation, scope, ttl_ms, mode, lease_ms, ",
+        expires_ms!("registered_at"),
+        " FROM idempotency_operations ORDER BY operation"
+    );
 
     pub(super) const GET: &str = concat!(
         "SELECT ",
@@ -613,6 +635,7 @@ impl sealed::Sealed for Sqlite {
     }
 
     crate::operator::operator_reads!();
+    crate::operations::operations_sql!();
 }
 
 /// The body of `Sealed::act`, on a connection of the pool.

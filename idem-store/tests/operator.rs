@@ -20,7 +20,7 @@ use common::{HOUR, NOW, settings};
 use idem_store::sqlx::Pool;
 use idem_store::{
     Acted, Action, Actor, AuditFilter, Backend, KeyFilter, KeyRef, KeyRow, KeyStatus, KeyTable,
-    NewRow, StoreError, StoredResponse,
+    NewRow, Registration, StoreError, StoredResponse,
 };
 use serde_json::json;
 
@@ -740,6 +740,55 @@ async fn concurrent_acts<DB: Db>() {
     assert_eq!(DB::audit_rows(table.pool()).await, ROUNDS);
 }
 
+/// Registered operations and operations seen in the key table, merged by id; the sweep's
+/// count matches what the sweep deletes.
+async fn operations_and_sweep_count<DB: Db>() {
+    let table = DB::fresh().await;
+    put(&table, key("o-live"), NOW + HOUR).await;
+    put(&table, key("o-old"), NOW - 2 * HOUR).await;
+    let staged = Registration {
+        operation: "charge:v1".into(),
+        scope: "tenant".into(),
+        ttl_ms: 24 * HOUR,
+        mode: "staged".into(),
+        lease_ms: Some(30_000),
+        registered_at_ms: NOW - HOUR,
+    };
+    table.register(std::slice::from_ref(&staged)).await.unwrap();
+    // A service registering again replaces its row.
+    let staged = Registration {
+        ttl_ms: 48 * HOUR,
+        registered_at_ms: NOW,
+        ..staged
+    };
+    table.register(std::slice::from_ref(&staged)).await.unwrap();
+    let bad = Registration {
+        mode: "eventual".into(),
+        ..staged.clone()
+    };
+    assert!(matches!(
+        table.register(&[bad]).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+
+    let operations = table.operations(NOW).await.unwrap();
+    let ids: Vec<&str> = operations.iter().map(|o| o.operation.as_str()).collect();
+    assert_eq!(ids, ["charge:v1", "pay:v1"]);
+    assert_eq!(operations[0].registered.as_ref(), Some(&staged));
+    assert_eq!(operations[0].counts.total(), 0);
+    assert!(operations[1].registered.is_none(), "seen, not registered");
+    assert_eq!(
+        (operations[1].counts.completed, operations[1].counts.expired),
+        (1, 1)
+    );
+
+    assert_eq!(table.count_sweepable(NOW - 3 * HOUR).await.unwrap(), 0);
+    assert_eq!(table.count_sweepable(NOW).await.unwrap(), 1);
+    assert_eq!(table.count_sweepable(NOW + 2 * HOUR).await.unwrap(), 2);
+    assert_eq!(table.sweep_batch(NOW, 100).await.unwrap(), 1);
+    assert_eq!(table.count_sweepable(NOW).await.unwrap(), 0);
+}
+
 /// One `#[tokio::test]` per case, on `$db`.
 macro_rules! operator_cases {
     ($db:ty) => {
@@ -755,6 +804,7 @@ macro_rules! operator_cases {
             audit_filters,
             journal,
             concurrent_acts,
+            operations_and_sweep_count,
         );
     };
     ($db:ty: $($name:ident),* $(,)?) => {

@@ -9,7 +9,7 @@ use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
     Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-    KeyTable, Page, StoreError,
+    KeyTable, OperationInfo, Page, StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -138,6 +138,16 @@ impl Db {
     /// See [`KeyTable::sweep_batch`].
     pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         on_table!(self, t => t.sweep_batch(before_ms, batch).await)
+    }
+
+    /// See [`KeyTable::count_sweepable`].
+    pub async fn count_sweepable(&self, before_ms: i64) -> Result<u64, StoreError> {
+        on_table!(self, t => t.count_sweepable(before_ms).await)
+    }
+
+    /// See [`KeyTable::operations`].
+    pub async fn operations(&self, now_ms: i64) -> Result<Vec<OperationInfo>, StoreError> {
+        on_table!(self, t => t.operations(now_ms).await)
     }
 }
 

@@ -15,7 +15,7 @@
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
 //!   by this process's reconciler — once it ran out.
 //!
-//! Applies the migrations at start, runs the reconciler (every half lease, between 1 s and
+//! Applies the migrations and registers the payment operation at start, runs the reconciler (every half lease, between 1 s and
 //! 10 s), logs `listening on http://ADDR` once it accepts connections, and shuts down
 //! gracefully on SIGTERM or SIGINT. The HTTP contract is described in
 //! [`idem_examples::payments`].
@@ -61,6 +61,9 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     idem.migrate().await?;
     DB::migrate_orders(idem.pool()).await?;
     let ctx = Arc::new(PaymentsCtx::new(&provider_url, lease)?);
+    // The operator tool `idem` shows the operation's scope, ttl, mode and lease beside its
+    // keys.
+    idem.register(&[&ctx.spec]).await?;
 
     // Stuck payments — their attempt died and nobody retries — are resumed from here. Every
     // instance runs one; the takeover is fenced, so one attempt resumes each key.
