@@ -26,7 +26,6 @@ mod db;
 mod error;
 mod format;
 mod output;
-mod pending;
 
 use std::io::IsTerminal as _;
 
