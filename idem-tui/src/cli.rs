@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 /// 2 usage, 3 key not found, 4 refused (the key changed or is not in a state the action
 /// allows, or --read-only).
 #[derive(Debug, Parser)]
-#[command(name = "idem", version, about, long_about)]
+#[command(name = "idem", version)]
 pub struct Cli {
     /// The database: `postgres://user:password@host/db` or `sqlite:path/to/app.db`.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]

@@ -11,7 +11,8 @@ pub struct Failure {
     pub code: i32,
     /// What went wrong, in one line.
     pub message: String,
-    /// The key as it is now, when an action was refused because it changed.
+    /// The key as it is now (`null` once deleted), when an action was refused because it
+    /// changed.
     pub current: Option<Value>,
 }
 
@@ -76,7 +77,7 @@ impl From<StoreError> for Failure {
                     }
                     None => "refused: the key was deleted since it was read".to_owned(),
                 },
-                current: current.map(|row| crate::format::row_json(&row)),
+                current: Some(current.map_or(Value::Null, |row| crate::format::row_json(&row))),
             },
             StoreError::NotApplicable(why) => {
                 Self::new(Self::REFUSED, format!("refused: not applicable: {why}"))
@@ -86,5 +87,28 @@ impl From<StoreError> for Failure {
             | StoreError::InvalidStatus(_) => Self::usage(error.to_string()),
             other => Self::error(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_exit_codes() {
+        let changed = Failure::from(StoreError::Changed { current: None });
+        assert_eq!(changed.code, Failure::REFUSED);
+        assert_eq!(changed.current, Some(Value::Null));
+        let not_applicable = Failure::from(StoreError::NotApplicable("expired".into()));
+        assert_eq!(not_applicable.code, Failure::REFUSED);
+        assert!(not_applicable.message.contains("expired"));
+        assert_eq!(
+            Failure::from(StoreError::InvalidCursor).code,
+            Failure::USAGE
+        );
+        assert_eq!(
+            Failure::from(StoreError::Corrupt("x".into())).code,
+            Failure::ERROR
+        );
     }
 }

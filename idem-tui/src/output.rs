@@ -111,6 +111,7 @@ impl Table {
                     }
                 }
             }
+            let mut text = text.trim_end().to_owned();
             text.push('\n');
             text
         };
@@ -127,7 +128,10 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(n, _)| n.len() + 1).max().unwrap_or(0);
     pairs
         .iter()
-        .map(|(name, value)| format!("{name:width$}  {value}\n", name = format!("{name}:")))
+        .map(|(name, value)| {
+            let line = format!("{name:width$}  {value}", name = format!("{name}:"));
+            format!("{}\n", line.trim_end())
+        })
         .collect()
 }
 
