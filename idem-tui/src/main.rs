@@ -61,6 +61,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .database_url
         .clone()
         .ok_or_else(|| Failure::usage("no database: pass --database-url or set DATABASE_URL"))?;
+    check_url(&url, cli.schema.as_deref())?;
     let operator = operator(cli.operator.as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -88,6 +89,23 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         output::print(&report, cli.json);
         Ok(0)
     })
+}
+
+/// Refuses, as usage errors, a URL of an unknown scheme and `--schema` with SQLite.
+fn check_url(url: &str, schema: Option<&str>) -> Result<(), Failure> {
+    let sqlite = url.starts_with("sqlite:");
+    if !sqlite && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        return Err(Failure::usage(format!(
+            "{}: unknown database URL: expected postgres://… or sqlite:…",
+            db::redact(url)
+        )));
+    }
+    if sqlite && schema.is_some() {
+        return Err(Failure::usage(
+            "--schema applies to PostgreSQL only; SQLite has no schemas",
+        ));
+    }
+    Ok(())
 }
 
 /// `--operator`, else the OS user (`USER`, `USERNAME`), else `unknown`.

@@ -592,6 +592,8 @@ fn usage_errors_exit_2() {
         ]
         .concat(),
         &db[..],
+        &["--database-url", "mysql://root:pw@localhost/db", "stats"],
+        &[&db[..], &["--schema", "app", "stats"]].concat(),
     ] {
         idem(&args(bad), None).code(EXIT_USAGE);
     }
