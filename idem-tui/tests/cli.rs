@@ -35,7 +35,7 @@ async fn lists_filter_and_paginate<DB: TestDb>() {
     let s = Seeded::<DB>::new().await;
     let all = s.run(&["keys", "list", "--json"]);
     let doc = all.code(0).json();
-    assert_eq!(keys_of(&doc).len(), 11, "{doc:#}");
+    assert_eq!(keys_of(&doc).len(), 12, "{doc:#}");
     assert_eq!(doc["next"], Value::Null);
     let a1 = doc["keys"]
         .as_array()
@@ -62,7 +62,7 @@ async fn lists_filter_and_paginate<DB: TestDb>() {
         ),
         ("stuck", vec!["s-stuck-1", "s-stuck-2", "s-stuck-3"]),
         ("expired", vec!["old-1", "recent-1"]),
-        ("processing", vec![]),
+        ("processing", vec!["s-running"]),
     ] {
         let doc = s
             .run(&["keys", "list", "--status", status, "--json"])
@@ -92,7 +92,7 @@ async fn lists_filter_and_paginate<DB: TestDb>() {
     let by_scope = s
         .run(&["keys", "list", "--scope", "tenant:acme", "--json"])
         .json();
-    assert_eq!(keys_of(&by_scope).len(), 5);
+    assert_eq!(keys_of(&by_scope).len(), 6);
     let by_prefix = s
         .run(&["--json", "keys", "list", "--key-prefix", "a-"])
         .json();
@@ -134,7 +134,7 @@ async fn lists_filter_and_paginate<DB: TestDb>() {
     }
     assert_eq!(pages, 3);
     assert_eq!(paged, keys_of(&doc));
-    assert_eq!(paged.iter().collect::<BTreeSet<_>>().len(), 11);
+    assert_eq!(paged.iter().collect::<BTreeSet<_>>().len(), 12);
 
     // Tables for people.
     let text = s
@@ -291,7 +291,7 @@ async fn show_tells_everything<DB: TestDb>() {
 /// Every action: applied and checked in the database, audited with operator and reason;
 /// refused ones exit 4, missing keys 3, usage errors 2.
 async fn actions_are_fenced_and_audited<DB: TestDb>() {
-    let s = Seeded::<DB>::new().await;
+    let mut s = Seeded::<DB>::new().await;
     let pay = |k: &'static str| -> Vec<&'static str> {
         vec![
             "--scope",
@@ -474,6 +474,22 @@ async fn actions_are_fenced_and_audited<DB: TestDb>() {
     assert_eq!(one_key["audit"][0]["reason"], "INC-1");
     assert!(s.run(&["audit"]).code(0).stdout.contains("INC-1"));
     std::fs::remove_file(body).ok();
+
+    // Releasing a running attempt fences it out: its last write is refused.
+    let released = s
+        .run(&with(
+            &["keys", "release"],
+            pay("s-running"),
+            &["--reason", "hung", "--json"],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(released["before"]["status"], "processing");
+    assert_eq!(released["after"]["attempt"], 2);
+    assert!(s.finish_running().await.is_err(), "fenced out");
+    let row = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
+    assert_eq!((row.status, row.attempt), (KeyStatus::Stuck, 2));
+    assert!(row.response.is_none());
 }
 
 /// `stats`, `sweep` (dry run, then for real) and `operations`.
@@ -482,7 +498,7 @@ async fn stats_sweep_and_operations<DB: TestDb>() {
     let stats = s.run(&["stats", "--json"]).code(0).json();
     assert_eq!(
         stats["by_status"],
-        serde_json::json!({"completed": 6, "processing": 0, "stuck": 3, "expired": 2, "total": 11})
+        serde_json::json!({"completed": 6, "processing": 1, "stuck": 3, "expired": 2, "total": 12})
     );
     assert_eq!(stats["by_operation"]["pay:v1"]["stuck"], 3);
     assert_eq!(stats["by_operation"]["orders:v1"]["expired"], 2);

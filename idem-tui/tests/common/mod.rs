@@ -148,11 +148,14 @@ pub fn idem(args: &[String], stdin: Option<&[u8]>) -> Run {
 /// | `t-1` | tenant:acme | refunds:v1 | completed (not registered) |
 /// | `s-stuck-1..3` | tenant:acme | pay:v1 | stuck (staged, interrupted after `charge`) |
 /// | `s-done` | tenant:acme | pay:v1 | completed (staged, with journal and request) |
+/// | `s-running` | tenant:acme | pay:v1 | processing: an attempt holds it (lease of an hour) |
 ///
 /// `orders:v1`, `pay:v1` and `unused:v2` (no keys) are registered.
 pub struct Seeded<DB: TestDb> {
     pub idem: Idem<DB>,
     pub args: Vec<String>,
+    running: tokio::task::JoinHandle<Result<(), idem_runtime::Error>>,
+    gate: Arc<tokio::sync::Notify>,
 }
 
 impl<DB: TestDb> Seeded<DB> {
@@ -184,11 +187,44 @@ impl<DB: TestDb> Seeded<DB> {
         atomic(&idem, &ORDERS, "global", "bin-1", binary).await;
         atomic(&idem, &REFUNDS, "tenant:acme", "t-1", json_record(20)).await;
         for k in ["s-stuck-1", "s-stuck-2", "s-stuck-3"] {
-            assert!(staged(&idem, k, false).await.is_err(), "{k} interrupted");
+            assert!(
+                staged(&idem, k, Then::Interrupt).await.is_err(),
+                "{k} interrupted"
+            );
         }
-        staged(&idem, "s-done", true).await.unwrap();
+        staged(&idem, "s-done", Then::Finish).await.unwrap();
+        // An attempt that holds its key (live lease) until the test ends.
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let running = {
+            let (idem, gate) = (idem.clone(), Arc::clone(&gate));
+            tokio::spawn(async move { staged(&idem, "s-running", Then::Wait(gate)).await })
+        };
+        while idem
+            .lookup(KeyRef {
+                scope: "tenant:acme",
+                operation: PAY.id,
+                key: "s-running",
+            })
+            .await
+            .unwrap()
+            .and_then(|row| row.recovery_point)
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         idem.register(&[&ORDERS, &PAY, &UNUSED]).await.unwrap();
-        Self { idem, args }
+        Self {
+            idem,
+            args,
+            running,
+            gate,
+        }
+    }
+
+    /// Lets the running attempt of `s-running` go on, and returns how it ended.
+    pub async fn finish_running(&mut self) -> Result<(), idem_runtime::Error> {
+        self.gate.notify_one();
+        (&mut self.running).await.unwrap()
     }
 
     /// Runs the tool on this database with `args`.
@@ -251,12 +287,20 @@ async fn atomic<DB: TestDb>(
     .unwrap();
 }
 
-/// Runs a staged execution of `pay:v1` that records `charge`, then finishes or is
-/// interrupted (its lease released: the key is stuck at once).
+/// What a staged execution does after its `charge` step.
+enum Then {
+    Finish,
+    /// Fails retryably: the lease is released, the key is stuck at once.
+    Interrupt,
+    /// Waits for the gate, then finishes.
+    Wait(Arc<tokio::sync::Notify>),
+}
+
+/// Runs a staged execution of `pay:v1` that records `charge`, then does `then`.
 async fn staged<DB: TestDb>(
     idem: &Idem<DB>,
     key: &str,
-    finish: bool,
+    then: Then,
 ) -> Result<(), idem_runtime::Error> {
     let k = IdempotencyKey::new(key).unwrap();
     let call = Call {
@@ -264,34 +308,29 @@ async fn staged<DB: TestDb>(
         key: &k,
         fingerprint: Fingerprint::of(PAY.id, &json!({"amount": 100}), &[]).unwrap(),
     };
-    let finish = Arc::new(finish);
     idem.staged(
         &PAY,
         call,
         json!({"amount": 100}),
-        move |attempt, _request| {
-            let finish = Arc::clone(&finish);
-            async move {
-                let charge: String = attempt
-                    .step("charge", |provider_key| async move {
-                        Ok(format!("ch_{provider_key}"))
-                    })
-                    .await?;
-                if !*finish {
-                    return Err(StepError::retryable("the network blinked"));
-                }
-                let done: Finished = attempt
-                    .finish(move |_tx| {
-                        Box::pin(async move {
-                            Ok(
-                                Record::json(StatusCode::CREATED, &json!({"charge": charge}))
-                                    .unwrap(),
-                            )
-                        })
-                    })
-                    .await?;
-                Ok(done)
+        move |attempt, _request| async move {
+            let charge: String = attempt
+                .step("charge", |provider_key| async move {
+                    Ok(format!("ch_{provider_key}"))
+                })
+                .await?;
+            match then {
+                Then::Finish => {}
+                Then::Interrupt => return Err(StepError::retryable("the network blinked")),
+                Then::Wait(gate) => gate.notified().await,
             }
+            let done: Finished = attempt
+                .finish(move |_tx| {
+                    Box::pin(async move {
+                        Ok(Record::json(StatusCode::CREATED, &json!({"charge": charge})).unwrap())
+                    })
+                })
+                .await?;
+            Ok(done)
         },
     )
     .await
