@@ -24,8 +24,8 @@ pub(super) async fn sweep(context: &Context, args: SweepArgs) -> Result<Report, 
     let now = format::now_ms();
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     let before = now.saturating_sub(grace_ms);
-    let sweepable = context.db.count_sweepable(before).await?;
     if args.dry_run {
+        let sweepable = context.db.count_sweepable(before).await?;
         let json = json!({
             "dry_run": true,
             "expired_before": rfc3339(before),
@@ -33,19 +33,26 @@ pub(super) async fn sweep(context: &Context, args: SweepArgs) -> Result<Report, 
             "deleted": 0,
         });
         let text = format!(
-            "{sweepable} keys expired before {} UTC (dry run: nothing deleted)\n",
+            "{sweepable} {} expired before {} UTC (dry run: nothing deleted)\n",
+            keys(sweepable),
             format::short_time(before)
         );
         return Ok(Report { json, text });
     }
 
-    // A progress bar on a terminal only (indicatif hides it when stderr is not one).
+    // A progress bar on a terminal only (indicatif hides it when stderr is not one); its
+    // length costs a count, made only when the bar shows.
     let target = if context.json {
         ProgressDrawTarget::hidden()
     } else {
         ProgressDrawTarget::stderr()
     };
-    let bar = ProgressBar::with_draw_target(Some(sweepable), target);
+    let length = if target.is_hidden() {
+        None
+    } else {
+        Some(context.db.count_sweepable(before).await?)
+    };
+    let bar = ProgressBar::with_draw_target(length, target);
     if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} keys deleted ({eta})") {
         bar.set_style(style);
     }
@@ -69,10 +76,17 @@ pub(super) async fn sweep(context: &Context, args: SweepArgs) -> Result<Report, 
         "batches": batches,
     });
     let text = format!(
-        "deleted {deleted} keys expired before {} UTC ({batches} batches)\n",
-        format::short_time(before)
+        "deleted {deleted} {} expired before {} UTC ({batches} {})\n",
+        keys(deleted),
+        format::short_time(before),
+        if batches == 1 { "batch" } else { "batches" }
     );
     Ok(Report { json, text })
+}
+
+/// `key` or `keys`.
+fn keys(n: u64) -> &'static str {
+    if n == 1 { "key" } else { "keys" }
 }
 
 /// `--grace`: `7d`, `12h`, `30m`, `90s`, `1d12h`; `0s` sweeps every expired key.
