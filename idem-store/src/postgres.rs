@@ -45,6 +45,14 @@ static MIGRATIONS: [Migration; 4] = [
     ),
 ];
 
+/// `now_ms` as a `timestamptz` in a listing.
+fn push_now(query: &mut QueryBuilder<'_, Postgres>, now_ms: i64) {
+    query
+        .push(sql::NOW_TS.0)
+        .push_bind(now_ms)
+        .push(sql::NOW_TS.1);
+}
+
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
 /// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
 /// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
@@ -157,11 +165,16 @@ mod sql {
     pub(super) const LIST: &str =
         concat!("SELECT ", columns!(), " FROM idempotency_keys WHERE TRUE");
 
-    /// `expires_at` in milliseconds, as the filters compare it with `now_ms` (the same value
-    /// `KeyRow::expires_at_ms` holds, so filters and the status shown agree).
-    pub(super) const EXPIRES_MS: &str = ms!("expires_at");
-    /// `locked_until` in milliseconds, likewise.
-    pub(super) const LOCKED_MS: &str = ms!("locked_until");
+    /// `$1` milliseconds as a `timestamptz`.
+    macro_rules! AT_1 {
+        () => {
+            "to_timestamp($1::float8 / 1000)"
+        };
+    }
+
+    /// A listing's `now_ms` parameter as a `timestamptz`: the filters compare the columns
+    /// themselves with it, so that indexes on them serve the comparison.
+    pub(super) const NOW_TS: (&str, &str) = ("to_timestamp(", "::float8 / 1000)");
 
     /// Expiry now, never later than it was.
     pub(super) const EXPIRE: &str = concat!(
@@ -181,13 +194,13 @@ mod sql {
     /// Keys per operation and state, with the earliest `created_at` of each group (the
     /// stuck groups' give the oldest stuck key).
     pub(super) const COUNTS: &str = concat!(
-        "SELECT operation, CASE WHEN status = 'completed' AND ",
-        ms!("expires_at"),
-        " <= $1 THEN 'expired' WHEN status = 'processing' AND ",
-        ms!("locked_until"),
-        " <= $1 THEN 'stuck' ELSE status END AS state, count(*), min(",
-        ms!("created_at"),
-        ") FROM idempotency_keys GROUP BY 1, 2"
+        "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= ",
+        AT_1!(),
+        " THEN 'expired' WHEN status = 'processing' AND locked_until <= ",
+        AT_1!(),
+        " THEN 'stuck' ELSE status END AS state, count(*), ",
+        ms!("min(created_at)"),
+        " FROM idempotency_keys GROUP BY 1, 2"
     );
 
     pub(super) const TABLE_BYTES: &str =
@@ -519,24 +532,23 @@ impl sealed::Sealed for Postgres {
         match filter.status {
             None => {}
             Some(KeyStatus::Completed) => {
-                query.push(" AND status = 'completed' AND ");
-                query.push(sql::EXPIRES_MS).push(" > ").push_bind(now_ms);
+                query.push(" AND status = 'completed' AND expires_at > ");
+                push_now(&mut query, now_ms);
             }
             Some(KeyStatus::Expired) => {
-                query.push(" AND status = 'completed' AND ");
-                query.push(sql::EXPIRES_MS).push(" <= ").push_bind(now_ms);
+                query.push(" AND status = 'completed' AND expires_at <= ");
+                push_now(&mut query, now_ms);
             }
             Some(KeyStatus::Processing) => {
-                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
-                query
-                    .push(sql::LOCKED_MS)
-                    .push(" > ")
-                    .push_bind(now_ms)
-                    .push(")");
+                query.push(
+                    " AND status = 'processing' AND (locked_until IS NULL OR locked_until > ",
+                );
+                push_now(&mut query, now_ms);
+                query.push(")");
             }
             Some(KeyStatus::Stuck) => {
-                query.push(" AND status = 'processing' AND ");
-                query.push(sql::LOCKED_MS).push(" <= ").push_bind(now_ms);
+                query.push(" AND status = 'processing' AND locked_until <= ");
+                push_now(&mut query, now_ms);
             }
         }
         if let Some(operation) = &filter.operation {
