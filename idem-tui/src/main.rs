@@ -1,59 +1,138 @@
 //! `idem`: the operator's terminal UI and command line for idem's key table.
 //!
-//! `idem` with no subcommand on a terminal opens the UI; every subcommand prints a table (or
-//! one JSON document with `--json`) and works without a terminal. See `idem --help` and the
-//! README's runbook.
+//! `idem` with no command, on a terminal, opens the UI. Every command works without a
+//! terminal and prints aligned columns, or one JSON document on stdout with `--json`:
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `keys list [--status S] [--operation OP] [--scope S] [--key-prefix P] [--limit N] [--after CURSOR]` | one page of keys; `next` is the cursor of the following page |
+//! | `keys show --scope S --operation OP --key K` | every column, the stored response, the journal and request, the audit history |
+//! | `keys expire\|release\|delete … [--reason R]` | an operator action, fenced by the row as read, audited |
+//! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R]` | completes a processing or stuck key with a response |
+//! | `stuck` | `keys list --status stuck` |
+//! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
+//! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
+//! | `sweep --grace 7d [--batch N] [--dry-run]` | deletes keys that expired more than the grace period ago |
+//! | `operations` | every operation seen or registered, with its counts and settings |
+//!
+//! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
+//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key not found,
+//! 4 refused (the key changed, the action does not apply to its state, or `--read-only`).
+//! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.
 
-// The command line uses the rest of the database handle.
-#[allow(dead_code)]
+mod cli;
+mod commands;
 mod db;
+mod error;
+mod format;
+mod output;
 mod ui;
 
-/// Until the command line lands: `DATABASE_URL=… idem [--operator NAME] [--read-only]` opens
-/// the UI (the operator defaults to `$USER`).
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut operator = std::env::var("USER").unwrap_or_default();
-    let mut read_only = false;
-    let mut url = std::env::var("DATABASE_URL").ok();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--operator" => {
-                operator = args.get(i + 1).cloned().unwrap_or_default();
-                i += 1;
-            }
-            "--database-url" => {
-                url = args.get(i + 1).cloned();
-                i += 1;
-            }
-            "--read-only" => read_only = true,
-            other => {
-                eprintln!("idem: unknown argument {other}");
-                std::process::exit(2);
-            }
+use std::io::IsTerminal as _;
+
+use clap::{CommandFactory as _, Parser as _};
+
+use crate::cli::Cli;
+use crate::commands::Context;
+use crate::db::Db;
+use crate::error::Failure;
+
+fn main() {
+    let cli = Cli::parse();
+    let as_json = cli.json;
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(failure) => {
+            output::print_failure(&failure, as_json);
+            failure.code
         }
-        i += 1;
+    };
+    std::process::exit(code);
+}
+
+/// Runs the command line; the exit code.
+fn run(cli: Cli) -> Result<i32, Failure> {
+    if cli.command.is_none() && !std::io::stdout().is_terminal() {
+        // Not a terminal, no command: nothing to open.
+        let help = Cli::command().render_help();
+        eprintln!("{help}");
+        return Ok(Failure::USAGE);
     }
-    let Some(url) = url else {
-        eprintln!("idem: set DATABASE_URL or --database-url");
-        std::process::exit(2);
+    let url = cli
+        .database_url
+        .clone()
+        .ok_or_else(|| Failure::usage("no database: pass --database-url or set DATABASE_URL"))?;
+    check_url(&url, cli.schema.as_deref())?;
+    let operator = operator(cli.operator.as_deref())?;
+    // Two workers: the UI draws on one while its database calls run on the other.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::error(format!("cannot start: {e}")))?;
+    runtime.block_on(async move {
+        let db = Db::connect(&url, cli.schema.as_deref())
+            .await
+            .map_err(|e| Failure::error(e.to_string()))?;
+        let Some(command) = cli.command else {
+            let options = ui::Options {
+                database: db::redact(&url),
+                operator,
+                read_only: cli.read_only,
+            };
+            return Ok(open_ui(db, options).await);
+        };
+        let context = Context {
+            db,
+            operator,
+            read_only: cli.read_only,
+            json: cli.json,
+        };
+        let report = commands::run(&context, command).await?;
+        output::print(&report, cli.json);
+        Ok(0)
+    })
+}
+
+/// Refuses, as usage errors, a URL of an unknown scheme and `--schema` with SQLite.
+fn check_url(url: &str, schema: Option<&str>) -> Result<(), Failure> {
+    let sqlite = url.starts_with("sqlite:");
+    if !sqlite && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        return Err(Failure::usage(format!(
+            "{}: unknown database URL: expected postgres://… or sqlite:…",
+            db::redact(url)
+        )));
+    }
+    if sqlite && schema.is_some() {
+        return Err(Failure::usage(
+            "--schema applies to PostgreSQL only; SQLite has no schemas",
+        ));
+    }
+    Ok(())
+}
+
+/// `--operator`, else the OS user (`USER`, `USERNAME`), else `unknown`.
+fn operator(given: Option<&str>) -> Result<String, Failure> {
+    let name = match given {
+        Some(name) => name.trim().to_owned(),
+        None => ["USER", "USERNAME"]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+            .unwrap_or_else(|| "unknown".to_owned()),
     };
-    let db = match db::Db::connect(&url, None).await {
-        Ok(db) => db,
-        Err(e) => {
-            eprintln!("idem: {e}");
-            std::process::exit(1);
+    if name.is_empty() {
+        return Err(Failure::usage("--operator is empty: name who acts"));
+    }
+    Ok(name)
+}
+
+/// Opens the terminal UI on `db`; the exit code.
+async fn open_ui(db: Db, options: ui::Options) -> i32 {
+    match ui::run(db, options).await {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("idem: the terminal UI failed: {error}");
+            Failure::ERROR
         }
-    };
-    let options = ui::Options {
-        database: db::redact(&url),
-        operator,
-        read_only,
-    };
-    if let Err(e) = ui::run(db, options).await {
-        eprintln!("idem: {e}");
-        std::process::exit(1);
     }
 }

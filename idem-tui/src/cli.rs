@@ -1,0 +1,185 @@
+//! The command line's grammar: global options, commands and their arguments (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// idem's operator tool: inspect and manage the idempotency keys of a live database.
+///
+/// Without a command, on a terminal, opens the terminal UI. Exit codes: 0 done, 1 error,
+/// 2 usage, 3 key not found, 4 refused (the key changed or is not in a state the action
+/// allows, or --read-only).
+#[derive(Debug, Parser)]
+#[command(name = "idem", version)]
+pub struct Cli {
+    /// The database: `postgres://user:password@host/db` or `sqlite:path/to/app.db`.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// PostgreSQL schema holding idem's tables, when not the default search path.
+    #[arg(long, global = true)]
+    pub schema: Option<String>,
+
+    /// Who acts, for the audit trail [default: the OS user, else `unknown`].
+    #[arg(long, global = true)]
+    pub operator: Option<String>,
+
+    /// Refuse every action: only read (actions exit with 4).
+    #[arg(long, global = true)]
+    pub read_only: bool,
+
+    /// Print one JSON document on stdout instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do; without one, the terminal UI.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List, inspect and act on keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Stuck keys: staged executions whose lease ran out (`keys list --status stuck`).
+    Stuck(ListFilter),
+    /// Keys by status and by operation, the oldest stuck key, the table's size.
+    Stats,
+    /// The audit trail of operator actions, newest first.
+    Audit(AuditArgs),
+    /// Delete keys that expired more than a grace period ago, batch by batch.
+    Sweep(SweepArgs),
+    /// Every operation seen in the key table or registered, with its counts and settings.
+    Operations,
+}
+
+/// `idem keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// List keys, one page at a time, in (scope, operation, key) order.
+    List(ListArgs),
+    /// Everything about one key: its columns, stored response, journal and audit history.
+    Show(KeyArgs),
+    /// Expire a key now: it answers 410 (or runs again) until swept.
+    Expire(ActionArgs),
+    /// Hand a processing or stuck key back: the next retry resumes it at once.
+    Release(ActionArgs),
+    /// Complete a processing or stuck key with a response retries will replay.
+    Complete(ResponseArgs),
+    /// Complete a processing or stuck key with a failure (status 400 or more).
+    Fail(ResponseArgs),
+    /// Delete a key: the next request with it runs as a first one.
+    Delete(ActionArgs),
+}
+
+/// `keys list`: the filters, plus the status.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys in this state: completed, processing, stuck or expired.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// The other filters.
+    #[command(flatten)]
+    pub filter: ListFilter,
+}
+
+/// Filters shared by `keys list` and `stuck`.
+#[derive(Debug, Args)]
+pub struct ListFilter {
+    /// Only this operation id (exact), e.g. `create_order:v1`.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only this scope (exact): `global`, `tenant:<id>` or `user:<id>`.
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Only keys starting with this text (case-sensitive).
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Keys per page (1 to 1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// Start after this position: the `next` of the previous page.
+    #[arg(long)]
+    pub after: Option<String>,
+}
+
+/// One key, named by its triple.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The key's scope: `global`, `tenant:<id>` or `user:<id>`.
+    #[arg(long)]
+    pub scope: String,
+    /// The key's operation id, e.g. `create_order:v1`.
+    #[arg(long)]
+    pub operation: String,
+    /// The client's idempotency key.
+    #[arg(long)]
+    pub key: String,
+}
+
+/// An action on one key.
+#[derive(Debug, Args)]
+pub struct ActionArgs {
+    /// The key.
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Why (a ticket, an incident), for the audit trail.
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+/// `complete` and `fail`: an action with the response to store.
+#[derive(Debug, Args)]
+pub struct ResponseArgs {
+    /// The key and the reason.
+    #[command(flatten)]
+    pub action: ActionArgs,
+    /// The status retries will get (`fail`: 400 or more).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(100..=599))]
+    pub status: u16,
+    /// A file holding the body, `-` for stdin [default: an empty body].
+    #[arg(long)]
+    pub body: Option<PathBuf>,
+    /// A stored header, `Name: value`; repeat for several.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+}
+
+/// `idem audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Entries at most (1 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// Only actions by this operator.
+    #[arg(long = "by", value_name = "OPERATOR")]
+    pub by: Option<String>,
+    /// Only actions on keys of this scope.
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Only actions on keys of this operation.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only actions on this client key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Only entries older than this id (the last id of the previous page).
+    #[arg(long)]
+    pub before_id: Option<i64>,
+}
+
+/// `idem sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Delete keys that expired more than this long ago: `7d`, `12h`, `30m`, `90s`, `1d12h`.
+    #[arg(long)]
+    pub grace: String,
+    /// Keys deleted per statement.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch: u32,
+    /// Only count the keys a sweep would delete.
+    #[arg(long)]
+    pub dry_run: bool,
+}

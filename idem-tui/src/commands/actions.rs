@@ -1,0 +1,183 @@
+//! `keys expire|release|complete|fail|delete`: one operator action on one key, fenced by the
+//! row as it was read and recorded in the audit trail.
+
+use std::io::Read as _;
+use std::path::Path;
+
+use idem_store::{Action, Actor, StoredResponse};
+use serde_json::{Value, json};
+
+use super::Context;
+use super::keys::row_text;
+use crate::cli::{ActionArgs, ResponseArgs};
+use crate::error::Failure;
+use crate::format;
+use crate::output::Report;
+
+/// Which action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Expire,
+    Release,
+    Complete,
+    Fail,
+    Delete,
+}
+
+/// An action without a response: expire, release, delete.
+pub(super) async fn act(
+    context: &Context,
+    kind: Kind,
+    args: ActionArgs,
+) -> Result<Report, Failure> {
+    let action = match kind {
+        Kind::Expire => Action::Expire,
+        Kind::Release => Action::Release,
+        Kind::Delete => Action::Delete,
+        // (Reached through `respond` only.)
+        Kind::Complete | Kind::Fail => {
+            return Err(Failure::usage("complete and fail need --status"));
+        }
+    };
+    perform(context, &args, action).await
+}
+
+/// `complete` or `fail`: stores the response given on the command line.
+pub(super) async fn respond(
+    context: &Context,
+    kind: Kind,
+    args: ResponseArgs,
+) -> Result<Report, Failure> {
+    if kind == Kind::Fail && args.status < 400 {
+        return Err(Failure::usage(format!(
+            "fail needs a failure status (400 or more), not {}; use complete for a success",
+            args.status
+        )));
+    }
+    let headers = args
+        .headers
+        .iter()
+        .map(|line| parse_header(line))
+        .collect::<Result<Vec<_>, _>>()?;
+    context.writable(if kind == Kind::Fail {
+        "fail"
+    } else {
+        "complete"
+    })?;
+    let body = match &args.body {
+        None => Vec::new(),
+        Some(path) => read_body(path)?,
+    };
+    let response = StoredResponse {
+        status: args.status,
+        headers,
+        body: body.into(),
+    };
+    let action = if kind == Kind::Fail {
+        Action::Fail(response)
+    } else {
+        Action::Complete(response)
+    };
+    perform(context, &args.action, action).await
+}
+
+/// Reads the row, acts with it as the expected one, and reports the row before and after.
+async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result<Report, Failure> {
+    context.writable(action.name())?;
+    let key = &args.key;
+    let now = format::now_ms();
+    let row = context
+        .db
+        .get(key.key_ref(), now)
+        .await?
+        .ok_or_else(|| Failure::not_found(key))?;
+    let mut actor = Actor::new(context.operator.clone());
+    if let Some(reason) = &args.reason {
+        actor = actor.reason(reason.clone());
+    }
+    let acted = context
+        .db
+        .act(key.key_ref(), &row, &action, &actor, now)
+        .await?;
+    let json = json!({
+        "action": action.name(),
+        "before": format::row_json(&acted.before),
+        "after": acted.after.as_ref().map_or(Value::Null, format::row_json),
+        "audit_id": acted.audit_id,
+        "operator": context.operator,
+        "reason": args.reason,
+    });
+    let mut text = format!(
+        "{}: {} (audit #{}, by {})\n\nbefore:\n{}",
+        action.name(),
+        key.key,
+        acted.audit_id,
+        context.operator,
+        row_text(&acted.before, now)
+    );
+    match &acted.after {
+        Some(after) => text.push_str(&format!("\nafter:\n{}", row_text(after, now))),
+        None => text.push_str("\nafter: deleted\n"),
+    }
+    Ok(Report { json, text })
+}
+
+/// `Name: value` into a stored header: a name of token characters (lowercased, as the
+/// runtime stores them) and a value without control characters.
+fn parse_header(line: &str) -> Result<(String, String), Failure> {
+    let bad = |why: &str| Failure::usage(format!("invalid --header {line:?}: {why}"));
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| bad("expected `Name: value`"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(bad("the name is empty"));
+    }
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if !name.chars().all(token) {
+        return Err(bad(
+            "the name may hold letters, digits and !#$%&'*+-.^_`|~ only",
+        ));
+    }
+    let value = value.trim();
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(bad("the value holds a control character"));
+    }
+    Ok((name.to_ascii_lowercase(), value.to_owned()))
+}
+
+/// The body from `path`, or from stdin for `-`.
+fn read_body(path: &Path) -> Result<Vec<u8>, Failure> {
+    if path == Path::new("-") {
+        let mut body = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut body)
+            .map_err(|e| Failure::error(format!("cannot read the body from stdin: {e}")))?;
+        Ok(body)
+    } else {
+        std::fs::read(path).map_err(|e| {
+            Failure::error(format!("cannot read the body from {}: {e}", path.display()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_header;
+
+    #[test]
+    fn headers_are_validated() {
+        assert_eq!(
+            parse_header("Content-Type: application/json").ok(),
+            Some(("content-type".into(), "application/json".into()))
+        );
+        assert_eq!(
+            parse_header("location:/orders/7").ok(),
+            Some(("location".into(), "/orders/7".into()))
+        );
+        for bad in ["no colon", ": empty name", "bad name: x", "x-a: b\r\nc"] {
+            assert!(parse_header(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The commands: each reads (or acts on) the database and returns a [`Report`], or a
+//! [`Failure`] with its exit code.
+
+mod actions;
+mod keys;
+mod operations;
+mod stats;
+mod sweep;
+
+use crate::cli::{Command, KeyArgs, KeysCommand, ListArgs};
+use crate::db::Db;
+use crate::error::Failure;
+use crate::output::Report;
+use idem_store::KeyRef;
+
+/// What every command runs with.
+#[derive(Debug)]
+pub struct Context {
+    /// The database.
+    pub db: Db,
+    /// Who acts (`--operator`).
+    pub operator: String,
+    /// `--read-only`: actions are refused.
+    pub read_only: bool,
+    /// `--json`: the report is printed as JSON (commands with progress output check it).
+    pub json: bool,
+}
+
+impl Context {
+    /// Refuses `what` when the tool runs `--read-only`.
+    ///
+    /// # Errors
+    /// [`Failure::REFUSED`] under `--read-only`.
+    pub fn writable(&self, what: &str) -> Result<(), Failure> {
+        if self.read_only {
+            Err(Failure::read_only(what))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Runs `command`.
+///
+/// # Errors
+/// The command's [`Failure`].
+pub async fn run(context: &Context, command: Command) -> Result<Report, Failure> {
+    match command {
+        Command::Keys(KeysCommand::List(args)) => keys::list(context, args).await,
+        Command::Keys(KeysCommand::Show(key)) => keys::show(context, &key).await,
+        Command::Keys(KeysCommand::Expire(args)) => {
+            actions::act(context, actions::Kind::Expire, args).await
+        }
+        Command::Keys(KeysCommand::Release(args)) => {
+            actions::act(context, actions::Kind::Release, args).await
+        }
+        Command::Keys(KeysCommand::Delete(args)) => {
+            actions::act(context, actions::Kind::Delete, args).await
+        }
+        Command::Keys(KeysCommand::Complete(args)) => {
+            actions::respond(context, actions::Kind::Complete, args).await
+        }
+        Command::Keys(KeysCommand::Fail(args)) => {
+            actions::respond(context, actions::Kind::Fail, args).await
+        }
+        Command::Stuck(filter) => {
+            let args = ListArgs {
+                status: Some("stuck".to_owned()),
+                filter,
+            };
+            keys::list(context, args).await
+        }
+        Command::Stats => stats::stats(context).await,
+        Command::Audit(args) => stats::audit(context, args).await,
+        Command::Sweep(args) => sweep::sweep(context, args).await,
+        Command::Operations => operations::operations(context).await,
+    }
+}
+
+impl KeyArgs {
+    /// The key, as the store names it.
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
+}

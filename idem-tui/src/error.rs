@@ -1,0 +1,114 @@
+//! Why a command failed, and the exit code that says so.
+
+use idem_store::StoreError;
+use serde_json::Value;
+
+/// A command's failure: the exit code, one line for the operator, and, for a refused
+/// action on a key that changed, the key as it is now.
+#[derive(Debug)]
+pub struct Failure {
+    /// The process's exit code ([`Failure::ERROR`], [`Failure::USAGE`], …).
+    pub code: i32,
+    /// What went wrong, in one line.
+    pub message: String,
+    /// The key as it is now (`null` once deleted), when an action was refused because it
+    /// changed.
+    pub current: Option<Value>,
+}
+
+impl Failure {
+    /// Anything else: the database failed, a file could not be read, a row is unreadable.
+    pub const ERROR: i32 = 1;
+    /// The command line is wrong (also clap's own code).
+    pub const USAGE: i32 = 2;
+    /// The key does not exist.
+    pub const NOT_FOUND: i32 = 3;
+    /// Refused: the key changed since it was read, the action does not apply to its state,
+    /// or the tool runs `--read-only`.
+    pub const REFUSED: i32 = 4;
+
+    /// A failure with `code` and `message`.
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            current: None,
+        }
+    }
+
+    /// A usage error.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(Self::USAGE, message)
+    }
+
+    /// A plain error.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self::new(Self::ERROR, message)
+    }
+
+    /// The key does not exist.
+    pub fn not_found(key: &crate::cli::KeyArgs) -> Self {
+        Self::new(
+            Self::NOT_FOUND,
+            format!(
+                "no key {:?} in scope {:?} for operation {:?}",
+                key.key, key.scope, key.operation
+            ),
+        )
+    }
+
+    /// `--read-only` refuses `what`.
+    pub fn read_only(what: &str) -> Self {
+        Self::new(
+            Self::REFUSED,
+            format!("refused: {what} changes the database and the tool runs --read-only"),
+        )
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Changed { current } => Self {
+                code: Self::REFUSED,
+                message: match &current {
+                    Some(_) => {
+                        "refused: the key changed since it was read; look at it again".to_owned()
+                    }
+                    None => "refused: the key was deleted since it was read".to_owned(),
+                },
+                current: Some(current.map_or(Value::Null, |row| crate::format::row_json(&row))),
+            },
+            StoreError::NotApplicable(why) => {
+                Self::new(Self::REFUSED, format!("refused: not applicable: {why}"))
+            }
+            StoreError::InvalidArgument(_)
+            | StoreError::InvalidCursor
+            | StoreError::InvalidStatus(_) => Self::usage(error.to_string()),
+            other => Self::error(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_exit_codes() {
+        let changed = Failure::from(StoreError::Changed { current: None });
+        assert_eq!(changed.code, Failure::REFUSED);
+        assert_eq!(changed.current, Some(Value::Null));
+        let not_applicable = Failure::from(StoreError::NotApplicable("expired".into()));
+        assert_eq!(not_applicable.code, Failure::REFUSED);
+        assert!(not_applicable.message.contains("expired"));
+        assert_eq!(
+            Failure::from(StoreError::InvalidCursor).code,
+            Failure::USAGE
+        );
+        assert_eq!(
+            Failure::from(StoreError::Corrupt("x".into())).code,
+            Failure::ERROR
+        );
+    }
+}

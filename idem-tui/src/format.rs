@@ -1,0 +1,191 @@
+//! How keys, responses, times and audit entries are written: the JSON shapes of the command
+//! line's contract, and the short forms of its tables.
+
+use base64::Engine as _;
+use idem_store::{AuditEntry, KeyRow, StatusCounts, StoredResponse};
+use jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    Timestamp::now().as_millisecond()
+}
+
+/// `ms` as RFC 3339 UTC with milliseconds: `2026-12-01T06:35:00.123Z`.
+pub fn rfc3339(ms: i64) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(at) => at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        // Beyond jiff's range (a hand-edited row): the number itself.
+        Err(_) => ms.to_string(),
+    }
+}
+
+/// `ms` for tables: `2026-12-01 06:35:00` (UTC).
+pub fn short_time(ms: i64) -> String {
+    match Timestamp::from_millisecond(ms) {
+        Ok(at) => at.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => ms.to_string(),
+    }
+}
+
+/// A length of time in its two largest units: `3d4h`, `2h5m`, `12m30s`, `45s`, `0s`.
+pub fn span(ms: i64) -> String {
+    let secs = ms.unsigned_abs() / 1000;
+    let units = [(86_400, 'd'), (3600, 'h'), (60, 'm'), (1, 's')];
+    let mut parts = Vec::new();
+    let mut rest = secs;
+    for (size, unit) in units {
+        if rest >= size || (parts.is_empty() && size == 1) {
+            parts.push(format!("{}{unit}", rest / size));
+            rest %= size;
+        } else if !parts.is_empty() {
+            // Keep the two units adjacent: `1d` then hours, even if zero hours.
+            parts.push(String::new());
+        }
+        if parts.len() == 2 {
+            break;
+        }
+    }
+    parts.concat()
+}
+
+/// `at_ms` relative to `now_ms`: `in 23h59m` or `2d3h ago`.
+pub fn relative(at_ms: i64, now_ms: i64) -> String {
+    if at_ms > now_ms {
+        format!("in {}", span(at_ms - now_ms))
+    } else {
+        format!("{} ago", span(now_ms - at_ms))
+    }
+}
+
+/// Bytes as lowercase hexadecimal.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An optional time as RFC 3339 or `null`.
+fn opt_time(ms: Option<i64>) -> Value {
+    ms.map_or(Value::Null, |ms| Value::String(rfc3339(ms)))
+}
+
+/// A key in a listing: its identity, state, times, lease and stored status.
+pub fn summary_json(row: &KeyRow) -> Value {
+    json!({
+        "scope": row.scope,
+        "operation": row.operation,
+        "key": row.key,
+        "status": row.status.as_str(),
+        "created_at": rfc3339(row.created_at_ms),
+        "completed_at": opt_time(row.completed_at_ms),
+        "expires_at": rfc3339(row.expires_at_ms),
+        "locked_until": opt_time(row.locked_until_ms),
+        "attempt": row.attempt,
+        "recovery_point": row.recovery_point,
+        "response_status": row.response.as_ref().map(|r| r.status),
+    })
+}
+
+/// A key with every column: the summary, the fingerprint and the stored response.
+pub fn row_json(row: &KeyRow) -> Value {
+    let mut value = summary_json(row);
+    if let Value::Object(fields) = &mut value {
+        fields.insert("fingerprint".into(), Value::String(hex(&row.fingerprint)));
+        fields.insert(
+            "response".into(),
+            row.response.as_ref().map_or(Value::Null, response_json),
+        );
+    }
+    value
+}
+
+/// A stored response: `{"status", "headers": [[name, value]…], "body"}` with `body` the
+/// text when it is UTF-8, else `body_base64` (standard alphabet, padded).
+pub fn response_json(response: &StoredResponse) -> Value {
+    let mut fields = Map::new();
+    fields.insert("status".into(), json!(response.status));
+    fields.insert("headers".into(), json!(response.headers));
+    match std::str::from_utf8(&response.body) {
+        Ok(text) => fields.insert("body".into(), Value::String(text.to_owned())),
+        Err(_) => fields.insert(
+            "body_base64".into(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(&response.body)),
+        ),
+    };
+    fields.insert("body_bytes".into(), json!(response.body.len()));
+    Value::Object(fields)
+}
+
+/// An audit entry; `before` and `after` are the store's JSON of the row (times in
+/// milliseconds, as recorded).
+pub fn audit_json(entry: &AuditEntry) -> Value {
+    json!({
+        "id": entry.id,
+        "at": rfc3339(entry.at_ms),
+        "operator": entry.operator,
+        "action": entry.action,
+        "scope": entry.scope,
+        "operation": entry.operation,
+        "key": entry.key,
+        "reason": entry.reason,
+        "before": entry.before,
+        "after": entry.after,
+    })
+}
+
+/// Counts by status, with their total.
+pub fn counts_json(counts: &StatusCounts) -> Value {
+    json!({
+        "completed": counts.completed,
+        "processing": counts.processing,
+        "stuck": counts.stuck,
+        "expired": counts.expired,
+        "total": counts.total(),
+    })
+}
+
+/// A size in bytes for people: `812 B`, `1.5 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    #[allow(clippy::cast_precision_loss)] // Shown with one decimal.
+    let mut size = n as f64 / 1024.0;
+    let mut unit = 0;
+    while size >= 1024.0 && unit < UNITS.len() - 1 {
+        size /= 1024.0;
+        unit += 1;
+    }
+    format!("{size:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339(1_796_107_500_123), "2026-12-01T06:45:00.123Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(short_time(1_796_107_500_123), "2026-12-01 06:45:00");
+        assert_eq!(rfc3339(i64::MAX), i64::MAX.to_string());
+    }
+
+    #[test]
+    fn spans_show_two_units() {
+        assert_eq!(span(0), "0s");
+        assert_eq!(span(45_000), "45s");
+        assert_eq!(span(750_000), "12m30s");
+        assert_eq!(span(3 * 86_400_000 + 4 * 3_600_000 + 5_000), "3d4h");
+        assert_eq!(span(86_400_000 + 60_000), "1d");
+        assert_eq!(relative(10_000, 0), "in 10s");
+        assert_eq!(relative(0, 120_000), "2m ago");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(bytes(812), "812 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+}

@@ -1,0 +1,616 @@
+//! The `idem` command line, run as a process against real databases seeded through idem's
+//! runtime: every case that touches a database runs on PostgreSQL and on SQLite.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use base64::Engine as _;
+use common::{BINARY_BODY, Seeded, TestDb, idem};
+use idem_runtime::store::{AuditFilter, KeyStatus};
+use serde_json::Value;
+
+const EXIT_USAGE: i32 = 2;
+const EXIT_NOT_FOUND: i32 = 3;
+const EXIT_REFUSED: i32 = 4;
+
+/// The `key` fields of a listing.
+fn keys_of(doc: &Value) -> Vec<String> {
+    doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `head`, then the key's arguments, then `tail`.
+fn with<'a>(head: &[&'a str], key: Vec<&'a str>, tail: &[&'a str]) -> Vec<&'a str> {
+    [head, &key, tail].concat()
+}
+
+/// Listing with each filter, the listing's shape, pagination through `next`, `stuck`.
+async fn lists_filter_and_paginate<DB: TestDb>() {
+    let s = Seeded::<DB>::new().await;
+    let all = s.run(&["keys", "list", "--json"]);
+    let doc = all.code(0).json();
+    assert_eq!(keys_of(&doc).len(), 12, "{doc:#}");
+    assert_eq!(doc["next"], Value::Null);
+    let a1 = doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "a-1")
+        .unwrap();
+    assert_eq!(a1["scope"], "global");
+    assert_eq!(a1["operation"], "orders:v1");
+    assert_eq!(a1["status"], "completed");
+    assert_eq!(a1["response_status"], 201);
+    for field in ["created_at", "expires_at", "completed_at"] {
+        let at = a1[field].as_str().unwrap();
+        assert!(
+            at.len() == 24 && at.ends_with('Z') && at.as_bytes()[10] == b'T',
+            "{field}: {at}"
+        );
+    }
+
+    for (status, expected) in [
+        (
+            "completed",
+            vec!["a-1", "a-2", "a-3", "bin-1", "s-done", "t-1"],
+        ),
+        ("stuck", vec!["s-stuck-1", "s-stuck-2", "s-stuck-3"]),
+        ("expired", vec!["old-1", "recent-1"]),
+        ("processing", vec!["s-running"]),
+    ] {
+        let doc = s
+            .run(&["keys", "list", "--status", status, "--json"])
+            .json();
+        let mut keys = keys_of(&doc);
+        keys.sort();
+        assert_eq!(keys, expected, "--status {status}");
+        assert!(
+            doc["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|k| k["status"] == status)
+        );
+    }
+    let stuck = s.run(&["stuck", "--json"]).code(0).json();
+    assert_eq!(keys_of(&stuck), ["s-stuck-1", "s-stuck-2", "s-stuck-3"]);
+    let stuck_row = &stuck["keys"][0];
+    assert_eq!(stuck_row["recovery_point"], "charge");
+    assert_eq!(stuck_row["attempt"], 1);
+    assert!(stuck_row["locked_until"].is_string());
+
+    let by_operation = s
+        .run(&["keys", "list", "--operation", "refunds:v1", "--json"])
+        .json();
+    assert_eq!(keys_of(&by_operation), ["t-1"]);
+    let by_scope = s
+        .run(&["keys", "list", "--scope", "tenant:acme", "--json"])
+        .json();
+    assert_eq!(keys_of(&by_scope).len(), 6);
+    let by_prefix = s
+        .run(&["--json", "keys", "list", "--key-prefix", "a-"])
+        .json();
+    assert_eq!(keys_of(&by_prefix), ["a-1", "a-2", "a-3"]);
+    let combined = s
+        .run(&[
+            "keys",
+            "list",
+            "--scope",
+            "global",
+            "--status",
+            "expired",
+            "--key-prefix",
+            "old",
+            "--json",
+        ])
+        .json();
+    assert_eq!(keys_of(&combined), ["old-1"]);
+
+    // Pagination: pages of 4 through `next`, the same keys in the same order.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = vec!["keys", "list", "--limit", "4", "--json"];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let page = s.run(&args).code(0).json();
+        pages += 1;
+        let keys = keys_of(&page);
+        assert!(keys.len() <= 4);
+        paged.extend(keys);
+        match &page["next"] {
+            Value::String(next) => after = Some(next.clone()),
+            Value::Null => break,
+            other => panic!("next: {other}"),
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(paged, keys_of(&doc));
+    assert_eq!(paged.iter().collect::<BTreeSet<_>>().len(), 12);
+
+    // Tables for people.
+    let text = s
+        .run(&["keys", "list", "--limit", "4"])
+        .code(0)
+        .stdout
+        .clone();
+    assert!(text.starts_with("STATUS"), "{text}");
+    assert!(text.contains("more: --after "), "{text}");
+    assert_eq!(text.lines().count(), 6, "{text}");
+
+    // Usage errors.
+    let bad = s.run(&["keys", "list", "--after", "not-a-cursor"]);
+    bad.code(EXIT_USAGE);
+    assert!(bad.stderr.contains("--after"), "{}", bad.stderr);
+    let bad = s.run(&["keys", "list", "--status", "done"]);
+    bad.code(EXIT_USAGE);
+    assert!(bad.stderr.contains("--status"), "{}", bad.stderr);
+}
+
+/// `keys show`: every column, text and binary bodies, journal and request, audit history.
+async fn show_tells_everything<DB: TestDb>() {
+    let s = Seeded::<DB>::new().await;
+    let a1 = s
+        .run(&[
+            "keys",
+            "show",
+            "--scope",
+            "global",
+            "--operation",
+            "orders:v1",
+            "--key",
+            "a-1",
+            "--json",
+        ])
+        .code(0)
+        .json();
+    assert_eq!(a1["status"], "completed");
+    let fingerprint = a1["fingerprint"].as_str().unwrap();
+    assert_eq!(fingerprint.len(), 64);
+    assert!(fingerprint.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(a1["response"]["status"], 201);
+    assert_eq!(a1["response"]["body"], r#"{"order":10}"#);
+    assert_eq!(
+        a1["response"]["headers"][0],
+        serde_json::json!(["content-type", "application/json"])
+    );
+    assert_eq!(a1["attempt"], 0);
+    assert_eq!(a1["journal"], Value::Null);
+    assert_eq!(a1["request"], Value::Null);
+    assert_eq!(a1["audit"], serde_json::json!([]));
+
+    let bin = s
+        .run(&[
+            "keys",
+            "show",
+            "--scope",
+            "global",
+            "--operation",
+            "orders:v1",
+            "--key",
+            "bin-1",
+            "--json",
+        ])
+        .code(0)
+        .json();
+    assert_eq!(bin["response"]["body"], Value::Null);
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(bin["response"]["body_base64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(decoded, BINARY_BODY);
+
+    let done = s
+        .run(&[
+            "--json",
+            "keys",
+            "show",
+            "--scope",
+            "tenant:acme",
+            "--operation",
+            "pay:v1",
+            "--key",
+            "s-done",
+        ])
+        .code(0)
+        .json();
+    assert_eq!(done["recovery_point"], "charge");
+    assert!(
+        done["journal"]["charge"]
+            .as_str()
+            .unwrap()
+            .starts_with("ch_")
+    );
+    assert_eq!(done["request"], serde_json::json!({"amount": 100}));
+
+    // The audit history, newest first.
+    let key = [
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "a-2",
+    ];
+    let expire = [&["keys", "expire"][..], &key, &["--reason", "first"]].concat();
+    s.run(&expire).code(0);
+    let delete = [&["keys", "delete"][..], &key, &["--reason", "second"]].concat();
+    s.run(&delete).code(0);
+    let shown = s.run(&[&["keys", "show"][..], &key].concat());
+    shown.code(EXIT_NOT_FOUND);
+    assert!(shown.stderr.contains("a-2"), "{}", shown.stderr);
+    let key3 = [
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "a-3",
+    ];
+    s.run(&[&["keys", "expire", "--operator", "carol"][..], &key3].concat())
+        .code(0);
+    let a3 = s
+        .run(&[&["keys", "show", "--json"][..], &key3].concat())
+        .code(0)
+        .json();
+    assert_eq!(a3["status"], "expired");
+    let audit = a3["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["operator"], "carol");
+    assert_eq!(audit[0]["action"], "expire");
+    assert_eq!(audit[0]["reason"], Value::Null);
+
+    // For people.
+    let text = s.run(&[&["keys", "show"][..], &key3].concat()).stdout;
+    assert!(text.contains("fingerprint:"), "{text}");
+    assert!(text.contains("carol"), "{text}");
+
+    // Missing key: 3, with --json an error document too.
+    let missing = s.run(&[
+        "keys",
+        "show",
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "nope",
+        "--json",
+    ]);
+    missing.code(EXIT_NOT_FOUND);
+    assert_eq!(missing.json()["code"], EXIT_NOT_FOUND);
+}
+
+/// Every action: applied and checked in the database, audited with operator and reason;
+/// refused ones exit 4, missing keys 3, usage errors 2.
+async fn actions_are_fenced_and_audited<DB: TestDb>() {
+    let mut s = Seeded::<DB>::new().await;
+    let pay = |k: &'static str| -> Vec<&'static str> {
+        vec![
+            "--scope",
+            "tenant:acme",
+            "--operation",
+            "pay:v1",
+            "--key",
+            k,
+        ]
+    };
+    let order = |k: &'static str| -> Vec<&'static str> {
+        vec!["--scope", "global", "--operation", "orders:v1", "--key", k]
+    };
+
+    // release a stuck key.
+    let released = s
+        .run(&with(
+            &["keys", "release", "--operator", "alice"],
+            pay("s-stuck-1"),
+            &["--reason", "INC-1", "--json"],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(released["action"], "release");
+    assert_eq!(released["before"]["attempt"], 1);
+    assert_eq!(released["after"]["attempt"], 2);
+    let audit_id = released["audit_id"].as_i64().unwrap();
+    let row = s.row("tenant:acme", "pay:v1", "s-stuck-1").await.unwrap();
+    assert_eq!(row.attempt, 2);
+    assert_eq!(row.status, KeyStatus::Stuck);
+
+    // complete a stuck key with a body file and headers.
+    let body = std::env::temp_dir()
+        .join("idem-tests")
+        .join(format!("body-{}.json", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&body, br#"{"settled":"by hand"}"#).unwrap();
+    let body_path = body.to_str().unwrap();
+    let completed = s
+        .run(&[
+            "keys",
+            "complete",
+            "--scope",
+            "tenant:acme",
+            "--operation",
+            "pay:v1",
+            "--key",
+            "s-stuck-2",
+            "--status",
+            "201",
+            "--body",
+            body_path,
+            "--header",
+            "Content-Type: application/json",
+            "--header",
+            "Location: /payments/7",
+            "--reason",
+            "settled with the provider",
+            "--operator",
+            "alice",
+            "--json",
+        ])
+        .code(0)
+        .json();
+    assert_eq!(completed["after"]["status"], "completed");
+    assert_eq!(completed["after"]["response"]["status"], 201);
+    let row = s.row("tenant:acme", "pay:v1", "s-stuck-2").await.unwrap();
+    assert_eq!(row.status, KeyStatus::Completed);
+    let response = row.response.unwrap();
+    assert_eq!(response.status, 201);
+    assert_eq!(response.body.as_ref(), br#"{"settled":"by hand"}"#);
+    assert_eq!(
+        response.headers,
+        [
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("location".to_owned(), "/payments/7".to_owned())
+        ]
+    );
+
+    // fail: a success status is a usage error; a failure from stdin is stored.
+    s.run(&with(
+        &["keys", "fail"],
+        pay("s-stuck-3"),
+        &["--status", "200", "--body", body_path],
+    ))
+    .code(EXIT_USAGE);
+    s.run(&with(
+        &["keys", "fail"],
+        pay("s-stuck-3"),
+        &["--status", "502", "--header", "no colon here"],
+    ))
+    .code(EXIT_USAGE);
+    let failed = s.run_with_stdin(
+        &with(
+            &["keys", "fail"],
+            pay("s-stuck-3"),
+            &[
+                "--status",
+                "502",
+                "--body",
+                "-",
+                "--reason",
+                "provider down",
+            ],
+        ),
+        Some(b"upstream gone"),
+    );
+    failed.code(0);
+    assert!(failed.stdout.contains("before:"), "{}", failed.stdout);
+    let row = s.row("tenant:acme", "pay:v1", "s-stuck-3").await.unwrap();
+    let response = row.response.unwrap();
+    assert_eq!(response.status, 502);
+    assert_eq!(response.body.as_ref(), b"upstream gone");
+
+    // expire and delete.
+    s.run(&with(
+        &["keys", "expire"],
+        order("a-1"),
+        &["--reason", "clean"],
+    ))
+    .code(0);
+    let row = s.row("global", "orders:v1", "a-1").await.unwrap();
+    assert_eq!(row.status, KeyStatus::Expired);
+    let deleted = s
+        .run(&with(&["keys", "delete"], order("a-3"), &["--json"]))
+        .code(0)
+        .json();
+    assert_eq!(deleted["after"], Value::Null);
+    assert!(s.row("global", "orders:v1", "a-3").await.is_none());
+
+    // Refused: not applicable (4), missing (3), read-only (4).
+    let refused = s.run(&with(&["keys", "release"], order("a-2"), &["--json"]));
+    refused.code(EXIT_REFUSED);
+    assert!(!refused.stderr.trim().is_empty());
+    assert_eq!(refused.json()["code"], EXIT_REFUSED);
+    s.run(&with(&["keys", "expire"], order("old-1"), &[]))
+        .code(EXIT_REFUSED);
+    s.run(&with(&["keys", "delete"], order("missing"), &[]))
+        .code(EXIT_NOT_FOUND);
+    let before = s.row("global", "orders:v1", "a-2").await.unwrap();
+    let read_only = s.run(&with(&["keys", "expire", "--read-only"], order("a-2"), &[]));
+    read_only.code(EXIT_REFUSED);
+    assert!(
+        read_only.stderr.contains("read-only"),
+        "{}",
+        read_only.stderr
+    );
+    s.run(&with(&["--read-only", "keys", "delete"], order("a-2"), &[]))
+        .code(EXIT_REFUSED);
+    assert_eq!(s.row("global", "orders:v1", "a-2").await.unwrap(), before);
+
+    // The audit trail: every applied action, with its operator and reason.
+    let entries = s.table().audit(&AuditFilter::new()).await.unwrap();
+    let actions: Vec<(&str, &str, Option<&str>)> = entries
+        .iter()
+        .map(|e| (e.operator.as_str(), e.action.as_str(), e.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("os-user", "delete", None),
+            ("os-user", "expire", Some("clean")),
+            ("os-user", "fail", Some("provider down")),
+            ("alice", "complete", Some("settled with the provider")),
+            ("alice", "release", Some("INC-1")),
+        ]
+    );
+    assert_eq!(entries.last().unwrap().id, audit_id);
+
+    // `idem audit`, with filters.
+    let doc = s.run(&["audit", "--json"]).code(0).json();
+    assert_eq!(doc["audit"].as_array().unwrap().len(), 5);
+    assert_eq!(doc["audit"][0]["action"], "delete");
+    let alice = s.run(&["audit", "--by", "alice", "--json"]).json();
+    assert_eq!(alice["audit"].as_array().unwrap().len(), 2);
+    let limited = s.run(&["audit", "--limit", "1", "--json"]).json();
+    assert_eq!(limited["audit"].as_array().unwrap().len(), 1);
+    let one_key = s
+        .run(&with(&["audit", "--json"], pay("s-stuck-1"), &[]))
+        .json();
+    assert_eq!(one_key["audit"][0]["reason"], "INC-1");
+    assert!(s.run(&["audit"]).code(0).stdout.contains("INC-1"));
+    std::fs::remove_file(body).ok();
+
+    // Releasing a running attempt fences it out: its last write is refused.
+    let released = s
+        .run(&with(
+            &["keys", "release"],
+            pay("s-running"),
+            &["--reason", "hung", "--json"],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(released["before"]["status"], "processing");
+    assert_eq!(released["after"]["attempt"], 2);
+    assert!(s.finish_running().await.is_err(), "fenced out");
+    let row = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
+    assert_eq!((row.status, row.attempt), (KeyStatus::Stuck, 2));
+    assert!(row.response.is_none());
+}
+
+/// `stats`, `sweep` (dry run, then for real) and `operations`.
+async fn stats_sweep_and_operations<DB: TestDb>() {
+    let s = Seeded::<DB>::new().await;
+    let stats = s.run(&["stats", "--json"]).code(0).json();
+    assert_eq!(
+        stats["by_status"],
+        serde_json::json!({"completed": 6, "processing": 1, "stuck": 3, "expired": 2, "total": 12})
+    );
+    assert_eq!(stats["by_operation"]["pay:v1"]["stuck"], 3);
+    assert_eq!(stats["by_operation"]["orders:v1"]["expired"], 2);
+    assert!(stats["oldest_stuck"]["created_at"].is_string());
+    assert!(stats["oldest_stuck"]["age_seconds"].as_i64().unwrap() >= 0);
+    assert!(s.run(&["stats"]).code(0).stdout.contains("stuck"));
+
+    // A dry run counts and deletes nothing.
+    let dry = s
+        .run(&["sweep", "--grace", "7d", "--dry-run", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(dry["would_delete"], 1);
+    assert!(s.row("global", "orders:v1", "old-1").await.is_some());
+    // Read-only refuses a real sweep, not a dry run.
+    s.run(&["sweep", "--grace", "7d", "--read-only"])
+        .code(EXIT_REFUSED);
+    s.run(&["sweep", "--grace", "seven days"]).code(EXIT_USAGE);
+    let swept = s
+        .run(&["sweep", "--grace", "7d", "--batch", "1", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(swept["deleted"], 1);
+    assert!(s.row("global", "orders:v1", "old-1").await.is_none());
+    assert!(s.row("global", "orders:v1", "recent-1").await.is_some());
+    assert!(
+        s.run(&["sweep", "--grace", "30m"])
+            .code(0)
+            .stdout
+            .contains("deleted 1")
+    );
+    assert!(s.row("global", "orders:v1", "recent-1").await.is_none());
+
+    let doc = s.run(&["operations", "--json"]).code(0).json();
+    let operations = doc["operations"].as_array().unwrap();
+    let find = |id: &str| {
+        operations
+            .iter()
+            .find(|o| o["operation"] == id)
+            .unwrap_or_else(|| panic!("{id} in {doc:#}"))
+    };
+    let orders = find("orders:v1");
+    assert_eq!(orders["registered"]["mode"], "atomic");
+    assert_eq!(orders["registered"]["ttl_ms"], 86_400_000);
+    assert_eq!(orders["registered"]["scope"], "global");
+    assert_eq!(orders["counts"]["total"], 4);
+    let pay = find("pay:v1");
+    assert_eq!(pay["registered"]["mode"], "staged");
+    assert_eq!(pay["registered"]["lease_ms"], 3_600_000);
+    assert_eq!(pay["counts"]["stuck"], 3);
+    assert_eq!(find("refunds:v1")["registered"], Value::Null);
+    assert_eq!(find("unused:v2")["counts"]["total"], 0);
+    assert!(s.run(&["operations"]).code(0).stdout.contains("unused:v2"));
+}
+
+on_both_backends!(
+    lists_filter_and_paginate,
+    show_tells_everything,
+    actions_are_fenced_and_audited,
+    stats_sweep_and_operations,
+);
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|a| (*a).to_owned()).collect()
+}
+
+/// A password in the URL never reaches the output, whatever fails.
+#[test]
+fn passwords_are_never_printed() {
+    for url in [
+        "postgres://alice:hunter2secret@127.0.0.1:1/db",
+        "postgres://alice@127.0.0.1:1/db?password=hunter2secret",
+    ] {
+        // (An unreachable server: each run waits for the pool's connect timeout.)
+        let run = idem(&args(&["--database-url", url, "stats", "--json"]), None);
+        run.code(1);
+        assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
+        assert!(!run.stderr.contains("hunter2secret"), "{}", run.stderr);
+        assert!(!run.stdout.contains("hunter2secret"), "{}", run.stdout);
+        assert_eq!(run.json()["code"], 1);
+    }
+}
+
+/// Usage errors exit 2; so does no command without a terminal.
+#[test]
+fn usage_errors_exit_2() {
+    let db = ["--database-url", "sqlite:nowhere.db"];
+    for bad in [
+        &["stats"][..],
+        &[&db[..], &["keys", "show", "--scope", "global"]].concat(),
+        &[&db[..], &["keys", "list", "--limit", "0"]].concat(),
+        &[&db[..], &["keys", "frobnicate"]].concat(),
+        &[
+            &db[..],
+            &[
+                "keys",
+                "complete",
+                "--scope",
+                "g",
+                "--operation",
+                "o",
+                "--key",
+                "k",
+                "--status",
+                "abc",
+            ],
+        ]
+        .concat(),
+        &db[..],
+        &["--database-url", "mysql://root:pw@localhost/db", "stats"],
+        &[&db[..], &["--schema", "app", "stats"]].concat(),
+    ] {
+        idem(&args(bad), None).code(EXIT_USAGE);
+    }
+}

@@ -1,0 +1,361 @@
+//! Test harness: a fresh database per test, seeded through idem's runtime, and the `idem`
+//! binary run as a process against it.
+//!
+//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
+//! each test gets its own schema `idem_test_cli_<uuid>`, passed to the tool with `--schema`.
+//! An unreachable server fails the test: nothing is skipped. SQLite uses a new file under
+//! the system's temporary directory.
+#![allow(dead_code, clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::future::Future;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
+use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::protocol::{Call, Record, work_fn};
+use idem_runtime::spec::{Mode, OperationSpec};
+use idem_runtime::sqlx::{self, Postgres, Sqlite};
+use idem_runtime::staged::{Finished, StepError};
+use idem_runtime::store::{Backend, KeyRef, KeyRow, KeyTable};
+use idem_runtime::{Config, Idem, IdempotencyKey};
+use serde_json::{Value, json};
+
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Completed keys' operation, 24 hours.
+pub const ORDERS: OperationSpec = OperationSpec::new("orders:v1");
+/// The same operation with a one-hour ttl, for keys that expire.
+const ORDERS_SHORT: OperationSpec = OperationSpec::new("orders:v1").ttl(Duration::from_secs(3600));
+/// Seen in the key table, never registered.
+pub const REFUNDS: OperationSpec = OperationSpec::new("refunds:v1");
+/// A staged operation with a lease of an hour.
+pub const PAY: OperationSpec = OperationSpec::new("pay:v1")
+    .mode(Mode::Staged)
+    .lease(Duration::from_secs(3600));
+/// Registered, without keys.
+pub const UNUSED: OperationSpec = OperationSpec::new("unused:v2").ttl(Duration::from_secs(7200));
+
+/// The binary body of `bin-1`: not UTF-8.
+pub const BINARY_BODY: &[u8] = &[0xff, 0xfe, 0x00, 0x01, 0x80];
+
+pub fn postgres_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A database of one backend, fresh for one test.
+pub trait TestDb: Backend {
+    /// A new empty database: the runtime's URL, and the tool's connection arguments.
+    fn fresh() -> impl Future<Output = (String, Vec<String>)> + Send;
+}
+
+impl TestDb for Postgres {
+    async fn fresh() -> (String, Vec<String>) {
+        let url = postgres_url();
+        let schema = unique("idem_test_cli");
+        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+        });
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let runtime = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+        let args = vec!["--database-url".into(), url, "--schema".into(), schema];
+        (runtime, args)
+    }
+}
+
+impl TestDb for Sqlite {
+    async fn fresh() -> (String, Vec<String>) {
+        let dir = std::env::temp_dir().join("idem-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.db", unique("idem_test_cli")));
+        let url = format!("sqlite://{}", path.display());
+        (url.clone(), vec!["--database-url".into(), url])
+    }
+}
+
+/// What one run of the tool gave.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// stdout as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    /// Asserts the exit code.
+    #[track_caller]
+    pub fn code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, code, "{self:#?}");
+        self
+    }
+}
+
+/// Runs `idem` with `args` (and `stdin`), without `DATABASE_URL` from the environment.
+pub fn idem(args: &[String], stdin: Option<&[u8]>) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    command
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env("USER", "os-user")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A seeded database and the tool pointed at it.
+///
+/// | key | scope | operation | state |
+/// |---|---|---|---|
+/// | `old-1` | global | orders:v1 | expired ten days ago |
+/// | `recent-1` | global | orders:v1 | expired an hour ago |
+/// | `a-1`, `a-2`, `a-3` | global | orders:v1 | completed (atomic), JSON body |
+/// | `bin-1` | global | orders:v1 | completed, binary body |
+/// | `t-1` | tenant:acme | refunds:v1 | completed (not registered) |
+/// | `s-stuck-1..3` | tenant:acme | pay:v1 | stuck (staged, interrupted after `charge`) |
+/// | `s-done` | tenant:acme | pay:v1 | completed (staged, with journal and request) |
+/// | `s-running` | tenant:acme | pay:v1 | processing: an attempt holds it (lease of an hour) |
+///
+/// `orders:v1`, `pay:v1` and `unused:v2` (no keys) are registered.
+pub struct Seeded<DB: TestDb> {
+    pub idem: Idem<DB>,
+    pub args: Vec<String>,
+    running: tokio::task::JoinHandle<Result<(), idem_runtime::Error>>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl<DB: TestDb> Seeded<DB> {
+    pub async fn new() -> Self {
+        let (url, args) = DB::fresh().await;
+        let start = SystemClock.now_millis() - 10 * 86_400_000;
+        let clock = ManualClock::new(start);
+        let idem = Idem::<DB>::connect(&url, Config::default())
+            .await
+            .unwrap()
+            .with_clock(clock.clone());
+        idem.migrate().await.unwrap();
+        atomic(&idem, &ORDERS_SHORT, "global", "old-1", json_record(1)).await;
+        clock.advance(Duration::from_millis(
+            u64::try_from(SystemClock.now_millis() - 2 * 3_600_000 - start).unwrap(),
+        ));
+        atomic(&idem, &ORDERS_SHORT, "global", "recent-1", json_record(2)).await;
+        clock.advance(Duration::from_secs(2 * 3600 - 60));
+        for (i, k) in ["a-1", "a-2", "a-3"].into_iter().enumerate() {
+            atomic(&idem, &ORDERS, "global", k, json_record(10 + i)).await;
+        }
+        let mut binary = Record::failure();
+        binary.status = StatusCode::CREATED;
+        binary.headers.insert(
+            http::header::CONTENT_TYPE,
+            "application/octet-stream".parse().unwrap(),
+        );
+        binary.body = bytes::Bytes::from_static(BINARY_BODY);
+        atomic(&idem, &ORDERS, "global", "bin-1", binary).await;
+        atomic(&idem, &REFUNDS, "tenant:acme", "t-1", json_record(20)).await;
+        for k in ["s-stuck-1", "s-stuck-2", "s-stuck-3"] {
+            assert!(
+                staged(&idem, k, Then::Interrupt).await.is_err(),
+                "{k} interrupted"
+            );
+        }
+        staged(&idem, "s-done", Then::Finish).await.unwrap();
+        // An attempt that holds its key (live lease) until the test ends.
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let running = {
+            let (idem, gate) = (idem.clone(), Arc::clone(&gate));
+            tokio::spawn(async move { staged(&idem, "s-running", Then::Wait(gate)).await })
+        };
+        while idem
+            .lookup(KeyRef {
+                scope: "tenant:acme",
+                operation: PAY.id,
+                key: "s-running",
+            })
+            .await
+            .unwrap()
+            .and_then(|row| row.recovery_point)
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        idem.register(&[&ORDERS, &PAY, &UNUSED]).await.unwrap();
+        Self {
+            idem,
+            args,
+            running,
+            gate,
+        }
+    }
+
+    /// Lets the running attempt of `s-running` go on, and returns how it ended.
+    pub async fn finish_running(&mut self) -> Result<(), idem_runtime::Error> {
+        self.gate.notify_one();
+        (&mut self.running).await.unwrap()
+    }
+
+    /// Runs the tool on this database with `args`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with_stdin(args, None)
+    }
+
+    /// Runs the tool on this database with `args` and `stdin`.
+    pub fn run_with_stdin(&self, args: &[&str], stdin: Option<&[u8]>) -> Run {
+        let mut all = self.args.clone();
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        idem(&all, stdin)
+    }
+
+    /// The key table, read at the real time.
+    pub fn table(&self) -> KeyTable<DB> {
+        self.idem.keys()
+    }
+
+    /// A key's row now, by the real clock.
+    pub async fn row(&self, scope: &str, operation: &str, key: &str) -> Option<KeyRow> {
+        self.table()
+            .get(
+                KeyRef {
+                    scope,
+                    operation,
+                    key,
+                },
+                SystemClock.now_millis(),
+            )
+            .await
+            .unwrap()
+    }
+}
+
+fn json_record(n: usize) -> Record {
+    Record::json(StatusCode::CREATED, &json!({"order": n})).unwrap()
+}
+
+/// Runs an atomic execution that stores `record`.
+async fn atomic<DB: TestDb>(
+    idem: &Idem<DB>,
+    spec: &OperationSpec,
+    scope: &str,
+    key: &str,
+    record: Record,
+) {
+    let key = IdempotencyKey::new(key).unwrap();
+    let call = Call {
+        scope,
+        key: &key,
+        fingerprint: Fingerprint::of(spec.id, &json!({"key": key.as_str()}), &[]).unwrap(),
+    };
+    idem.execute(
+        spec,
+        call,
+        work_fn::<DB, _>(move |_tx| Box::pin(async move { record })),
+    )
+    .await
+    .unwrap();
+}
+
+/// What a staged execution does after its `charge` step.
+enum Then {
+    Finish,
+    /// Fails retryably: the lease is released, the key is stuck at once.
+    Interrupt,
+    /// Waits for the gate, then finishes.
+    Wait(Arc<tokio::sync::Notify>),
+}
+
+/// Runs a staged execution of `pay:v1` that records `charge`, then does `then`.
+async fn staged<DB: TestDb>(
+    idem: &Idem<DB>,
+    key: &str,
+    then: Then,
+) -> Result<(), idem_runtime::Error> {
+    let k = IdempotencyKey::new(key).unwrap();
+    let call = Call {
+        scope: "tenant:acme",
+        key: &k,
+        fingerprint: Fingerprint::of(PAY.id, &json!({"amount": 100}), &[]).unwrap(),
+    };
+    idem.staged(
+        &PAY,
+        call,
+        json!({"amount": 100}),
+        move |attempt, _request| async move {
+            let charge: String = attempt
+                .step("charge", |provider_key| async move {
+                    Ok(format!("ch_{provider_key}"))
+                })
+                .await?;
+            match then {
+                Then::Finish => {}
+                Then::Interrupt => return Err(StepError::retryable("the network blinked")),
+                Then::Wait(gate) => gate.notified().await,
+            }
+            let done: Finished = attempt
+                .finish(move |_tx| {
+                    Box::pin(async move {
+                        Ok(Record::json(StatusCode::CREATED, &json!({"charge": charge})).unwrap())
+                    })
+                })
+                .await?;
+            Ok(done)
+        },
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Runs one generic test body on both backends.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<idem_runtime::sqlx::Postgres>().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<idem_runtime::sqlx::Sqlite>().await;
+                }
+            )*
+        }
+    };
+}
