@@ -3,7 +3,7 @@
 
 use crate::backend::Backend;
 use crate::error::StoreError;
-use crate::list::StatusCounts;
+use crate::list::{Counts, StatusCounts};
 use crate::table::KeyTable;
 
 /// How a service runs one operation, as it registered it in `idempotency_operations`
@@ -69,10 +69,20 @@ impl<DB: Backend> KeyTable<DB> {
     /// The database's errors.
     pub async fn operations(&self, now_ms: i64) -> Result<Vec<OperationInfo>, StoreError> {
         let counts = self.counts(now_ms).await?;
-        let registrations = DB::registrations(self.pool())
+        let registrations = self.registrations().await?;
+        Ok(OperationInfo::merge(&counts, registrations))
+    }
+
+    /// Every registration in `idempotency_operations`, by operation id: what
+    /// [`KeyTable::operations`] reads beside the counts, for a caller that has the counts
+    /// already ([`OperationInfo::merge`]).
+    ///
+    /// # Errors
+    /// The database's errors.
+    pub async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        DB::registrations(self.pool())
             .await
-            .map_err(StoreError::refine::<DB>)?;
-        Ok(merge(counts.by_operation, registrations))
+            .map_err(StoreError::refine::<DB>)
     }
 
     /// How many keys [`KeyTable::sweep_batch`] with this `before_ms` would delete, in all
@@ -87,30 +97,28 @@ impl<DB: Backend> KeyTable<DB> {
     }
 }
 
-/// The operations of either list, by id.
-fn merge(
-    mut counted: std::collections::BTreeMap<String, StatusCounts>,
-    registrations: Vec<Registration>,
-) -> Vec<OperationInfo> {
-    let mut all: Vec<OperationInfo> = registrations
-        .into_iter()
-        .map(|registration| OperationInfo {
-            operation: registration.operation.clone(),
-            counts: counted.remove(&registration.operation).unwrap_or_default(),
-            registered: Some(registration),
-        })
-        .collect();
-    all.extend(
-        counted
+impl OperationInfo {
+    /// The operations of `counts` ([`Counts::by_operation`]) and of `registrations`, by id:
+    /// what [`KeyTable::operations`] returns, from counts read before.
+    #[must_use]
+    pub fn merge(counts: &Counts, registrations: Vec<Registration>) -> Vec<Self> {
+        let mut counted = counts.by_operation.clone();
+        let mut all: Vec<Self> = registrations
             .into_iter()
-            .map(|(operation, counts)| OperationInfo {
-                operation,
-                counts,
-                registered: None,
-            }),
-    );
-    all.sort_by(|a, b| a.operation.cmp(&b.operation));
-    all
+            .map(|registration| Self {
+                operation: registration.operation.clone(),
+                counts: counted.remove(&registration.operation).unwrap_or_default(),
+                registered: Some(registration),
+            })
+            .collect();
+        all.extend(counted.into_iter().map(|(operation, counts)| Self {
+            operation,
+            counts,
+            registered: None,
+        }));
+        all.sort_by(|a, b| a.operation.cmp(&b.operation));
+        all
+    }
 }
 
 /// The registry's and the sweep count's methods of `sealed::Sealed`, the same Rust on every

@@ -9,7 +9,7 @@ use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
     Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-    KeyTable, OperationInfo, Page, StoreError,
+    KeyTable, OperationInfo, Page, Registration, StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -143,6 +143,11 @@ impl Db {
     /// See [`KeyTable::count_sweepable`].
     pub async fn count_sweepable(&self, before_ms: i64) -> Result<u64, StoreError> {
         on_table!(self, t => t.count_sweepable(before_ms).await)
+    }
+
+    /// See [`KeyTable::registrations`].
+    pub async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        on_table!(self, t => t.registrations().await)
     }
 
     /// See [`KeyTable::operations`].

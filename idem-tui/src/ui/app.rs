@@ -8,8 +8,11 @@ use idem_store::{
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-/// How often the keys, the counts and an open detail are read again, unless paused.
+/// How often the keys and an open detail are read again, unless paused.
 pub const REFRESH_EVERY_MS: i64 = 2_000;
+/// How often the counts (and the operations view) are read again: they are one pass over
+/// the whole key table, so less often than the keys, and never for the first screen.
+pub const COUNT_EVERY_MS: i64 = 10_000;
 /// Keys per page of the listing.
 pub const PAGE: u32 = 50;
 /// The next page is loaded when the selection comes this close to the last loaded key.
@@ -393,6 +396,9 @@ pub struct App {
     pub refresh_asked_ms: Option<i64>,
     /// A refresh of the current generation is under way.
     pub refreshing: bool,
+    /// When the counts shown were read; `None` before, and after an action (they are
+    /// stale then).
+    pub counted_at_ms: Option<i64>,
     /// An action is under way.
     pub acting: bool,
     /// The status bar.
@@ -417,10 +423,10 @@ pub struct DetailData {
 /// What a refresh read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refreshed {
-    /// The counts.
-    pub counts: Counts,
-    /// The operations.
-    pub operations: Vec<OperationInfo>,
+    /// The counts, when the refresh counted.
+    pub counts: Option<Counts>,
+    /// The operations, when the refresh counted.
+    pub operations: Option<Vec<OperationInfo>>,
     /// The first keys of the listing.
     pub page: Page,
     /// The detail's key, when one was open.
@@ -482,11 +488,13 @@ pub enum Msg {
 /// [`Msg`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// Read the counts, the operations, the listing's first `filter.limit` keys and the
-    /// detail's key; answered by [`Msg::Refreshed`].
+    /// Read the listing's first `filter.limit` keys, the detail's key and, with `count`,
+    /// the counts and the operations; answered by [`Msg::Refreshed`].
     Refresh {
         /// The listing.
         generation: u64,
+        /// Also count the keys (one pass over the table).
+        count: bool,
         /// Its filter.
         filter: KeyFilter,
         /// The detail's key.
@@ -547,6 +555,7 @@ impl App {
             refreshed_at_ms: None,
             refresh_asked_ms: None,
             refreshing: false,
+            counted_at_ms: None,
             acting: false,
             status: None,
             page_height: 10,
@@ -581,6 +590,15 @@ impl App {
         });
     }
 
+    /// Whether the next refresh counts: not for the first screen (the keys come first), then
+    /// every [`COUNT_EVERY_MS`] and after an action.
+    fn count_due(&self) -> bool {
+        self.refreshed_at_ms.is_some()
+            && self
+                .counted_at_ms
+                .is_none_or(|at| self.now_ms - at >= COUNT_EVERY_MS)
+    }
+
     /// A refresh of everything shown, now.
     fn refresh(&mut self) -> Command {
         self.refreshing = true;
@@ -588,6 +606,7 @@ impl App {
         let loaded = u32::try_from(self.rows.len()).unwrap_or(u32::MAX);
         Command::Refresh {
             generation: self.generation,
+            count: self.count_due(),
             filter: self
                 .filters
                 .to_key_filter(loaded.clamp(PAGE, KeyFilter::MAX_LIMIT), None),
@@ -756,9 +775,15 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     } = *refreshed;
                     let keep = app.selected_row().map(KeyId::of);
                     app.refreshed_at_ms = Some(app.now_ms);
-                    app.counts = Some(counts);
-                    app.operations = operations;
-                    app.op_selected = app.op_selected.min(app.operations.len().saturating_sub(1));
+                    if let Some(counts) = counts {
+                        app.counts = Some(counts);
+                        app.counted_at_ms = Some(app.now_ms);
+                    }
+                    if let Some(operations) = operations {
+                        app.operations = operations;
+                        app.op_selected =
+                            app.op_selected.min(app.operations.len().saturating_sub(1));
+                    }
                     app.rows = page.keys;
                     app.next = page.next;
                     app.resort(keep);
@@ -771,6 +796,10 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                         .is_some_and(|s| s.error && s.text.starts_with("refresh failed"))
                     {
                         app.status = None;
+                    }
+                    // The first screen shows the keys at once; the counts follow.
+                    if app.count_due() && (!app.paused || app.counts.is_none()) {
+                        return Some(app.refresh());
                     }
                     app.maybe_load_more()
                 }
@@ -832,6 +861,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                 }
                 Err(ActError::Other(e)) => app.error(format!("{action} failed: {key}: {e}")),
             }
+            app.counted_at_ms = None;
             Some(app.refresh())
         }
     }

@@ -27,6 +27,63 @@ fn refresh_filter(command: Option<Command>) -> KeyFilter {
     }
 }
 
+fn counts(command: Option<Command>) -> bool {
+    match command {
+        Some(Command::Refresh { count, .. }) => count,
+        other => panic!("expected a refresh, got {other:?}"),
+    }
+}
+
+/// A refresh result with keys and no counts, as a refresh that did not count reads.
+fn uncounted() -> Msg {
+    let mut msg = refreshed(rows(), None);
+    if let Msg::Refreshed {
+        result: Ok(refreshed),
+        ..
+    } = &mut msg
+    {
+        refreshed.counts = None;
+        refreshed.operations = None;
+    }
+    msg
+}
+
+/// The first screen shows keys without waiting for the counts (one pass over the table);
+/// the counts follow at once, then every COUNT_EVERY_MS, and after an action.
+#[test]
+fn the_keys_come_first_and_the_counts_less_often() {
+    let mut app = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
+    assert!(!counts(update(&mut app, Msg::Tick { now_ms: NOW })));
+    // The keys are on screen; counting follows.
+    assert!(counts(update(&mut app, uncounted())));
+    assert_eq!(app.order.len(), 6);
+    assert!(app.counts.is_none());
+    assert_eq!(update(&mut app, refreshed(rows(), None)), None);
+    assert!(app.counts.is_some());
+    // Every refresh re-reads the keys; only every COUNT_EVERY_MS the counts.
+    let mut now = NOW;
+    while now + REFRESH_EVERY_MS < NOW + COUNT_EVERY_MS {
+        now += REFRESH_EVERY_MS;
+        assert!(
+            !counts(update(&mut app, Msg::Tick { now_ms: now })),
+            "at {now}"
+        );
+        assert_eq!(update(&mut app, uncounted()), None);
+    }
+    now += REFRESH_EVERY_MS;
+    assert!(counts(update(&mut app, Msg::Tick { now_ms: now })));
+    assert_eq!(update(&mut app, refreshed(rows(), None)), None);
+    // An action makes them stale.
+    assert!(counts(update(
+        &mut app,
+        Msg::Acted {
+            key: KeyId::of(&rows()[0]),
+            action: "expire",
+            result: Ok(7),
+        }
+    )));
+}
+
 #[test]
 fn the_clock_drives_the_refresh_unless_paused() {
     let mut app = App::new("db".into(), "alice".into(), false, TimeZone::UTC);

@@ -140,8 +140,8 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
     Msg::Refreshed {
         generation: 0,
         result: Ok(Box::new(Refreshed {
-            operations,
-            counts,
+            operations: Some(operations),
+            counts: Some(counts),
             page: Page { keys: rows, next },
             detail: None,
         })),

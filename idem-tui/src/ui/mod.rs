@@ -23,10 +23,15 @@
 //! | `x` | clear every filter |
 //! | `1`…`7`, `0` | sort the loaded keys by a column (again: reverse); `0`: the database order |
 //! | `e` `r` `c` `f` `d` | expire, release, complete, fail, delete the selected key: a dialog shows what will change and asks for a reason (complete and fail also a status and a body); `Enter`/`Tab` moves between fields, then `y` confirms, `n` or `Esc` cancels |
-//! | `p` | pause or resume the live refresh (every 2 s) |
+//! | `p` | pause or resume the live refresh (keys every 2 s, counts every 10 s) |
 //! | `R`, `F5` | refresh now |
 //! | `?` | every binding (any key closes it) |
 //! | `q`, `Ctrl-C` | quit |
+//!
+//! The keys on screen (and an open detail) are read again every 2 s. The counts in the header
+//! and the operations view are one pass over the whole key table, so they are read every
+//! 10 s, after an action, and right after the first screen — which shows the first page of
+//! keys without waiting for them.
 //!
 //! The database orders keys by (scope, operation, key), the order pages are read in; a sort by
 //! another column sorts the keys loaded so far.
@@ -201,12 +206,11 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
     match command {
         Command::Refresh {
             generation,
+            count,
             filter,
             detail,
         } => {
             let result = async {
-                let counts = db.counts(now).await.map_err(|e| e.to_string())?;
-                let operations = operations(db, &counts, now).await;
                 let page = db.list(&filter, now).await.map_err(|e| e.to_string())?;
                 let detail = match detail {
                     Some(key) => {
@@ -214,6 +218,13 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                         Some((key, data))
                     }
                     None => None,
+                };
+                let (counts, operations) = if count {
+                    let counts = db.counts(now).await.map_err(|e| e.to_string())?;
+                    let operations = operations(db, &counts).await;
+                    (Some(counts), Some(operations))
+                } else {
+                    (None, None)
                 };
                 Ok(Box::new(Refreshed {
                     counts,
@@ -260,9 +271,9 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
 /// The operations view's lines: every registered operation and every operation with keys;
 /// when the registry cannot be read (a database not migrated to it yet), the operations of
 /// `counts`.
-async fn operations(db: &Db, counts: &idem_store::Counts, now_ms: i64) -> Vec<OperationInfo> {
-    match db.operations(now_ms).await {
-        Ok(operations) => operations,
+async fn operations(db: &Db, counts: &idem_store::Counts) -> Vec<OperationInfo> {
+    match db.registrations().await {
+        Ok(registrations) => OperationInfo::merge(counts, registrations),
         Err(_) => app::operations_from_counts(counts),
     }
 }

@@ -654,7 +654,10 @@ pub const HELP: &[(&str, &str)] = &[
         "e r c f d",
         "expire release complete fail delete (asks first)",
     ),
-    ("p", "pause / resume the live refresh (every 2 s)"),
+    (
+        "p",
+        "pause / resume the live refresh (keys 2 s, counts 10 s)",
+    ),
     ("R, F5", "refresh now"),
     ("?", "this help (any key closes it)"),
     ("q, Ctrl-C", "quit"),
