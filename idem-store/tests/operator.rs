@@ -793,7 +793,7 @@ async fn operations_and_sweep_count<DB: Db>() {
 /// key (also one replacing an expired key), and finishing, an operator's complete, fail or
 /// delete, and the sweep take it out.
 async fn processing_table_follows_the_keys<DB: Db>() {
-    use idem_store::staged::{Ending, Reservation, StagedSql as _};
+    use idem_store::staged::{Ending, Reservation};
 
     let table = DB::fresh().await;
     let mut conn = table.pool().acquire().await.unwrap();
