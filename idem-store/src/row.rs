@@ -154,7 +154,10 @@ pub struct StoredKey {
 ///
 /// Atomic mode commits completed rows only; `processing` rows are staged mode's, with a
 /// lease (`locked_until`) their running attempt renews. A processing row without a lease
-/// (written by hand, say) counts as processing.
+/// (written by hand, say) counts as processing. Listings filtered on `Processing` or `Stuck`
+/// look for keys in `idempotency_processing`, where staged mode records the keys it holds
+/// (on PostgreSQL a processing row inserted by hand must be added there too; on SQLite a
+/// trigger does it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyStatus {
     /// The response is stored and replayed.

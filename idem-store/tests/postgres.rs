@@ -31,11 +31,14 @@ impl TestDb for Postgres {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/postgres")
     }
 
+    // A processing row, and its row in `idempotency_processing` as staged mode's
+    // reservation writes both (on SQLite a trigger writes the second).
     crate::test_db_sql!(
         "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
          VALUES ($1, $2, $3, decode('00', 'hex'), 'processing', \
          to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000))",
+        "INSERT INTO idempotency_processing VALUES ($1, $2, $3)",
         "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, response_status, \
          response_headers, response_body, created_at, completed_at, expires_at) \

@@ -27,6 +27,8 @@ impl TestDb for Sqlite {
          VALUES (?1, ?2, ?3, X'00', 'processing', \
          strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
          strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'))",
+        // The key table's trigger writes `idempotency_processing`.
+        "",
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2) \
          INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, response_status, \
