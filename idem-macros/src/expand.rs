@@ -214,6 +214,17 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
     let doc = rustdoc(args);
+    let handler_name = LitStr::new(&name.to_string(), Span::call_site());
+    let (method, path) = match &args.route {
+        Some((method, path)) => (
+            quote!(::core::option::Option::Some(#method)),
+            quote!(::core::option::Option::Some(#path)),
+        ),
+        None => (
+            quote!(::core::option::Option::None),
+            quote!(::core::option::Option::None),
+        ),
+    };
 
     quote! {
         #(#attrs)*
@@ -237,6 +248,17 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 .fingerprint_exclude(&[#(#exclude),*])
                 .lease(#rt::Duration::from_millis(#lease))
                 .on_in_flight(#rt::InFlightPolicy::#on_in_flight);
+            // Registered at link time, for the generated documentation (`idem_runtime::docs`).
+            #rt::inventory::submit! {
+                #rt::Registration {
+                    spec: &__IDEM_SPEC,
+                    method: #method,
+                    path: #path,
+                    handler: #handler_name,
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                }
+            }
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #run
         }
