@@ -142,6 +142,25 @@ impl Operations {
         }
     }
 
+    /// Adds a response of the operation `id` itself (its success, say) to its document
+    /// ([`OperationDoc::responds`]); nothing if no operation has that id.
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1"));
+    /// let operations = Operations::new().with(pay).unwrap().responds("pay:v1", 201, "The payment");
+    /// assert_eq!(operations.docs()[0].responses, [(201, "The payment".to_owned())]);
+    /// ```
+    #[must_use]
+    pub fn responds(mut self, id: &str, status: u16, description: &str) -> Self {
+        if let Some(doc) = self.docs.iter_mut().find(|d| d.id == id) {
+            *doc = doc.clone().responds(status, description);
+        }
+        self
+    }
+
     /// The operations, sorted by id.
     #[must_use]
     pub fn docs(&self) -> &[OperationDoc] {
