@@ -6,8 +6,13 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::{Client, Db, Kind, Reply, Server};
+use idem_runtime::docs::{self, OperationDoc};
+use idem_runtime::spec::{
+    ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind,
+};
 use idem_runtime::sqlx::{self, SqlitePool};
 use serde_json::Value;
 
@@ -274,6 +279,42 @@ async fn openapi_documents_pass_the_validator() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    // Every shape the generator has: optional keys, path templates, store_client_errors,
+    // excluded paths, staged waits, an operation without a route.
+    let file = db.dir.join("variants-openapi.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&docs::openapi(&variants())).unwrap(),
+    )
+    .unwrap();
+    let output = validator().arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "variants: the OpenAPI document is invalid:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn variants() -> Vec<OperationDoc> {
+    let atomic = OperationSpec::new("send_receipt:v2")
+        .ttl(Duration::from_secs(3600))
+        .key(KeyRequirement::Optional)
+        .on_expired(ExpiryPolicy::Reexecute)
+        .store_client_errors(true)
+        .fingerprint_exclude(&["body.note"]);
+    let staged = OperationSpec::new("pay:v1")
+        .scope(ScopeKind::User)
+        .mode(Mode::Staged)
+        .on_in_flight(InFlightPolicy::Wait);
+    vec![
+        OperationDoc::from_spec(&atomic).path("PUT", "/receipts/{id}/lines/{line}"),
+        OperationDoc::from_spec(&staged)
+            .path("POST", "/receipts/{id}/lines/{line}")
+            .responds(201, "Paid")
+            .responds(402, "Declined"),
+        OperationDoc::from_spec(&OperationSpec::new("nightly:v1")),
+    ]
 }
 
 fn validator() -> Command {
