@@ -183,8 +183,14 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     cases.push(Case::problem(
         400,
         "urn:idem:problem:malformed-json",
-        "A JSON body is not valid JSON, or could not be read.".to_owned(),
+        "A JSON body is not valid JSON.".to_owned(),
         "Fix the body; nothing ran and the key is still unused.",
+    ));
+    cases.push(Case::problem(
+        400,
+        "urn:idem:problem:body-unreadable",
+        "The body could not be read (the connection broke while it was sent).".to_owned(),
+        "Send the request again with the same key; nothing ran.",
     ));
     if doc.scope != ScopeKind::Global {
         let who = namespace(doc.scope);
