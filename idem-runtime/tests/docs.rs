@@ -3,8 +3,13 @@
 //! listed and generated.
 
 use idem_runtime::docs::{self, OperationDoc, Operations};
-use idem_runtime::spec::{ExpiryPolicy, OperationSpec};
+use std::time::Duration;
+
+use idem_runtime::docs::contract;
+use idem_runtime::key::{IdempotencyKey, KeyError, KeyFormat, MAX_LEN};
+use idem_runtime::spec::{ExpiryPolicy, Mode, OperationSpec, ScopeKind};
 use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Error, sqlx};
 use idem_runtime::{JsonBody, idempotent};
 
 #[idempotent(scope = "tenant", ttl = "1h", path = "POST /short")]
@@ -123,4 +128,57 @@ fn operations_without_an_attribute_are_added_by_hand() {
         ["long_window:v1", "nightly:v2", "pay:v1", "short_window:v1"]
     );
     assert!(operations.openapi()["paths"]["/payments"]["post"].is_object());
+}
+
+#[test]
+fn the_documented_key_limits_are_the_parsers() {
+    assert_eq!(contract::KEY_MAX_LEN, MAX_LEN);
+    let quoted = |n: usize| format!("\"{}\"", "k".repeat(n));
+    let parse = |raw: String| IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Strict);
+    assert!(parse(quoted(contract::KEY_MIN_LEN)).is_ok());
+    assert!(parse(quoted(contract::KEY_MAX_LEN)).is_ok());
+    assert!(parse(quoted(contract::KEY_MAX_LEN + 1)).is_err());
+    assert!(parse(quoted(contract::KEY_MIN_LEN - 1)).is_err());
+    assert!(parse(format!("\"{}\"", contract::EXAMPLE_KEY)).is_ok());
+}
+
+/// Every problem the protocol answers is in the documents, under its status, for an
+/// operation it can happen to.
+#[test]
+fn the_documents_list_every_problem_of_the_protocol() {
+    let atomic = OperationDoc::from_spec(&OperationSpec::new("a:v1").scope(ScopeKind::Tenant));
+    let staged = OperationDoc::from_spec(
+        &OperationSpec::new("s:v1")
+            .scope(ScopeKind::Tenant)
+            .mode(Mode::Staged),
+    );
+    let soon = Duration::from_secs(1);
+    let errors = [
+        Error::MissingKey,
+        Error::InvalidKey(KeyError::TooLong),
+        Error::NoScope("tenant"),
+        Error::Mismatch,
+        Error::InFlight { retry_after: soon },
+        Error::Expired,
+        Error::ResponseTooLarge { limit: 1 },
+        Error::Panicked,
+        Error::CommitUnknown(sqlx::Error::PoolClosed),
+        Error::Store(sqlx::Error::PoolTimedOut),
+        Error::Interrupted {
+            reason: "provider timed out".to_owned(),
+            retry_after: soon,
+        },
+    ];
+    for error in errors {
+        let problem = error.problem();
+        let status = problem.status().as_u16().to_string();
+        let listed = [&atomic, &staged].into_iter().any(|doc| {
+            contract::cases(doc).iter().any(|case| {
+                case.status == status
+                    && (case.problem == Some(problem.type_uri())
+                        || case.when.contains(problem.type_uri()))
+            })
+        });
+        assert!(listed, "{status} {} is not documented", problem.type_uri());
+    }
 }
