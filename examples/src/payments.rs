@@ -51,6 +51,8 @@
 //!   (unknown fields refused): `201 {"id", "amount", "currency", "customer", "status":
 //!   "succeeded", "charge_id"}`. Invalid values answer `422`, malformed JSON `400`.
 //! - `GET /payments/{id}`: the tenant's own payment, `404` otherwise.
+//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
+//!   `POST /payments`, generated from [`spec`] ([`operations`], [`crate::docs`]).
 //!
 //! Every error is `application/problem+json`.
 
