@@ -1,6 +1,7 @@
 //! Runnable examples of idem. Each binary in `src/bin` is a thin `main` around a module here,
 //! so tests can drive the same router in process.
 
+pub mod docs;
 pub mod fake_provider;
 pub mod orders;
 pub mod payments;

@@ -4,7 +4,9 @@
 //!   whatever the token says, if it matches `^[a-z0-9-]{1,64}$`. Replace [`BearerTenant`]
 //!   with your own verified extractor.
 //! - `POST /orders` takes `{"sku": "^[A-Z0-9-]{1,32}$", "quantity": 1..=20}` and is
-//!   `#[idempotent(ttl = "24h", scope = "tenant")]`.
+//!   `#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]`.
+//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
+//!   `POST /orders`, generated from the attribute ([`crate::docs`]).
 //! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise.
 //!
 //! The handlers are generic over the backend so one binary serves SQLite and PostgreSQL; an
@@ -18,6 +20,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use idem_runtime::docs::{DuplicateOperation, Operations};
 use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
 use serde::{Deserialize, Serialize};
@@ -213,7 +216,7 @@ fn internal(error: &sqlx::Error) -> Problem {
 }
 
 /// `POST /orders`: creates an order. Safe to retry with the same `Idempotency-Key`.
-#[idempotent(ttl = "24h", scope = "tenant")]
+#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]
 pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
     tx: &mut Transaction<'_, DB>,
@@ -296,6 +299,23 @@ async fn no_method() -> Response {
     .into_response()
 }
 
+/// The operation `create_order` and its own responses, as the registry lists them.
+///
+/// # Errors
+/// When two `#[idempotent]` handlers linked into the program share an operation id.
+pub fn operations() -> Result<Operations, DuplicateOperation> {
+    Ok(Operations::from_registry()?
+        .responds(CREATE_ORDER, 201, "The order, created; `Location` names it")
+        .responds(
+            CREATE_ORDER,
+            422,
+            "`sku` or `quantity` is out of range (`urn:idem:example:invalid-order`)",
+        ))
+}
+
+/// The operation id of [`create_order`].
+pub const CREATE_ORDER: &str = "create_order:v1";
+
 /// The example's routes.
 pub fn router<DB: OrdersDb>(idem: Idem<DB>) -> Router {
     router_with(idem, false)
@@ -310,6 +330,7 @@ pub fn router_with<DB: OrdersDb>(idem: Idem<DB>, bench_routes: bool) -> Router {
         router = router.route("/bench/plain-orders", post(create_order_plain::<DB>));
     }
     router
+        .merge(crate::docs::routes(operations()))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .with_state(AppState { idem })

@@ -51,6 +51,8 @@
 //!   (unknown fields refused): `201 {"id", "amount", "currency", "customer", "status":
 //!   "succeeded", "charge_id"}`. Invalid values answer `422`, malformed JSON `400`.
 //! - `GET /payments/{id}`: the tenant's own payment, `404` otherwise.
+//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
+//!   `POST /payments`, generated from [`spec`] ([`operations`], [`crate::docs`]).
 //!
 //! Every error is `application/problem+json`.
 
@@ -64,6 +66,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use idem_runtime::docs::{DuplicateOperation, OperationDoc, Operations};
 use idem_runtime::fingerprint::Fingerprint;
 use idem_runtime::key::{self, KeyError};
 use idem_runtime::outbox::OutboxMessage;
@@ -586,11 +589,33 @@ async fn no_method() -> Response {
     .into_response()
 }
 
+/// The operation `POST /payments` runs, with its own responses, for the generated
+/// documentation. It has no `#[idempotent]` attribute (the handler calls
+/// [`Idem::staged`]), so it is added by hand; and only it: the `orders` handler linked into
+/// the same library is not served here.
+///
+/// # Errors
+/// Never with one operation; the type is the one of [`Operations::with`].
+pub fn operations(spec: &OperationSpec) -> Result<Operations, DuplicateOperation> {
+    Operations::new().with(
+        OperationDoc::from_spec(spec)
+            .path("POST", "/payments")
+            .handler("create_payment")
+            .responds(201, "The payment, charged once; `Location` names it")
+            .responds(
+                402,
+                "The provider declined the card (`urn:idem:example:payment-declined`); nothing \
+                 was charged",
+            ),
+    )
+}
+
 /// The example's routes.
 pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
     Router::new()
         .route("/payments", post(create_payment::<DB>))
         .route("/payments/{id}", get(get_payment::<DB>))
+        .merge(crate::docs::routes(operations(&state.ctx.spec)))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -17,7 +17,8 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
 
 const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, `mode`, \
-                         `lease`, `on_in_flight`, `store_client_errors`, `exclude`, `state`";
+                         `lease`, `on_in_flight`, `store_client_errors`, `exclude`, `state`, \
+                         `path`";
 
 /// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
@@ -37,6 +38,8 @@ pub(crate) struct Args {
     /// The application state, when named (`state = AppState`): enables the checks that need
     /// it.
     pub state: Option<Type>,
+    /// `path = "POST /orders"`: the route, for the generated documentation.
+    pub route: Option<(String, String)>,
 }
 
 struct Arg {
@@ -137,7 +140,7 @@ fn ttl(value: &Expr) -> syn::Result<Duration> {
     Ok(ttl)
 }
 
-fn lease(value: &Expr) -> syn::Result<Duration> {
+fn lease(value: &Expr) -> syn::Result<(Duration, Span)> {
     let lit = string(value, "lease")?;
     let lease = parse_duration(&lit.value()).map_err(|reason| {
         syn::Error::new(
@@ -154,7 +157,29 @@ fn lease(value: &Expr) -> syn::Result<Duration> {
             "`lease` must be at least `\"1s\"`: the heartbeat renews it every third of it",
         ));
     }
-    Ok(lease)
+    Ok((lease, lit.span()))
+}
+
+/// `path = "POST /orders"`: an upper-case method, one space, a path from `/` without spaces.
+fn route(value: &Expr) -> syn::Result<(String, String)> {
+    let lit = string(value, "path")?;
+    let text = lit.value();
+    let parsed = text.split_once(' ').filter(|(method, path)| {
+        !method.is_empty()
+            && method.bytes().all(|b| b.is_ascii_uppercase())
+            && path.starts_with('/')
+            && !path.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    match parsed {
+        Some((method, path)) => Ok((method.to_owned(), path.to_owned())),
+        None => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `path` `{text}`: write the method in capitals, one space and the \
+                 route's path from `/`, such as `path = \"POST /orders\"`"
+            ),
+        )),
+    }
 }
 
 impl Args {
@@ -180,7 +205,10 @@ impl Args {
             store_client_errors: false,
             exclude: Vec::new(),
             state: None,
+            route: None,
         };
+        let mut ttl_given = false;
+        let mut lease_span: Option<Span> = None;
         let mut operation: Option<LitStr> = None;
         let mut version: Option<(u32, Span)> = None;
         let mut seen: Vec<String> = Vec::new();
@@ -199,12 +227,19 @@ impl Args {
             spans.push((name.clone(), arg.name.span()));
             let value = &arg.value;
             let result = match name.as_str() {
-                "ttl" => ttl(value).map(|t| args.ttl = t),
+                "ttl" => ttl(value).map(|t| {
+                    args.ttl = t;
+                    ttl_given = true;
+                }),
                 "scope" => word(value, "scope").map(|s| args.scope = s),
                 "on_expired" => word(value, "on_expired").map(|p| args.on_expired = p),
                 "key" => word(value, "key").map(|k| args.key = k),
                 "mode" => word(value, "mode").map(|m| args.mode = m),
-                "lease" => lease(value).map(|l| args.lease = l),
+                "lease" => lease(value).map(|(l, span)| {
+                    args.lease = l;
+                    lease_span = Some(span);
+                }),
+                "path" => route(value).map(|r| args.route = Some(r)),
                 "on_in_flight" => word(value, "on_in_flight").map(|p| args.on_in_flight = p),
                 "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
                 "version" => parse_version(value).map(|v| version = Some(v)),
@@ -266,6 +301,20 @@ impl Args {
                 if wrong {
                     errors.push(syn::Error::new(span_of(name), message));
                 }
+            }
+            if let Some(span) = lease_span
+                && args.lease > args.ttl
+            {
+                errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "`lease` ({}) is longer than `ttl` ({}{}): the key would expire while an \
+                         attempt still holds it; shorten the lease or lengthen the ttl",
+                        describe_duration(args.lease),
+                        describe_duration(args.ttl),
+                        if ttl_given { "" } else { ", the default" },
+                    ),
+                ));
             }
         } else {
             for name in ["lease", "on_in_flight"] {

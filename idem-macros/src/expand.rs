@@ -12,6 +12,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token};
 
+use idem_docs::{OperationDoc, contract};
 use idem_spec::{Mode, OperationSpec, ScopeKind};
 
 use crate::args::{Args, Errors};
@@ -214,6 +215,17 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
     let doc = rustdoc(args);
+    let handler_name = LitStr::new(&name.to_string(), Span::call_site());
+    let (method, path) = match &args.route {
+        Some((method, path)) => (
+            quote!(::core::option::Option::Some(#method)),
+            quote!(::core::option::Option::Some(#path)),
+        ),
+        None => (
+            quote!(::core::option::Option::None),
+            quote!(::core::option::Option::None),
+        ),
+    };
 
     quote! {
         #(#attrs)*
@@ -237,6 +249,17 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 .fingerprint_exclude(&[#(#exclude),*])
                 .lease(#rt::Duration::from_millis(#lease))
                 .on_in_flight(#rt::InFlightPolicy::#on_in_flight);
+            // Registered at link time, for the generated documentation (`idem_runtime::docs`).
+            #rt::inventory::submit! {
+                #rt::Registration {
+                    spec: &__IDEM_SPEC,
+                    method: #method,
+                    path: #path,
+                    handler: #handler_name,
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                }
+            }
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #run
         }
@@ -252,7 +275,8 @@ fn variant(word: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The "Idempotency" section appended to the handler's rustdoc.
+/// The "Idempotency" section appended to the handler's rustdoc, in the words of the
+/// generated documents (`idem_docs::contract`).
 fn rustdoc(args: &Args) -> String {
     // The spec is only described here, at compile time; `'static` ids cost a leak of a few
     // bytes per annotated handler in the compiler's process.
@@ -266,11 +290,23 @@ fn rustdoc(args: &Args) -> String {
         .lease(args.lease)
         .on_in_flight(args.on_in_flight)
         .store_client_errors(args.store_client_errors);
+    let mut operation = OperationDoc::from_spec(&spec);
+    operation.fingerprint_exclude.clone_from(&args.exclude);
+    if let Some((method, path)) = &args.route {
+        operation = operation.path(method, path);
+    }
+    let route = operation
+        .route()
+        .map(|route| format!(" (`{route}`)"))
+        .unwrap_or_default();
+    let statuses: Vec<String> = contract::statuses(&operation)
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect();
     let mut doc = format!(
-        "\n\n# Idempotency\n\nIdempotent operation `{id}` (mode `{}`): send an \
-         `Idempotency-Key` header. {}",
-        args.mode,
-        spec.describe()
+        "\n\n# Idempotency\n\nIdempotent operation `{id}`{route}. {}\n\n{}",
+        contract::summary(&operation),
+        contract::window(&operation),
     );
     if !args.exclude.is_empty() {
         let paths: Vec<String> = args.exclude.iter().map(|p| format!("`{p}`")).collect();
@@ -280,5 +316,10 @@ fn rustdoc(args: &Args) -> String {
             paths.join(", ")
         ));
     }
+    doc.push_str(&format!(
+        "\n\nStatuses: {}; each is explained in the generated documentation \
+         (`idem_runtime::docs`).",
+        statuses.join(", ")
+    ));
     doc
 }

@@ -101,3 +101,29 @@ fn the_spec_and_the_rustdoc_come_from_the_arguments() {
         "{out}"
     );
 }
+
+#[test]
+fn the_handler_registers_its_route_and_documents_its_statuses() {
+    let out = expanded(
+        quote!(
+            scope = "global",
+            on_expired = "reexecute",
+            path = "POST /orders"
+        ),
+        quote!(
+            async fn create(tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    );
+    assert!(out.contains("inventory :: submit !"), "{out}");
+    assert!(out.contains("Some (\"POST\")"), "{out}");
+    assert!(out.contains("Some (\"/orders\")"), "{out}");
+    assert!(out.contains("handler : \"create\""), "{out}");
+    // The id does not change with the route: stored keys keep matching.
+    assert!(
+        out.contains("OperationSpec :: new (\"create:v1\")"),
+        "{out}"
+    );
+    assert!(out.contains("(`POST /orders`)"), "{out}");
+    assert!(out.contains("`409`"), "{out}");
+    assert!(!out.contains("`410`"), "reexecute: {out}");
+}

@@ -5,6 +5,7 @@
 mod canonical;
 pub mod clock;
 mod config;
+pub mod docs;
 mod error;
 pub mod extract;
 #[cfg(feature = "failpoints")]
@@ -62,6 +63,7 @@ pub struct FailPointsNeedTheirFeature;
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::docs::Registration;
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
         Ctx, GlobalScope, Handler, Reuse, TenantScope, UserScope, fingerprint, run, run_staged,
@@ -72,6 +74,7 @@ pub mod __private {
     };
     pub use axum::response::{IntoResponse, Response};
     pub use core::time::Duration;
+    pub use inventory;
     pub use std::boxed::Box;
 
     use crate::fingerprint::{Input, part};

@@ -1,0 +1,348 @@
+//! The examples serve the client's contract of their idempotent operations, and the contract
+//! is true: every situation the tests drive `POST /orders` into answers a status (and problem
+//! type) the documents list. Run against the `orders` and `payments` processes on SQLite.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Client, Db, Kind, Reply, Server};
+use idem_runtime::docs::{self, OperationDoc};
+use idem_runtime::spec::{
+    ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind,
+};
+use idem_runtime::sqlx::{self, SqlitePool};
+use serde_json::Value;
+
+const ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 2}"#;
+const OTHER_ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 3}"#;
+
+async fn fetch(base: &str, path: &str) -> (String, String) {
+    let response = reqwest::get(format!("{base}{path}")).await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (content_type, response.text().await.unwrap())
+}
+
+/// Both documents of a running server.
+async fn documents(base: &str) -> (String, Value) {
+    let (markdown_type, markdown) = fetch(base, "/docs/idempotency.md").await;
+    assert_eq!(markdown_type, "text/markdown; charset=utf-8");
+    let (openapi_type, openapi) = fetch(base, "/openapi.json").await;
+    assert_eq!(openapi_type, "application/json");
+    (markdown, serde_json::from_str(&openapi).unwrap())
+}
+
+#[tokio::test]
+async fn orders_serves_its_documents() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    let server = Server::start(&db);
+    let (markdown, openapi) = documents(&server.base).await;
+    assert!(markdown.contains("## POST /orders"), "{markdown}");
+    assert!(markdown.contains("handler `create_order`"), "{markdown}");
+    let post = &openapi["paths"]["/orders"]["post"];
+    assert_eq!(post["x-idempotency"]["id"], "create_order:v1");
+    assert_eq!(post["x-idempotency"]["scope"], "tenant");
+    assert_eq!(post["parameters"][0]["name"], "Idempotency-Key");
+    assert_eq!(post["parameters"][0]["required"], true);
+    insta::assert_snapshot!("orders_markdown", markdown);
+    insta::with_settings!({ sort_maps => true }, {
+        insta::assert_json_snapshot!("orders_openapi", openapi);
+    });
+}
+
+#[tokio::test]
+async fn payments_serves_its_documents() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    // The provider is never called: only the documents are read.
+    let server = Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("PROVIDER_URL", "http://127.0.0.1:9"),
+        ],
+    );
+    let (markdown, openapi) = documents(&server.base).await;
+    assert!(markdown.contains("## POST /payments"), "{markdown}");
+    let post = &openapi["paths"]["/payments"]["post"];
+    assert_eq!(post["x-idempotency"]["mode"], "staged");
+    assert!(
+        post["responses"]["503"]["content"]["application/problem+json"]["x-problem-types"]
+            .as_array()
+            .unwrap()
+            .contains(&"urn:idem:problem:interrupted".into())
+    );
+    assert!(post["responses"]["402"].is_object());
+    // Only `POST /payments`: the orders handler linked into the same library is not its.
+    assert_eq!(openapi["paths"].as_object().unwrap().len(), 1);
+    insta::assert_snapshot!("payments_markdown", markdown);
+    insta::with_settings!({ sort_maps => true }, {
+        insta::assert_json_snapshot!("payments_openapi", openapi);
+    });
+}
+
+/// What a situation really answered, checked against both documents: the status is a
+/// response of `POST /orders` in the OpenAPI document (exactly or in its `2XX` range), an
+/// idem problem's type is listed for it, replays document `Idempotent-Replayed` and 409/503
+/// `Retry-After`; and the Markdown has a row for the status.
+fn assert_documented(situation: &str, reply: &Reply, markdown: &str, openapi: &Value) {
+    let responses = &openapi["paths"]["/orders"]["post"]["responses"];
+    let status = reply.status.to_string();
+    let range = format!("{}XX", status.chars().next().unwrap_or('0'));
+    let documented = if responses[&status].is_object() {
+        &responses[&status]
+    } else {
+        &responses[&range]
+    };
+    assert!(
+        documented.is_object(),
+        "{situation}: {status} is not documented: {responses:#}"
+    );
+    let row = markdown.lines().any(|line| {
+        line.starts_with(&format!("| {status}")) || line.starts_with(&format!("| {range}"))
+    });
+    assert!(row, "{situation}: no row for {status} in the Markdown");
+    if reply.header("content-type") == Some("application/problem+json") {
+        let kind = reply.json()["type"].as_str().unwrap().to_owned();
+        if kind.starts_with("urn:idem:problem:") {
+            let types = &documented["content"]["application/problem+json"]["x-problem-types"];
+            let listed = types
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == &kind));
+            let named = documented["description"]
+                .as_str()
+                .is_some_and(|d| d.contains(&kind));
+            assert!(
+                listed || named,
+                "{situation}: {kind} is not listed for {status}: {types}"
+            );
+        }
+    }
+    if reply.replayed() {
+        assert!(
+            documented["headers"]["Idempotent-Replayed"].is_object(),
+            "{situation}: replays are not documented for {status}"
+        );
+    }
+    if reply.header("retry-after").is_some() {
+        assert!(
+            documented["headers"]["Retry-After"].is_object(),
+            "{situation}: Retry-After is not documented for {status}"
+        );
+    }
+}
+
+/// Every situation the document lists for `POST /orders` that a client can bring about
+/// (403, 500 and 503 need a principal without a tenant, a fault or a failing database, and
+/// are covered by the runtime's own tests), driven against the running example.
+#[tokio::test]
+async fn every_status_orders_answers_is_documented() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    let server = Server::start(&db);
+    let c = Client::new(&server);
+    let (markdown, openapi) = documents(&server.base).await;
+    let check = |situation: &str, reply: &Reply, expected: u16| {
+        assert_eq!(reply.status, expected, "{situation}: {}", reply.body);
+        assert_documented(situation, reply, &markdown, &openapi);
+    };
+
+    check(
+        "no authentication",
+        &c.post(None, Some("k1"), ORDER).await,
+        401,
+    );
+    check("missing key", &c.post(Some("acme"), None, ORDER).await, 400);
+    check(
+        "malformed key",
+        &c.post(Some("acme"), Some("\"a b\""), ORDER).await,
+        400,
+    );
+    check(
+        "key too long",
+        &c.post(Some("acme"), Some(&"k".repeat(256)), ORDER).await,
+        400,
+    );
+    check(
+        "malformed JSON",
+        &c.post(Some("acme"), Some("k1"), "not json").await,
+        400,
+    );
+    check(
+        "invalid body",
+        &c.post(
+            Some("acme"),
+            Some("k1"),
+            r#"{"sku": "BOOK-1", "quantity": 0}"#,
+        )
+        .await,
+        422,
+    );
+    let huge = format!(
+        r#"{{"sku": "BOOK-1", "quantity": 2, "pad": "{}"}}"#,
+        "x".repeat(17 * 1024)
+    );
+    check(
+        "body too large",
+        &c.post(Some("acme"), Some("k1"), &huge).await,
+        413,
+    );
+    let wrong_type = reqwest::Client::new()
+        .post(format!("{}/orders", server.base))
+        .header("authorization", "Bearer acme")
+        .header("idempotency-key", "\"k1\"")
+        .header("content-type", "text/plain")
+        .body(ORDER)
+        .send()
+        .await
+        .unwrap();
+    let wrong_type = Reply {
+        status: wrong_type.status().as_u16(),
+        headers: wrong_type.headers().clone(),
+        body: wrong_type.text().await.unwrap(),
+    };
+    check("wrong content type", &wrong_type, 415);
+
+    let first = c.post(Some("acme"), Some("\"k1\""), ORDER).await;
+    check("first execution", &first, 201);
+    let replay = c.post(Some("acme"), Some("\"k1\""), ORDER).await;
+    assert!(replay.replayed());
+    check("replay", &replay, 201);
+    check(
+        "same key, other request",
+        &c.post(Some("acme"), Some("\"k1\""), OTHER_ORDER).await,
+        422,
+    );
+
+    // In flight: another connection holds SQLite's write lock, as a running execution does;
+    // the request waits for it up to the in-flight wait, then answers 409.
+    let holder = SqlitePool::connect(&db.url).await.unwrap();
+    let mut held = holder.acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let in_flight = c.post(Some("acme"), Some("\"k2\""), ORDER).await;
+    assert!(
+        in_flight.header("retry-after").is_some(),
+        "{}",
+        in_flight.body
+    );
+    check("in flight", &in_flight, 409);
+    sqlx::query("ROLLBACK").execute(&mut *held).await.unwrap();
+    drop(held);
+    holder.close().await;
+
+    db.expire_all_keys().await;
+    check(
+        "expired key",
+        &c.post(Some("acme"), Some("\"k1\""), ORDER).await,
+        410,
+    );
+}
+
+/// The served OpenAPI documents pass `openapi-spec-validator` (installed with pip when it is
+/// missing). A validator that cannot be installed or run fails the test: nothing is skipped.
+#[tokio::test]
+async fn openapi_documents_pass_the_validator() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    let orders = Server::start(&db);
+    let payments = Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("PROVIDER_URL", "http://127.0.0.1:9"),
+        ],
+    );
+    ensure_validator();
+    for (name, server) in [("orders", &orders), ("payments", &payments)] {
+        let (_, text) = fetch(&server.base, "/openapi.json").await;
+        let file = db.dir.join(format!("{name}-openapi.json"));
+        std::fs::write(&file, text).unwrap();
+        let output = validator()
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("openapi-spec-validator cannot run: {e}"));
+        assert!(
+            output.status.success(),
+            "{name}: the OpenAPI document is invalid:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Every shape the generator has: optional keys, path templates, store_client_errors,
+    // excluded paths, staged waits, an operation without a route.
+    let file = db.dir.join("variants-openapi.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&docs::openapi(&variants())).unwrap(),
+    )
+    .unwrap();
+    let output = validator().arg(&file).output().unwrap();
+    assert!(
+        output.status.success(),
+        "variants: the OpenAPI document is invalid:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn variants() -> Vec<OperationDoc> {
+    let atomic = OperationSpec::new("send_receipt:v2")
+        .ttl(Duration::from_secs(3600))
+        .key(KeyRequirement::Optional)
+        .on_expired(ExpiryPolicy::Reexecute)
+        .store_client_errors(true)
+        .fingerprint_exclude(&["body.note"]);
+    let staged = OperationSpec::new("pay:v1")
+        .scope(ScopeKind::User)
+        .mode(Mode::Staged)
+        .on_in_flight(InFlightPolicy::Wait);
+    vec![
+        OperationDoc::from_spec(&atomic).path("PUT", "/receipts/{id}/lines/{line}"),
+        OperationDoc::from_spec(&staged)
+            .path("POST", "/receipts/{id}/lines/{line}")
+            .responds(201, "Paid")
+            .responds(402, "Declined"),
+        OperationDoc::from_spec(&OperationSpec::new("nightly:v1")),
+    ]
+}
+
+fn validator() -> Command {
+    let mut command = Command::new("python3");
+    command.args(["-m", "openapi_spec_validator"]);
+    command
+}
+
+fn ensure_validator() {
+    let works = |mut command: Command| {
+        command
+            .arg("--help")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works(validator()) {
+        return;
+    }
+    let installed = Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "openapi-spec-validator"])
+        .status()
+        .unwrap_or_else(|e| panic!("python3 -m pip cannot run: {e}"));
+    assert!(
+        installed.success(),
+        "pip could not install openapi-spec-validator"
+    );
+    assert!(
+        works(validator()),
+        "openapi-spec-validator does not run after its installation"
+    );
+}

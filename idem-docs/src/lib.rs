@@ -1,0 +1,55 @@
+//! Generated documentation of idem's idempotent operations.
+//!
+//! An [`OperationDoc`] is an operation's [`OperationSpec`](idem_spec::OperationSpec) plus
+//! where it is served (method, path), its handler and source location. From a list of them
+//! this crate writes the client's contract:
+//!
+//! - [`markdown`]: an overview table, then a section per operation with the
+//!   `Idempotency-Key` header's syntax, whether it is required, every status idem can answer
+//!   for that operation and when, what the client does in each case, `Retry-After`,
+//!   `Idempotent-Replayed`, what happens when the key's window lapses, and an example request
+//!   with its retry;
+//! - [`openapi`]: an OpenAPI 3.1 document with the header parameter, problem+json responses
+//!   (a `Problem` schema in `components`) and an `x-idempotency` extension with the policy.
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_docs::{OperationDoc, markdown, openapi};
+//! use idem_spec::{OperationSpec, ScopeKind};
+//!
+//! let spec = OperationSpec::new("create_order:v1")
+//!     .scope(ScopeKind::Tenant)
+//!     .ttl(Duration::from_secs(24 * 3600));
+//! let docs = [OperationDoc::from_spec(&spec).path("POST", "/orders").responds(201, "The order")];
+//! assert!(markdown(&docs).contains("| 409 `urn:idem:problem:in-flight` + `Retry-After` |"));
+//! assert!(openapi(&docs)["paths"]["/orders"]["post"]["responses"]["201"].is_object());
+//! ```
+//!
+//! # Decisions
+//!
+//! - **One wording.** Every sentence lives in [`contract`]; both generators (and the
+//!   attribute's rustdoc section) take it from there, so the documents cannot disagree.
+//! - **Only what applies.** The statuses listed depend on the spec: `410` only with
+//!   `on_expired = "gone"`, `400 missing-key` only for a required key, `401`/`403` only for
+//!   tenant and user scopes (whose principal the application authenticates), staged mode's
+//!   `503 interrupted` and lease takeover only in staged mode, the `409` wording after
+//!   `on_in_flight`.
+//! - **Body statuses are listed.** `413`, `415`, `400 malformed-json` and `422 invalid-body`
+//!   come from idem's JSON body extractors (`JsonBody`, `Checked`, …); a spec does not say
+//!   which extractor a handler uses, so they are always listed.
+//! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
+//!   2xx of its own, success is documented as OpenAPI's `2XX`.
+//! - **The key's syntax** is the IETF draft's structured-field string; the length limits are
+//!   the runtime's (1 to 255 visible ASCII characters).
+//! - **JSON**: [`OperationDoc`] serialises with the attribute's spellings (`"24h"`,
+//!   `"tenant"`) so tools can store it and read it back.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod contract;
+mod markdown;
+mod model;
+mod openapi;
+
+pub use crate::markdown::markdown;
+pub use crate::model::OperationDoc;
+pub use crate::openapi::openapi;

@@ -1,0 +1,239 @@
+//! [`OperationDoc`]: what the documents say about one operation, as plain data.
+
+use std::time::Duration;
+
+use idem_spec::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind};
+use serde::{Deserialize, Serialize};
+
+/// One idempotent operation as the documents describe it: its [`OperationSpec`], and where it
+/// is served (method and path), which handler runs it and where that handler is written.
+///
+/// Serialised as JSON with the same spellings as the attribute (`"24h"`, `"tenant"`,
+/// `"gone"`), so that tools can store and read it.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_docs::OperationDoc;
+/// use idem_spec::{OperationSpec, ScopeKind};
+///
+/// let spec = OperationSpec::new("create_order:v1")
+///     .scope(ScopeKind::Tenant)
+///     .ttl(Duration::from_secs(3600));
+/// let doc = OperationDoc::from_spec(&spec)
+///     .path("POST", "/orders")
+///     .handler("create_order");
+/// let json = serde_json::to_value(&doc).unwrap();
+/// assert_eq!(json["ttl"], "1h");
+/// assert_eq!(json["scope"], "tenant");
+/// let back: OperationDoc = serde_json::from_value(json).unwrap();
+/// assert_eq!(back, doc);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct OperationDoc {
+    /// The versioned operation id, `<name>:v<version>`.
+    pub id: String,
+    /// The name part of the id.
+    pub name: String,
+    /// The version part of the id.
+    pub version: u32,
+    /// How long a key and its stored response are kept.
+    #[serde(with = "duration")]
+    pub ttl: Duration,
+    /// Whose keys share one namespace.
+    #[serde(with = "word")]
+    pub scope: ScopeKind,
+    /// What a request with an expired key gets.
+    #[serde(with = "word")]
+    pub on_expired: ExpiryPolicy,
+    /// Whether a request without `Idempotency-Key` is accepted.
+    #[serde(with = "word")]
+    pub key: KeyRequirement,
+    /// How effects are made exactly-once.
+    #[serde(with = "word")]
+    pub mode: Mode,
+    /// Staged mode: how long an attempt holds its key without renewing its lease.
+    #[serde(with = "duration")]
+    pub lease: Duration,
+    /// Staged mode: what a retry gets while the key's execution runs.
+    #[serde(with = "word")]
+    pub on_in_flight: InFlightPolicy,
+    /// Client errors are stored and replayed.
+    pub store_client_errors: bool,
+    /// Dotted paths left out of the fingerprint.
+    pub fingerprint_exclude: Vec<String>,
+    /// The HTTP method, upper case (`POST`), when known.
+    pub method: Option<String>,
+    /// The route's path (`/orders`), when known.
+    pub path: Option<String>,
+    /// The handler's name; empty when unknown.
+    pub handler: String,
+    /// Where the handler is written, `file:line`, when known.
+    pub source: Option<String>,
+    /// Responses of the operation itself, besides idem's (its success, say), as
+    /// `(status, description)`, sorted by status.
+    pub responses: Vec<(u16, String)>,
+}
+
+impl OperationDoc {
+    /// The document of a spec, with nothing known of its route, handler or source.
+    ///
+    /// ```
+    /// use idem_docs::OperationDoc;
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("POST /orders:v2"));
+    /// assert_eq!((doc.name.as_str(), doc.version), ("POST /orders", 2));
+    /// assert_eq!(doc.method, None);
+    /// ```
+    #[must_use]
+    pub fn from_spec(spec: &OperationSpec) -> Self {
+        Self {
+            id: spec.id.to_owned(),
+            name: spec.name().to_owned(),
+            version: spec.version(),
+            ttl: spec.ttl,
+            scope: spec.scope,
+            on_expired: spec.on_expired,
+            key: spec.key,
+            mode: spec.mode,
+            lease: spec.lease,
+            on_in_flight: spec.on_in_flight,
+            store_client_errors: spec.store_client_errors,
+            fingerprint_exclude: spec
+                .fingerprint_exclude
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
+            method: None,
+            path: None,
+            handler: String::new(),
+            source: None,
+            responses: Vec::new(),
+        }
+    }
+
+    /// Sets the route: the method (upper-cased) and the path.
+    ///
+    /// ```
+    /// use idem_docs::OperationDoc;
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("post", "/payments");
+    /// assert_eq!(doc.route().as_deref(), Some("POST /payments"));
+    /// ```
+    #[must_use]
+    pub fn path(mut self, method: &str, path: &str) -> Self {
+        self.method = Some(method.to_ascii_uppercase());
+        self.path = Some(path.to_owned());
+        self
+    }
+
+    /// Sets the handler's name.
+    #[must_use]
+    pub fn handler(mut self, handler: &str) -> Self {
+        handler.clone_into(&mut self.handler);
+        self
+    }
+
+    /// Sets where the handler is written (`src/orders.rs:212`).
+    #[must_use]
+    pub fn source(mut self, source: &str) -> Self {
+        self.source = Some(source.to_owned());
+        self
+    }
+
+    /// Adds a response of the operation itself (its success, an error of its own), listed
+    /// beside idem's. A status given twice keeps the last description.
+    ///
+    /// ```
+    /// use idem_docs::OperationDoc;
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1"))
+    ///     .responds(201, "the payment")
+    ///     .responds(201, "the payment, created");
+    /// assert_eq!(doc.responses, [(201, "the payment, created".to_owned())]);
+    /// ```
+    #[must_use]
+    pub fn responds(mut self, status: u16, description: &str) -> Self {
+        self.responses.retain(|(s, _)| *s != status);
+        self.responses.push((status, description.to_owned()));
+        self.responses.sort_by_key(|(s, _)| *s);
+        self
+    }
+
+    /// `METHOD /path` when both are known.
+    #[must_use]
+    pub fn route(&self) -> Option<String> {
+        Some(format!("{} {}", self.method.as_ref()?, self.path.as_ref()?))
+    }
+
+    /// The title the documents give the operation: its route, or else its name.
+    #[must_use]
+    pub fn title(&self) -> String {
+        self.route().unwrap_or_else(|| self.name.clone())
+    }
+}
+
+/// Vocabulary words as their spellings.
+mod word {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<T: Display, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+
+    pub(super) fn deserialize<'de, T, D>(deserializer: D) -> Result<T, D::Error>
+    where
+        T: FromStr<Err: Display>,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Durations as the attribute writes them (`"24h"`).
+mod duration {
+    use std::time::Duration;
+
+    use idem_spec::{format_duration, parse_duration};
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Duration,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format_duration(*value))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_words_and_durations_are_errors_not_panics() {
+        let doc = OperationDoc::from_spec(&OperationSpec::new("x:v1"));
+        let mut json = serde_json::to_value(&doc).unwrap();
+        json["scope"] = "everyone".into();
+        assert!(serde_json::from_value::<OperationDoc>(json.clone()).is_err());
+        json["scope"] = "user".into();
+        json["ttl"] = "24 hours".into();
+        assert!(serde_json::from_value::<OperationDoc>(json).is_err());
+    }
+}

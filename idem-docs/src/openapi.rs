@@ -1,0 +1,232 @@
+//! The OpenAPI 3.1 document.
+
+use idem_spec::{Mode, format_duration};
+use serde_json::{Map, Value, json};
+
+use crate::OperationDoc;
+use crate::contract::{self, KEY_HEADER, KEY_PATTERN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER};
+
+/// The operations as an OpenAPI 3.1 document.
+///
+/// Each operation with a route is under `paths` with the `Idempotency-Key` header parameter,
+/// every response [`contract::cases`] lists (grouped per status, problems as
+/// `application/problem+json` with the `Problem` schema of `components`), and an
+/// `x-idempotency` object with its policy. Operations without a route have no place in
+/// `paths`: they are listed under the document's top-level `x-idempotency-operations` only.
+///
+/// ```
+/// use idem_docs::{OperationDoc, openapi};
+/// use idem_spec::OperationSpec;
+///
+/// let doc = OperationDoc::from_spec(&OperationSpec::new("create_order:v1")).path("POST", "/orders");
+/// let api = openapi(&[doc]);
+/// assert_eq!(api["openapi"], "3.1.0");
+/// let post = &api["paths"]["/orders"]["post"];
+/// assert_eq!(post["parameters"][0]["name"], "Idempotency-Key");
+/// assert_eq!(post["x-idempotency"]["ttl"], "1d");
+/// assert!(post["responses"]["422"].is_object());
+/// ```
+#[must_use]
+pub fn openapi(docs: &[OperationDoc]) -> Value {
+    let mut paths = Map::new();
+    let mut unrouted = Vec::new();
+    for doc in docs {
+        let (Some(method), Some(path)) = (&doc.method, &doc.path) else {
+            unrouted.push(policy(doc));
+            continue;
+        };
+        let item = paths
+            .entry(path.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(item) = item {
+            item.insert(method.to_ascii_lowercase(), operation(doc));
+        }
+    }
+    let mut document = json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Idempotent operations",
+            "version": "1",
+            "description": format!(
+                "Operations safe to retry with an `{KEY_HEADER}` header. {} {}",
+                contract::retry_after_header(),
+                contract::replayed_header()
+            ),
+        },
+        "paths": paths,
+        "components": components(),
+    });
+    if !unrouted.is_empty()
+        && let Value::Object(map) = &mut document
+    {
+        map.insert(
+            "x-idempotency-operations".to_owned(),
+            Value::Array(unrouted),
+        );
+    }
+    document
+}
+
+fn operation(doc: &OperationDoc) -> Value {
+    let mut responses = Map::new();
+    let mut problems: Vec<(String, Vec<&'static str>)> = Vec::new();
+    for case in contract::cases(doc) {
+        let entry = responses.entry(case.status.clone()).or_insert_with(|| {
+            json!({
+                "description": "",
+            })
+        });
+        let Value::Object(response) = entry else {
+            continue;
+        };
+        let line = format!("{} {}", case.when, case.then);
+        let description = match response.get("description").and_then(Value::as_str) {
+            Some("") | None => line,
+            Some(before) => format!("{before}\n\n{line}"),
+        };
+        response.insert("description".to_owned(), Value::String(description));
+        let headers = response
+            .entry("headers")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(headers) = headers {
+            if case.retry_after {
+                headers.insert(
+                    "Retry-After".to_owned(),
+                    json!({"$ref": "#/components/headers/RetryAfter"}),
+                );
+            }
+            if case.replayed {
+                headers.insert(
+                    REPLAYED_HEADER.to_owned(),
+                    json!({"$ref": "#/components/headers/IdempotentReplayed"}),
+                );
+            }
+        }
+        if let Some(problem) = case.problem {
+            match problems.iter_mut().find(|(s, _)| *s == case.status) {
+                Some((_, types)) => types.push(problem),
+                None => problems.push((case.status.clone(), vec![problem])),
+            }
+        }
+    }
+    for (status, types) in problems {
+        if let Some(Value::Object(response)) = responses.get_mut(&status) {
+            response.insert(
+                "content".to_owned(),
+                json!({
+                    PROBLEM_MEDIA_TYPE: {
+                        "schema": {"$ref": "#/components/schemas/Problem"},
+                        "x-problem-types": types,
+                    }
+                }),
+            );
+        }
+    }
+    for response in responses.values_mut() {
+        if let Value::Object(response) = response
+            && response
+                .get("headers")
+                .and_then(Value::as_object)
+                .is_some_and(Map::is_empty)
+        {
+            response.remove("headers");
+        }
+    }
+    let mut parameters = vec![json!({
+        "name": KEY_HEADER,
+        "in": "header",
+        "required": doc.key == idem_spec::KeyRequirement::Required,
+        "description": contract::key_parameter(doc),
+        "schema": {"type": "string", "pattern": KEY_PATTERN},
+        "example": format!("\"{}\"", contract::EXAMPLE_KEY),
+    })];
+    for name in template_names(doc.path.as_deref().unwrap_or_default()) {
+        parameters.push(json!({
+            "name": name,
+            "in": "path",
+            "required": true,
+            "schema": {"type": "string"},
+        }));
+    }
+    let mut operation = json!({
+        "operationId": doc.id,
+        "summary": format!("Idempotent operation `{}`", doc.id),
+        "description": contract::summary(doc),
+        "parameters": parameters,
+        "responses": responses,
+        "x-idempotency": policy(doc),
+    });
+    if let Value::Object(map) = &mut operation
+        && !doc.handler.is_empty()
+    {
+        map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
+    }
+    operation
+}
+
+/// The names of a path's template segments: `id` of `/orders/{id}`, each once.
+fn template_names(path: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    for segment in path.split('/') {
+        if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}'))
+            && !name.is_empty()
+            && !names.contains(&name)
+        {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The `x-idempotency` object: the policy, in the attribute's spellings.
+fn policy(doc: &OperationDoc) -> Value {
+    let mut policy = json!({
+        "id": doc.id,
+        "mode": doc.mode.as_str(),
+        "key": doc.key.as_str(),
+        "scope": doc.scope.as_str(),
+        "ttl": format_duration(doc.ttl),
+        "ttlSeconds": doc.ttl.as_secs(),
+        "onExpired": doc.on_expired.as_str(),
+        "storeClientErrors": doc.store_client_errors,
+        "fingerprintExclude": doc.fingerprint_exclude,
+    });
+    if let Value::Object(map) = &mut policy {
+        if doc.mode == Mode::Staged {
+            map.insert("lease".to_owned(), format_duration(doc.lease).into());
+            map.insert("onInFlight".to_owned(), doc.on_in_flight.as_str().into());
+        }
+        if let Some(source) = &doc.source {
+            map.insert("source".to_owned(), source.clone().into());
+        }
+    }
+    policy
+}
+
+fn components() -> Value {
+    json!({
+        "schemas": {
+            "Problem": {
+                "type": "object",
+                "description": "RFC 9457 problem details.",
+                "required": ["type", "title", "status"],
+                "properties": {
+                    "type": {"type": "string", "format": "uri-reference", "description": "The problem's type: `urn:idem:problem:…` for idem's own."},
+                    "title": {"type": "string", "description": "A short, fixed summary of the type."},
+                    "status": {"type": "integer", "minimum": 100, "maximum": 599},
+                    "detail": {"type": "string", "description": "What happened to this request."},
+                },
+            },
+        },
+        "headers": {
+            "RetryAfter": {
+                "description": contract::retry_after_header(),
+                "schema": {"type": "integer", "minimum": 1},
+            },
+            "IdempotentReplayed": {
+                "description": contract::replayed_header(),
+                "schema": {"type": "string", "enum": ["true"]},
+            },
+        },
+    })
+}

@@ -1,0 +1,202 @@
+//! Generated documentation of the application's idempotent operations.
+//!
+//! Every `#[idempotent]` handler registers its spec at link time, with its handler's name,
+//! its source location and — when the attribute says `path = "POST /orders"` — its route.
+//! [`operations`] lists them; [`markdown`] and [`openapi`] (from `idem-docs`) write the
+//! client's contract. Operations run through [`Idem::staged`](crate::Idem::staged) or
+//! [`Idem::once`](crate::Idem::once) have no attribute: add them with [`Operations::with`].
+//!
+//! ```no_run
+//! use idem_runtime::docs::{self, OperationDoc, Operations};
+//! use idem_runtime::spec::{Mode, OperationSpec, ScopeKind};
+//!
+//! # fn main() -> Result<(), docs::DuplicateOperation> {
+//! const PAY: OperationSpec = OperationSpec::new("pay:v1").scope(ScopeKind::Tenant).mode(Mode::Staged);
+//! let operations = Operations::from_registry()?
+//!     .with(OperationDoc::from_spec(&PAY).path("POST", "/payments"))?;
+//! let markdown: String = operations.markdown();
+//! let openapi: serde_json::Value = operations.openapi();
+//! # let _ = (markdown, openapi);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+
+use idem_spec::OperationSpec;
+
+pub use idem_docs::{OperationDoc, contract, markdown, openapi};
+
+/// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Registration {
+    /// The handler's spec.
+    pub spec: &'static OperationSpec,
+    /// `path = "POST /orders"`: the method.
+    pub method: Option<&'static str>,
+    /// `path = "POST /orders"`: the path.
+    pub path: Option<&'static str>,
+    /// The handler's name.
+    pub handler: &'static str,
+    /// `file!()` at the attribute.
+    pub file: &'static str,
+    /// `line!()` at the attribute.
+    pub line: u32,
+}
+
+inventory::collect!(Registration);
+
+impl Registration {
+    fn doc(&self) -> OperationDoc {
+        let mut doc = OperationDoc::from_spec(self.spec)
+            .handler(self.handler)
+            .source(&format!("{}:{}", self.file, self.line));
+        if let (Some(method), Some(path)) = (self.method, self.path) {
+            doc = doc.path(method, path);
+        }
+        doc
+    }
+}
+
+/// Two operations with one id: their keys would share one namespace, and their documents
+/// one entry. Give one of them another `operation` name or `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateOperation {
+    /// The id both have.
+    pub id: String,
+    /// Where each is declared (`file:line`, or the handler's name, when known).
+    pub declared: [String; 2],
+}
+
+impl fmt::Display for DuplicateOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "two operations have the id `{}` ({} and {}): give one another `operation` name \
+             or `version`",
+            self.id, self.declared[0], self.declared[1]
+        )
+    }
+}
+
+impl std::error::Error for DuplicateOperation {}
+
+/// A list of operations, sorted by id, each id once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Operations {
+    docs: Vec<OperationDoc>,
+}
+
+fn declared(doc: &OperationDoc) -> String {
+    match (&doc.source, doc.handler.is_empty()) {
+        (Some(source), _) => source.clone(),
+        (None, false) => format!("handler `{}`", doc.handler),
+        (None, true) => "added by hand".to_owned(),
+    }
+}
+
+impl Operations {
+    /// No operations.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every operation an `#[idempotent]` handler linked into this program registered.
+    ///
+    /// # Errors
+    /// [`DuplicateOperation`] when two handlers have the same operation id.
+    pub fn from_registry() -> Result<Self, DuplicateOperation> {
+        inventory::iter::<Registration>
+            .into_iter()
+            .try_fold(Self::new(), |operations, registration| {
+                operations.with(registration.doc())
+            })
+    }
+
+    /// Adds an operation.
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("POST", "/payments");
+    /// let operations = Operations::new().with(pay.clone()).unwrap();
+    /// assert_eq!(operations.docs().len(), 1);
+    /// assert!(operations.with(pay).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`DuplicateOperation`] when an operation of that id is already listed.
+    pub fn with(mut self, doc: OperationDoc) -> Result<Self, DuplicateOperation> {
+        match self.docs.binary_search_by(|d| d.id.cmp(&doc.id)) {
+            Ok(found) => Err(DuplicateOperation {
+                id: doc.id.clone(),
+                declared: [declared(&self.docs[found]), declared(&doc)],
+            }),
+            Err(at) => {
+                self.docs.insert(at, doc);
+                Ok(self)
+            }
+        }
+    }
+
+    /// Adds a response of the operation `id` itself (its success, say) to its document
+    /// ([`OperationDoc::responds`]); nothing if no operation has that id.
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1"));
+    /// let operations = Operations::new().with(pay).unwrap().responds("pay:v1", 201, "The payment");
+    /// assert_eq!(operations.docs()[0].responses, [(201, "The payment".to_owned())]);
+    /// ```
+    #[must_use]
+    pub fn responds(mut self, id: &str, status: u16, description: &str) -> Self {
+        if let Some(doc) = self.docs.iter_mut().find(|d| d.id == id) {
+            *doc = doc.clone().responds(status, description);
+        }
+        self
+    }
+
+    /// The operations, sorted by id.
+    #[must_use]
+    pub fn docs(&self) -> &[OperationDoc] {
+        &self.docs
+    }
+
+    /// The operations, sorted by id.
+    #[must_use]
+    pub fn into_vec(self) -> Vec<OperationDoc> {
+        self.docs
+    }
+
+    /// The Markdown document ([`markdown`]).
+    #[must_use]
+    pub fn markdown(&self) -> String {
+        markdown(&self.docs)
+    }
+
+    /// The OpenAPI 3.1 document ([`openapi`]).
+    #[must_use]
+    pub fn openapi(&self) -> serde_json::Value {
+        openapi(&self.docs)
+    }
+}
+
+/// Every operation registered by an `#[idempotent]` handler linked into this program, sorted
+/// by id.
+///
+/// ```no_run
+/// let operations = idem_runtime::docs::operations().expect("operation ids are unique");
+/// let text = idem_runtime::docs::markdown(&operations);
+/// # let _ = text;
+/// ```
+///
+/// # Errors
+/// [`DuplicateOperation`] when two handlers have the same operation id.
+pub fn operations() -> Result<Vec<OperationDoc>, DuplicateOperation> {
+    Operations::from_registry().map(Operations::into_vec)
+}

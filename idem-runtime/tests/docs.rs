@@ -1,0 +1,184 @@
+//! The registry: every `#[idempotent]` handler linked into a program is listed, with its
+//! spec, route, handler name and source, and changing an attribute argument changes what is
+//! listed and generated.
+
+use idem_runtime::docs::{self, OperationDoc, Operations};
+use std::time::Duration;
+
+use idem_runtime::docs::contract;
+use idem_runtime::key::{IdempotencyKey, KeyError, KeyFormat, MAX_LEN};
+use idem_runtime::spec::{ExpiryPolicy, Mode, OperationSpec, ScopeKind};
+use idem_runtime::sqlx::{Sqlite, Transaction};
+use idem_runtime::{Error, sqlx};
+use idem_runtime::{JsonBody, idempotent};
+
+#[idempotent(scope = "tenant", ttl = "1h", path = "POST /short")]
+pub async fn short_window(
+    tx: &mut Transaction<'_, Sqlite>,
+    JsonBody(body): JsonBody<serde_json::Value>,
+) -> String {
+    let _ = tx;
+    body.to_string()
+}
+
+#[idempotent(
+    scope = "tenant",
+    ttl = "7d",
+    path = "POST /long",
+    on_expired = "reexecute"
+)]
+pub async fn long_window(
+    tx: &mut Transaction<'_, Sqlite>,
+    JsonBody(body): JsonBody<serde_json::Value>,
+) -> String {
+    let _ = tx;
+    body.to_string()
+}
+
+#[idempotent(scope = "global", operation = "nightly", version = 2)]
+pub async fn without_route(tx: &mut Transaction<'_, Sqlite>) -> &'static str {
+    let _ = tx;
+    "done"
+}
+
+fn find<'a>(operations: &'a [OperationDoc], id: &str) -> &'a OperationDoc {
+    let found = operations.iter().find(|d| d.id == id);
+    found.unwrap_or_else(|| panic!("`{id}` is not registered: {operations:#?}"))
+}
+
+#[test]
+fn attributed_handlers_are_registered_sorted_by_id() {
+    let operations = docs::operations().unwrap();
+    let ids: Vec<&str> = operations.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["long_window:v1", "nightly:v2", "short_window:v1"]);
+
+    let short = find(&operations, "short_window:v1");
+    assert_eq!(short.ttl.as_secs(), 3600);
+    assert_eq!(short.route().as_deref(), Some("POST /short"));
+    assert_eq!(short.handler, "short_window");
+    let source = short.source.as_deref().unwrap_or_default();
+    assert!(
+        source.starts_with("idem-runtime/tests/docs.rs:"),
+        "{source}"
+    );
+
+    let long = find(&operations, "long_window:v1");
+    assert_eq!(long.ttl.as_secs(), 7 * 86_400);
+    assert_eq!(long.on_expired, ExpiryPolicy::Reexecute);
+
+    let nightly = find(&operations, "nightly:v2");
+    assert_eq!(nightly.route(), None);
+    assert_eq!(nightly.handler, "without_route");
+}
+
+#[test]
+fn the_attributes_arguments_reach_the_documents() {
+    let operations = docs::operations().unwrap();
+    let markdown = docs::markdown(&operations);
+    assert!(
+        markdown.contains(
+            "| POST /short | `short_window:v1` | atomic | required | tenant | 1 hour | 410 Gone |"
+        ),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains(
+            "| POST /long | `long_window:v1` | atomic | required | tenant | 7 days | runs anew |"
+        ),
+        "{markdown}"
+    );
+    let openapi = docs::openapi(&operations);
+    assert_eq!(
+        openapi["paths"]["/short"]["post"]["x-idempotency"]["ttl"],
+        "1h"
+    );
+    assert_eq!(
+        openapi["paths"]["/long"]["post"]["x-idempotency"]["ttl"],
+        "7d"
+    );
+    assert!(openapi["paths"]["/short"]["post"]["responses"]["410"].is_object());
+    assert!(openapi["paths"]["/long"]["post"]["responses"]["410"].is_null());
+}
+
+#[test]
+fn duplicate_ids_are_refused() {
+    let again = OperationDoc::from_spec(&OperationSpec::new("short_window:v1"));
+    let error = Operations::from_registry()
+        .unwrap()
+        .with(again)
+        .unwrap_err();
+    assert_eq!(error.id, "short_window:v1");
+    assert!(
+        error.declared[0].starts_with("idem-runtime/tests/docs.rs:"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("another `operation` name"),
+        "{error}"
+    );
+}
+
+#[test]
+fn operations_without_an_attribute_are_added_by_hand() {
+    let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("POST", "/payments");
+    let operations = Operations::from_registry().unwrap().with(pay).unwrap();
+    let ids: Vec<&str> = operations.docs().iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["long_window:v1", "nightly:v2", "pay:v1", "short_window:v1"]
+    );
+    assert!(operations.openapi()["paths"]["/payments"]["post"].is_object());
+}
+
+#[test]
+fn the_documented_key_limits_are_the_parsers() {
+    assert_eq!(contract::KEY_MAX_LEN, MAX_LEN);
+    let quoted = |n: usize| format!("\"{}\"", "k".repeat(n));
+    let parse = |raw: String| IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Strict);
+    assert!(parse(quoted(contract::KEY_MIN_LEN)).is_ok());
+    assert!(parse(quoted(contract::KEY_MAX_LEN)).is_ok());
+    assert!(parse(quoted(contract::KEY_MAX_LEN + 1)).is_err());
+    assert!(parse(quoted(contract::KEY_MIN_LEN - 1)).is_err());
+    assert!(parse(format!("\"{}\"", contract::EXAMPLE_KEY)).is_ok());
+}
+
+/// Every problem the protocol answers is in the documents, under its status, for an
+/// operation it can happen to.
+#[test]
+fn the_documents_list_every_problem_of_the_protocol() {
+    let atomic = OperationDoc::from_spec(&OperationSpec::new("a:v1").scope(ScopeKind::Tenant));
+    let staged = OperationDoc::from_spec(
+        &OperationSpec::new("s:v1")
+            .scope(ScopeKind::Tenant)
+            .mode(Mode::Staged),
+    );
+    let soon = Duration::from_secs(1);
+    let errors = [
+        Error::MissingKey,
+        Error::InvalidKey(KeyError::TooLong),
+        Error::NoScope("tenant"),
+        Error::Mismatch,
+        Error::InFlight { retry_after: soon },
+        Error::Expired,
+        Error::ResponseTooLarge { limit: 1 },
+        Error::Panicked,
+        Error::CommitUnknown(sqlx::Error::PoolClosed),
+        Error::Store(sqlx::Error::PoolTimedOut),
+        Error::Interrupted {
+            reason: "provider timed out".to_owned(),
+            retry_after: soon,
+        },
+    ];
+    for error in errors {
+        let problem = error.problem();
+        let status = problem.status().as_u16().to_string();
+        let listed = [&atomic, &staged].into_iter().any(|doc| {
+            contract::cases(doc).iter().any(|case| {
+                case.status == status
+                    && (case.problem == Some(problem.type_uri())
+                        || case.when.contains(problem.type_uri()))
+            })
+        });
+        assert!(listed, "{status} {} is not documented", problem.type_uri());
+    }
+}
