@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::millis;
+use crate::docs::OperationDoc;
 use crate::protocol::Idem;
 use crate::spec::{Mode, OperationSpec};
 use crate::store::{Backend, Registration, StoreError};
@@ -49,8 +50,13 @@ impl<DB: Backend> Idem<DB> {
 impl<DB: Backend> Idem<DB> {
     /// Records how this service runs `operations` in the database's operation registry
     /// (`idempotency_operations`): their scope, ttl, mode and lease, which the operator tool
-    /// `idem` shows beside their keys. Call it once at start; a later registration of the
-    /// same operation id replaces the earlier one.
+    /// `idem` shows beside their keys, and their client contract (an
+    /// [`OperationDoc`](crate::docs::OperationDoc) as JSON), from which `idem docs` renders
+    /// the documentation without the service's binary. Call it once at start; a later
+    /// registration of the same operation id replaces the earlier one.
+    ///
+    /// Operations registered this way have no route; [`Idem::register_docs`] records the
+    /// documents the attribute's registry holds, routes included.
     ///
     /// ```no_run
     /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) -> Result<(), idem_runtime::store::StoreError> {
@@ -64,16 +70,42 @@ impl<DB: Backend> Idem<DB> {
     /// # Errors
     /// When the store fails.
     pub async fn register(&self, operations: &[&OperationSpec]) -> Result<(), StoreError> {
-        let now = self.now_millis();
-        let registrations: Vec<Registration> = operations
+        let docs: Vec<OperationDoc> = operations
             .iter()
-            .map(|spec| Registration {
-                operation: spec.id.to_owned(),
-                scope: spec.scope.as_str().to_owned(),
-                ttl_ms: millis(spec.ttl),
-                mode: spec.mode.as_str().to_owned(),
-                lease_ms: matches!(spec.mode, Mode::Staged).then(|| millis(spec.lease)),
+            .map(|spec| OperationDoc::from_spec(spec))
+            .collect();
+        self.register_docs(&docs).await
+    }
+
+    /// Records these documented operations in the database's operation registry, as
+    /// [`Idem::register`] does, with what their documents add (route, handler, source, the
+    /// operation's own responses): typically every operation of the service,
+    /// [`Operations::from_registry`](crate::docs::Operations::from_registry) plus those run
+    /// through the plain function API.
+    ///
+    /// ```no_run
+    /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_runtime::docs::Operations;
+    ///
+    /// let operations = Operations::from_registry()?;
+    /// idem.register_docs(operations.docs()).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// When the store fails.
+    pub async fn register_docs(&self, docs: &[OperationDoc]) -> Result<(), StoreError> {
+        let now = self.now_millis();
+        let registrations: Vec<Registration> = docs
+            .iter()
+            .map(|doc| Registration {
+                operation: doc.id.clone(),
+                scope: doc.scope.as_str().to_owned(),
+                ttl_ms: millis(doc.ttl),
+                mode: doc.mode.as_str().to_owned(),
+                lease_ms: matches!(doc.mode, Mode::Staged).then(|| millis(doc.lease)),
                 registered_at_ms: now,
+                doc: serde_json::to_string(doc).ok(),
             })
             .collect();
         self.keys().register(&registrations).await

@@ -22,6 +22,10 @@ pub struct Registration {
     pub lease_ms: Option<i64>,
     /// When the service last registered it (milliseconds since the Unix epoch).
     pub registered_at_ms: i64,
+    /// The operation's client contract as JSON (`idem-docs`' `OperationDoc`: its policy,
+    /// route and handler), from which tools render its documentation; `None` when the
+    /// service registered none.
+    pub doc: Option<String>,
 }
 
 /// One operation, registered or seen in the key table ([`KeyTable::operations`]).
@@ -151,6 +155,7 @@ macro_rules! operations_sql {
                     .bind(r.mode.as_str())
                     .bind(r.lease_ms)
                     .bind(r.registered_at_ms)
+                    .bind(r.doc.as_deref())
                     .execute(&mut *tx)
                     .await?;
             }
@@ -161,12 +166,20 @@ macro_rules! operations_sql {
         async fn registrations(
             pool: &sqlx::Pool<Self>,
         ) -> Result<Vec<$crate::Registration>, $crate::StoreError> {
-            let rows: Vec<(String, String, i64, String, Option<i64>, i64)> =
-                sqlx::query_as(sql::REGISTRATIONS).fetch_all(pool).await?;
+            type Raw = (
+                String,
+                String,
+                i64,
+                String,
+                Option<i64>,
+                Option<String>,
+                i64,
+            );
+            let rows: Vec<Raw> = sqlx::query_as(sql::REGISTRATIONS).fetch_all(pool).await?;
             Ok(rows
                 .into_iter()
                 .map(
-                    |(operation, scope, ttl_ms, mode, lease_ms, registered_at_ms)| {
+                    |(operation, scope, ttl_ms, mode, lease_ms, doc, registered_at_ms)| {
                         $crate::Registration {
                             operation,
                             scope,
@@ -174,6 +187,7 @@ macro_rules! operations_sql {
                             mode,
                             lease_ms,
                             registered_at_ms,
+                            doc,
                         }
                     },
                 )

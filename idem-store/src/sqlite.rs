@@ -20,7 +20,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 5] = [
+static MIGRATIONS: [Migration; 6] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -45,6 +45,11 @@ static MIGRATIONS: [Migration; 5] = [
         5,
         "idempotency_processing",
         include_str!("../migrations/sqlite/0005_processing.sql"),
+    ),
+    Migration::new(
+        6,
+        "the documents of registered operations",
+        include_str!("../migrations/sqlite/0006_operation_docs.sql"),
     ),
 ];
 
@@ -135,14 +140,14 @@ mod sql {
          WHERE expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch')";
 
     pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
-         (operation, scope, ttl_ms, mode, lease_ms, registered_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
+         (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?7, strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch')) \
          ON CONFLICT (operation) DO UPDATE SET scope = excluded.scope, \
          ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = excluded.lease_ms, \
-         registered_at = excluded.registered_at";
+         doc = excluded.doc, registered_at = excluded.registered_at";
 
     pub(super) const REGISTRATIONS: &str = concat!(
-        "SELECT operation, scope, ttl_ms, mode, lease_ms, ",
+        "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, ",
         expires_ms!("registered_at"),
         " FROM idempotency_operations ORDER BY operation"
     );

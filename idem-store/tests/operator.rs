@@ -753,12 +753,14 @@ async fn operations_and_sweep_count<DB: Db>() {
         mode: "staged".into(),
         lease_ms: Some(30_000),
         registered_at_ms: NOW - HOUR,
+        doc: None,
     };
     table.register(std::slice::from_ref(&staged)).await.unwrap();
     // A service registering again replaces its row.
     let staged = Registration {
         ttl_ms: 48 * HOUR,
         registered_at_ms: NOW,
+        doc: Some(r#"{"id":"charge:v1"}"#.into()),
         ..staged
     };
     table.register(std::slice::from_ref(&staged)).await.unwrap();

@@ -53,6 +53,25 @@ pub enum Command {
     Sweep(SweepArgs),
     /// Every operation seen in the key table or registered, with its counts and settings.
     Operations,
+    /// The client's contract of every registered operation, as services document it.
+    Docs(DocsArgs),
+}
+
+/// `docs`: which document.
+#[derive(Debug, Args)]
+pub struct DocsArgs {
+    /// `markdown` (the policy and each operation's contract) or `openapi` (OpenAPI 3.1, JSON).
+    #[arg(long, value_enum, default_value_t = DocsFormat::Markdown)]
+    pub format: DocsFormat,
+}
+
+/// The formats of `docs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DocsFormat {
+    /// Markdown.
+    Markdown,
+    /// OpenAPI 3.1, JSON.
+    Openapi,
 }
 
 /// `idem keys …`.

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
-use common::{BINARY_BODY, Seeded, TestDb, idem};
+use common::{BINARY_BODY, ORDERS, Seeded, TestDb, idem};
 use idem_runtime::store::{AuditFilter, KeyStatus};
 use serde_json::Value;
 
@@ -554,7 +554,43 @@ async fn stats_sweep_and_operations<DB: TestDb>() {
     assert!(s.run(&["operations"]).code(0).stdout.contains("unused:v2"));
 }
 
+/// `docs` renders the contracts services registered, from the database alone.
+async fn docs_from_the_database<DB: TestDb>() {
+    let s = Seeded::<DB>::new().await;
+    // Registered without a route (`Idem::register`): listed beside the paths.
+    let api = s.run(&["docs", "--format", "openapi"]).code(0).json();
+    assert_eq!(api["openapi"], "3.1.0");
+    let unrouted = api["x-idempotency-operations"].to_string();
+    for id in ["orders:v1", "pay:v1", "unused:v2"] {
+        assert!(unrouted.contains(id), "{id} in {api:#}");
+    }
+    // With its route (`Idem::register_docs`): a path with the header and idem's responses.
+    let doc = idem_runtime::docs::OperationDoc::from_spec(&ORDERS)
+        .path("POST", "/orders")
+        .responds(201, "created");
+    s.idem.register_docs(&[doc]).await.unwrap();
+    let api = s
+        .run(&["docs", "--format", "openapi", "--json"])
+        .code(0)
+        .json();
+    let post = &api["paths"]["/orders"]["post"];
+    assert!(post["responses"]["201"].is_object(), "{api:#}");
+    assert!(post["responses"]["422"].is_object(), "{api:#}");
+    assert!(
+        post["parameters"].to_string().contains("Idempotency-Key"),
+        "{api:#}"
+    );
+    let markdown = s.run(&["docs"]).code(0).stdout.clone();
+    assert!(markdown.contains("orders:v1"), "{markdown}");
+    assert!(markdown.contains("Idempotency-Key"), "{markdown}");
+    let wrapped = s.run(&["docs", "--json"]).code(0).json();
+    assert_eq!(wrapped["format"], "markdown");
+    assert_eq!(wrapped["document"], markdown.as_str());
+    s.run(&["docs", "--format", "html"]).code(EXIT_USAGE);
+}
+
 on_both_backends!(
+    docs_from_the_database,
     lists_filter_and_paginate,
     show_tells_everything,
     actions_are_fenced_and_audited,

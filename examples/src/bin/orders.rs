@@ -10,7 +10,7 @@
 //! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
 //!   idempotency, for the benchmarks.
 //!
-//! Applies the migrations at start, logs `listening on http://ADDR` once it accepts
+//! Applies the migrations and registers its operation (for the operator tool) at start, logs `listening on http://ADDR` once it accepts
 //! connections, and shuts down gracefully on SIGTERM or SIGINT.
 
 use std::error::Error;
@@ -44,6 +44,9 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
     DB::migrate_orders(idem.pool()).await?;
+    // The operator tool (`idem operations`, `idem docs`) shows and documents the operation
+    // from the database.
+    idem.register_docs(orders::operations()?.docs()).await?;
     arm_fail_point(&idem)?;
 
     // Expired keys answer 410 for a week after expiry, then the sweeper forgets them.

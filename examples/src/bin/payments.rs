@@ -62,8 +62,9 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     DB::migrate_orders(idem.pool()).await?;
     let ctx = Arc::new(PaymentsCtx::new(&provider_url, lease)?);
     // The operator tool `idem` shows the operation's scope, ttl, mode and lease beside its
-    // keys.
-    idem.register(&[&ctx.spec]).await?;
+    // keys, and documents it (`idem docs`).
+    idem.register_docs(payments::operations(&ctx.spec)?.docs())
+        .await?;
 
     // Stuck payments — their attempt died and nobody retries — are resumed from here. Every
     // instance runs one; the takeover is fenced, so one attempt resumes each key.

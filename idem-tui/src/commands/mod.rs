@@ -2,6 +2,7 @@
 //! [`Failure`] with its exit code.
 
 mod actions;
+mod docs;
 mod keys;
 mod operations;
 mod stats;
@@ -74,6 +75,7 @@ pub async fn run(context: &Context, command: Command) -> Result<Report, Failure>
         Command::Audit(args) => stats::audit(context, args).await,
         Command::Sweep(args) => sweep::sweep(context, args).await,
         Command::Operations => operations::operations(context).await,
+        Command::Docs(args) => docs::docs(context, args).await,
     }
 }
 

@@ -123,6 +123,7 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
             mode: "staged".into(),
             lease_ms: Some(30_000),
             registered_at_ms: NOW - HOUR,
+            doc: None,
         });
     }
     operations.push(OperationInfo {
@@ -135,6 +136,7 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
             mode: "atomic".into(),
             lease_ms: None,
             registered_at_ms: NOW - HOUR,
+            doc: None,
         }),
     });
     Msg::Refreshed {
