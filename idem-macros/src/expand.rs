@@ -174,6 +174,20 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     }
     if let Some(state) = &args.state {
         checks.push(quote_spanned!(state.span()=> #rt::state::<#state, #db>();));
+        // A principal type that can never name the scope's owner: a compile error. A const
+        // item is evaluated by `cargo check` too; it cannot name a generic backend, so a
+        // handler generic over its types is not checked.
+        if sig.generics.type_params().next().is_none() {
+            match args.scope {
+                ScopeKind::Tenant => checks.push(quote_spanned!(state.span()=>
+                    const _: () = #rt::principal_names_tenant::<#state, #db>();
+                )),
+                ScopeKind::User => checks.push(quote_spanned!(state.span()=>
+                    const _: () = #rt::principal_names_user::<#state, #db>();
+                )),
+                ScopeKind::Global => {}
+            }
+        }
     }
 
     // The call at the return type's span: a type that is not a response is reported there.

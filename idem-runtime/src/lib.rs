@@ -95,6 +95,23 @@ pub mod __private {
     /// With `state = S`: the state provides an `Idem` of the transaction's backend.
     pub fn state<S: crate::IdemState<DB>, DB: crate::store::Backend>() {}
 
+    /// With `state = S` and `scope = "tenant"`: the state's principal can name a tenant
+    /// (evaluated at compile time, in an inline `const` block).
+    pub const fn principal_names_tenant<S: crate::IdemState<DB>, DB: crate::store::Backend>() {
+        assert!(
+            <S::Principal as crate::Principal>::NAMES_TENANT,
+            "`scope = \"tenant\"`: the state's principal never names a tenant (`Principal::NAMES_TENANT` is false, as for `Anonymous`); use your authentication extractor as `IdemState::Principal`, or `scope = \"global\"`"
+        );
+    }
+
+    /// With `state = S` and `scope = "user"`: the state's principal can name a user.
+    pub const fn principal_names_user<S: crate::IdemState<DB>, DB: crate::store::Backend>() {
+        assert!(
+            <S::Principal as crate::Principal>::NAMES_USER,
+            "`scope = \"user\"`: the state's principal never names a user (`Principal::NAMES_USER` is false, as for `Anonymous`); use your authentication extractor as `IdemState::Principal`, or `scope = \"global\"`"
+        );
+    }
+
     /// With `state = S`: an extractor before the last works with the state.
     pub fn parts_extractor<T: axum::extract::FromRequestParts<S>, S>() {}
 

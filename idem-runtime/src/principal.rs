@@ -21,6 +21,15 @@ use crate::store::Backend;
     note = "implement `Principal` for your authentication extractor, returning the tenant and/or user it verified; use `idem_runtime::Anonymous` when every operation is `scope = \"global\"`"
 )]
 pub trait Principal {
+    /// Whether this type can name a tenant at all: `false` for a principal that never does
+    /// ([`Anonymous`]), so that `#[idempotent(scope = "tenant", state = AppState)]` with
+    /// such a principal is a compile error instead of a `401` on every request. `true`
+    /// unless overridden.
+    const NAMES_TENANT: bool = true;
+    /// Whether this type can name a user at all; as [`Principal::NAMES_TENANT`], for
+    /// `scope = "user"`.
+    const NAMES_USER: bool = true;
+
     /// The tenant the caller acts for.
     fn tenant(&self) -> Option<&str> {
         None
@@ -72,7 +81,10 @@ impl<P: Principal> Input for P {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Anonymous;
 
-impl Principal for Anonymous {}
+impl Principal for Anonymous {
+    const NAMES_TENANT: bool = false;
+    const NAMES_USER: bool = false;
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for Anonymous {
     type Rejection = std::convert::Infallible;
