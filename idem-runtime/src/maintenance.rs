@@ -51,7 +51,7 @@ impl<DB: Backend> Idem<DB> {
     /// Records how this service runs `operations` in the database's operation registry
     /// (`idempotency_operations`): their scope, ttl, mode and lease, which the operator tool
     /// `idem` shows beside their keys, and their client contract (an
-    /// [`OperationDoc`](crate::docs::OperationDoc) as JSON), from which `idem docs` renders
+    /// [`OperationDoc`] as JSON), from which `idem docs` renders
     /// the documentation without the service's binary. Call it once at start; a later
     /// registration of the same operation id replaces the earlier one.
     ///
