@@ -25,6 +25,12 @@
 //! assert!(openapi(&docs)["paths"]["/orders"]["post"]["responses"]["201"].is_object());
 //! ```
 //!
+//! # Features
+//!
+//! | Feature  | Adds |
+//! |----------|------|
+//! | `utoipa` | `merge_into`: the contract merged into an application's `utoipa::openapi::OpenApi` (through `serde_json`) |
+//!
 //! # Decisions
 //!
 //! - **One wording.** Every sentence lives in [`contract`]; both generators (and the
@@ -43,13 +49,18 @@
 //!   the runtime's (1 to 255 visible ASCII characters).
 //! - **JSON**: [`OperationDoc`] serialises with the attribute's spellings (`"24h"`,
 //!   `"tenant"`) so tools can store it and read it back.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod contract;
 mod markdown;
 mod model;
 mod openapi;
+#[cfg(feature = "utoipa")]
+mod utoipa;
 
 pub use crate::markdown::markdown;
 pub use crate::model::OperationDoc;
 pub use crate::openapi::openapi;
+#[cfg(feature = "utoipa")]
+pub use crate::utoipa::{MergeError, merge_into};

@@ -67,7 +67,7 @@ pub fn openapi(docs: &[OperationDoc]) -> Value {
     document
 }
 
-fn operation(doc: &OperationDoc) -> Value {
+pub(crate) fn operation(doc: &OperationDoc) -> Value {
     let mut responses = Map::new();
     let mut problems: Vec<(String, Vec<&'static str>)> = Vec::new();
     for case in contract::cases(doc) {
@@ -203,7 +203,7 @@ fn policy(doc: &OperationDoc) -> Value {
     policy
 }
 
-fn components() -> Value {
+pub(crate) fn components() -> Value {
     json!({
         "schemas": {
             "Problem": {

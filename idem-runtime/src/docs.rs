@@ -5,6 +5,8 @@
 //! [`operations`] lists them; [`markdown`] and [`openapi`] (from `idem-docs`) write the
 //! client's contract. Operations run through [`Idem::staged`](crate::Idem::staged) or
 //! [`Idem::once`](crate::Idem::once) have no attribute: add them with [`Operations::with`].
+//! With the `utoipa` feature, `merge_into` adds the contract to the application's own
+//! `utoipa` document instead.
 //!
 //! ```no_run
 //! use idem_runtime::docs::{self, OperationDoc, Operations};
@@ -25,6 +27,10 @@ use std::fmt;
 
 use idem_spec::OperationSpec;
 
+/// With the `utoipa` feature: idem's contract merged into the application's
+/// `utoipa::openapi::OpenApi` ([`merge_into`]).
+#[cfg(feature = "utoipa")]
+pub use idem_docs::{MergeError, merge_into};
 pub use idem_docs::{OperationDoc, contract, markdown, openapi};
 
 /// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
