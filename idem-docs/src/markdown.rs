@@ -137,27 +137,28 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     example(out, doc)
 }
 
-fn example(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
-    let method = doc.method.as_deref().unwrap_or("POST");
-    let path = doc.path.as_deref().unwrap_or("/…");
-    writeln!(out, "### Example\n")?;
+/// One example request with its key: the first and its retry are the same.
+fn request(out: &mut String, method: &str, path: &str) -> std::fmt::Result {
     writeln!(out, "```http")?;
     writeln!(out, "{method} {path} HTTP/1.1")?;
     writeln!(out, "{KEY_HEADER}: \"{EXAMPLE_KEY}\"")?;
     writeln!(out, "Content-Type: application/json\n")?;
     writeln!(out, "{{ … }}")?;
     writeln!(out, "```\n")?;
+    Ok(())
+}
+
+fn example(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
+    let method = doc.method.as_deref().unwrap_or("POST");
+    let path = doc.path.as_deref().unwrap_or("/…");
+    writeln!(out, "### Example\n")?;
+    request(out, method, path)?;
     writeln!(
         out,
         "The connection drops before the response arrives. The client sends the same request \
          with the same key:\n"
     )?;
-    writeln!(out, "```http")?;
-    writeln!(out, "{method} {path} HTTP/1.1")?;
-    writeln!(out, "{KEY_HEADER}: \"{EXAMPLE_KEY}\"")?;
-    writeln!(out, "Content-Type: application/json\n")?;
-    writeln!(out, "{{ … }}")?;
-    writeln!(out, "```\n")?;
+    request(out, method, path)?;
     writeln!(
         out,
         "If the first request completed, the answer is its stored response with \
