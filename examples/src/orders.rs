@@ -206,13 +206,11 @@ orders_db!(
     "SELECT sku, quantity FROM orders WHERE id = ?1 AND tenant = ?2"
 );
 
+/// A database error of the example's own queries: `503` with `Retry-After` for what passes
+/// (a lock held too long, the database restarting), `500` otherwise.
 fn internal(error: &sqlx::Error) -> Problem {
     tracing::error!(%error, "database error");
-    Problem::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "urn:idem:example:internal",
-        "internal error",
-    )
+    Problem::from_database(error)
 }
 
 /// `POST /orders`: creates an order. Safe to retry with the same `Idempotency-Key`.

@@ -561,11 +561,7 @@ pub async fn get_payment<DB: PaymentsDb>(
         .await
         .map_err(|error| {
             tracing::error!(%error, "database error");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "urn:idem:example:internal",
-                "internal error",
-            )
+            Problem::from_database(&error)
         })?
         .map(axum::Json)
         .ok_or_else(not_found)

@@ -322,6 +322,17 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     cases.push(
         Case::problem(
             503,
+            "urn:idem:problem:store-busy",
+            "The request waited too long for a lock another transaction held (a table locked \
+             for maintenance, another writer); nothing was committed."
+                .to_owned(),
+            "Retry with the same key after `Retry-After`.",
+        )
+        .retry_after(),
+    );
+    cases.push(
+        Case::problem(
+            503,
             "urn:idem:problem:outcome-unknown",
             "The commit failed and its outcome is unknown.".to_owned(),
             "Retry with the same key after `Retry-After`: you get the stored response if the \

@@ -17,6 +17,7 @@ use crate::store::TxSettings;
 ///
 /// let config = Config::default()
 ///     .in_flight_wait(Duration::from_secs(5))
+///     .acquire_timeout(Duration::from_millis(250))
 ///     .retry_after(Duration::from_secs(2))
 ///     .statement_timeout(Duration::from_secs(10))
 ///     .max_request_body(16 * 1024)
@@ -28,9 +29,17 @@ use crate::store::TxSettings;
 #[non_exhaustive]
 pub struct Config {
     /// How long a duplicate waits for the first request's transaction before it gets
-    /// `409` with `Retry-After`. Also PostgreSQL's `lock_timeout` and SQLite's
-    /// `busy_timeout`. Default 2 s.
+    /// `409` with `Retry-After`. Also PostgreSQL's `lock_timeout` in idem's transactions
+    /// (`SET LOCAL`: the application's own queries outside them keep theirs), SQLite's
+    /// `busy_timeout` on pools idem opens, and the deadline of the key's lookup. A wait for
+    /// anything other than the key (a table locked from outside, SQLite's write lock held by
+    /// another writer) answers `503` `store-busy` with `Retry-After`. Default 2 s.
     pub in_flight_wait: Duration,
+    /// How long an idempotent request waits for a connection from the pool before it answers
+    /// `503` with `Retry-After` (nothing ran): a database that is down, or a pool that is
+    /// saturated, sheds load within this time instead of queueing every request for sqlx's
+    /// 30 s. Default 500 ms.
+    pub acquire_timeout: Duration,
     /// PostgreSQL `statement_timeout` inside idempotent transactions. Default 30 s.
     pub statement_timeout: Duration,
     /// The `Retry-After` of a `409`. Default 1 s.
@@ -54,6 +63,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             in_flight_wait: Duration::from_secs(2),
+            acquire_timeout: Duration::from_millis(500),
             statement_timeout: Duration::from_secs(30),
             retry_after: Duration::from_secs(1),
             max_request_body: 64 * 1024,
@@ -84,6 +94,7 @@ macro_rules! setters {
 impl Config {
     setters! {
         in_flight_wait: Duration,
+        acquire_timeout: Duration,
         statement_timeout: Duration,
         retry_after: Duration,
         max_request_body: usize,
@@ -99,11 +110,10 @@ impl Config {
         self
     }
 
-    pub(crate) fn tx_settings(&self, session_has_timeouts: bool) -> TxSettings {
+    pub(crate) fn tx_settings(&self) -> TxSettings {
         TxSettings {
             lock_timeout: self.in_flight_wait,
             statement_timeout: self.statement_timeout,
-            session_has_timeouts,
         }
     }
 }

@@ -52,9 +52,16 @@ pub enum Error {
     /// same key, which replays if the commit happened and executes if it did not.
     #[error("the outcome of the commit is unknown: {0}")]
     CommitUnknown(#[source] sqlx::Error),
-    /// The store failed before anything was committed. `503` with `Retry-After`.
+    /// The store failed before anything was committed: unreachable, no connection within
+    /// [`Config::acquire_timeout`](crate::Config::acquire_timeout), or it refused a
+    /// statement. `503` with `Retry-After`.
     #[error("the idempotency store failed: {0}")]
     Store(#[source] sqlx::Error),
+    /// A lock wait ran out on something other than the key (a table locked from outside,
+    /// SQLite's write lock held by another writer, a statement timeout): nothing was
+    /// committed. `503` with `Retry-After`.
+    #[error("the idempotency store is busy: {0}")]
+    StoreBusy(#[source] sqlx::Error),
     /// Staged mode: the operation stopped midway on a failure worth retrying (a provider
     /// that timed out, say); its recorded steps stand and a retry with the same key resumes
     /// after them. `503` with `Retry-After`.
@@ -90,7 +97,10 @@ impl Error {
             | Self::Panicked
             | Self::Injected(_)
             | Self::Journal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::CommitUnknown(_) | Self::Store(_) | Self::Interrupted { .. } => {
+            Self::CommitUnknown(_)
+            | Self::Store(_)
+            | Self::StoreBusy(_)
+            | Self::Interrupted { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -132,6 +142,7 @@ impl Error {
                 "urn:idem:problem:store-unavailable",
                 "idempotency store unavailable",
             ),
+            Self::StoreBusy(_) => ("urn:idem:problem:store-busy", "idempotency store busy"),
         };
         let detail = match self {
             // Do not leak database error text to clients; it is logged instead.
@@ -142,6 +153,11 @@ impl Error {
             }
             Self::Store(_) => {
                 "nothing was committed; retry with the same Idempotency-Key".to_owned()
+            }
+            Self::StoreBusy(_) => {
+                "the request waited too long for a lock held by another transaction; nothing \
+                 was committed; retry with the same Idempotency-Key"
+                    .to_owned()
             }
             Self::Interrupted { .. } => {
                 "the operation stopped midway on a temporary failure; what it completed is \
@@ -161,7 +177,9 @@ impl Error {
             Self::InFlight { retry_after } | Self::Interrupted { retry_after, .. } => {
                 problem.with_retry_after(*retry_after)
             }
-            Self::CommitUnknown(_) | Self::Store(_) => problem.with_retry_after(RETRY_SOON),
+            Self::CommitUnknown(_) | Self::Store(_) | Self::StoreBusy(_) => {
+                problem.with_retry_after(RETRY_SOON)
+            }
             _ => problem,
         }
     }
@@ -173,6 +191,7 @@ impl IntoResponse for Error {
             Self::CommitUnknown(_) | Self::Store(_) | Self::Panicked | Self::Injected(_) => {
                 tracing::error!(error = %self, "idempotent operation failed");
             }
+            Self::StoreBusy(_) => tracing::warn!(error = %self, "idempotent request shed"),
             _ => tracing::debug!(error = %self, "idempotent request refused"),
         }
         self.problem().into_response()
@@ -236,6 +255,7 @@ mod tests {
             (Error::ResponseTooLarge { limit: 1 }, 500),
             (Error::Panicked, 500),
             (Error::Store(sqlx::Error::PoolTimedOut), 503),
+            (Error::StoreBusy(sqlx::Error::PoolTimedOut), 503),
         ];
         for (error, expected) in errors {
             let (status, headers, body) = parts(error);

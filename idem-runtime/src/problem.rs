@@ -67,6 +67,44 @@ impl Problem {
         self
     }
 
+    /// The answer to a database error of the application's own queries, in a handler or
+    /// outside one: `503` `urn:idem:problem:database-unavailable` with `Retry-After` for what
+    /// passes (the connection lost or none free, a lock or statement timeout, a
+    /// serialization failure or deadlock, SQLite's busy database), `500`
+    /// `urn:idem:problem:database-error` for anything else. No database text reaches the
+    /// client: log the error first.
+    ///
+    /// In an idempotent handler either rolls back with the key, so a retry with the same
+    /// key runs the handler again.
+    ///
+    /// ```
+    /// use axum::http::StatusCode;
+    /// use idem_runtime::Problem;
+    ///
+    /// let problem = Problem::from_database(&sqlx::Error::PoolTimedOut);
+    /// assert_eq!(problem.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// let problem = Problem::from_database(&sqlx::Error::RowNotFound);
+    /// assert_eq!(problem.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    /// ```
+    #[must_use]
+    pub fn from_database(error: &sqlx::Error) -> Self {
+        if is_transient(error) {
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "urn:idem:problem:database-unavailable",
+                "database temporarily unavailable",
+            )
+            .with_detail("nothing was committed; retry (with the same Idempotency-Key)")
+            .with_retry_after(Duration::from_secs(1))
+        } else {
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "urn:idem:problem:database-error",
+                "database error",
+            )
+        }
+    }
+
     /// The HTTP status.
     #[must_use]
     pub fn status(&self) -> StatusCode {
@@ -111,5 +149,27 @@ impl IntoResponse for Problem {
             );
         }
         response
+    }
+}
+
+/// Whether a database error is worth retrying as it is ([`Problem::from_database`]).
+fn is_transient(error: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
+    match error {
+        E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::PoolClosed => true,
+        E::WorkerCrashed => true,
+        E::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // PostgreSQL: lock_not_available, query_canceled, serialization_failure,
+            // deadlock_detected, too_many_connections, connection exceptions, shutdowns.
+            let postgres = matches!(&*code, "55P03" | "57014" | "40001" | "40P01" | "53300")
+                || code.starts_with("08")
+                || code.starts_with("57P");
+            // SQLite: SQLITE_BUSY (5), SQLITE_LOCKED (6) and their extended codes.
+            let sqlite = code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+                || db.message().contains("database is locked");
+            postgres || sqlite
+        }
+        _ => false,
     }
 }

@@ -137,17 +137,33 @@ impl<DB: Backend> Idem<DB> {
     /// # Errors
     /// When the URL is invalid or the database unreachable.
     pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
-        let settings = config.tx_settings(true);
+        let settings = config.tx_settings();
         let pool = DB::connect(url, config.max_connections, &settings).await?;
         Ok(Self::with_settings(pool, config, settings))
     }
 
     /// Uses an existing pool, shared with the application. For SQLite, set `busy_timeout`
     /// on it to bound lock waits; on PostgreSQL each transaction sets its `lock_timeout` and
-    /// `statement_timeout` with `SET LOCAL` (in the same round trip as `BEGIN`).
+    /// `statement_timeout` with `SET LOCAL` (in the same round trip as `BEGIN`), as on pools
+    /// idem opens.
+    ///
+    /// idem's statements carry keys, tenants and response bodies: switch sqlx's statement
+    /// logging off on such a pool, or sqlx's slow-statement warning writes them to the log
+    /// (pools [`Idem::connect`] opens have it off):
+    ///
+    /// ```
+    /// use idem_runtime::sqlx::ConnectOptions as _;
+    /// use idem_runtime::sqlx::sqlite::SqliteConnectOptions;
+    ///
+    /// // (The same on `PgConnectOptions`.)
+    /// let options = "sqlite://app.db"
+    ///     .parse::<SqliteConnectOptions>()?
+    ///     .disable_statement_logging();
+    /// # Ok::<(), idem_runtime::sqlx::Error>(())
+    /// ```
     #[must_use]
     pub fn from_pool(pool: Pool<DB>, config: Config) -> Self {
-        let settings = config.tx_settings(false);
+        let settings = config.tx_settings();
         Self::with_settings(pool, config, settings)
     }
 
@@ -271,10 +287,7 @@ impl<DB: Backend> Idem<DB> {
         };
         let started = self.now_millis();
         // One connection for the lookup and, if it comes to that, the transaction.
-        let mut session = self.session().await?;
-        let stored = DB::lookup(&mut session.conn, key)
-            .await
-            .map_err(Error::Store)?;
+        let (mut session, stored) = self.first_lookup(key).await?;
         let replace_expired = match self.settle(spec, &call, stored, started)? {
             Settled::Answer(outcome) => return Ok(outcome),
             Settled::Run { replace_expired } => replace_expired,
@@ -295,8 +308,10 @@ impl<DB: Backend> Idem<DB> {
                 session.recover().await;
                 match DB::classify(&error) {
                     Failure::Taken => {}
-                    Failure::LockTimeout => return Err(self.in_flight()),
-                    Failure::Other => return Err(Error::Store(error)),
+                    Failure::LockTimeout => {
+                        return Err(self.lock_timed_out(&mut session.conn, lock, error).await);
+                    }
+                    _ => return Err(Error::Store(error)),
                 }
             }
             // Another execution stored the key while this one waited for its lock: its
@@ -379,18 +394,98 @@ impl<DB: Backend> Idem<DB> {
                 record,
             });
         }
-        tx.commit().await.map_err(Error::CommitUnknown)?;
+        tx.commit().await.map_err(commit_failed::<DB>)?;
         Ok(Outcome {
             kind: OutcomeKind::Executed,
             record,
         })
     }
 
+    /// A connection from the pool within [`Config::acquire_timeout`].
     async fn session(&self) -> Result<Session<DB>, Error> {
         Ok(Session {
-            conn: self.inner.pool.acquire().await.map_err(Error::Store)?,
+            conn: self.acquire().await?,
             beginning: false,
         })
+    }
+
+    /// A pooled connection within [`Config::acquire_timeout`], whatever the pool's own
+    /// acquire timeout: a database that is down or a saturated pool answer `503` at once.
+    async fn acquire(&self) -> Result<PoolConnection<DB>, Error> {
+        self.acquire_bounded().await.map_err(Error::Store)
+    }
+
+    /// [`Idem::acquire`] with sqlx's error ([`sqlx::Error::PoolTimedOut`] past the timeout).
+    pub(crate) async fn acquire_bounded(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
+        let acquire = self.inner.pool.acquire();
+        match tokio::time::timeout(self.inner.config.acquire_timeout, acquire).await {
+            Ok(conn) => conn,
+            Err(_) => Err(sqlx::Error::PoolTimedOut),
+        }
+    }
+
+    /// A transaction without a key's lock, bounded as the protocol's are (staged mode's
+    /// steps): a connection within [`Config::acquire_timeout`], the `SET LOCAL` timeouts.
+    pub(crate) async fn begin_bounded(&self) -> Result<Transaction<'static, DB>, sqlx::Error> {
+        let conn = self.acquire_bounded().await?;
+        let statement = DB::begin_statement(&self.inner.tx_settings);
+        Transaction::begin(conn, Some(statement.into())).await
+    }
+
+    /// Step 1's read: a connection and the key's row. A pooled connection found dead (the
+    /// database restarted since it was last used) is closed and the lookup tried again on
+    /// another, until the pool opens a fresh one: a restart costs no request. The lookup
+    /// waits at most [`Config::in_flight_wait`] (a table locked from outside): `503`
+    /// `store-busy` then, and the connection is closed, not pooled.
+    async fn first_lookup(
+        &self,
+        key: KeyRef<'_>,
+    ) -> Result<(Session<DB>, Option<StoredKey>), Error> {
+        // Every idle connection may be stale; one more try opens a new one.
+        let mut tries = self.inner.pool.options().get_max_connections() + 1;
+        loop {
+            let mut session = self.session().await?;
+            let lookup = DB::lookup(&mut session.conn, key);
+            match tokio::time::timeout(self.inner.config.in_flight_wait, lookup).await {
+                Ok(Ok(stored)) => return Ok((session, stored)),
+                Ok(Err(error)) => match DB::classify(&error) {
+                    Failure::Disconnected if tries > 1 => {
+                        tries -= 1;
+                        session.conn.close_on_drop();
+                        tracing::debug!(%error, "stale pooled connection; looking up again");
+                    }
+                    Failure::Disconnected => {
+                        session.conn.close_on_drop();
+                        return Err(Error::Store(error));
+                    }
+                    Failure::LockTimeout => return Err(Error::StoreBusy(error)),
+                    _ => return Err(Error::Store(error)),
+                },
+                Err(_) => {
+                    // The statement may still be waiting on the server: this connection is
+                    // not reusable.
+                    session.conn.close_on_drop();
+                    return Err(Error::StoreBusy(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the key's lookup waited longer than in_flight_wait",
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// `BEGIN` waited past `lock_timeout`: for the key (a duplicate in flight: `409`) or for
+    /// something else (`503` `store-busy`). Asked on the same, repaired connection.
+    async fn lock_timed_out(
+        &self,
+        conn: &mut DB::Connection,
+        lock: KeyLock<'_>,
+        error: sqlx::Error,
+    ) -> Error {
+        match DB::key_lock_taken(conn, lock).await {
+            Ok(true) => self.in_flight(),
+            _ => Error::StoreBusy(error),
+        }
     }
 
     /// [`Backend::namespace`], asked once per handle.
@@ -465,16 +560,16 @@ impl<DB: Backend> Idem<DB> {
             // One round trip on PostgreSQL.
             return DB::insert_completed_and_commit(tx, row)
                 .await
-                .map_err(Error::CommitUnknown);
+                .map_err(commit_failed::<DB>);
         }
         // Two steps: the replacing `INSERT … ON CONFLICT DO UPDATE … WHERE expired` tells by
         // its row count whether it won, and the fail point sits between the steps.
         let stored = DB::insert_completed(&mut tx, row)
             .await
-            .map_err(Error::Store)?;
+            .map_err(refused::<DB>)?;
         if stored {
             self.inner.fail.check(FailPoint::AfterRecord)?;
-            tx.commit().await.map_err(Error::CommitUnknown)?;
+            tx.commit().await.map_err(commit_failed::<DB>)?;
         }
         Ok(stored)
     }
@@ -554,6 +649,27 @@ impl<DB: Backend> Drop for Session<DB> {
         if self.beginning {
             self.conn.close_on_drop();
         }
+    }
+}
+
+/// An error of a statement sent before `COMMIT`: the database refused it (nothing
+/// committed), or the connection failed (nothing committed either: the transaction dies with
+/// it).
+fn refused<DB: Backend>(error: sqlx::Error) -> Error {
+    match DB::classify(&error) {
+        Failure::LockTimeout => Error::StoreBusy(error),
+        _ => Error::Store(error),
+    }
+}
+
+/// An error of a round trip that carried `COMMIT`: the database refused a statement of it
+/// (nothing committed: `503` store-busy or store-unavailable), or the connection failed and
+/// the outcome is unknown.
+fn commit_failed<DB: Backend>(error: sqlx::Error) -> Error {
+    match DB::classify(&error) {
+        Failure::LockTimeout => Error::StoreBusy(error),
+        Failure::Other if error.as_database_error().is_some() => Error::Store(error),
+        _ => Error::CommitUnknown(error),
     }
 }
 

@@ -312,7 +312,7 @@ impl<DB: Backend> Attempt<DB> {
         let value = call(self.provider_key(name)).await?;
         let journal = self.journal_with(name, &value)?;
         let state = &self.inner;
-        let mut conn = state.idem.pool().acquire().await?;
+        let mut conn = state.idem.acquire_bounded().await?;
         let kept = DB::journal(
             &mut conn,
             state.key(),
@@ -343,7 +343,7 @@ impl<DB: Backend> Attempt<DB> {
         }
         self.check_lease()?;
         let state = &self.inner;
-        let mut tx = state.idem.pool().begin().await?;
+        let mut tx = state.idem.begin_bounded().await?;
         let value = work(&mut tx).await?;
         let journal = self.journal_with(name, &value)?;
         let kept = DB::journal(
@@ -373,7 +373,7 @@ impl<DB: Backend> Attempt<DB> {
     {
         self.check_lease()?;
         let state = &self.inner;
-        let mut tx = state.idem.pool().begin().await?;
+        let mut tx = state.idem.begin_bounded().await?;
         let record = work(&mut tx).await?;
         if record.status.is_server_error() {
             return Err(StepError::retryable(format!(
@@ -465,7 +465,7 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
         loop {
             tokio::time::sleep(every).await;
             let renewed = async {
-                let mut conn = state.idem.pool().acquire().await?;
+                let mut conn = state.idem.acquire_bounded().await?;
                 DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
             }
             .await;
@@ -549,12 +549,12 @@ impl<DB: Backend> Idem<DB> {
     ) -> Result<Start, Error> {
         let waiting_until = Instant::now() + self.config().in_flight_wait;
         let mut pause = Duration::from_millis(10);
-        let mut held = Some(self.pool().acquire().await.map_err(Error::Store)?);
+        let mut held = Some(self.acquire_bounded().await.map_err(Error::Store)?);
         loop {
             // (A waiting retry gives its connection back while it sleeps.)
             let conn: &mut DB::Connection = match &mut held {
                 Some(conn) => conn,
-                None => held.insert(self.pool().acquire().await.map_err(Error::Store)?),
+                None => held.insert(self.acquire_bounded().await.map_err(Error::Store)?),
             };
             let now = self.now_millis();
             let stored = DB::lookup(&mut *conn, key).await.map_err(Error::Store)?;
@@ -677,7 +677,7 @@ impl<DB: Backend> Idem<DB> {
         let number = state.number;
         let release = || async {
             let released = async {
-                let mut conn = self.pool().acquire().await?;
+                let mut conn = self.acquire_bounded().await?;
                 DB::release(&mut conn, key, number, self.now_millis()).await
             }
             .await;
@@ -693,7 +693,7 @@ impl<DB: Backend> Idem<DB> {
             }),
             Ok(Err(StepError::Permanent(record))) => {
                 let record = *record;
-                let mut conn = self.pool().acquire().await.map_err(Error::Store)?;
+                let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
                 if store_record(self, &mut conn, key, number, &record)
                     .await
                     .map_err(Error::Store)?
@@ -833,7 +833,7 @@ impl<DB: Backend> Reconciler<DB> {
         for (spec, resume) in self.operations.values() {
             let now = self.idem.now_millis();
             let stuck: Vec<StuckKey> = {
-                let mut conn = self.idem.pool().acquire().await.map_err(Error::Store)?;
+                let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
                 DB::stuck(&mut conn, spec.id, now, self.batch)
                     .await
                     .map_err(Error::Store)?
@@ -865,7 +865,7 @@ impl<DB: Backend> Reconciler<DB> {
         let now = self.idem.now_millis();
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
-            let mut conn = self.idem.pool().acquire().await.map_err(Error::Store)?;
+            let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
             DB::take_over(&mut conn, stuck.key_ref(), stuck.attempt, now, until)
                 .await
                 .map_err(Error::Store)?

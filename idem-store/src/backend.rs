@@ -87,14 +87,23 @@ pub struct NewRow<'a> {
 
 /// How a database error bears on the protocol ([`Backend::classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Failure {
-    /// A lock wait ran out: another transaction holds the key.
+    /// A lock wait or a statement ran out of time (PostgreSQL `lock_timeout` or
+    /// `statement_timeout`, SQLite `busy_timeout`): another transaction holds what the
+    /// statement needed: the key's lock or anything else ([`Backend::key_lock_taken`] tells
+    /// which). The statement failed: nothing it was part of committed.
     LockTimeout,
     /// [`Backend::begin`] found the key's row once it held the lock (PostgreSQL reports it
     /// as an error of `BEGIN`'s round trip, SQLSTATE `IK001`; SQLite as [`Begun::Taken`]):
     /// after [`Backend::abandon_begin`], look the key up again.
     Taken,
-    /// Anything else.
+    /// The connection is gone or unusable (an I/O or protocol error, PostgreSQL's class `08`
+    /// and `57P01`–`57P03`, the server shutting down): whatever was under way has an unknown
+    /// outcome, and a pooled connection found so was stale.
+    Disconnected,
+    /// Anything else: the database refused the statement (it failed, nothing it was part of
+    /// committed), or the error is not the database's.
     Other,
 }
 
@@ -106,10 +115,6 @@ pub struct TxSettings {
     pub lock_timeout: Duration,
     /// PostgreSQL `statement_timeout` inside idempotent transactions.
     pub statement_timeout: Duration,
-    /// Whether the pool's sessions already have the timeouts (pools [`Backend::connect`]
-    /// opened); otherwise each PostgreSQL transaction sets them with `SET LOCAL`, in the same
-    /// round trip as `BEGIN`.
-    pub session_has_timeouts: bool,
 }
 
 pub(crate) mod sealed {
@@ -235,14 +240,19 @@ pub trait Backend:
 
     /// Opens a pool on `url` with settings suited to the protocol.
     ///
-    /// - PostgreSQL: `application_name` `idem` unless the URL sets one; `lock_timeout` and
-    ///   `statement_timeout` from `settings` in the startup packet (no statement per
-    ///   transaction).
+    /// - PostgreSQL: `application_name` `idem` unless the URL sets one; no session-wide
+    ///   timeouts (each of idem's transactions sets its own with `SET LOCAL`, so that the
+    ///   application's queries on the same pool are not bound by idem's settings);
+    ///   `client_connection_check_interval` of one second, so that a statement whose client
+    ///   gave up waiting is cancelled instead of holding a server process.
     /// - SQLite: the file is created if missing; WAL, `synchronous = FULL`, `busy_timeout` =
     ///   `settings.lock_timeout`.
+    /// - Both: statements are never logged by sqlx, slow or not (idem's statements carry
+    ///   keys, tenants and response bodies).
     ///
     /// Connections are not pinged before use (a dead one fails its query instead of every
-    /// request paying a round trip).
+    /// request paying a round trip; the runtime retries a read-only lookup that finds its
+    /// connection stale).
     fn connect(
         url: &str,
         max_connections: u32,
@@ -264,8 +274,8 @@ pub trait Backend:
 
     /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
     /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
-    /// of the namespace and key in the same round trip as `BEGIN` (with `SET LOCAL` timeouts
-    /// too unless [`TxSettings::session_has_timeouts`]); SQLite takes the database's write
+    /// of the namespace and key in the same round trip as `BEGIN` (with the `SET LOCAL`
+    /// timeouts of `settings`); SQLite takes the database's write
     /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
     /// [`TxSettings::lock_timeout`].
     ///
@@ -280,6 +290,12 @@ pub trait Backend:
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
+
+    /// The statement that begins a transaction without a key's lock with the timeouts of
+    /// `settings` (PostgreSQL: `BEGIN` and `SET LOCAL`, one round trip; SQLite: `BEGIN`, the
+    /// connection's `busy_timeout` bounding its waits), for
+    /// [`sqlx::Pool::begin_with`].
+    fn begin_statement(settings: &TxSettings) -> String;
 
     /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
     /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
@@ -310,7 +326,9 @@ pub trait Backend:
     /// Inserts the completed key row and commits, in as few round trips as the backend
     /// allows (PostgreSQL: one simple query `INSERT …; COMMIT; BEGIN`). Returns `false` when
     /// the key's row exists already; the transaction is rolled back then. An error leaves the
-    /// outcome unknown: the commit may or may not have happened. Ignores
+    /// outcome unknown only if [`Backend::classify`] does not call it [`Failure::Other`] or
+    /// [`Failure::LockTimeout`] of a database error: the database refused a statement, and
+    /// nothing committed. Ignores
     /// [`NewRow::replace_expired`]: an expired row is replaced with
     /// [`Backend::insert_completed`] and a separate `COMMIT`.
     fn insert_completed_and_commit(
@@ -320,6 +338,30 @@ pub trait Backend:
 
     /// What a database error means for the protocol: a lock wait that ran out
     /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; SQLite
-    /// `SQLITE_BUSY` and `SQLITE_LOCKED`), or anything else.
+    /// `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is gone, or anything else.
     fn classify(error: &sqlx::Error) -> Failure;
+
+    /// After [`Backend::begin`] failed with [`Failure::LockTimeout`] (and
+    /// [`Backend::abandon_begin`]): whether another transaction holds the key's lock now, that
+    /// is, whether the wait was for a duplicate of the request (PostgreSQL: the key's advisory
+    /// lock cannot be taken) rather than for a lock of something else (a table locked from
+    /// outside). SQLite cannot tell, the key's lock being the database's one write lock:
+    /// `false`.
+    fn key_lock_taken(
+        conn: &mut <Self as Database>::Connection,
+        lock: KeyLock<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+}
+
+/// Whether `error` says the connection itself failed (I/O, protocol, TLS, a closed pool or
+/// a crashed worker), before any database-specific code is looked at.
+pub(crate) fn is_connection_error(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+    )
 }

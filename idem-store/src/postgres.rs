@@ -12,7 +12,7 @@ use std::str::FromStr;
 use sha2::{Digest as _, Sha256};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
-use sqlx::{Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction};
+use sqlx::{ConnectOptions as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction};
 
 use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
 use crate::error::StoreError;
@@ -333,17 +333,14 @@ impl Backend for Postgres {
         if options.get_application_name().is_none() {
             options = options.application_name("idem");
         }
-        // The timeouts go in the startup packet: no statement per transaction.
-        let options = options.options([
-            (
-                "lock_timeout",
-                settings.lock_timeout.as_millis().max(1).to_string(),
-            ),
-            (
-                "statement_timeout",
-                settings.statement_timeout.as_millis().max(1).to_string(),
-            ),
-        ]);
+        // No session-wide timeouts: each transaction of idem's sets its own (`begin`). A
+        // statement whose client stopped waiting (the runtime's deadline on its lookup) is
+        // cancelled within a second instead of holding a server process until it ends.
+        let _ = settings;
+        let options = options
+            .options([("client_connection_check_interval", "1000")])
+            // idem's statements carry keys, tenants and response bodies: never logged.
+            .disable_statement_logging();
         PgPoolOptions::new()
             .max_connections(max_connections)
             // A dead connection fails its query (answered 503, retry with the same key)
@@ -390,19 +387,9 @@ impl Backend for Postgres {
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
-        if settings.session_has_timeouts && lock.is_none() {
-            return Transaction::begin(conn, None).await.map(Begun::Free);
-        }
-        // One round trip: the simple-query protocol takes several statements.
-        let mut statement = String::from("BEGIN");
-        if !settings.session_has_timeouts {
-            let _ = write!(
-                statement,
-                "; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
-                settings.lock_timeout.as_millis().max(1),
-                settings.statement_timeout.as_millis().max(1),
-            );
-        }
+        // One round trip: the simple-query protocol takes several statements. The timeouts
+        // are the transaction's own: the application's queries on the pool keep theirs.
+        let mut statement = Self::begin_statement(settings);
         if let Some(lock) = lock {
             // The advisory lock and the look again, in one call (migration 2).
             let _ = write!(
@@ -427,6 +414,14 @@ impl Backend for Postgres {
         Transaction::begin(conn, Some(statement.into()))
             .await
             .map(Begun::Free)
+    }
+
+    fn begin_statement(settings: &TxSettings) -> String {
+        format!(
+            "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+            settings.lock_timeout.as_millis().max(1),
+            settings.statement_timeout.as_millis().max(1),
+        )
     }
 
     async fn abandon_begin(conn: &mut PgConnection) {
@@ -493,13 +488,32 @@ impl Backend for Postgres {
     }
 
     fn classify(error: &sqlx::Error) -> Failure {
+        if crate::backend::is_connection_error(error) {
+            return Failure::Disconnected;
+        }
         match error.as_database_error().and_then(|e| e.code()) {
             // lock_not_available (lock_timeout), query_canceled (statement_timeout)
             Some(code) if code == "55P03" || code == "57014" => Failure::LockTimeout,
             // raised by `idem_lock_key`
             Some(code) if code == "IK001" => Failure::Taken,
+            // connection_exception; admin_shutdown, crash_shutdown, cannot_connect_now;
+            // internal errors: the session is gone or cannot be trusted.
+            Some(code)
+                if code.starts_with("08") || code.starts_with("57P") || code.starts_with("XX") =>
+            {
+                Failure::Disconnected
+            }
             _ => Failure::Other,
         }
+    }
+
+    async fn key_lock_taken(conn: &mut PgConnection, lock: KeyLock<'_>) -> Result<bool, sqlx::Error> {
+        // Outside a transaction the lock, if taken, is released as the statement ends.
+        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(lock_id(lock.namespace, lock.key))
+            .fetch_one(conn)
+            .await?;
+        Ok(!free)
     }
 }
 

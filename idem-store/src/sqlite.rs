@@ -10,7 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Executor as _, Pool, QueryBuilder, Row as _, Sqlite, Transaction};
+use sqlx::{ConnectOptions as _, Executor as _, Pool, QueryBuilder, Row as _, Sqlite, Transaction};
 
 use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
 use crate::error::StoreError;
@@ -319,7 +319,9 @@ impl Backend for Sqlite {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(settings.lock_timeout);
+            .busy_timeout(settings.lock_timeout)
+            // idem's statements carry keys, tenants and response bodies: never logged.
+            .disable_statement_logging();
         SqlitePoolOptions::new()
             .max_connections(max_connections)
             .test_before_acquire(false)
@@ -385,6 +387,10 @@ impl Backend for Sqlite {
         }
     }
 
+    fn begin_statement(_settings: &TxSettings) -> String {
+        "BEGIN".to_owned()
+    }
+
     async fn abandon_begin(_conn: &mut SqliteConnection) {
         // A failed `BEGIN IMMEDIATE` starts no transaction.
     }
@@ -439,6 +445,9 @@ impl Backend for Sqlite {
     }
 
     fn classify(error: &sqlx::Error) -> Failure {
+        if crate::backend::is_connection_error(error) {
+            return Failure::Disconnected;
+        }
         let Some(db) = error.as_database_error() else {
             return Failure::Other;
         };
@@ -452,6 +461,14 @@ impl Backend for Sqlite {
         } else {
             Failure::Other
         }
+    }
+
+    async fn key_lock_taken(
+        _conn: &mut SqliteConnection,
+        _lock: KeyLock<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        // The key's lock is the database's write lock: every writer's. Cannot tell.
+        Ok(false)
     }
 }
 

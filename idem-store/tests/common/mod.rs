@@ -45,7 +45,6 @@ pub fn settings() -> TxSettings {
     TxSettings {
         lock_timeout: Duration::from_secs(2),
         statement_timeout: Duration::from_secs(30),
-        session_has_timeouts: true,
     }
 }
 
