@@ -38,7 +38,10 @@ pub struct Config {
     /// How long an idempotent request waits for a connection from the pool before it answers
     /// `503` with `Retry-After` (nothing ran): a database that is down, or a pool that is
     /// saturated, sheds load within this time instead of queueing every request for sqlx's
-    /// 30 s. Default 500 ms.
+    /// 30 s. Pools [`Idem::connect`](crate::Idem::connect) opens have it as their own acquire
+    /// timeout, so the application's queries on them fail as fast (`sqlx::Error::PoolTimedOut`,
+    /// which [`Problem::from_database`](crate::Problem::from_database) answers with `503`).
+    /// Default 500 ms.
     pub acquire_timeout: Duration,
     /// PostgreSQL `statement_timeout` inside idempotent transactions. Default 30 s.
     pub statement_timeout: Duration,
@@ -114,6 +117,7 @@ impl Config {
         TxSettings {
             lock_timeout: self.in_flight_wait,
             statement_timeout: self.statement_timeout,
+            acquire_timeout: self.acquire_timeout,
         }
     }
 }

@@ -100,9 +100,7 @@ impl Error {
             Self::CommitUnknown(_)
             | Self::Store(_)
             | Self::StoreBusy(_)
-            | Self::Interrupted { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            | Self::Interrupted { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

@@ -845,7 +845,10 @@ async fn failed_commit_answers_503_and_keeps_nothing<DB: TestDb>() {
     // The database refused the commit: nothing committed, and idem knows it.
     assert!(matches!(err, Error::Store(_)), "{err:?}");
     assert_eq!(err.status(), 503);
-    assert_eq!(err.problem().type_uri(), "urn:idem:problem:store-unavailable");
+    assert_eq!(
+        err.problem().type_uri(),
+        "urn:idem:problem:store-unavailable"
+    );
     let detail = err.problem().detail().unwrap().to_owned();
     assert!(detail.contains("nothing was committed"), "{detail}");
     assert_eq!(h.effects().await, 0);

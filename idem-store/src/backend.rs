@@ -115,6 +115,10 @@ pub struct TxSettings {
     pub lock_timeout: Duration,
     /// PostgreSQL `statement_timeout` inside idempotent transactions.
     pub statement_timeout: Duration,
+    /// How long a caller of a pool [`Backend::connect`] opens waits for a connection
+    /// (sqlx's `acquire_timeout`): a database that is down fails fast for the application's
+    /// queries on the pool too.
+    pub acquire_timeout: Duration,
 }
 
 pub(crate) mod sealed {

@@ -12,7 +12,9 @@ use std::str::FromStr;
 use sha2::{Digest as _, Sha256};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
-use sqlx::{ConnectOptions as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction};
+use sqlx::{
+    ConnectOptions as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction,
+};
 
 use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
 use crate::error::StoreError;
@@ -336,13 +338,13 @@ impl Backend for Postgres {
         // No session-wide timeouts: each transaction of idem's sets its own (`begin`). A
         // statement whose client stopped waiting (the runtime's deadline on its lookup) is
         // cancelled within a second instead of holding a server process until it ends.
-        let _ = settings;
         let options = options
             .options([("client_connection_check_interval", "1000")])
             // idem's statements carry keys, tenants and response bodies: never logged.
             .disable_statement_logging();
         PgPoolOptions::new()
             .max_connections(max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             // A dead connection fails its query (answered 503, retry with the same key)
             // instead of costing every request a ping round trip.
             .test_before_acquire(false)
@@ -507,7 +509,10 @@ impl Backend for Postgres {
         }
     }
 
-    async fn key_lock_taken(conn: &mut PgConnection, lock: KeyLock<'_>) -> Result<bool, sqlx::Error> {
+    async fn key_lock_taken(
+        conn: &mut PgConnection,
+        lock: KeyLock<'_>,
+    ) -> Result<bool, sqlx::Error> {
         // Outside a transaction the lock, if taken, is released as the statement ends.
         let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
             .bind(lock_id(lock.namespace, lock.key))

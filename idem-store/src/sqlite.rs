@@ -324,6 +324,7 @@ impl Backend for Sqlite {
             .disable_statement_logging();
         SqlitePoolOptions::new()
             .max_connections(max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .test_before_acquire(false)
             .connect_with(options)
             .await

@@ -95,7 +95,7 @@ async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
     let settings = TxSettings {
         lock_timeout: Duration::from_secs(2),
         statement_timeout: Duration::from_secs(30),
-
+        acquire_timeout: Duration::from_secs(30),
     };
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
     for &key in keys {

@@ -79,6 +79,16 @@ impl Db {
         }
     }
 
+    /// A PostgreSQL database the test made itself (its own server), used as it is.
+    pub fn postgres_at(url: String, dir: PathBuf) -> Self {
+        let pool = PgPool::connect_lazy(&url).unwrap();
+        Self {
+            url,
+            pool: Pool::Pg(pool),
+            dir,
+        }
+    }
+
     pub fn sqlite_at(url: String, dir: PathBuf) -> Self {
         let pool = SqlitePool::connect_lazy(&url).unwrap();
         Self {
@@ -162,6 +172,8 @@ impl Db {
 pub struct Server {
     child: Child,
     pub base: String,
+    /// Everything the process wrote to standard output so far.
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Server {
@@ -194,11 +206,17 @@ impl Server {
             .unwrap_or_else(|e| panic!("{label} starts: {e}"));
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let kept = std::sync::Arc::clone(&log);
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 println!("[{label}] {line}");
+                if let Ok(mut log) = kept.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
                 if let (false, Some(at)) = (sent, line.find("listening on http://")) {
                     let addr = line[at + "listening on ".len()..].trim().to_owned();
                     let _ = tx.send(addr);
@@ -209,7 +227,12 @@ impl Server {
         let base = rx
             .recv_timeout(Duration::from_secs(60))
             .unwrap_or_else(|_| panic!("{label} logs `listening on http://…` within 60 s"));
-        Self { child, base }
+        Self { child, base, log }
+    }
+
+    /// What the process logged so far.
+    pub fn logged(&self) -> String {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// SIGKILL: the process dies at once, whatever it was doing.

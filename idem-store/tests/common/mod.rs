@@ -45,6 +45,7 @@ pub fn settings() -> TxSettings {
     TxSettings {
         lock_timeout: Duration::from_secs(2),
         statement_timeout: Duration::from_secs(30),
+        acquire_timeout: Duration::from_secs(30),
     }
 }
 
