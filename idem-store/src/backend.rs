@@ -254,9 +254,10 @@ pub trait Backend:
     /// - Both: statements are never logged by sqlx, slow or not (idem's statements carry
     ///   keys, tenants and response bodies).
     ///
-    /// Connections are not pinged before use (a dead one fails its query instead of every
-    /// request paying a round trip; the runtime retries a read-only lookup that finds its
-    /// connection stale).
+    /// Connections are not pinged before use unless they sat idle for a second or more (on
+    /// PostgreSQL, where a restart leaves the pool's connections dead): a busy pool's requests
+    /// pay no round trip, and the runtime retries a read-only lookup that finds its
+    /// connection stale.
     fn connect(
         url: &str,
         max_connections: u32,

@@ -13,7 +13,8 @@ use sha2::{Digest as _, Sha256};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
 use sqlx::{
-    ConnectOptions as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _, Transaction,
+    ConnectOptions as _, Connection as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _,
+    Transaction,
 };
 
 use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
@@ -56,6 +57,9 @@ static MIGRATIONS: [Migration; 6] = [
         include_str!("../migrations/postgres/0006_operation_docs.sql"),
     ),
 ];
+
+/// How long a pooled connection may sit idle before it is pinged on its next use.
+const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `now_ms` as a `timestamptz` in a listing.
 fn push_now(query: &mut QueryBuilder<'_, Postgres>, now_ms: i64) {
@@ -345,6 +349,17 @@ impl Backend for Postgres {
         PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(settings.acquire_timeout)
+            // A connection that sat idle for a while may have died with a database restart:
+            // pinged before use (a busy pool's connections never are), so that the
+            // application's own queries do not meet it either.
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < IDLE_PING_AFTER {
+                        return Ok(true);
+                    }
+                    conn.ping().await.map(|()| true)
+                })
+            })
             // A dead connection fails its query (answered 503, retry with the same key)
             // instead of costing every request a ping round trip.
             .test_before_acquire(false)
