@@ -141,8 +141,9 @@ fn assert_documented(situation: &str, reply: &Reply, markdown: &str, openapi: &V
 }
 
 /// Every situation the document lists for `POST /orders` that a client can bring about
-/// (403, 500 and 503 need a principal without a tenant, a fault or a failing database, and
-/// are covered by the runtime's own tests), driven against the running example.
+/// (403, 500 and the other 503s need a principal without a tenant, a fault or a failing
+/// database, and are covered by the runtime's and the fault tests), driven against the
+/// running example.
 #[tokio::test]
 async fn every_status_orders_answers_is_documented() {
     let db = Db::fresh(Kind::Sqlite).await;
@@ -221,8 +222,9 @@ async fn every_status_orders_answers_is_documented() {
         422,
     );
 
-    // In flight: another connection holds SQLite's write lock, as a running execution does;
-    // the request waits for it up to the in-flight wait, then answers 409.
+    // Store busy: another connection holds SQLite's write lock (as a running execution, or
+    // any other writer, does); the request waits for it up to the in-flight wait, then
+    // answers 503: SQLite cannot tell a duplicate from another writer.
     let holder = SqlitePool::connect(&db.url).await.unwrap();
     let mut held = holder.acquire().await.unwrap();
     sqlx::query("BEGIN IMMEDIATE")
@@ -235,7 +237,7 @@ async fn every_status_orders_answers_is_documented() {
         "{}",
         in_flight.body
     );
-    check("in flight", &in_flight, 409);
+    check("store busy", &in_flight, 503);
     sqlx::query("ROLLBACK").execute(&mut *held).await.unwrap();
     drop(held);
     holder.close().await;
