@@ -971,8 +971,85 @@ async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
     assert_eq!(h.effects().await, 1);
 }
 
-/// Pools do not ping before handing out a connection: a dead one fails its request with a
-/// `503` (nothing committed, retry with the same key), and the pool replaces it.
+/// idem's timeouts are its transactions' own (`SET LOCAL`): the application's queries on
+/// the pool idem opened keep the database's (here: none), and a lock the application's own
+/// query waits for is not cut short by idem's `in_flight_wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_timeouts_bind_only_idems_transactions() {
+    use idem_runtime::sqlx::{self, Postgres};
+    let h = Harness::<Postgres>::with_config(
+        Config::default()
+            .in_flight_wait(Duration::from_millis(300))
+            .statement_timeout(Duration::from_secs(7)),
+    )
+    .await;
+    let show = |name: &'static str| sqlx::query_scalar::<_, String>(name);
+    let pool = h.idem.pool();
+    assert_eq!(
+        show("SHOW lock_timeout").fetch_one(pool).await.unwrap(),
+        "0"
+    );
+    assert_eq!(
+        show("SHOW statement_timeout")
+            .fetch_one(pool)
+            .await
+            .unwrap(),
+        "0"
+    );
+    let k = key("k-settings");
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inside = Arc::clone(&seen);
+    h.idem
+        .execute(
+            &SPEC,
+            global(&k),
+            work_fn::<Postgres, _>(move |tx| {
+                Box::pin(async move {
+                    for name in ["SHOW lock_timeout", "SHOW statement_timeout"] {
+                        let value: String =
+                            sqlx::query_scalar(name).fetch_one(&mut **tx).await.unwrap();
+                        inside.lock().unwrap().push(value);
+                    }
+                    Record::json(StatusCode::CREATED, &json!({})).unwrap()
+                })
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["300ms", "7s"]);
+    // After idem's transaction, on the same pooled connections: the defaults again.
+    for _ in 0..4 {
+        assert_eq!(
+            show("SHOW lock_timeout").fetch_one(pool).await.unwrap(),
+            "0"
+        );
+    }
+    // An application query waiting for a lock longer than `in_flight_wait` is not cut short.
+    sqlx::query("CREATE TABLE app_table (v int)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let mut locker = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE app_table")
+        .execute(&mut *locker)
+        .await
+        .unwrap();
+    let reader = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM app_table")
+                .fetch_one(&pool)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    locker.rollback().await.unwrap();
+    assert_eq!(reader.await.unwrap().unwrap(), 0);
+}
+
+/// Pools do not ping a connection that was busy a moment ago: killed under the pool, such a
+/// connection is found dead by the key's lookup, which drops it and looks up again on another
+/// (finally a new one). No request fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_dead_pooled_connections_cost_no_request() {
     use idem_runtime::sqlx::{self, PgPool, Postgres};
