@@ -181,6 +181,9 @@
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 mod backend;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
 mod error;
 mod list;
 mod migrate;

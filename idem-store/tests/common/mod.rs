@@ -31,6 +31,32 @@ pub fn postgres_url() -> String {
         .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
 }
 
+/// A new schema `idem_test_<uuid>` on the PostgreSQL of [`postgres_url`], as a URL whose
+/// `search_path` is that schema.
+#[cfg(feature = "postgres")]
+pub async fn fresh_postgres_url() -> String {
+    let url = postgres_url();
+    let schema = unique("idem_test");
+    let admin = idem_store::sqlx::PgPool::connect(&url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+        });
+    idem_store::sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
+}
+
+/// A new SQLite file under the system's temporary directory, as a URL.
+#[cfg(feature = "sqlite")]
+pub async fn fresh_sqlite_url() -> String {
+    format!("sqlite://{}", temp_file(&unique("idem_test")).display())
+}
+
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
 }
