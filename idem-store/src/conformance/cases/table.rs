@@ -172,7 +172,8 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
             request: "{}",
             created_ms: NOW - HOUR,
             expires_ms: NOW + HOUR,
-            locked_until_ms: NOW + HOUR,
+            // Still processing at NOW + HOUR, where cases look again.
+            locked_until_ms: NOW + 2 * HOUR,
             replace_expired: false,
         },
     )
