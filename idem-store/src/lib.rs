@@ -13,6 +13,8 @@
 //! | `sqlite` (default) | [`sqlx::Sqlite`], the embedded default for one process |
 //! | `postgres` | [`sqlx::Postgres`], for several instances sharing one database |
 //!
+//! The feature `conformance` adds the store conformance kit ([`conformance`]), for tests.
+//!
 //! # Example
 //!
 //! Expired keys, page by page:
@@ -170,6 +172,13 @@
 //! runtime's `Idem::register`, called at start). [`KeyTable::operations`] lists every
 //! operation registered or seen in the key table, with its keys counted by state.
 //!
+//! # The conformance kit
+//!
+//! With the feature `conformance`, [`conformance`] holds the contract of [`Backend`] and
+//! [`KeyTable`] as cases generic over the backend, and [`conformance_tests!`] runs each as a
+//! `#[tokio::test]` on a database a harness hands out. idem's PostgreSQL and SQLite stores
+//! run every case; a new backend added to this crate is accepted when it passes them all.
+//!
 //! # Errors
 //!
 //! [`KeyTable`] and [`migrate`] return [`StoreError`]. The protocol's primitives on
@@ -181,6 +190,9 @@
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 mod backend;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
 mod error;
 mod list;
 mod migrate;

@@ -435,9 +435,10 @@ impl Backend for Sqlite {
 
     async fn insert_completed_and_commit(
         mut tx: Transaction<'_, Self>,
-        row: NewRow<'_>,
+        mut row: NewRow<'_>,
     ) -> Result<bool, sqlx::Error> {
         // In-process: round trips cost nothing worth merging statements for.
+        row.replace_expired = false; // Documented as ignored: see `insert_completed`.
         if !Self::insert_completed(&mut tx, row).await? {
             return Ok(false);
         }

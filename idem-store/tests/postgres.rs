@@ -38,14 +38,7 @@ impl TestDb for Postgres {
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
          VALUES ($1, $2, $3, decode('00', 'hex'), 'processing', \
          to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000))",
-        "INSERT INTO idempotency_processing VALUES ($1, $2, $3)",
-        "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, created_at, completed_at, expires_at) \
-         SELECT 'global', $1, 'bulk-' || lpad(i::text, 5, '0'), decode('00', 'hex'), \
-         'completed', 200, '[]', decode('', 'hex'), to_timestamp($3::float8 / 1000), \
-         to_timestamp($3::float8 / 1000), to_timestamp($4::float8 / 1000) \
-         FROM generate_series(0, $2 - 1) AS i"
+        "INSERT INTO idempotency_processing VALUES ($1, $2, $3)"
     );
 }
 

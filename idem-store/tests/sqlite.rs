@@ -28,15 +28,7 @@ impl TestDb for Sqlite {
          strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
          strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'))",
         // The key table's trigger writes `idempotency_processing`.
-        "",
-        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?2) \
-         INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, created_at, completed_at, expires_at) \
-         SELECT 'global', ?1, 'bulk-' || printf('%05d', i), X'00', 'completed', 200, '[]', \
-         X'', strftime('%Y-%m-%d %H:%M:%f', ?3 / 1000.0, 'unixepoch'), \
-         strftime('%Y-%m-%d %H:%M:%f', ?3 / 1000.0, 'unixepoch'), \
-         strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch') FROM n"
+        ""
     );
 }
 

@@ -1,124 +1,19 @@
-//! Operator actions, the audit trail and journals, on both backends: PostgreSQL
-//! (`DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`; each test in a schema
-//! `idem_test_<uuid>`, feature `postgres`) and SQLite (a new file per test, feature `sqlite`).
+//! Operator actions ([`KeyTable::act`]) with their fencing and audit trail, journals for
+//! tools, and the operation registry.
 //!
-//! Staged mode's rows are written with plain SQL, as staged mode writes them: `processing`,
-//! with a lease, an attempt, a recovery point, a journal and a request.
-#![allow(clippy::unwrap_used)]
-// Without a backend there is nothing to run the cases on.
-#![cfg_attr(
-    not(any(feature = "postgres", feature = "sqlite")),
-    allow(dead_code, unused_imports, unused_macros)
-)]
+//! Staged keys are written through staged mode's own statements ([`super::staged`]).
 
-mod common;
-
-use std::future::Future;
-use std::sync::Arc;
-
-use common::{HOUR, NOW, settings};
-use idem_store::sqlx::Pool;
-use idem_store::{
-    Acted, Action, Actor, AuditFilter, Backend, KeyFilter, KeyRef, KeyRow, KeyStatus, KeyTable,
-    NewRow, Registration, StoreError, StoredResponse,
-};
 use serde_json::json;
 
-const JOURNAL: &str = r#"{"reserve":{"hold":"h-1"},"charge":{"payment":"p-9"}}"#;
-const REQUEST: &str = r#"{"amount":5,"currency":"EUR"}"#;
-
-/// What a test does on one backend in SQL.
-trait Db: Backend {
-    /// A new, empty database with the key table.
-    fn fresh() -> impl Future<Output = KeyTable<Self>> + Send;
-    /// A staged key in `processing`: created at `created_ms`, its lease until `lease_ms`,
-    /// attempt `attempt`, recovery point `charge`, [`JOURNAL`] and [`REQUEST`].
-    fn insert_staged(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        created_ms: i64,
-        lease_ms: i64,
-        attempt: i64,
-    ) -> impl Future<Output = ()> + Send;
-    /// The running attempt renews its lease.
-    fn renew_lease(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        until_ms: i64,
-    ) -> impl Future<Output = ()> + Send;
-    /// A takeover: the attempt number moves on.
-    fn bump_attempt(pool: &Pool<Self>, key: KeyRef<'_>) -> impl Future<Output = ()> + Send;
-    /// The running attempt journals a step.
-    fn journal_step(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        step: &str,
-    ) -> impl Future<Output = ()> + Send;
-    /// Rows in `idempotency_audit`.
-    fn audit_rows(pool: &Pool<Self>) -> impl Future<Output = i64> + Send;
-}
-
-/// [`Db`]'s statements that both backends share (`$1` works on both).
-macro_rules! shared_sql {
-    () => {
-        async fn bump_attempt(pool: &sqlx::Pool<Self>, key: KeyRef<'_>) {
-            sqlx::query(
-                "UPDATE idempotency_keys SET attempt = attempt + 1 \
-                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-
-        async fn journal_step(pool: &sqlx::Pool<Self>, key: KeyRef<'_>, step: &str) {
-            sqlx::query(
-                "UPDATE idempotency_keys SET recovery_point = $4 \
-                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(step)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-
-        async fn audit_rows(pool: &sqlx::Pool<Self>) -> i64 {
-            sqlx::query_scalar("SELECT count(*) FROM idempotency_audit")
-                .fetch_one(pool)
-                .await
-                .unwrap()
-        }
-    };
-}
-
-/// A completed key, stored through the protocol's primitives as the runtime does.
-async fn put<DB: Db>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i64) {
-    let mut conn = table.pool().acquire().await.unwrap();
-    let tx = DB::begin(&mut conn, &settings(), None)
-        .await
-        .unwrap()
-        .free()
-        .unwrap();
-    let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
-    let row = NewRow {
-        key,
-        fingerprint: &[7; 32],
-        status: 201,
-        headers_json: &headers,
-        body: b"{\"id\":1}",
-        created_ms: NOW - HOUR,
-        completed_ms: NOW - HOUR + 5,
-        expires_ms,
-        replace_expired: false,
-    };
-    assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
-}
+use super::staged::{JOURNAL, staged_key};
+use crate::backend::{Backend, KeyRef, NewRow};
+use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, settings};
+use crate::error::StoreError;
+use crate::list::KeyFilter;
+use crate::operations::Registration;
+use crate::operator::{Acted, Action, Actor, AuditFilter};
+use crate::row::{KeyRow, KeyStatus, StoredResponse};
+use crate::table::KeyTable;
 
 fn key(key: &str) -> KeyRef<'_> {
     KeyRef {
@@ -140,13 +35,84 @@ fn response(status: u16, body: &'static [u8]) -> StoredResponse {
     }
 }
 
-async fn row<DB: Db>(table: &KeyTable<DB>, k: KeyRef<'_>, now_ms: i64) -> KeyRow {
-    table.get(k, now_ms).await.unwrap().unwrap()
+/// Entries in the audit trail.
+async fn audit_rows<DB: Backend>(table: &KeyTable<DB>) -> i64 {
+    let entries = table
+        .audit(&AuditFilter::new().limit(1000))
+        .await
+        .must("audit");
+    i64::try_from(entries.len()).unwrap_or(i64::MAX)
+}
+
+/// A takeover: the attempt number moves on, the lease stays as it was.
+async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
+    let seen = row(table, k, NOW).await;
+    let lease = seen.locked_until_ms.must("the key's lease");
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    DB::take_over(&mut conn, k, seen.attempt, lease, lease)
+        .await
+        .must("take_over")
+        .must("taking the key over");
+}
+
+/// The running attempt renews its lease.
+async fn renew_lease<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, until_ms: i64) {
+    let seen = row(table, k, NOW).await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let renewed = DB::renew(&mut conn, k, seen.attempt, until_ms)
+        .await
+        .must("renew");
+    assert!(renewed, "renewing the running attempt's lease");
+}
+
+/// The running attempt journals a step, its lease unchanged.
+async fn journal_step<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, step: &str) {
+    let seen = row(table, k, NOW).await;
+    let lease = seen.locked_until_ms.must("the key's lease");
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let journaled = DB::journal(&mut conn, k, seen.attempt, step, JOURNAL, lease)
+        .await
+        .must("journal");
+    assert!(journaled, "journaling the running attempt");
+}
+
+/// A completed key, stored through the protocol's primitives as the runtime does.
+async fn store<DB: Backend>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i64) {
+    let mut conn = table.pool().acquire().await.must("acquire");
+    let tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .must("the store")
+        .free()
+        .must("the store");
+    let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
+    let row = NewRow {
+        key,
+        fingerprint: &[7; 32],
+        status: 201,
+        headers_json: &headers,
+        body: b"{\"id\":1}",
+        created_ms: NOW - HOUR,
+        completed_ms: NOW - HOUR + 5,
+        expires_ms,
+        replace_expired: false,
+    };
+    assert!(
+        DB::insert_completed_and_commit(tx, row)
+            .await
+            .must("the store")
+    );
+}
+
+async fn row<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, now_ms: i64) -> KeyRow {
+    table.get(k, now_ms).await.must("get").must("the key's row")
 }
 
 /// The one audit entry of `k`, checked against what `act` returned.
-async fn audited<DB: Db>(table: &KeyTable<DB>, k: KeyRef<'_>, acted: &Acted, action: &str) {
-    let entries = table.audit(&AuditFilter::new().key(k)).await.unwrap();
+async fn audited<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, acted: &Acted, action: &str) {
+    let entries = table
+        .audit(&AuditFilter::new().key(k))
+        .await
+        .must("the store");
     assert_eq!(entries.len(), 1, "{entries:?}");
     let entry = &entries[0];
     assert_eq!(entry.id, acted.audit_id);
@@ -162,7 +128,7 @@ async fn audited<DB: Db>(table: &KeyTable<DB>, k: KeyRef<'_>, acted: &Acted, act
         (k.scope, k.operation, k.key)
     );
     assert_eq!(entry.action, action);
-    let before = entry.before.as_ref().unwrap();
+    let before = entry.before.as_ref().must("the audit entry's row");
     assert_json_is_row(before, &acted.before);
     match (&entry.after, &acted.after) {
         (Some(json), Some(after)) => assert_json_is_row(json, after),
@@ -196,18 +162,16 @@ fn assert_json_is_row(json: &serde_json::Value, row: &KeyRow) {
     }
 }
 
-// The cases.
-
 /// Processing keys whose lease ran out are stuck: listed as such, counted, the oldest one's
 /// creation reported.
-async fn stuck_keys_are_listed_and_counted<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn stuck_keys_are_listed_and_counted<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let pool = table.pool();
-    DB::insert_staged(pool, key("s-1"), NOW - 3 * HOUR, NOW - 1_000, 1).await;
+    staged_key(pool, key("s-1"), NOW - 3 * HOUR, NOW - 1_000, 1).await;
     // A lease that runs out exactly now has run out.
-    DB::insert_staged(pool, key("s-2"), NOW - 2 * HOUR, NOW, 2).await;
-    DB::insert_staged(pool, key("p-1"), NOW - 5 * HOUR, NOW + 30_000, 1).await;
-    put(&table, key("c-1"), NOW + HOUR).await;
+    staged_key(pool, key("s-2"), NOW - 2 * HOUR, NOW, 2).await;
+    staged_key(pool, key("p-1"), NOW - 5 * HOUR, NOW + 30_000, 1).await;
+    store(&table, key("c-1"), NOW + HOUR).await;
 
     let keys = |status| {
         let table = table.clone();
@@ -215,7 +179,7 @@ async fn stuck_keys_are_listed_and_counted<DB: Db>() {
             let page = table
                 .list(&KeyFilter::new().status(status), NOW)
                 .await
-                .unwrap();
+                .must("the store");
             page.keys.into_iter().map(|r| r.key).collect::<Vec<_>>()
         }
     };
@@ -229,7 +193,7 @@ async fn stuck_keys_are_listed_and_counted<DB: Db>() {
     assert_eq!(s1.recovery_point.as_deref(), Some("charge"));
     assert_eq!(s1.response, None);
 
-    let counts = table.counts(NOW).await.unwrap();
+    let counts = table.counts(NOW).await.must("counts");
     assert_eq!(
         (
             counts.by_status.stuck,
@@ -241,27 +205,27 @@ async fn stuck_keys_are_listed_and_counted<DB: Db>() {
     assert_eq!(counts.by_operation["pay:v1"].stuck, 2);
     // s-1's; p-1 is older but not stuck.
     assert_eq!(counts.oldest_stuck_created_at_ms, Some(NOW - 3 * HOUR));
-    let later = table.counts(NOW + 60_000).await.unwrap();
+    let later = table.counts(NOW + 60_000).await.must("counts");
     assert_eq!(later.by_status.stuck, 3);
     assert_eq!(later.oldest_stuck_created_at_ms, Some(NOW - 5 * HOUR));
-    let earlier = table.counts(NOW - 2_000).await.unwrap();
+    let earlier = table.counts(NOW - 2_000).await.must("counts");
     assert_eq!(earlier.by_status.stuck, 0);
     assert_eq!(earlier.oldest_stuck_created_at_ms, None);
 }
 
 /// Releasing a stuck key makes it takeable at once, one attempt on; releasing a live one
 /// fences its running attempt out.
-async fn release<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_release<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let stuck = key("stuck");
-    DB::insert_staged(table.pool(), stuck, NOW - HOUR, NOW - 1_000, 1).await;
+    staged_key(table.pool(), stuck, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, stuck, NOW).await;
     let acted = table
         .act(stuck, &seen, &Action::Release, &alice(), NOW)
         .await
-        .unwrap();
+        .must("act");
     assert_eq!(acted.before, seen);
-    let after = acted.after.clone().unwrap();
+    let after = acted.after.clone().must("the row after the action");
     assert_eq!(after, row(&table, stuck, NOW).await);
     assert_eq!(after.attempt, 2);
     assert_eq!(after.locked_until_ms, Some(NOW));
@@ -270,42 +234,58 @@ async fn release<DB: Db>() {
     assert_eq!(after.recovery_point.as_deref(), Some("charge"));
     assert_eq!(after.response, None);
     assert_eq!(after.expires_at_ms, seen.expires_at_ms);
-    let journal = table.journal(stuck).await.unwrap().unwrap();
+    let journal = table
+        .journal(stuck)
+        .await
+        .must("journal")
+        .must("the key's journal");
     assert_eq!(journal.steps.len(), 2);
     audited(&table, stuck, &acted, "release").await;
-    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
-    assert_eq!(entry.before.as_ref().unwrap()["attempt"], 1);
-    assert_eq!(entry.before.as_ref().unwrap()["status"], "stuck");
-    assert_eq!(entry.after.as_ref().unwrap()["attempt"], 2);
-    assert_eq!(entry.after.as_ref().unwrap()["locked_until_ms"], NOW);
+    let entry = &table.audit(&AuditFilter::new()).await.must("audit")[0];
+    assert_eq!(
+        entry.before.as_ref().must("the audit entry's row")["attempt"],
+        1
+    );
+    assert_eq!(
+        entry.before.as_ref().must("the audit entry's row")["status"],
+        "stuck"
+    );
+    assert_eq!(
+        entry.after.as_ref().must("the audit entry's row")["attempt"],
+        2
+    );
+    assert_eq!(
+        entry.after.as_ref().must("the audit entry's row")["locked_until_ms"],
+        NOW
+    );
 
     let live = key("live");
-    DB::insert_staged(table.pool(), live, NOW - HOUR, NOW + 30_000, 3).await;
+    staged_key(table.pool(), live, NOW - HOUR, NOW + 30_000, 3).await;
     let seen = row(&table, live, NOW).await;
     assert_eq!(seen.status, KeyStatus::Processing);
     let acted = table
         .act(live, &seen, &Action::Release, &alice(), NOW)
         .await
-        .unwrap();
-    let after = acted.after.unwrap();
+        .must("act");
+    let after = acted.after.must("the row after the action");
     assert_eq!((after.attempt, after.locked_until_ms), (4, Some(NOW)));
     assert_eq!(after.status, KeyStatus::Stuck);
-    assert_eq!(DB::audit_rows(table.pool()).await, 2);
+    assert_eq!(audit_rows(&table).await, 2);
 }
 
 /// Completing a processing or stuck key stores the operator's response: replayed from then
 /// on, the lease gone, the running attempt fenced out.
-async fn complete<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_complete<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let k = key("k");
-    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, k, NOW).await;
     let given = response(201, b"{\"id\":\"order-7\"}");
     let acted = table
         .act(k, &seen, &Action::Complete(given.clone()), &alice(), NOW)
         .await
-        .unwrap();
-    let after = acted.after.clone().unwrap();
+        .must("the store");
+    let after = acted.after.clone().must("the row after the action");
     assert_eq!(after, row(&table, k, NOW).await);
     assert_eq!(after.status, KeyStatus::Completed);
     assert_eq!(after.response.as_ref(), Some(&given));
@@ -315,25 +295,28 @@ async fn complete<DB: Db>() {
     assert_eq!(after.expires_at_ms, seen.expires_at_ms);
     assert_eq!(after.fingerprint, seen.fingerprint);
     // The protocol replays it.
-    let mut conn = table.pool().acquire().await.unwrap();
-    let stored = DB::lookup(&mut conn, k).await.unwrap().unwrap();
+    let mut conn = table.pool().acquire().await.must("acquire");
+    let stored = DB::lookup(&mut conn, k)
+        .await
+        .must("lookup")
+        .must("the key's row");
     drop(conn);
     assert_eq!(stored.response, Some(given));
     audited(&table, k, &acted, "complete").await;
-    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
-    let after_json = entry.after.as_ref().unwrap();
+    let entry = &table.audit(&AuditFilter::new()).await.must("audit")[0];
+    let after_json = entry.after.as_ref().must("the audit entry's row");
     assert_eq!(after_json["status"], "completed");
     assert_eq!(after_json["response"]["body"], "{\"id\":\"order-7\"}");
     assert_eq!(after_json["locked_until_ms"], serde_json::Value::Null);
-    assert!(entry.before.as_ref().unwrap()["response"].is_null());
+    assert!(entry.before.as_ref().must("the audit entry's row")["response"].is_null());
 }
 
 /// Failing stores a failure, any body (a binary one is hexadecimal in the audit trail), and
 /// refuses a success.
-async fn fail<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_fail<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let k = key("k");
-    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW + 30_000, 1).await;
+    staged_key(table.pool(), k, NOW - HOUR, NOW + 30_000, 1).await;
     let seen = row(&table, k, NOW).await;
     for status in [200, 204, 399] {
         match table
@@ -351,36 +334,36 @@ async fn fail<DB: Db>() {
         }
     }
     assert_eq!(row(&table, k, NOW).await, seen);
-    assert_eq!(DB::audit_rows(table.pool()).await, 0);
+    assert_eq!(audit_rows(&table).await, 0);
 
     let given = response(502, &[0xff, 0xfe, 0x00]);
     let acted = table
         .act(k, &seen, &Action::Fail(given.clone()), &alice(), NOW)
         .await
-        .unwrap();
-    let after = acted.after.clone().unwrap();
+        .must("the store");
+    let after = acted.after.clone().must("the row after the action");
     assert_eq!(after.status, KeyStatus::Completed);
     assert_eq!(after.response.as_ref(), Some(&given));
     assert_eq!((after.attempt, after.locked_until_ms), (2, None));
     audited(&table, k, &acted, "fail").await;
-    let entry = &table.audit(&AuditFilter::new()).await.unwrap()[0];
-    let json = &entry.after.as_ref().unwrap()["response"];
+    let entry = &table.audit(&AuditFilter::new()).await.must("audit")[0];
+    let json = &entry.after.as_ref().must("the audit entry's row")["response"];
     assert_eq!(json["body_hex"], "fffe00");
     assert!(json.get("body").is_none(), "{json}");
     assert_eq!(json["status"], 502);
 }
 
 /// Expiring sets `expires_at` to now, once; deleting removes the row.
-async fn expire_and_delete<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let k = key("c");
-    put(&table, k, NOW + HOUR).await;
+    store(&table, k, NOW + HOUR).await;
     let seen = row(&table, k, NOW).await;
     let acted = table
         .act(k, &seen, &Action::Expire, &alice(), NOW)
         .await
-        .unwrap();
-    let after = acted.after.clone().unwrap();
+        .must("act");
+    let after = acted.after.clone().must("the row after the action");
     assert_eq!(after, row(&table, k, NOW).await);
     assert_eq!(after.expires_at_ms, NOW);
     assert_eq!(after.status, KeyStatus::Expired);
@@ -395,13 +378,13 @@ async fn expire_and_delete<DB: Db>() {
 
     // A staged key expires too.
     let staged = key("s");
-    DB::insert_staged(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
     let seen = row(&table, staged, NOW).await;
     let acted = table
         .act(staged, &seen, &Action::Expire, &alice(), NOW)
         .await
-        .unwrap();
-    let after = acted.after.unwrap();
+        .must("act");
+    let after = acted.after.must("the row after the action");
     assert_eq!(after.expires_at_ms, NOW);
     assert_eq!(
         (after.attempt, after.locked_until_ms),
@@ -413,12 +396,15 @@ async fn expire_and_delete<DB: Db>() {
     let acted = table
         .act(staged, &seen, &Action::Delete, &alice(), NOW)
         .await
-        .unwrap();
+        .must("act");
     assert_eq!(acted.before, seen);
     assert_eq!(acted.after, None);
-    assert!(table.get(staged, NOW).await.unwrap().is_none());
-    assert!(table.journal(staged).await.unwrap().is_none());
-    let entries = table.audit(&AuditFilter::new().key(staged)).await.unwrap();
+    assert!(table.get(staged, NOW).await.must("get").is_none());
+    assert!(table.journal(staged).await.must("journal").is_none());
+    let entries = table
+        .audit(&AuditFilter::new().key(staged))
+        .await
+        .must("the store");
     assert_eq!(
         entries
             .iter()
@@ -427,25 +413,28 @@ async fn expire_and_delete<DB: Db>() {
         ["delete", "expire"]
     );
     assert_eq!(entries[0].after, None);
-    assert_eq!(entries[0].before.as_ref().unwrap()["attempt"], 1);
+    assert_eq!(
+        entries[0].before.as_ref().must("the audit entry's row")["attempt"],
+        1
+    );
     assert_eq!(entries[0].id, acted.audit_id);
     // An expired key is deleted as well.
     let seen = row(&table, k, NOW).await;
     table
         .act(k, &seen, &Action::Delete, &alice(), NOW)
         .await
-        .unwrap();
-    assert_eq!(table.counts(NOW).await.unwrap().by_status.total(), 0);
-    assert_eq!(DB::audit_rows(table.pool()).await, 4);
+        .must("act");
+    assert_eq!(table.counts(NOW).await.must("counts").by_status.total(), 0);
+    assert_eq!(audit_rows(&table).await, 4);
 }
 
 /// Releasing, completing or failing a completed (or expired) key does not apply.
-async fn not_applicable<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_not_applicable<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let completed = key("c");
     let expired = key("e");
-    put(&table, completed, NOW + HOUR).await;
-    put(&table, expired, NOW - 1).await;
+    store(&table, completed, NOW + HOUR).await;
+    store(&table, expired, NOW - 1).await;
     for k in [completed, expired] {
         let seen = row(&table, k, NOW).await;
         for action in [
@@ -470,21 +459,27 @@ async fn not_applicable<DB: Db>() {
             .await,
         Err(StoreError::NotApplicable(_))
     ));
-    assert_eq!(DB::audit_rows(table.pool()).await, 0);
-    assert!(table.audit(&AuditFilter::new()).await.unwrap().is_empty());
+    assert_eq!(audit_rows(&table).await, 0);
+    assert!(
+        table
+            .audit(&AuditFilter::new())
+            .await
+            .must("audit")
+            .is_empty()
+    );
 }
 
 /// A row that moved between the operator's read and the action refuses the action, changes
 /// nothing and audits nothing.
-async fn fenced_refusals<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_fenced_refusals<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let pool = table.pool();
     let k = key("k");
-    DB::insert_staged(pool, k, NOW - HOUR, NOW - 1_000, 1).await;
+    staged_key(pool, k, NOW - HOUR, NOW - 1_000, 1).await;
 
     // A retry took the key over.
     let seen = row(&table, k, NOW).await;
-    DB::bump_attempt(pool, k).await;
+    bump_attempt(&table, k).await;
     let now = row(&table, k, NOW).await;
     match table.act(k, &seen, &Action::Release, &alice(), NOW).await {
         Err(StoreError::Changed {
@@ -499,7 +494,7 @@ async fn fenced_refusals<DB: Db>() {
 
     // The running attempt renewed its lease.
     let seen = row(&table, k, NOW).await;
-    DB::renew_lease(pool, k, NOW + 30_000).await;
+    renew_lease(&table, k, NOW + 30_000).await;
     let error = table
         .act(
             k,
@@ -509,7 +504,7 @@ async fn fenced_refusals<DB: Db>() {
             NOW,
         )
         .await
-        .unwrap_err();
+        .expect_err("an error");
     assert!(error.is_changed(), "{error:?}");
     let StoreError::Changed {
         current: Some(current),
@@ -522,12 +517,12 @@ async fn fenced_refusals<DB: Db>() {
 
     // It journaled a step.
     let seen = row(&table, k, NOW).await;
-    DB::journal_step(pool, k, "ship").await;
+    journal_step(&table, k, "ship").await;
     assert!(
         table
             .act(k, &seen, &Action::Fail(response(500, b"")), &alice(), NOW)
             .await
-            .unwrap_err()
+            .expect_err("an error")
             .is_changed()
     );
 
@@ -536,18 +531,22 @@ async fn fenced_refusals<DB: Db>() {
     table
         .act(k, &seen, &Action::Expire, &Actor::new("bob"), NOW)
         .await
-        .unwrap();
+        .must("act");
     assert!(
         table
             .act(k, &seen, &Action::Delete, &alice(), NOW)
             .await
-            .unwrap_err()
+            .expect_err("an error")
             .is_changed()
     );
     let seen_by_bob = row(&table, k, NOW).await;
 
     // Someone deleted it.
-    table.delete(k, NOW).await.unwrap().unwrap();
+    table
+        .delete(k, NOW)
+        .await
+        .must("delete")
+        .must("deleting a present key");
     match table
         .act(k, &seen_by_bob, &Action::Delete, &alice(), NOW)
         .await
@@ -556,28 +555,28 @@ async fn fenced_refusals<DB: Db>() {
         other => panic!("{other:?}"),
     }
     // Only bob's action is in the trail.
-    let entries = table.audit(&AuditFilter::new()).await.unwrap();
+    let entries = table.audit(&AuditFilter::new()).await.must("audit");
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].operator, "bob");
     assert_eq!(entries[0].reason, None);
 
     // A lease that ran out since the read is not a change: the same row, now stuck.
     let k = key("lapsed");
-    DB::insert_staged(pool, k, NOW - HOUR, NOW - 5_000, 1).await;
+    staged_key(pool, k, NOW - HOUR, NOW - 5_000, 1).await;
     let seen = row(&table, k, NOW - 10_000).await;
     assert_eq!(seen.status, KeyStatus::Processing);
     let acted = table
         .act(k, &seen, &Action::Release, &alice(), NOW)
         .await
-        .unwrap();
+        .must("act");
     assert_eq!(acted.before.status, KeyStatus::Stuck);
 }
 
 /// What the store refuses before reading anything.
-async fn invalid_arguments<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn act_invalid_arguments<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let k = key("k");
-    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, k, NOW).await;
     for nobody in ["", "  "] {
         match table
@@ -595,15 +594,15 @@ async fn invalid_arguments<DB: Db>() {
         Err(StoreError::InvalidArgument(_))
     ));
     assert_eq!(row(&table, k, NOW).await, seen);
-    assert_eq!(DB::audit_rows(table.pool()).await, 0);
+    assert_eq!(audit_rows(&table).await, 0);
 }
 
 /// The audit trail, newest first, by key and by operator, page by page.
-async fn audit_filters<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn audit_filters<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let (a, b) = (key("a"), key("b"));
-    put(&table, a, NOW + HOUR).await;
-    put(&table, b, NOW + HOUR).await;
+    store(&table, a, NOW + HOUR).await;
+    store(&table, b, NOW + HOUR).await;
     let bob = Actor::new("bob").reason("cleanup");
     let act = |k: KeyRef<'static>, action: Action, by: Actor, at: i64| {
         let table = table.clone();
@@ -612,7 +611,7 @@ async fn audit_filters<DB: Db>() {
             table
                 .act(k, &seen, &action, &by, at)
                 .await
-                .unwrap()
+                .must("act")
                 .audit_id
         }
     };
@@ -625,7 +624,7 @@ async fn audit_filters<DB: Db>() {
     let ids = |filter: AuditFilter| {
         let table = table.clone();
         async move {
-            let entries = table.audit(&filter).await.unwrap();
+            let entries = table.audit(&filter).await.must("audit");
             entries.into_iter().map(|e| e.id).collect::<Vec<_>>()
         }
     };
@@ -659,7 +658,7 @@ async fn audit_filters<DB: Db>() {
     );
     assert_eq!(ids(AuditFilter::new().limit(0)).await, [fourth]);
 
-    let entries = table.audit(&AuditFilter::new()).await.unwrap();
+    let entries = table.audit(&AuditFilter::new()).await.must("audit");
     let at: Vec<i64> = entries.iter().map(|e| e.at_ms).collect();
     assert_eq!(at, [NOW + 3, NOW + 2, NOW + 1, NOW]);
     let actions: Vec<&str> = entries.iter().map(|e| e.action.as_str()).collect();
@@ -667,20 +666,30 @@ async fn audit_filters<DB: Db>() {
     assert_eq!(entries[1].reason.as_deref(), Some("cleanup"));
     assert_eq!(entries[1].key, "a");
     assert_eq!(entries[1].after, None);
-    assert_eq!(entries[3].after.as_ref().unwrap()["expires_at_ms"], NOW);
-    assert_eq!(entries[3].after.as_ref().unwrap()["status"], "expired");
+    assert_eq!(
+        entries[3].after.as_ref().must("the audit entry's row")["expires_at_ms"],
+        NOW
+    );
+    assert_eq!(
+        entries[3].after.as_ref().must("the audit entry's row")["status"],
+        "expired"
+    );
 }
 
 /// A staged key's journal and request, for tools.
-async fn journal<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn journal_for_tools<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let staged = key("s");
-    DB::insert_staged(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
-    let journal = table.journal(staged).await.unwrap().unwrap();
+    staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    let journal = table
+        .journal(staged)
+        .await
+        .must("journal")
+        .must("the key's journal");
     assert_eq!(journal.recovery_point.as_deref(), Some("charge"));
     assert_eq!(
         serde_json::Value::Object(journal.steps),
-        serde_json::from_str::<serde_json::Value>(JOURNAL).unwrap()
+        serde_json::from_str::<serde_json::Value>(JOURNAL).must("the journal's JSON")
     );
     assert_eq!(
         journal.request,
@@ -688,64 +697,65 @@ async fn journal<DB: Db>() {
     );
     // An atomic-mode key has none.
     let atomic = key("a");
-    put(&table, atomic, NOW + HOUR).await;
-    let journal = table.journal(atomic).await.unwrap().unwrap();
+    store(&table, atomic, NOW + HOUR).await;
+    let journal = table
+        .journal(atomic)
+        .await
+        .must("journal")
+        .must("the key's journal");
     assert!(journal.steps.is_empty());
     assert_eq!((journal.recovery_point, journal.request), (None, None));
-    assert!(table.journal(key("none")).await.unwrap().is_none());
+    assert!(table.journal(key("none")).await.must("journal").is_none());
 }
 
 /// Two operators act on one row at once: one succeeds, the other is told the row changed.
-async fn concurrent_acts<DB: Db>() {
-    let table = DB::fresh().await;
+pub async fn concurrent_acts<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
     let k = key("k");
-    DB::insert_staged(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
+    staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     const ROUNDS: i64 = 5;
     for round in 0..ROUNDS {
-        let seen = Arc::new(row(&table, k, NOW).await);
+        let seen = row(&table, k, NOW).await;
         assert_eq!(seen.attempt, 1 + round);
-        let barrier = Arc::new(tokio::sync::Barrier::new(2));
-        let tasks: Vec<_> = ["alice", "bob"]
-            .into_iter()
-            .map(|name| {
-                let (table, seen, barrier) = (table.clone(), seen.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    table
-                        .act(k, &seen, &Action::Release, &Actor::new(name), NOW)
-                        .await
-                })
-            })
-            .collect();
+        let (alice, bob) = (Actor::new("alice"), Actor::new("bob"));
+        let (first, second) = tokio::join!(
+            table.act(k, &seen, &Action::Release, &alice, NOW),
+            table.act(k, &seen, &Action::Release, &bob, NOW),
+        );
         let mut done = 0;
         let mut changed = 0;
-        for task in tasks {
-            match task.await.unwrap() {
+        for outcome in [first, second] {
+            match outcome {
                 Ok(acted) => {
-                    assert_eq!(acted.after.unwrap().attempt, seen.attempt + 1);
+                    let after = acted.after.must("the row after the action");
+                    assert_eq!(after.attempt, seen.attempt + 1, "round {round}: attempt");
                     done += 1;
                 }
                 Err(StoreError::Changed {
                     current: Some(current),
                 }) => {
-                    assert_eq!(current.attempt, seen.attempt + 1);
+                    assert_eq!(current.attempt, seen.attempt + 1, "round {round}: attempt");
                     changed += 1;
                 }
-                Err(other) => panic!("{other:?}"),
+                Err(other) => panic!("round {round}: {other:?}"),
             }
         }
-        assert_eq!((done, changed), (1, 1), "round {round}");
+        assert_eq!(
+            (done, changed),
+            (1, 1),
+            "round {round}: acted, refused as changed"
+        );
     }
     assert_eq!(row(&table, k, NOW).await.attempt, 1 + ROUNDS);
-    assert_eq!(DB::audit_rows(table.pool()).await, ROUNDS);
+    assert_eq!(audit_rows(&table).await, ROUNDS);
 }
 
 /// Registered operations and operations seen in the key table, merged by id; the sweep's
 /// count matches what the sweep deletes.
-async fn operations_and_sweep_count<DB: Db>() {
-    let table = DB::fresh().await;
-    put(&table, key("o-live"), NOW + HOUR).await;
-    put(&table, key("o-old"), NOW - 2 * HOUR).await;
+pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    store(&table, key("o-live"), NOW + HOUR).await;
+    store(&table, key("o-old"), NOW - 2 * HOUR).await;
     let staged = Registration {
         operation: "charge:v1".into(),
         scope: "tenant".into(),
@@ -755,7 +765,10 @@ async fn operations_and_sweep_count<DB: Db>() {
         registered_at_ms: NOW - HOUR,
         doc: None,
     };
-    table.register(std::slice::from_ref(&staged)).await.unwrap();
+    table
+        .register(std::slice::from_ref(&staged))
+        .await
+        .must("register");
     // A service registering again replaces its row.
     let staged = Registration {
         ttl_ms: 48 * HOUR,
@@ -763,7 +776,10 @@ async fn operations_and_sweep_count<DB: Db>() {
         doc: Some(r#"{"id":"charge:v1"}"#.into()),
         ..staged
     };
-    table.register(std::slice::from_ref(&staged)).await.unwrap();
+    table
+        .register(std::slice::from_ref(&staged))
+        .await
+        .must("register");
     let bad = Registration {
         mode: "eventual".into(),
         ..staged.clone()
@@ -773,7 +789,7 @@ async fn operations_and_sweep_count<DB: Db>() {
         Err(StoreError::InvalidArgument(_))
     ));
 
-    let operations = table.operations(NOW).await.unwrap();
+    let operations = table.operations(NOW).await.must("operations");
     let ids: Vec<&str> = operations.iter().map(|o| o.operation.as_str()).collect();
     assert_eq!(ids, ["charge:v1", "pay:v1"]);
     assert_eq!(operations[0].registered.as_ref(), Some(&staged));
@@ -783,22 +799,76 @@ async fn operations_and_sweep_count<DB: Db>() {
         (operations[1].counts.completed, operations[1].counts.expired),
         (1, 1)
     );
+    // Several at once, in one call; an empty operation id is refused.
+    let atomic = Registration {
+        operation: "refund:v2".into(),
+        scope: "global".into(),
+        ttl_ms: HOUR,
+        mode: "atomic".into(),
+        lease_ms: None,
+        registered_at_ms: NOW,
+        doc: None,
+    };
+    let user = Registration {
+        operation: "profile:v1".into(),
+        scope: "user".into(),
+        ..atomic.clone()
+    };
+    table
+        .register(&[atomic.clone(), user.clone()])
+        .await
+        .must("register");
+    let nameless = Registration {
+        operation: String::new(),
+        ..atomic.clone()
+    };
+    assert!(
+        matches!(
+            table.register(&[nameless]).await,
+            Err(StoreError::InvalidArgument(_))
+        ),
+        "registering an empty operation id"
+    );
+    let registrations = table.registrations().await.must("registrations");
+    assert_eq!(
+        registrations,
+        [staged.clone(), user, atomic],
+        "every registration, by operation id"
+    );
+    let counts = table.counts(NOW).await.must("counts");
+    assert_eq!(
+        crate::operations::OperationInfo::merge(&counts, registrations),
+        table.operations(NOW).await.must("operations"),
+        "OperationInfo::merge of the counts and registrations is KeyTable::operations"
+    );
 
-    assert_eq!(table.count_sweepable(NOW - 3 * HOUR).await.unwrap(), 0);
-    assert_eq!(table.count_sweepable(NOW).await.unwrap(), 1);
-    assert_eq!(table.count_sweepable(NOW + 2 * HOUR).await.unwrap(), 2);
-    assert_eq!(table.sweep_batch(NOW, 100).await.unwrap(), 1);
-    assert_eq!(table.count_sweepable(NOW).await.unwrap(), 0);
+    assert_eq!(
+        table
+            .count_sweepable(NOW - 3 * HOUR)
+            .await
+            .must("count_sweepable"),
+        0
+    );
+    assert_eq!(table.count_sweepable(NOW).await.must("count_sweepable"), 1);
+    assert_eq!(
+        table
+            .count_sweepable(NOW + 2 * HOUR)
+            .await
+            .must("count_sweepable"),
+        2
+    );
+    assert_eq!(table.sweep_batch(NOW, 100).await.must("sweep_batch"), 1);
+    assert_eq!(table.count_sweepable(NOW).await.must("count_sweepable"), 0);
 }
 
 /// `idempotency_processing` holds exactly the keys in `processing`: a reservation adds the
 /// key (also one replacing an expired key), and finishing, an operator's complete, fail or
 /// delete, and the sweep take it out.
-async fn processing_table_follows_the_keys<DB: Db>() {
-    use idem_store::staged::{Ending, Reservation};
+pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &impl Harness) {
+    use crate::staged::{Ending, Reservation};
 
-    let table = DB::fresh().await;
-    let mut conn = table.pool().acquire().await.unwrap();
+    let table = fresh::<DB>(harness).await;
+    let mut conn = table.pool().acquire().await.must("acquire");
     let keys = [
         "pr-finish",
         "pr-complete",
@@ -825,14 +895,14 @@ async fn processing_table_follows_the_keys<DB: Db>() {
             },
         )
         .await
-        .unwrap();
+        .must("the store");
         assert!(reserved, "{k}");
     }
     let processing = |table: KeyTable<DB>| async move {
         let mut page = table
             .list(&KeyFilter::new().status(KeyStatus::Processing), NOW)
             .await
-            .unwrap()
+            .must("the store")
             .keys
             .into_iter()
             .map(|row| row.key)
@@ -851,7 +921,7 @@ async fn processing_table_follows_the_keys<DB: Db>() {
     assert!(
         DB::finish(&mut conn, key("pr-finish"), 1, ending)
             .await
-            .unwrap()
+            .must("the store")
     );
     for (k, action) in [
         ("pr-complete", Action::Complete(response(200, b"done"))),
@@ -862,14 +932,14 @@ async fn processing_table_follows_the_keys<DB: Db>() {
         table
             .act(key(k), &before, &action, &alice(), NOW)
             .await
-            .unwrap();
+            .must("the store");
     }
     assert_eq!(processing(table.clone()).await, ["pr-sweep"]);
-    assert_eq!(table.sweep_batch(NOW, 100).await.unwrap(), 1);
+    assert_eq!(table.sweep_batch(NOW, 100).await.must("sweep_batch"), 1);
     assert!(processing(table.clone()).await.is_empty());
 
     // An expired key reserved again is processing again.
-    put(&table, key("pr-again"), NOW - HOUR).await;
+    store(&table, key("pr-again"), NOW - HOUR).await;
     let reserved = DB::reserve(
         &mut conn,
         Reservation {
@@ -883,197 +953,7 @@ async fn processing_table_follows_the_keys<DB: Db>() {
         },
     )
     .await
-    .unwrap();
+    .must("the store");
     assert!(reserved);
     assert_eq!(processing(table.clone()).await, ["pr-again"]);
-}
-
-/// One `#[tokio::test]` per case, on `$db`.
-macro_rules! operator_cases {
-    ($db:ty) => {
-        operator_cases!($db:
-            stuck_keys_are_listed_and_counted,
-            release,
-            complete,
-            fail,
-            expire_and_delete,
-            not_applicable,
-            fenced_refusals,
-            invalid_arguments,
-            audit_filters,
-            journal,
-            concurrent_acts,
-            operations_and_sweep_count,
-            processing_table_follows_the_keys,
-        );
-    };
-    ($db:ty: $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name::<$db>().await;
-            }
-        )*
-    };
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    use idem_store::KeyRef;
-    use idem_store::sqlx::{self, Postgres};
-
-    use super::{Db, JOURNAL, REQUEST, common};
-    use idem_store::{Backend as _, KeyTable};
-
-    impl Db for Postgres {
-        async fn fresh() -> KeyTable<Self> {
-            let url = common::postgres_url();
-            let schema = common::unique("idem_test");
-            let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-                panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-            });
-            sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                .execute(&admin)
-                .await
-                .unwrap();
-            admin.close().await;
-            let separator = if url.contains('?') { '&' } else { '?' };
-            let url = format!(
-                "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
-            );
-            let table = KeyTable::new(
-                Postgres::connect(&url, 4, &common::settings())
-                    .await
-                    .unwrap(),
-            );
-            table.migrate().await.unwrap();
-            table
-        }
-
-        async fn insert_staged(
-            pool: &sqlx::PgPool,
-            key: KeyRef<'_>,
-            created_ms: i64,
-            lease_ms: i64,
-            attempt: i64,
-        ) {
-            sqlx::query(
-                "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-                 status, created_at, expires_at, locked_until, attempt, recovery_point, \
-                 journal, request) \
-                 VALUES ($1, $2, $3, decode('0a0b', 'hex'), 'processing', \
-                 to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000), \
-                 to_timestamp($6::float8 / 1000), $7, 'charge', $8, $9)",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(created_ms)
-            .bind(created_ms + 24 * common::HOUR)
-            .bind(lease_ms)
-            .bind(attempt)
-            .bind(JOURNAL)
-            .bind(REQUEST)
-            .execute(pool)
-            .await
-            .unwrap();
-            // Staged mode's reservation writes the key's row in `idempotency_processing` in
-            // the same statement (on SQLite a trigger does).
-            sqlx::query("INSERT INTO idempotency_processing VALUES ($1, $2, $3)")
-                .bind(key.scope)
-                .bind(key.operation)
-                .bind(key.key)
-                .execute(pool)
-                .await
-                .unwrap();
-        }
-
-        async fn renew_lease(pool: &sqlx::PgPool, key: KeyRef<'_>, until_ms: i64) {
-            sqlx::query(
-                "UPDATE idempotency_keys SET locked_until = to_timestamp($4::float8 / 1000) \
-                 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(until_ms)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-
-        shared_sql!();
-    }
-
-    operator_cases!(Postgres);
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use idem_store::KeyRef;
-    use idem_store::sqlx::{self, Sqlite};
-
-    use super::{Db, JOURNAL, REQUEST, common};
-    use idem_store::{Backend as _, KeyTable};
-
-    impl Db for Sqlite {
-        async fn fresh() -> KeyTable<Self> {
-            let url = format!(
-                "sqlite://{}",
-                common::temp_file(&common::unique("idem_test")).display()
-            );
-            let table = KeyTable::new(Sqlite::connect(&url, 4, &common::settings()).await.unwrap());
-            table.migrate().await.unwrap();
-            table
-        }
-
-        async fn insert_staged(
-            pool: &sqlx::SqlitePool,
-            key: KeyRef<'_>,
-            created_ms: i64,
-            lease_ms: i64,
-            attempt: i64,
-        ) {
-            sqlx::query(
-                "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-                 status, created_at, expires_at, locked_until, attempt, recovery_point, \
-                 journal, request) \
-                 VALUES (?1, ?2, ?3, X'0a0b', 'processing', \
-                 strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
-                 strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'), \
-                 strftime('%Y-%m-%d %H:%M:%f', ?6 / 1000.0, 'unixepoch'), ?7, 'charge', ?8, ?9)",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(created_ms)
-            .bind(created_ms + 24 * common::HOUR)
-            .bind(lease_ms)
-            .bind(attempt)
-            .bind(JOURNAL)
-            .bind(REQUEST)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-
-        async fn renew_lease(pool: &sqlx::SqlitePool, key: KeyRef<'_>, until_ms: i64) {
-            sqlx::query(
-                "UPDATE idempotency_keys \
-                 SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch') \
-                 WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3",
-            )
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(until_ms)
-            .execute(pool)
-            .await
-            .unwrap();
-        }
-
-        shared_sql!();
-    }
-
-    operator_cases!(Sqlite);
 }

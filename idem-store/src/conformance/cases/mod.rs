@@ -1,0 +1,17 @@
+//! The cases of the kit, one `async fn` each, generic over the backend. Each takes a
+//! [`Harness`](super::Harness), gets a new database from it, and panics with a message
+//! naming what differed from the contract.
+
+mod migrations;
+mod operator;
+mod outbox;
+mod protocol;
+mod staged;
+mod table;
+
+pub use migrations::*;
+pub use operator::*;
+pub use outbox::*;
+pub use protocol::*;
+pub use staged::*;
+pub use table::*;

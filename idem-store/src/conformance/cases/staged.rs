@@ -1,0 +1,586 @@
+//! Staged mode's statements ([`crate::staged::StagedSql`]): reservation, leases and
+//! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
+
+use sqlx::Pool;
+
+use crate::backend::{Backend, KeyRef};
+use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
+use crate::outbox::{Outbox, OutboxMessage, enqueue};
+use crate::row::{KeyStatus, StoredResponse, StoredStatus};
+use crate::staged::{Ending, Lease, Reservation, StuckKey};
+
+/// The journal [`staged_key`] records: two steps.
+pub(crate) const JOURNAL: &str = r#"{"reserve":{"hold":"h-1"},"charge":{"payment":"p-9"}}"#;
+/// The request [`staged_key`] reserves with.
+pub(crate) const REQUEST: &str = r#"{"amount":5,"currency":"EUR"}"#;
+
+fn reservation(key: KeyRef<'_>, created_ms: i64, locked_until_ms: i64) -> Reservation<'_> {
+    Reservation {
+        key,
+        fingerprint: &[0x0a, 0x0b],
+        request: REQUEST,
+        created_ms,
+        expires_ms: created_ms + 24 * HOUR,
+        locked_until_ms,
+        replace_expired: false,
+    }
+}
+
+/// A staged key as staged mode leaves it mid-way, through its own statements: reserved at
+/// `created_ms` (expiring a day later), taken over until its attempt is `attempt`, then step
+/// `charge` journaled ([`JOURNAL`]) with the lease until `lease_ms`.
+pub(crate) async fn staged_key<DB: Backend>(
+    pool: &Pool<DB>,
+    key: KeyRef<'_>,
+    created_ms: i64,
+    lease_ms: i64,
+    attempt: i64,
+) {
+    let mut conn = pool.acquire().await.must("acquiring a connection");
+    let reserved = DB::reserve(&mut conn, reservation(key, created_ms, created_ms))
+        .await
+        .must("reserve");
+    assert!(reserved, "reserving the free key {}", key.key);
+    for seen in 1..attempt {
+        let lease = DB::take_over(&mut conn, key, seen, created_ms, created_ms)
+            .await
+            .must("take_over")
+            .must("taking over an expired lease");
+        assert_eq!(lease.attempt, seen + 1, "the attempt after a takeover");
+    }
+    let journaled = DB::journal(&mut conn, key, attempt, "charge", JOURNAL, lease_ms)
+        .await
+        .must("journal");
+    assert!(journaled, "journaling the running attempt");
+}
+
+/// [`crate::staged::StagedSql::reserve`] inserts the key as processing, attempt 1, with its
+/// lease, fingerprint and request; a second reservation (replacing expired rows or not)
+/// finds the key taken and changes nothing.
+pub async fn reserve_once<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let k = key("k");
+    let first = reservation(k, NOW, NOW + 30_000);
+    assert!(
+        DB::reserve(&mut conn, first).await.must("reserve"),
+        "reserving a free key"
+    );
+    let row = table.get(k, NOW).await.must("get").must("the reserved key");
+    assert_eq!(row.status, KeyStatus::Processing, "status");
+    assert_eq!(row.attempt, 1, "attempt");
+    assert_eq!(row.locked_until_ms, Some(NOW + 30_000), "lease");
+    assert_eq!(row.created_at_ms, NOW, "created_at");
+    assert_eq!(row.expires_at_ms, NOW + 24 * HOUR, "expires_at");
+    assert_eq!(row.fingerprint, [0x0a, 0x0b], "fingerprint");
+    assert_eq!(
+        (row.response.clone(), row.completed_at_ms),
+        (None, None),
+        "no response"
+    );
+    assert_eq!(row.recovery_point, None, "no recovery point");
+    let journal = table
+        .journal(k)
+        .await
+        .must("journal")
+        .must("the reserved key's journal");
+    assert!(
+        journal.steps.is_empty(),
+        "no steps yet: {:?}",
+        journal.steps
+    );
+    assert_eq!(
+        journal.request,
+        Some(serde_json::json!({"amount": 5, "currency": "EUR"})),
+        "the request it was reserved with"
+    );
+
+    for replace_expired in [false, true] {
+        let again = Reservation {
+            fingerprint: &[1; 32],
+            request: "{}",
+            created_ms: NOW + 1,
+            locked_until_ms: NOW + 60_000,
+            replace_expired,
+            ..first
+        };
+        assert!(
+            !DB::reserve(&mut conn, again).await.must("reserve again"),
+            "a second reservation (replace_expired {replace_expired}) took a reserved key"
+        );
+    }
+    assert_eq!(
+        table.get(k, NOW).await.must("get").as_ref(),
+        Some(&row),
+        "the row after refused reservations"
+    );
+}
+
+/// A reservation replacing expired rows takes over a row that had expired by its start —
+/// completed or processing — as a new attempt (one more than the row's), its response,
+/// journal and recovery point gone; a row expiring later stays.
+pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let pool = table.pool();
+    let mut conn = pool.acquire().await.must("acquiring a connection");
+    let completed = key("completed");
+    assert!(put(pool, completed, NOW - 2 * HOUR, NOW - HOUR, b"old").await);
+    let processing = key("processing");
+    staged_key(pool, processing, NOW - 30 * HOUR, NOW - 10 * HOUR, 3).await;
+    let live = key("live");
+    assert!(put(pool, live, NOW - HOUR, NOW + 1, b"live").await);
+
+    let replacing = |key| Reservation {
+        fingerprint: &[5; 32],
+        request: "{\"again\":true}",
+        created_ms: NOW,
+        expires_ms: NOW + HOUR,
+        locked_until_ms: NOW + 30_000,
+        replace_expired: true,
+        key,
+    };
+    assert!(
+        !DB::reserve(
+            &mut conn,
+            Reservation {
+                created_ms: NOW - HOUR - 1,
+                ..replacing(completed)
+            }
+        )
+        .await
+        .must("reserve"),
+        "a reservation that began before the row expired replaced it"
+    );
+    assert!(
+        !DB::reserve(&mut conn, replacing(live))
+            .await
+            .must("reserve"),
+        "a reservation replaced a row that has not expired"
+    );
+    for (k, attempt) in [(completed, 1), (processing, 4)] {
+        assert!(
+            DB::reserve(&mut conn, replacing(k)).await.must("reserve"),
+            "a reservation did not replace the expired row of {}",
+            k.key
+        );
+        let row = table.get(k, NOW).await.must("get").must("the replaced row");
+        assert_eq!(row.status, KeyStatus::Processing, "{}: status", k.key);
+        assert_eq!(row.attempt, attempt, "{}: attempt", k.key);
+        assert_eq!(row.fingerprint, [5; 32], "{}: fingerprint", k.key);
+        assert_eq!(row.created_at_ms, NOW, "{}: created_at", k.key);
+        assert_eq!(row.expires_at_ms, NOW + HOUR, "{}: expires_at", k.key);
+        assert_eq!(row.locked_until_ms, Some(NOW + 30_000), "{}: lease", k.key);
+        assert_eq!(row.response, None, "{}: response", k.key);
+        assert_eq!(row.completed_at_ms, None, "{}: completed_at", k.key);
+        assert_eq!(row.recovery_point, None, "{}: recovery point", k.key);
+        let journal = table.journal(k).await.must("journal").must("the journal");
+        assert!(
+            journal.steps.is_empty(),
+            "{}: journal {:?}",
+            k.key,
+            journal.steps
+        );
+        assert_eq!(
+            journal.request,
+            Some(serde_json::json!({"again": true})),
+            "{}: request",
+            k.key
+        );
+    }
+}
+
+/// [`crate::staged::StagedSql::take_over`] takes a key whose lease ran out (at or before
+/// now) and whose attempt is the one seen, as the next attempt, returning the journal,
+/// request and fingerprint; a lease still running, a stale attempt number or a renewed
+/// lease refuse it. [`crate::staged::StagedSql::renew`] works for the current attempt only.
+pub async fn lease_takeover_and_renewal<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let k = key("k");
+    assert!(
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+            .await
+            .must("reserve")
+    );
+    assert_eq!(
+        DB::take_over(&mut conn, k, 1, NOW + 29_999, NOW + 60_000)
+            .await
+            .must("take_over"),
+        None,
+        "a takeover while the lease runs"
+    );
+    let lease = DB::take_over(&mut conn, k, 1, NOW + 30_000, NOW + 60_000)
+        .await
+        .must("take_over");
+    assert_eq!(
+        lease,
+        Some(Lease {
+            attempt: 2,
+            journal: None,
+            request: Some(REQUEST.to_owned()),
+            fingerprint: vec![0x0a, 0x0b],
+        }),
+        "a takeover once the lease ran out"
+    );
+    assert_eq!(
+        DB::take_over(&mut conn, k, 1, NOW + 90_000, NOW + 120_000)
+            .await
+            .must("take_over"),
+        None,
+        "a takeover with a stale attempt number"
+    );
+    assert!(
+        !DB::renew(&mut conn, k, 1, NOW + 120_000)
+            .await
+            .must("renew"),
+        "the fenced-out attempt renewed its lease"
+    );
+    assert!(
+        DB::renew(&mut conn, k, 2, NOW + 120_000)
+            .await
+            .must("renew"),
+        "the running attempt could not renew its lease"
+    );
+    let row = table.get(k, NOW).await.must("get").must("the key");
+    assert_eq!(
+        (row.attempt, row.locked_until_ms),
+        (2, Some(NOW + 120_000)),
+        "attempt and lease"
+    );
+    assert_eq!(
+        DB::take_over(&mut conn, k, 2, NOW + 90_000, NOW + 150_000)
+            .await
+            .must("take_over"),
+        None,
+        "a takeover of a renewed lease"
+    );
+    assert!(
+        DB::journal(&mut conn, k, 2, "charge", JOURNAL, NOW + 130_000)
+            .await
+            .must("journal"),
+        "journaling the running attempt"
+    );
+    let lease = DB::take_over(&mut conn, k, 2, NOW + 130_000, NOW + 200_000)
+        .await
+        .must("take_over")
+        .must("a takeover after the journaled lease ran out");
+    assert_eq!(lease.attempt, 3, "attempt");
+    assert_eq!(
+        lease.journal.as_deref(),
+        Some(JOURNAL),
+        "the journal a takeover resumes from"
+    );
+}
+
+/// [`crate::staged::StagedSql::journal`] records the recovery point and the journal and
+/// renews the lease, for the running attempt only; [`crate::staged::StagedSql::finish`]
+/// completes the key with its response, for the running attempt only, after which no write
+/// of any attempt applies.
+pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let k = key("k");
+    assert!(
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+            .await
+            .must("reserve")
+    );
+    let first_step = r#"{"reserve":{"hold":"h-1"}}"#;
+    assert!(
+        DB::journal(&mut conn, k, 1, "reserve", first_step, NOW + 40_000)
+            .await
+            .must("journal"),
+        "journaling the running attempt"
+    );
+    let row = table.get(k, NOW).await.must("get").must("the key");
+    assert_eq!(
+        row.recovery_point.as_deref(),
+        Some("reserve"),
+        "recovery point"
+    );
+    assert_eq!(
+        row.locked_until_ms,
+        Some(NOW + 40_000),
+        "the lease a journal renews"
+    );
+    let journal = table.journal(k).await.must("journal").must("the journal");
+    assert_eq!(
+        journal.recovery_point.as_deref(),
+        Some("reserve"),
+        "journal's recovery point"
+    );
+    assert_eq!(
+        serde_json::Value::Object(journal.steps),
+        serde_json::json!({"reserve": {"hold": "h-1"}}),
+        "journal's steps"
+    );
+
+    // A takeover fences attempt 1 out.
+    let lease = DB::take_over(&mut conn, k, 1, NOW + 40_000, NOW + 70_000)
+        .await
+        .must("take_over")
+        .must("a takeover once the lease ran out");
+    assert_eq!(
+        lease.journal.as_deref(),
+        Some(first_step),
+        "the journal taken over"
+    );
+    assert!(
+        !DB::journal(&mut conn, k, 1, "charge", JOURNAL, NOW + 99_000)
+            .await
+            .must("journal"),
+        "the fenced-out attempt journaled"
+    );
+    let ending = Ending {
+        status: 201,
+        headers_json: &StoredResponse::encode_headers([("location", "/orders/7")]),
+        body: b"\x00{\"id\":7}\xff",
+        completed_ms: NOW + 50_000,
+    };
+    assert!(
+        !DB::finish(&mut conn, k, 1, ending).await.must("finish"),
+        "the fenced-out attempt finished the key"
+    );
+    let row = table.get(k, NOW).await.must("get").must("the key");
+    assert_eq!(
+        row.recovery_point.as_deref(),
+        Some("reserve"),
+        "the fenced-out journal"
+    );
+    assert_eq!(row.status, KeyStatus::Processing, "the fenced-out finish");
+
+    assert!(
+        DB::finish(&mut conn, k, 2, ending).await.must("finish"),
+        "finishing the key"
+    );
+    let row = table.get(k, NOW).await.must("get").must("the key");
+    assert_eq!(row.status, KeyStatus::Completed, "status after finishing");
+    assert_eq!(row.completed_at_ms, Some(NOW + 50_000), "completed_at");
+    assert_eq!(row.locked_until_ms, None, "lease after finishing");
+    assert_eq!(row.attempt, 2, "attempt after finishing");
+    assert_eq!(row.expires_at_ms, NOW + 24 * HOUR, "expiry after finishing");
+    let expected = StoredResponse {
+        status: 201,
+        headers: vec![("location".to_owned(), "/orders/7".to_owned())],
+        body: bytes::Bytes::from_static(b"\x00{\"id\":7}\xff"),
+    };
+    assert_eq!(
+        row.response.as_ref(),
+        Some(&expected),
+        "the finished response"
+    );
+    let stored = DB::lookup(&mut conn, k)
+        .await
+        .must("lookup")
+        .must("the key");
+    assert_eq!(
+        stored.status,
+        StoredStatus::Completed,
+        "lookup status after finishing"
+    );
+    assert_eq!(
+        stored.response,
+        Some(expected),
+        "the response lookup replays"
+    );
+
+    // A completed key takes no staged write at all.
+    assert!(
+        !DB::journal(&mut conn, k, 2, "late", "{}", NOW + HOUR)
+            .await
+            .must("journal"),
+        "journal after finish"
+    );
+    assert!(
+        !DB::renew(&mut conn, k, 2, NOW + HOUR).await.must("renew"),
+        "renew after finish"
+    );
+    assert!(
+        !DB::release(&mut conn, k, 2, NOW).await.must("release"),
+        "release after finish"
+    );
+    assert!(
+        !DB::finish(&mut conn, k, 2, ending).await.must("finish"),
+        "finish after finish"
+    );
+    assert_eq!(
+        DB::take_over(&mut conn, k, 2, NOW + HOUR, NOW + 2 * HOUR)
+            .await
+            .must("take_over"),
+        None,
+        "take_over after finish"
+    );
+    assert_eq!(
+        table.get(k, NOW).await.must("get").as_ref(),
+        Some(&row),
+        "the finished row"
+    );
+}
+
+/// [`crate::staged::StagedSql::release`] ends the running attempt's lease at once, leaving
+/// the key processing — stuck from then on — for the next attempt to take over; a stale
+/// attempt cannot release it.
+pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let k = key("k");
+    assert!(
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+            .await
+            .must("reserve")
+    );
+    assert!(
+        !DB::release(&mut conn, k, 2, NOW).await.must("release"),
+        "an attempt that never ran released the key"
+    );
+    assert!(
+        DB::release(&mut conn, k, 1, NOW + 1_000)
+            .await
+            .must("release"),
+        "the running attempt could not release"
+    );
+    let row = table.get(k, NOW + 1_000).await.must("get").must("the key");
+    assert_eq!(row.status, KeyStatus::Stuck, "status after release");
+    assert_eq!(
+        row.locked_until_ms,
+        Some(NOW + 1_000),
+        "lease after release"
+    );
+    assert_eq!(row.attempt, 1, "attempt after release");
+    let lease = DB::take_over(&mut conn, k, 1, NOW + 1_000, NOW + 31_000)
+        .await
+        .must("take_over")
+        .must("taking over a released key");
+    assert_eq!(lease.attempt, 2, "the next attempt");
+    assert!(
+        !DB::release(&mut conn, k, 1, NOW + 2_000)
+            .await
+            .must("release"),
+        "the fenced-out attempt released"
+    );
+    assert_eq!(
+        table
+            .get(k, NOW + 2_000)
+            .await
+            .must("get")
+            .map(|r| r.status),
+        Some(KeyStatus::Processing),
+        "the new attempt's key"
+    );
+}
+
+/// Staged writes run in the application's transaction: a step journaled in a transaction
+/// that rolls back is not recorded, nor are the transaction's other writes; committed, both
+/// are.
+pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let pool = table.pool();
+    let k = key("k");
+    {
+        let mut conn = pool.acquire().await.must("acquiring a connection");
+        assert!(
+            DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+                .await
+                .must("reserve")
+        );
+    }
+    let outbox = Outbox::new(pool.clone());
+    for commit in [false, true] {
+        let step = if commit { "committed" } else { "rolled-back" };
+        let mut tx = pool.begin().await.must("begin");
+        let message = OutboxMessage::new(step, "conformance.write", serde_json::json!({}));
+        assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
+        let journal = format!("{{\"{step}\":true}}");
+        assert!(
+            DB::journal(&mut *tx, k, 1, step, &journal, NOW + 30_000)
+                .await
+                .must("journal"),
+            "journaling in a transaction"
+        );
+        if commit {
+            tx.commit().await.must("commit");
+        } else {
+            tx.rollback().await.must("rollback");
+        }
+        let row = table.get(k, NOW).await.must("get").must("the key");
+        let recorded = row.recovery_point.as_deref() == Some(step);
+        assert_eq!(
+            recorded, commit,
+            "the step of a transaction that committed: {commit}"
+        );
+        let written = outbox.get(step).await.must("Outbox::get").is_some();
+        assert_eq!(
+            written, commit,
+            "the write of a transaction that committed: {commit}"
+        );
+    }
+}
+
+/// [`crate::staged::StagedSql::stuck`] lists the processing keys of one operation whose
+/// lease ran out by now (a lease ending exactly now has), the longest stuck first, at most
+/// `limit`.
+pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let pool = table.pool();
+    let mut conn = pool.acquire().await.must("acquiring a connection");
+    for (k, lease) in [
+        ("s-2", NOW - 1_000),
+        ("s-1", NOW - 3_000),
+        ("s-3", NOW),
+        ("live", NOW + 1),
+    ] {
+        assert!(
+            DB::reserve(&mut conn, reservation(key(k), NOW - HOUR, lease))
+                .await
+                .must("reserve")
+        );
+    }
+    let other = KeyRef {
+        operation: "other:v1",
+        ..key("o-1")
+    };
+    assert!(
+        DB::reserve(&mut conn, reservation(other, NOW - HOUR, NOW - 9_000))
+            .await
+            .must("reserve")
+    );
+    assert!(put(pool, key("done"), NOW - HOUR, NOW + HOUR, b"").await);
+    let names = |stuck: Vec<StuckKey>| {
+        stuck
+            .into_iter()
+            .map(|s| (s.scope, s.operation, s.key, s.attempt))
+            .collect::<Vec<_>>()
+    };
+    let at = |k: &str| ("global".to_owned(), "op:v1".to_owned(), k.to_owned(), 1);
+    assert_eq!(
+        names(DB::stuck(&mut conn, "op:v1", NOW, 10).await.must("stuck")),
+        [at("s-1"), at("s-2"), at("s-3")],
+        "stuck keys of op:v1, longest stuck first"
+    );
+    assert_eq!(
+        names(DB::stuck(&mut conn, "op:v1", NOW, 2).await.must("stuck")),
+        [at("s-1"), at("s-2")],
+        "stuck keys of op:v1, limit 2"
+    );
+    assert_eq!(
+        names(
+            DB::stuck(&mut conn, "other:v1", NOW, 10)
+                .await
+                .must("stuck")
+        ),
+        [(
+            "global".to_owned(),
+            "other:v1".to_owned(),
+            "o-1".to_owned(),
+            1
+        )],
+        "stuck keys of other:v1"
+    );
+    assert!(
+        DB::stuck(&mut conn, "op:v1", NOW - 5_000, 10)
+            .await
+            .must("stuck")
+            .is_empty(),
+        "stuck keys before any lease ran out"
+    );
+}
