@@ -183,7 +183,11 @@ where
     let execution = Execution::start(
         spec.id,
         ctx.scope.as_str(),
-        ctx.key.as_ref().ok().and_then(Option::as_ref).map(IdempotencyKey::as_str),
+        ctx.key
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(IdempotencyKey::as_str),
         ctx.request_id.as_deref(),
     );
     let span = execution.span().clone();
@@ -263,7 +267,11 @@ where
     let execution = Execution::start(
         spec.id,
         ctx.scope.as_str(),
-        ctx.key.as_ref().ok().and_then(Option::as_ref).map(IdempotencyKey::as_str),
+        ctx.key
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(IdempotencyKey::as_str),
         ctx.request_id.as_deref(),
     );
     let span = execution.span().clone();

@@ -30,11 +30,11 @@ use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 pub use crate::record::Record;
 use crate::spec::{ExpiryPolicy, OperationSpec};
-use crate::telemetry;
 use crate::store::{
     Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
     TxSettings,
 };
+use crate::telemetry;
 
 /// The request side of one execution: who, which key, what input.
 #[derive(Debug, Clone, Copy)]

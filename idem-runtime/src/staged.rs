@@ -468,29 +468,31 @@ impl Drop for Heartbeat {
 fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
     let every = (state.lease / 3).max(Duration::from_millis(10));
     // In the execution's span: its lines name the operation and the key's hash.
-    Heartbeat(tokio::spawn(tracing::Instrument::in_current_span(async move {
-        loop {
-            tokio::time::sleep(every).await;
-            let renewed = async {
-                let mut conn = state.idem.acquire_bounded().await?;
-                DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
-            }
-            .await;
-            match renewed {
-                Ok(true) => {}
-                Ok(false) => {
-                    state.lost.store(true, Ordering::SeqCst);
-                    tracing::warn!(
-                        attempt = state.number,
-                        "staged attempt lost its lease: another attempt took the key over"
-                    );
-                    return;
+    Heartbeat(tokio::spawn(tracing::Instrument::in_current_span(
+        async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let renewed = async {
+                    let mut conn = state.idem.acquire_bounded().await?;
+                    DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
                 }
-                // The lease may still be renewed in time by the next beat.
-                Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
+                .await;
+                match renewed {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        state.lost.store(true, Ordering::SeqCst);
+                        tracing::warn!(
+                            attempt = state.number,
+                            "staged attempt lost its lease: another attempt took the key over"
+                        );
+                        return;
+                    }
+                    // The lease may still be renewed in time by the next beat.
+                    Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
+                }
             }
-        }
-    })))
+        },
+    )))
 }
 
 /// What the lookup at the start of a staged execution decided.
@@ -909,14 +911,11 @@ impl<DB: Backend> Reconciler<DB> {
         let resume = Arc::clone(resume);
         let key = stuck.key_ref();
         let execution = telemetry::Execution::resumption(key.operation, key.scope, key.key);
-        let attempt = self.idem.run_attempt(
-            spec,
-            key,
-            lease,
-            true,
-            request,
-            move |attempt, request| resume(attempt, request),
-        );
+        let attempt =
+            self.idem
+                .run_attempt(spec, key, lease, true, request, move |attempt, request| {
+                    resume(attempt, request)
+                });
         execution.run(attempt).await.map(|_| true)
     }
 

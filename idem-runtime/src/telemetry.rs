@@ -542,11 +542,7 @@ pub(crate) fn lock_taken(operation: &str, started: Instant, free: Option<bool>) 
         waited.as_secs_f64(),
     );
     match free {
-        Some(key_free) => tracing::debug!(
-            waited_ms = millis(waited),
-            key_free,
-            "key lock taken"
-        ),
+        Some(key_free) => tracing::debug!(waited_ms = millis(waited), key_free, "key lock taken"),
         None => tracing::debug!(waited_ms = millis(waited), "key lock not taken"),
     }
 }

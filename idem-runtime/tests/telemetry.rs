@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -90,8 +91,7 @@ impl Visit for Fields<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0
-            .insert(field.name().to_owned(), format!("{value:?}"));
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
     }
 }
 
@@ -187,15 +187,36 @@ impl Capture {
 struct Observed {
     capture: Capture,
     snapshotter: Snapshotter,
+    /// Every snapshot so far, merged: a snapshot resets what it reads.
+    metrics: RefCell<Vec<(CompositeKey, DebugValue)>>,
 }
 
 impl Observed {
+    /// The metrics since the test began: counters summed, histograms' values all kept,
+    /// gauges as last set before this snapshot (0 when not set since the one before).
     fn metrics(&self) -> Vec<(CompositeKey, DebugValue)> {
-        self.snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .map(|(key, _, _, value)| (key, value))
+        let mut all = self.metrics.borrow_mut();
+        for (key, _, _, value) in self.snapshotter.snapshot().into_vec() {
+            match all.iter_mut().find(|(known, _)| *known == key) {
+                None => all.push((key, value)),
+                Some((_, known)) => match (known, value) {
+                    (DebugValue::Counter(sum), DebugValue::Counter(n)) => *sum += n,
+                    (DebugValue::Histogram(values), DebugValue::Histogram(more)) => {
+                        values.extend(more);
+                    }
+                    (known, value) => *known = value,
+                },
+            }
+        }
+        all.iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    DebugValue::Counter(n) => DebugValue::Counter(*n),
+                    DebugValue::Gauge(v) => DebugValue::Gauge(*v),
+                    DebugValue::Histogram(values) => DebugValue::Histogram(values.clone()),
+                };
+                (key.clone(), value)
+            })
             .collect()
     }
 }
@@ -262,6 +283,7 @@ where
     runtime.block_on(test(Observed {
         capture,
         snapshotter,
+        metrics: RefCell::default(),
     }));
 }
 
@@ -377,7 +399,12 @@ fn request(key: Option<&str>, name: &str, request_id: Option<&str>) -> Request<B
         builder = builder.header("x-request-id", id);
     }
     builder
-        .body(Body::from(serde_json::to_vec(&Item { name: name.to_owned() }).unwrap()))
+        .body(Body::from(
+            serde_json::to_vec(&Item {
+                name: name.to_owned(),
+            })
+            .unwrap(),
+        ))
         .unwrap()
 }
 
@@ -605,7 +632,10 @@ async fn staged_and_stuck_keys<DB: TestDb>(seen: Observed) {
         .idem
         .staged(&STAGED, staged_call(&key), true, charge::<DB>)
         .await;
-    assert!(matches!(interrupted, Err(idem_runtime::Error::Interrupted { .. })));
+    assert!(matches!(
+        interrupted,
+        Err(idem_runtime::Error::Interrupted { .. })
+    ));
     let stuck = h.idem.observe_stuck().await.unwrap();
     assert_eq!(stuck.get(STAGED.id), Some(&1));
     assert_eq!(gauge(&seen.metrics(), telemetry::STUCK_KEYS, &labels), 1.0);
