@@ -32,9 +32,9 @@
 //! required, a malformed key, an input that cannot be fingerprinted (`400`).
 //!
 //! The span's last event, `idempotent request finished` (fields `outcome`, `elapsed_ms`), is
-//! `INFO` for replays and refusals (`replayed`, `mismatch`, `in_flight`, `expired`,
-//! `rejected`, `error`), so that a replay shows in the logs, and `DEBUG` for `executed` and
-//! `failed`, which the application's own request logs show. The steps are `DEBUG` events:
+//! `DEBUG` for what a healthy service does all day (`executed`, `replayed`, `failed`) and
+//! `INFO` for the rest (`mismatch`, `in_flight`, `expired`, `rejected`, `error`); replays
+//! are counted in `idem_requests_total` either way. The steps are `DEBUG` events:
 //! `key looked up` (`found`: `none`, `completed`, `processing`, `expired`), `key lock taken`
 //! (`waited_ms`, `key_free`) or `key lock not taken`, `work done` (`status`), `response
 //! stored` (`bytes`) or `response not stored: the key was stored meanwhile`, `key looked up
@@ -497,7 +497,7 @@ impl Execution {
         self.span.record("outcome", outcome);
         let elapsed_ms = millis(elapsed);
         match ending {
-            Ending::Executed | Ending::Failed => tracing::debug!(
+            Ending::Executed | Ending::Replayed | Ending::Failed => tracing::debug!(
                 parent: &self.span,
                 outcome,
                 elapsed_ms,

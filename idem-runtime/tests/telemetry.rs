@@ -464,14 +464,18 @@ async fn outcomes_spans_and_counters<DB: TestDb>(seen: Observed) {
     let looked_up = seen.capture.events_named("key looked up");
     let found: Vec<_> = looked_up.iter().filter_map(|e| e.field("found")).collect();
     assert_eq!(found, ["none", "completed", "completed"]);
-    // The replay shows at INFO.
+    // Every execution ends with an event: routine outcomes at DEBUG, the others at INFO.
     let finished = seen.capture.events_named("idempotent request finished");
-    let replayed = finished
-        .iter()
-        .find(|e| e.field("outcome") == Some("replayed"))
-        .unwrap();
-    assert_eq!(replayed.level, tracing::Level::INFO);
-    assert_eq!(replayed.field("request_id"), Some("req-retry"));
+    let ended = |outcome| {
+        finished
+            .iter()
+            .find(|e| e.field("outcome") == Some(outcome))
+            .unwrap_or_else(|| panic!("no end of a `{outcome}` execution"))
+    };
+    assert_eq!(ended("replayed").level, tracing::Level::DEBUG);
+    assert_eq!(ended("replayed").field("request_id"), Some("req-retry"));
+    assert_eq!(ended("mismatch").level, tracing::Level::INFO);
+    assert_eq!(ended("rejected").level, tracing::Level::INFO);
     // idem's refusal line carries the span's fields.
     let refused = seen.capture.events_named("idempotent request refused");
     let mismatch = refused
