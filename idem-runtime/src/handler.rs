@@ -103,6 +103,19 @@ where
     }
 }
 
+impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
+    /// The span and metrics of this request's execution of `spec`.
+    fn execution(&self, spec: &OperationSpec) -> Execution {
+        let key = self.key.as_ref().ok().and_then(Option::as_ref);
+        Execution::start(
+            spec.id,
+            self.scope.as_str(),
+            key.map(IdempotencyKey::as_str),
+            self.request_id.as_deref(),
+        )
+    }
+}
+
 /// A value an earlier extractor of the same request already produced, kept in the request's
 /// extensions for the next extractor of its type to take.
 struct Cached<T>(Arc<Mutex<Option<T>>>);
@@ -180,16 +193,7 @@ where
     K: ScopeMarker,
     F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Handler<'t> + Send + 'static,
 {
-    let execution = Execution::start(
-        spec.id,
-        ctx.scope.as_str(),
-        ctx.key
-            .as_ref()
-            .ok()
-            .and_then(Option::as_ref)
-            .map(IdempotencyKey::as_str),
-        ctx.request_id.as_deref(),
-    );
+    let execution = ctx.execution(spec);
     let span = execution.span().clone();
     let key = match ctx.key {
         Ok(key) => key,
@@ -264,16 +268,7 @@ where
     K: ScopeMarker,
     F: FnOnce(Attempt<DB>) -> BoxFuture<'static, Result<Finished, StepError>> + Send + 'static,
 {
-    let execution = Execution::start(
-        spec.id,
-        ctx.scope.as_str(),
-        ctx.key
-            .as_ref()
-            .ok()
-            .and_then(Option::as_ref)
-            .map(IdempotencyKey::as_str),
-        ctx.request_id.as_deref(),
-    );
+    let execution = ctx.execution(spec);
     let span = execution.span().clone();
     let key = match ctx.key {
         Ok(Some(key)) => key,

@@ -467,32 +467,31 @@ impl Drop for Heartbeat {
 
 fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
     let every = (state.lease / 3).max(Duration::from_millis(10));
-    // In the execution's span: its lines name the operation and the key's hash.
-    Heartbeat(tokio::spawn(tracing::Instrument::in_current_span(
-        async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let renewed = async {
-                    let mut conn = state.idem.acquire_bounded().await?;
-                    DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
-                }
-                .await;
-                match renewed {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        state.lost.store(true, Ordering::SeqCst);
-                        tracing::warn!(
-                            attempt = state.number,
-                            "staged attempt lost its lease: another attempt took the key over"
-                        );
-                        return;
-                    }
-                    // The lease may still be renewed in time by the next beat.
-                    Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
-                }
+    let beat = async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed = async {
+                let mut conn = state.idem.acquire_bounded().await?;
+                DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
             }
-        },
-    )))
+            .await;
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    state.lost.store(true, Ordering::SeqCst);
+                    tracing::warn!(
+                        attempt = state.number,
+                        "staged attempt lost its lease: another attempt took the key over"
+                    );
+                    return;
+                }
+                // The lease may still be renewed in time by the next beat.
+                Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
+            }
+        }
+    };
+    // In the execution's span: its lines name the operation and the key's hash.
+    Heartbeat(tokio::spawn(tracing::Instrument::in_current_span(beat)))
 }
 
 /// What the lookup at the start of a staged execution decided.
