@@ -23,6 +23,7 @@ use crate::record::Record;
 use crate::spec::{KeyRequirement, OperationSpec, Scope, ScopeKind};
 use crate::staged::{Attempt, Finished, StepError};
 use crate::store::Backend;
+use crate::telemetry::Execution;
 
 /// Response header set on every replay.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -54,6 +55,7 @@ pub struct Ctx<DB: Backend, K: ScopeMarker> {
     idem: Idem<DB>,
     scope: Scope,
     key: Result<Option<IdempotencyKey>, KeyError>,
+    request_id: Option<String>,
     _scope: PhantomData<K>,
 }
 
@@ -95,8 +97,22 @@ where
             idem,
             scope,
             key,
+            request_id: crate::telemetry::request_id_of(parts),
             _scope: PhantomData,
         })
+    }
+}
+
+impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
+    /// The span and metrics of this request's execution of `spec`.
+    fn execution(&self, spec: &OperationSpec) -> Execution {
+        let key = self.key.as_ref().ok().and_then(Option::as_ref);
+        Execution::start(
+            spec.id,
+            self.scope.as_str(),
+            key.map(IdempotencyKey::as_str),
+            self.request_id.as_deref(),
+        )
     }
 }
 
@@ -177,31 +193,46 @@ where
     K: ScopeMarker,
     F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Handler<'t> + Send + 'static,
 {
+    let execution = ctx.execution(spec);
+    let span = execution.span().clone();
     let key = match ctx.key {
         Ok(key) => key,
-        Err(error) => return Error::InvalidKey(error).into_response(),
+        Err(error) => return rejected(execution, Error::InvalidKey(error)),
     };
     let limit = ctx.idem.config().max_response_body;
     let work = crate::protocol::work_fn(move |tx: &mut Transaction<'_, DB>| {
         Box::pin(async move { capture(handler(tx).await, limit).await })
     });
     let outcome = match key {
-        None if spec.key == KeyRequirement::Required => return Error::MissingKey.into_response(),
-        None => ctx.idem.execute_unkeyed(work).await,
+        None if spec.key == KeyRequirement::Required => {
+            return rejected(execution, Error::MissingKey);
+        }
+        None => execution.run(ctx.idem.execute_unkeyed(work)).await,
         Some(key) => {
             let fingerprint = match fingerprint {
                 Ok(fingerprint) => fingerprint,
-                Err(error) => return error.into_response(),
+                Err(error) => return rejected(execution, error),
             };
             let call = Call {
                 scope: ctx.scope.as_str(),
                 key: &key,
                 fingerprint,
             };
-            ctx.idem.execute(spec, call, work).await
+            execution
+                .run(ctx.idem.execute_untraced(spec, call, work))
+                .await
         }
     };
-    respond(outcome)
+    // idem's error lines carry the span's fields.
+    span.in_scope(|| respond(outcome))
+}
+
+/// The answer to a request refused before the protocol, recorded as such.
+fn rejected(execution: Execution, error: Error) -> Response {
+    let refused = Err(error);
+    let span = execution.span().clone();
+    execution.finish(&refused);
+    span.in_scope(|| respond(refused))
 }
 
 /// The response for an execution's outcome: the record (marked when replayed) or the error's
@@ -237,25 +268,27 @@ where
     K: ScopeMarker,
     F: FnOnce(Attempt<DB>) -> BoxFuture<'static, Result<Finished, StepError>> + Send + 'static,
 {
+    let execution = ctx.execution(spec);
+    let span = execution.span().clone();
     let key = match ctx.key {
         Ok(Some(key)) => key,
-        Ok(None) => return Error::MissingKey.into_response(),
-        Err(error) => return Error::InvalidKey(error).into_response(),
+        Ok(None) => return rejected(execution, Error::MissingKey),
+        Err(error) => return rejected(execution, Error::InvalidKey(error)),
     };
     let fingerprint = match fingerprint {
         Ok(fingerprint) => fingerprint,
-        Err(error) => return error.into_response(),
+        Err(error) => return rejected(execution, error),
     };
     let call = Call {
         scope: ctx.scope.as_str(),
         key: &key,
         fingerprint,
     };
-    let outcome = ctx
+    let staged = ctx
         .idem
-        .staged(spec, call, (), move |attempt, ()| handler(attempt))
-        .await;
-    respond(outcome)
+        .staged_untraced(spec, call, (), move |attempt, ()| handler(attempt));
+    let outcome = execution.run(staged).await;
+    span.in_scope(|| respond(outcome))
 }
 
 /// Pins a staged handler's return type, so that another type is reported at it.

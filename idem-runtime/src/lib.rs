@@ -24,6 +24,7 @@ mod problem;
 pub mod protocol;
 mod record;
 pub mod staged;
+pub mod telemetry;
 
 /// The vocabulary of operations ([`idem_spec`]): [`OperationSpec`](spec::OperationSpec),
 /// [`Scope`](spec::Scope), scopes, expiry policies, durations, operation ids.

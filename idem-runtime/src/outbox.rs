@@ -204,7 +204,7 @@ impl DeliveryError {
 ///     async fn deliver(&self, message: &Claimed) -> Result<(), DeliveryError> {
 ///         match message.topic.as_str() {
 ///             "order.created" => {
-///                 tracing::info!(id = %message.dedup_id, payload = %message.payload, "order created");
+///                 tracing::info!(id = message.id, "order created");
 ///                 Ok(())
 ///             }
 ///             other => Err(DeliveryError::permanent(format!("unknown topic {other}"))),
@@ -463,7 +463,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             Ok(()) => {
                 if !self.outbox.mark_delivered(message.id, now).await? {
                     tracing::debug!(
-                        dedup_id = %message.dedup_id,
+                        message_id = message.id,
                         "outbox message delivered after its lease ended; another dispatcher recorded it"
                     );
                 }
@@ -479,7 +479,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             .await?;
         if dead {
             tracing::warn!(
-                dedup_id = %message.dedup_id,
+                message_id = message.id,
                 topic = %message.topic,
                 attempts,
                 permanent = error.is_permanent(),
@@ -489,7 +489,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             Ok(Outcome::Dead)
         } else {
             tracing::info!(
-                dedup_id = %message.dedup_id,
+                message_id = message.id,
                 topic = %message.topic,
                 attempts,
                 retry_in_ms = next - now,

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
@@ -33,6 +34,7 @@ use crate::store::{
     Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
     TxSettings,
 };
+use crate::telemetry;
 
 /// The request side of one execution: who, which key, what input.
 #[derive(Debug, Clone, Copy)]
@@ -280,6 +282,21 @@ impl<DB: Backend> Idem<DB> {
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
+        let key = Some(call.key.as_str());
+        let execution = telemetry::Execution::start(spec.id, call.scope, key, None);
+        execution.run(self.execute_untraced(spec, call, work)).await
+    }
+
+    /// [`Idem::execute`] without its span and metrics, for callers that record their own.
+    pub(crate) async fn execute_untraced<F>(
+        &self,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+    {
         let key = KeyRef {
             scope: call.scope,
             operation: spec.id,
@@ -288,6 +305,7 @@ impl<DB: Backend> Idem<DB> {
         let started = self.now_millis();
         // One connection for the lookup and, if it comes to that, the transaction.
         let (mut session, stored) = self.first_lookup(key).await?;
+        telemetry::looked_up(stored.as_ref(), started);
         let replace_expired = match self.settle(spec, &call, stored, started)? {
             Settled::Answer(outcome) => return Ok(outcome),
             Settled::Run { replace_expired } => replace_expired,
@@ -301,8 +319,11 @@ impl<DB: Backend> Idem<DB> {
         // (What went wrong leaves through `failed`, so that no borrow of the session outlives
         // the statement.)
         let mut failed = None;
+        let waiting = Instant::now();
         let begun = session.begin(&self.inner.tx_settings, Some(lock));
         let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+        let free = begun.as_ref().map(|b| matches!(b, Begun::Free(_)));
+        telemetry::lock_taken(spec.id, waiting, free);
         let Some(mut tx) = begun.and_then(Begun::free) else {
             if let Some(error) = failed {
                 session.recover().await;
@@ -332,6 +353,7 @@ impl<DB: Backend> Idem<DB> {
                 .recheck(&mut session.conn, spec, &call, key, started, panicked)
                 .await;
         };
+        telemetry::work_done(record.status);
         self.inner.fail.check(FailPoint::AfterHandler)?;
         if record.is_failure() {
             if spec.store_client_errors && record.status.is_client_error() {
@@ -352,6 +374,7 @@ impl<DB: Backend> Idem<DB> {
         let stored = self
             .store(tx, spec, &call, key, &record, started, replace_expired)
             .await?;
+        telemetry::stored(spec.id, record.body.len(), stored);
         if !stored {
             // Rolled back: another execution of the key committed first.
             let busy = Err(self.in_flight());
@@ -587,7 +610,9 @@ impl<DB: Backend> Idem<DB> {
         own: Result<Outcome, Error>,
     ) -> Result<Outcome, Error> {
         // If even this fails, the answer is unknown: 503, retry with the same key.
-        match DB::lookup(conn, key).await.map_err(Error::Store)? {
+        let stored = DB::lookup(conn, key).await.map_err(Error::Store)?;
+        telemetry::looked_up_again(stored.as_ref(), now);
+        match stored {
             None => own,
             stored @ Some(_) => match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => Ok(outcome),

@@ -105,6 +105,7 @@ use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record};
 use crate::spec::{ExpiryPolicy, InFlightPolicy, OperationSpec};
 use crate::store::staged::{Ending, Lease, Reservation, StuckKey};
 use crate::store::{Backend, KeyRef};
+use crate::telemetry;
 
 /// Why a staged operation stopped before [`Attempt::finish`].
 #[derive(Debug)]
@@ -201,10 +202,11 @@ impl<DB: Backend> Clone for Attempt<DB> {
 
 impl<DB: Backend> fmt::Debug for Attempt<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The key as in logs: its hash (see `telemetry::key_hash`).
+        let key = telemetry::key_hash(&self.inner.scope, &self.inner.key);
         f.debug_struct("Attempt")
-            .field("scope", &self.inner.scope)
             .field("operation", &self.inner.operation)
-            .field("key", &self.inner.key)
+            .field("key", &key)
             .field("number", &self.inner.number)
             .finish_non_exhaustive()
     }
@@ -323,6 +325,7 @@ impl<DB: Backend> Attempt<DB> {
         )
         .await?;
         self.kept(kept)?;
+        telemetry::step_recorded(name, state.number);
         Ok(value)
     }
 
@@ -357,6 +360,7 @@ impl<DB: Backend> Attempt<DB> {
         .await?;
         self.kept(kept)?;
         tx.commit().await?;
+        telemetry::step_recorded(name, state.number);
         Ok(value)
     }
 
@@ -447,7 +451,9 @@ async fn store_record<DB: Backend>(
         body: &record.body,
         completed_ms: idem.now_millis(),
     };
-    DB::finish(conn, key, attempt, ending).await
+    let stored = DB::finish(conn, key, attempt, ending).await?;
+    telemetry::stored(key.operation, record.body.len(), stored);
+    Ok(stored)
 }
 
 /// Aborts the heartbeat when the attempt ends, however it ends.
@@ -461,7 +467,7 @@ impl Drop for Heartbeat {
 
 fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
     let every = (state.lease / 3).max(Duration::from_millis(10));
-    Heartbeat(tokio::spawn(async move {
+    let beat = async move {
         loop {
             tokio::time::sleep(every).await;
             let renewed = async {
@@ -474,7 +480,6 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
                 Ok(false) => {
                     state.lost.store(true, Ordering::SeqCst);
                     tracing::warn!(
-                        scope = %state.scope, operation = %state.operation, key = %state.key,
                         attempt = state.number,
                         "staged attempt lost its lease: another attempt took the key over"
                     );
@@ -484,7 +489,9 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
                 Err(error) => tracing::warn!(%error, "could not renew a staged lease"),
             }
         }
-    }))
+    };
+    // In the execution's span: its lines name the operation and the key's hash.
+    Heartbeat(tokio::spawn(tracing::Instrument::in_current_span(beat)))
 }
 
 /// What the lookup at the start of a staged execution decided.
@@ -513,6 +520,26 @@ impl<DB: Backend> Idem<DB> {
     /// [`Error::Interrupted`] (a [`StepError::Retryable`]), [`Error::Panicked`],
     /// [`Error::Journal`], [`Error::Store`].
     pub async fn staged<Req, F, Fut>(
+        &self,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        request: Req,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        Req: Serialize,
+        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        Fut: Future<Output = Result<Finished, StepError>>,
+    {
+        let key = Some(call.key.as_str());
+        let execution = telemetry::Execution::start(spec.id, call.scope, key, None);
+        execution
+            .run(self.staged_untraced(spec, call, request, work))
+            .await
+    }
+
+    /// [`Idem::staged`] without its span and metrics, for callers that record their own.
+    pub(crate) async fn staged_untraced<Req, F, Fut>(
         &self,
         spec: &OperationSpec,
         call: Call<'_>,
@@ -589,6 +616,7 @@ impl<DB: Backend> Idem<DB> {
                     } else {
                         1
                     };
+                    telemetry::reserved(attempt, false);
                     return Ok(Start::Run {
                         lease: Lease {
                             attempt,
@@ -619,6 +647,7 @@ impl<DB: Backend> Idem<DB> {
                     .await
                     .map_err(Error::Store)?
                 {
+                    telemetry::reserved(lease.attempt, true);
                     return Ok(Start::Run {
                         lease,
                         resumed: true,
@@ -846,7 +875,8 @@ impl<DB: Backend> Reconciler<DB> {
                     Err(error) => {
                         done.not_completed += 1;
                         tracing::warn!(
-                            scope = %key.scope, operation = %key.operation, key = %key.key,
+                            operation = %key.operation,
+                            key = %telemetry::key_hash(&key.scope, &key.key),
                             %error, "could not resume a stuck staged key"
                         );
                     }
@@ -878,21 +908,19 @@ impl<DB: Backend> Reconciler<DB> {
             None => Value::Null,
         };
         let resume = Arc::clone(resume);
-        self.idem
-            .run_attempt(
-                spec,
-                stuck.key_ref(),
-                lease,
-                true,
-                request,
-                move |attempt, request| resume(attempt, request),
-            )
-            .await
-            .map(|_| true)
+        let key = stuck.key_ref();
+        let execution = telemetry::Execution::resumption(key.operation, key.scope, key.key);
+        let attempt =
+            self.idem
+                .run_attempt(spec, key, lease, true, request, move |attempt, request| {
+                    resume(attempt, request)
+                });
+        execution.run(attempt).await.map(|_| true)
     }
 
     /// Runs [`Reconciler::run_once`] every `interval` on a tokio task until the handle is
-    /// dropped or [`ReconcilerHandle::stop`]ped.
+    /// dropped or [`ReconcilerHandle::stop`]ped, and after each pass
+    /// [`Idem::observe_stuck`] (the `idem_stuck_keys` gauge).
     #[must_use]
     pub fn spawn(self, interval: Duration) -> ReconcilerHandle
     where
@@ -908,6 +936,9 @@ impl<DB: Backend> Reconciler<DB> {
                     ),
                     Ok(_) => {}
                     Err(error) => tracing::warn!(%error, "reconciler pass failed"),
+                }
+                if let Err(error) = self.idem.observe_stuck().await {
+                    tracing::warn!(%error, "could not count stuck staged keys");
                 }
                 tokio::time::sleep(interval).await;
             }

@@ -1,0 +1,701 @@
+//! Tracing and metrics: one span per idempotent execution, an event at each step of the
+//! protocol, and metrics through the [`metrics`] facade.
+//!
+//! Nothing here writes a client's key, a tenant, a user or a body as it is. A key appears as
+//! its [`key_hash`], a scope as its kind.
+//!
+//! # The span
+//!
+//! Every execution — an `#[idempotent]` request, [`Idem::execute`], [`Idem::once`],
+//! [`Idem::staged`] — runs inside one `INFO` span named [`SPAN_NAME`] (`idem.execute`), whose
+//! target is this module (`idem_runtime::telemetry`). The handler's own spans and events are
+//! its children, and idem's error lines (a failed store, an unknown commit, a panic) carry its
+//! fields:
+//!
+//! | field | value |
+//! |---|---|
+//! | `operation` | the operation id, as the key table stores it: `create_order:v1` |
+//! | `scope` | the scope's kind only: `global`, `tenant` or `user` |
+//! | `key` | [`key_hash`] of the scope and the key: 12 hexadecimal digits; absent without a key |
+//! | `request_id` | the request's [`RequestId`] extension, or else its [`REQUEST_ID_HEADER`] (`x-request-id`) header; absent without either |
+//! | `outcome` | recorded when it ends: `executed`, `replayed`, `mismatch`, `in_flight`, `expired`, `failed`, `error`, or `rejected` |
+//! | `reconciler` | `true` when the [`Reconciler`](crate::staged::Reconciler) resumes a stuck key |
+//!
+//! The outcomes: `executed` — the work ran and its response was stored (a staged
+//! operation's stored permanent failure too); `replayed` — a stored response was answered,
+//! nothing ran (also the answer a concurrent execution committed first); `mismatch` — the
+//! key was used with another request (`422`); `in_flight` — another execution holds the key
+//! (`409`); `expired` — the key expired (`410`); `failed` — the work answered `>= 400` and
+//! nothing was stored, or a staged step stopped on a retryable failure (`503`, resumable);
+//! `error` — idem answered `5xx` on its own: the store failed, the commit's outcome is
+//! unknown, the work panicked; `rejected` — refused before the protocol: no key where one is
+//! required, a malformed key, an input that cannot be fingerprinted (`400`).
+//!
+//! The span's last event, `idempotent request finished` (fields `outcome`, `elapsed_ms`), is
+//! `DEBUG` for what a healthy service does all day (`executed`, `replayed`, `failed`) and
+//! `INFO` for the rest (`mismatch`, `in_flight`, `expired`, `rejected`, `error`); replays
+//! are counted in `idem_requests_total` either way. The steps are `DEBUG` events:
+//! `key looked up` (`found`: `none`, `completed`, `processing`, `expired`), `key lock taken`
+//! (`waited_ms`, `key_free`) or `key lock not taken`, `work done` (`status`), `response
+//! stored` (`bytes`) or `response not stored: the key was stored meanwhile`, `key looked up
+//! again` (`found`); in staged mode `key reserved`, `key taken over` (`attempt`), `step
+//! recorded` (`step`, `attempt`) and `response stored`.
+//!
+//! # Finding a key from a log line
+//!
+//! [`key_hash`] is the first 12 hexadecimal digits of the SHA-256 of the scope's stored form
+//! (`global`, `tenant:<id>`, `user:<id>`), one line feed, and the key as the key table stores
+//! it (unquoted): for the key `"order-1"` of tenant `acme`,
+//!
+//! ```sh
+//! printf 'tenant:acme\norder-1' | sha256sum | cut -c1-12
+//! ```
+//!
+//! gives the `key` field of its lines. It is a correlation id, not a secret: a key that can
+//! be guessed can be confirmed against it.
+//!
+//! # Metrics
+//!
+//! Recorded through the [`metrics`] facade: nothing is kept, and almost nothing done, until
+//! the application installs a recorder (`metrics-exporter-prometheus`, say). Call
+//! [`describe_metrics`] after installing it for their descriptions and units.
+//!
+//! | metric | kind | labels | what |
+//! |---|---|---|---|
+//! | `idem_requests_total` | counter | `operation`, `outcome` | executions by outcome: `executed`, `replayed`, `mismatch`, `in_flight`, `expired`, `failed`, `error` |
+//! | `idem_rejected_total` | counter | `operation`, `reason` | refused before the protocol: `missing_key`, `invalid_key`, `invalid_input` |
+//! | `idem_execution_seconds` | histogram | `operation`, `outcome` | a whole execution, from the lookup to the answer |
+//! | `idem_lock_wait_seconds` | histogram | `operation` | atomic mode: `BEGIN` and the key's lock, waits that ended in a lock timeout included |
+//! | `idem_stored_response_bytes` | histogram | `operation` | the body of each response stored |
+//! | `idem_stuck_keys` | gauge | `operation` | staged keys whose lease ran out, not completed: set by [`Idem::observe_stuck`] |
+//!
+//! The `operation` label is the operation id (`create_order:v1`), as in the span and the key
+//! table, which `idem keys --operation` takes: a handful of values per service.
+//! Executions the reconciler resumes are in the span, not in the counters.
+//!
+//! ```
+//! use idem_runtime::telemetry::{self, key_hash};
+//!
+//! assert_eq!(telemetry::SPAN_NAME, "idem.execute");
+//! assert_eq!(telemetry::REQUESTS_TOTAL, "idem_requests_total");
+//! // The `key` field of the lines of the key "order-1" of tenant acme:
+//! let hash = key_hash("tenant:acme", "order-1");
+//! assert_eq!(hash.as_str().len(), 12);
+//! assert_eq!(hash, key_hash("tenant:acme", "order-1"));
+//! assert_ne!(hash, key_hash("tenant:globex", "order-1"));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use metrics::{Key, Label, Level, Metadata};
+use sha2::{Digest as _, Sha256};
+use tracing::{Span, field};
+
+use crate::error::Error;
+use crate::protocol::{Idem, Outcome, OutcomeKind};
+use crate::spec::Mode;
+use crate::store::{Backend, KeyFilter, KeyStatus, StoreError, StoredKey};
+
+/// The name of the span of one execution.
+pub const SPAN_NAME: &str = "idem.execute";
+
+/// The request header read as the span's `request_id` when the request has no
+/// [`RequestId`] extension. tower-http's `SetRequestIdLayer::x_request_id` sets it.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Counter: executions by `operation` and `outcome`.
+pub const REQUESTS_TOTAL: &str = "idem_requests_total";
+/// Counter: requests refused before the protocol, by `operation` and `reason`.
+pub const REJECTED_TOTAL: &str = "idem_rejected_total";
+/// Histogram: a whole execution in seconds, by `operation` and `outcome`.
+pub const EXECUTION_SECONDS: &str = "idem_execution_seconds";
+/// Histogram: the wait for `BEGIN` and the key's lock in seconds, by `operation`.
+pub const LOCK_WAIT_SECONDS: &str = "idem_lock_wait_seconds";
+/// Histogram: the body size of each stored response in bytes, by `operation`.
+pub const STORED_RESPONSE_BYTES: &str = "idem_stored_response_bytes";
+/// Gauge: staged keys whose lease ran out and that are not completed, by `operation`.
+pub const STUCK_KEYS: &str = "idem_stuck_keys";
+
+/// The longest request id recorded; longer ones are cut.
+const REQUEST_ID_MAX: usize = 128;
+
+/// A request id the application chose, as a request extension: the span's `request_id`,
+/// ahead of the [`REQUEST_ID_HEADER`] header. Insert it in a middleware before the handler.
+///
+/// ```
+/// use idem_runtime::telemetry::RequestId;
+///
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(RequestId::new("req-7f3a"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// A request id (at most 128 characters are recorded).
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The request id of a request: its [`RequestId`] extension, or else its
+/// [`REQUEST_ID_HEADER`] header when that is visible ASCII. Allocates only when there is one.
+pub(crate) fn request_id_of(parts: &http::request::Parts) -> Option<String> {
+    if let Some(id) = parts.extensions.get::<RequestId>() {
+        return Some(id.0.clone());
+    }
+    let header = parts.headers.get(REQUEST_ID_HEADER)?;
+    header.to_str().ok().map(str::to_owned)
+}
+
+/// The hash that stands for a key in logs: see [`key_hash`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyHash([u8; 12]);
+
+impl KeyHash {
+    /// The 12 lower-case hexadecimal digits.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits are ever written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What logs write for a key: the first 12 hexadecimal digits (48 bits) of SHA-256 over
+/// `scope` (the stored form: `global`, `tenant:<id>`, `user:<id>`), a line feed, and `key`
+/// (unquoted, as the key table stores it). A key never has a line feed, so no two pairs
+/// share their input. See [the module](self) for the shell equivalent.
+#[must_use]
+pub fn key_hash(scope: &str, key: &str) -> KeyHash {
+    let digest = Sha256::new()
+        .chain_update(scope.as_bytes())
+        .chain_update(b"\n")
+        .chain_update(key.as_bytes())
+        .finalize();
+    let mut out = [0; 12];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(digest.iter()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
+    }
+    KeyHash(out)
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The kind of a scope's stored form, never its owner.
+fn scope_kind(scope: &str) -> &'static str {
+    match scope.split(':').next() {
+        Some("global") => "global",
+        Some("tenant") => "tenant",
+        Some("user") => "user",
+        _ => "other",
+    }
+}
+
+/// Gives the metrics their descriptions and units. Call it once after installing the
+/// recorder; metrics are recorded without it too.
+pub fn describe_metrics() {
+    use metrics::Unit;
+    metrics::describe_counter!(
+        REQUESTS_TOTAL,
+        Unit::Count,
+        "Idempotent executions by operation and outcome"
+    );
+    metrics::describe_counter!(
+        REJECTED_TOTAL,
+        Unit::Count,
+        "Idempotent requests refused before the protocol (no key, malformed key, input)"
+    );
+    metrics::describe_histogram!(
+        EXECUTION_SECONDS,
+        Unit::Seconds,
+        "Duration of a whole idempotent execution"
+    );
+    metrics::describe_histogram!(
+        LOCK_WAIT_SECONDS,
+        Unit::Seconds,
+        "Wait for BEGIN and the key's lock (atomic mode)"
+    );
+    metrics::describe_histogram!(
+        STORED_RESPONSE_BYTES,
+        Unit::Bytes,
+        "Body size of each stored response"
+    );
+    metrics::describe_gauge!(
+        STUCK_KEYS,
+        Unit::Count,
+        "Staged keys whose lease ran out and that are not completed"
+    );
+}
+
+/// How an execution ended, as the `outcome` field and label spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Executed,
+    Replayed,
+    Mismatch,
+    InFlight,
+    Expired,
+    Failed,
+    Error,
+    Rejected(Rejection),
+}
+
+/// Why a request was refused before the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rejection {
+    MissingKey,
+    InvalidKey,
+    InvalidInput,
+}
+
+/// The outcomes counted in [`REQUESTS_TOTAL`], in label order.
+const COUNTED: [&str; 7] = [
+    "executed",
+    "replayed",
+    "mismatch",
+    "in_flight",
+    "expired",
+    "failed",
+    "error",
+];
+
+/// The reasons counted in [`REJECTED_TOTAL`], in label order.
+const REASONS: [&str; 3] = ["missing_key", "invalid_key", "invalid_input"];
+
+impl Ending {
+    fn of(result: &Result<Outcome, Error>) -> Self {
+        match result {
+            Ok(outcome) => match outcome.kind {
+                OutcomeKind::Executed => Self::Executed,
+                OutcomeKind::Replayed => Self::Replayed,
+                _ => Self::Failed,
+            },
+            Err(error) => match error {
+                Error::MissingKey => Self::Rejected(Rejection::MissingKey),
+                Error::InvalidKey(_) => Self::Rejected(Rejection::InvalidKey),
+                Error::Input(_) => Self::Rejected(Rejection::InvalidInput),
+                Error::Mismatch => Self::Mismatch,
+                Error::InFlight { .. } => Self::InFlight,
+                Error::Expired => Self::Expired,
+                Error::Interrupted { .. } => Self::Failed,
+                _ => Self::Error,
+            },
+        }
+    }
+
+    /// The index in [`COUNTED`], or in [`REASONS`] for a rejection.
+    fn index(self) -> usize {
+        match self {
+            Self::Executed | Self::Rejected(Rejection::MissingKey) => 0,
+            Self::Replayed | Self::Rejected(Rejection::InvalidKey) => 1,
+            Self::Mismatch | Self::Rejected(Rejection::InvalidInput) => 2,
+            Self::InFlight => 3,
+            Self::Expired => 4,
+            Self::Failed => 5,
+            Self::Error => 6,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejected(_) => "rejected",
+            counted => COUNTED[counted.index()],
+        }
+    }
+}
+
+/// The labels of one operation, built once per operation and kept for the process: metric
+/// keys from them allocate nothing.
+struct Labels {
+    operation: [Label; 1],
+    outcomes: [[Label; 2]; COUNTED.len()],
+    reasons: [[Label; 2]; REASONS.len()],
+}
+
+/// The labels of `operation` (an operation id). The set of operations is the program's, so
+/// this holds a few entries and never grows past them.
+fn labels(operation: &str) -> &'static Labels {
+    static ALL: OnceLock<RwLock<HashMap<Box<str>, &'static Labels>>> = OnceLock::new();
+    let all = ALL.get_or_init(RwLock::default);
+    if let Some(labels) = all
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(operation)
+    {
+        return labels;
+    }
+    let mut all = all.write().unwrap_or_else(PoisonError::into_inner);
+    all.entry(operation.into()).or_insert_with(|| {
+        let value: &'static str = Box::leak(operation.into());
+        let pair = |name: &'static str, second: &'static str| {
+            [
+                Label::from_static_parts("operation", value),
+                Label::from_static_parts(name, second),
+            ]
+        };
+        Box::leak(Box::new(Labels {
+            operation: [Label::from_static_parts("operation", value)],
+            outcomes: COUNTED.map(|outcome| pair("outcome", outcome)),
+            reasons: REASONS.map(|reason| pair("reason", reason)),
+        }))
+    })
+}
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+fn count(name: &'static str, labels: &'static [Label]) {
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_counter(&Key::from_static_parts(name, labels), &METADATA)
+            .increment(1);
+    });
+}
+
+fn observe(name: &'static str, labels: &'static [Label], value: f64) {
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_histogram(&Key::from_static_parts(name, labels), &METADATA)
+            .record(value);
+    });
+}
+
+fn set(name: &'static str, labels: &'static [Label], value: f64) {
+    metrics::with_recorder(|recorder| {
+        recorder
+            .register_gauge(&Key::from_static_parts(name, labels), &METADATA)
+            .set(value);
+    });
+}
+
+fn millis(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1000.0
+}
+
+/// One execution being observed: its span, its start, its operation's labels.
+pub(crate) struct Execution {
+    span: Span,
+    started: Instant,
+    labels: &'static Labels,
+    /// Counted in the metrics (not for the reconciler's resumptions).
+    tallied: bool,
+}
+
+impl Execution {
+    /// Opens the span of an execution of `operation` for (`scope`, `key`). The key is hashed
+    /// only when the span is recorded.
+    pub(crate) fn start(
+        operation: &str,
+        scope: &str,
+        key: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Self {
+        let span = tracing::info_span!(
+            "idem.execute",
+            operation,
+            scope = scope_kind(scope),
+            key = field::Empty,
+            request_id = field::Empty,
+            outcome = field::Empty,
+            reconciler = field::Empty,
+        );
+        if !span.is_disabled() {
+            if let Some(key) = key {
+                span.record("key", key_hash(scope, key).as_str());
+            }
+            if let Some(id) = request_id {
+                let end = id
+                    .char_indices()
+                    .nth(REQUEST_ID_MAX)
+                    .map_or(id.len(), |(at, _)| at);
+                span.record("request_id", &id[..end]);
+            }
+        }
+        Self {
+            span,
+            started: Instant::now(),
+            labels: labels(operation),
+            tallied: true,
+        }
+    }
+
+    /// A reconciler's resumption of a stuck key: the span, without the counters.
+    pub(crate) fn resumption(operation: &str, scope: &str, key: &str) -> Self {
+        let mut execution = Self::start(operation, scope, Some(key), None);
+        execution.span.record("reconciler", true);
+        execution.tallied = false;
+        execution
+    }
+
+    /// The span, to instrument the execution's future with and to enter while its answer is
+    /// written.
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Runs `execution` in the span and records how it ended.
+    pub(crate) async fn run<F>(self, execution: F) -> Result<Outcome, Error>
+    where
+        F: Future<Output = Result<Outcome, Error>>,
+    {
+        let result = tracing::Instrument::instrument(execution, self.span.clone()).await;
+        self.finish(&result);
+        result
+    }
+
+    /// Records how the execution ended: the span's `outcome`, its last event, the metrics.
+    pub(crate) fn finish(self, result: &Result<Outcome, Error>) {
+        let ending = Ending::of(result);
+        let elapsed = self.started.elapsed();
+        if self.tallied {
+            match ending {
+                Ending::Rejected(_) => {
+                    count(REJECTED_TOTAL, &self.labels.reasons[ending.index()]);
+                }
+                counted => {
+                    let labels = &self.labels.outcomes[counted.index()];
+                    count(REQUESTS_TOTAL, labels);
+                    observe(EXECUTION_SECONDS, labels, elapsed.as_secs_f64());
+                }
+            }
+        }
+        let outcome = ending.as_str();
+        self.span.record("outcome", outcome);
+        let elapsed_ms = millis(elapsed);
+        match ending {
+            Ending::Executed | Ending::Replayed | Ending::Failed => tracing::debug!(
+                parent: &self.span,
+                outcome,
+                elapsed_ms,
+                "idempotent request finished"
+            ),
+            _ => tracing::info!(
+                parent: &self.span,
+                outcome,
+                elapsed_ms,
+                "idempotent request finished"
+            ),
+        }
+    }
+}
+
+/// Step 1: what the lookup found.
+pub(crate) fn looked_up(stored: Option<&StoredKey>, now_ms: i64) {
+    tracing::debug!(found = found(stored, now_ms), "key looked up");
+}
+
+/// Step 5: what the lookup after an execution that stored nothing found.
+pub(crate) fn looked_up_again(stored: Option<&StoredKey>, now_ms: i64) {
+    tracing::debug!(found = found(stored, now_ms), "key looked up again");
+}
+
+fn found(stored: Option<&StoredKey>, now_ms: i64) -> &'static str {
+    match stored {
+        None => "none",
+        Some(row) if row.expires_at_ms <= now_ms => "expired",
+        Some(row) if row.response.is_some() => "completed",
+        Some(_) => "processing",
+    }
+}
+
+/// Step 2, atomic mode: `BEGIN` with the key's lock, started at `started`, ended with the
+/// key free (`Some(true)`), stored meanwhile (`Some(false)`), or failed (`None`).
+pub(crate) fn lock_taken(operation: &str, started: Instant, free: Option<bool>) {
+    let waited = started.elapsed();
+    observe(
+        LOCK_WAIT_SECONDS,
+        &labels(operation).operation,
+        waited.as_secs_f64(),
+    );
+    match free {
+        Some(key_free) => tracing::debug!(waited_ms = millis(waited), key_free, "key lock taken"),
+        None => tracing::debug!(waited_ms = millis(waited), "key lock not taken"),
+    }
+}
+
+/// Step 3: the work answered `status`.
+pub(crate) fn work_done(status: StatusCode) {
+    tracing::debug!(status = status.as_u16(), "work done");
+}
+
+/// Step 4: the response of `bytes` was stored (`true`) or the key was stored meanwhile.
+pub(crate) fn stored(operation: &str, bytes: usize, stored: bool) {
+    if stored {
+        #[allow(clippy::cast_precision_loss)] // sizes stay far below 2^52
+        observe(
+            STORED_RESPONSE_BYTES,
+            &labels(operation).operation,
+            bytes as f64,
+        );
+        tracing::debug!(bytes, "response stored");
+    } else {
+        tracing::debug!("response not stored: the key was stored meanwhile");
+    }
+}
+
+/// Staged mode: the key was reserved (`attempt` 1, or more over an expired row) or taken
+/// over from an attempt whose lease ran out.
+pub(crate) fn reserved(attempt: i64, taken_over: bool) {
+    if taken_over {
+        tracing::debug!(attempt, "key taken over");
+    } else {
+        tracing::debug!(attempt, "key reserved");
+    }
+}
+
+/// Staged mode: a step's result was recorded.
+pub(crate) fn step_recorded(step: &str, attempt: i64) {
+    tracing::debug!(step, attempt, "step recorded");
+}
+
+/// Operations whose [`STUCK_KEYS`] gauge this process set, so that a later observation
+/// brings them back to 0.
+static STUCK_REPORTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+impl<DB: Backend> Idem<DB> {
+    /// Counts the staged keys that are stuck now — processing, their lease run out — by
+    /// operation id, and sets the [`STUCK_KEYS`] gauge (`idem_stuck_keys{operation}`) of
+    /// each: every operation registered as staged ([`Idem::register`]) and every one this
+    /// process reported before get a value, 0 when none of their keys is stuck.
+    ///
+    /// It reads `idempotency_processing`, which holds only the keys being processed, and the
+    /// operation registry: cheap enough for a timer of a few seconds. A running
+    /// [`Reconciler`](crate::staged::Reconciler) calls it after every pass; without one, call
+    /// it on a timer of your own:
+    ///
+    /// ```no_run
+    /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) {
+    /// let mut every = tokio::time::interval(std::time::Duration::from_secs(15));
+    /// loop {
+    ///     every.tick().await;
+    ///     if let Err(error) = idem.observe_stuck().await {
+    ///         tracing::warn!(%error, "could not count stuck keys");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// When the store fails; no gauge changes then.
+    pub async fn observe_stuck(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        let now = self.now_millis();
+        let table = self.keys();
+        let mut stuck: BTreeMap<String, u64> = table
+            .registrations()
+            .await?
+            .into_iter()
+            .filter(|registration| registration.mode == Mode::Staged.as_str())
+            .map(|registration| (registration.operation, 0))
+            .collect();
+        let mut filter = KeyFilter::new()
+            .status(KeyStatus::Stuck)
+            .limit(KeyFilter::MAX_LIMIT);
+        loop {
+            let page = table.list(&filter, now).await?;
+            for row in &page.keys {
+                *stuck.entry(row.operation.clone()).or_default() += 1;
+            }
+            match page.next {
+                Some(next) => filter = filter.after(Some(next)),
+                None => break,
+            }
+        }
+        let mut reported = STUCK_REPORTED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut gauges = stuck.clone();
+        for operation in reported.iter() {
+            gauges.entry(operation.clone()).or_default();
+        }
+        for (operation, n) in gauges {
+            #[allow(clippy::cast_precision_loss)] // counts stay far below 2^52
+            set(STUCK_KEYS, &labels(&operation).operation, n as f64);
+            reported.insert(operation);
+        }
+        Ok(stuck)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_hash_is_the_documented_digest() {
+        // printf 'tenant:acme\norder-1' | sha256sum | cut -c1-12
+        let full = Sha256::digest(b"tenant:acme\norder-1");
+        let hex: String = full.iter().map(|b| format!("{b:02x}")).collect();
+        let hash = key_hash("tenant:acme", "order-1");
+        assert_eq!(hash.as_str(), &hex[..12]);
+        assert_eq!(hash.to_string(), hash.as_str());
+        assert_ne!(hash, key_hash("tenant:acme", "order-2"));
+        assert_ne!(hash, key_hash("global", "order-1"));
+    }
+
+    #[test]
+    fn scopes_are_written_as_their_kind() {
+        assert_eq!(scope_kind("global"), "global");
+        assert_eq!(scope_kind("tenant:acme"), "tenant");
+        assert_eq!(scope_kind("user:42:x"), "user");
+        assert_eq!(scope_kind("tenantacme"), "other");
+    }
+
+    #[test]
+    fn outcomes_have_their_labels() {
+        let ok = |kind| {
+            Ending::of(&Ok(Outcome {
+                kind,
+                record: crate::record::Record::failure(),
+            }))
+            .as_str()
+        };
+        assert_eq!(ok(OutcomeKind::Executed), "executed");
+        assert_eq!(ok(OutcomeKind::Replayed), "replayed");
+        assert_eq!(ok(OutcomeKind::Failed), "failed");
+        let err = |error| Ending::of(&Err(error)).as_str();
+        assert_eq!(err(Error::Mismatch), "mismatch");
+        assert_eq!(err(Error::Expired), "expired");
+        assert_eq!(
+            err(Error::InFlight {
+                retry_after: Duration::from_secs(1)
+            }),
+            "in_flight"
+        );
+        assert_eq!(err(Error::Panicked), "error");
+        assert_eq!(err(Error::MissingKey), "rejected");
+        let missing = Ending::of(&Err(Error::MissingKey));
+        assert_eq!(REASONS[missing.index()], "missing_key");
+    }
+
+    #[test]
+    fn labels_are_built_once_per_operation() {
+        let a = labels("telemetry-test:v1");
+        let b = labels("telemetry-test:v1");
+        assert!(std::ptr::eq(a, b));
+        assert_eq!(a.operation[0].value(), "telemetry-test:v1");
+        assert_eq!(a.outcomes[1][1].value(), "replayed");
+    }
+}
