@@ -7,10 +7,7 @@
 //!   `#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]`.
 //! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
 //!   `POST /orders`, generated from the attribute ([`crate::docs`]).
-//! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise; a path that does not
-//!   decode (bad percent-encoding) answers `400` ([`ProblemPath`]).
-//! - Every error is `application/problem+json`, except hyper's own answers to a malformed
-//!   or oversized request head (see [`crate::server`]).
+//! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise.
 //!
 //! The handlers are generic over the backend so one binary serves SQLite and PostgreSQL; an
 //! application on one database writes them for that database directly.
@@ -18,7 +15,7 @@
 use std::future::Future;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -26,10 +23,11 @@ use axum::routing::{get, post};
 use idem_runtime::docs::{DuplicateOperation, Operations};
 use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sqlx::{Pool, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
+
+use crate::extract::ProblemPath;
 
 /// The application state: idem's handle, whose pool the handlers also use.
 #[derive(Debug)]
@@ -88,36 +86,6 @@ impl<S: Send + Sync> FromRequestParts<S> for BearerTenant {
 impl Principal for BearerTenant {
     fn tenant(&self) -> Option<&str> {
         Some(&self.0)
-    }
-}
-
-/// [`Path`] whose rejection is a `400` problem instead of axum's plain text, e.g. for a path
-/// segment whose percent-encoding is not UTF-8 (`/orders/%FF`).
-#[derive(Debug, Clone)]
-pub struct ProblemPath<T>(pub T);
-
-impl<S, T> FromRequestParts<S> for ProblemPath<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned + Send,
-{
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        match Path::<T>::from_request_parts(parts, state).await {
-            Ok(Path(value)) => Ok(Self(value)),
-            Err(rejection) => {
-                let status = rejection.status();
-                let problem = if status.is_client_error() {
-                    Problem::new(status, "urn:idem:example:invalid-path", "invalid path")
-                } else {
-                    // A route whose parameters do not match its extractor: a bug here.
-                    tracing::error!(%rejection, "path parameters could not be extracted");
-                    Problem::new(status, "urn:idem:example:internal", "internal error")
-                };
-                Err(problem.with_detail(rejection.body_text()))
-            }
-        }
     }
 }
 
@@ -292,7 +260,8 @@ async fn place_order<DB: OrdersDb>(
         .into_response())
 }
 
-/// `GET /orders/{id}`: the tenant's own order, `404` for anything else.
+/// `GET /orders/{id}`: the tenant's own order, `404` for anything else; `400` for a path
+/// that does not decode ([`ProblemPath`]).
 pub async fn get_order<DB: OrdersDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,

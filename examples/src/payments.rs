@@ -84,8 +84,9 @@ use serde_json::json;
 use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
+use crate::extract::ProblemPath;
+pub use crate::orders::BearerTenant;
 use crate::orders::OrdersDb;
-pub use crate::orders::{BearerTenant, ProblemPath};
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
