@@ -291,6 +291,52 @@ async fn slow_clients_beyond_the_connection_limit_do_not_take_the_server_down() 
     );
 }
 
+/// With a limit above what the descriptors allow, accepting fails with `EMFILE`: the server
+/// logs it, backs off and serves again once slow clients are cut off.
+#[tokio::test]
+async fn accept_errors_are_retried_not_fatal() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    let server = Server::spawn_args(
+        "sh",
+        &[
+            "-c",
+            r#"ulimit -n 64 && exec "$0""#,
+            env!("CARGO_BIN_EXE_orders"),
+        ],
+        "orders",
+        &db.dir,
+        &[
+            ("DATABASE_URL", db.url.as_str()),
+            ("MAX_CONNECTIONS", "1000"),
+            ("HEADER_READ_TIMEOUT_MS", "1000"),
+        ],
+    );
+    // One request first, so the database connection is open before descriptors run out.
+    let c = Client::new(&server);
+    assert_eq!(
+        c.post(Some("acme"), Some("\"k1\""), ORDER).await.status,
+        201
+    );
+
+    let mut slow = Vec::new();
+    for _ in 0..100 {
+        slow.push(stall_in_head(&server).await);
+    }
+    let since = Instant::now();
+    for stream in &mut slow {
+        read_until_closed(stream, since, Duration::from_secs(60)).await;
+    }
+    assert!(
+        server.logged().contains("accepting a connection failed"),
+        "the descriptors ran out"
+    );
+
+    let reply = Client::new(&server)
+        .post(Some("acme"), Some("\"k2\""), ORDER)
+        .await;
+    assert_eq!(reply.status, 201, "{}", reply.body);
+}
+
 #[tokio::test]
 async fn oversized_heads_are_refused_and_the_server_stays_healthy() {
     let db = Db::fresh(Kind::Sqlite).await;
