@@ -53,13 +53,15 @@
 //!
 //! Every error answer, unknown routes included, is an RFC 9457 problem,
 //! `Content-Type: application/problem+json`:
-//! `{"type": "about:blank", "title", "status", "detail"}`. (The one exception is axum's own
-//! plain-text `413` for a body over 2 MB.)
+//! `{"type": "about:blank", "title", "status", "detail"}`, except axum's own plain-text
+//! `413` for a body over 2 MB and hyper's empty `400`/`414`/`431` for a malformed or
+//! oversized request head. Served by [`serve`], a stalled body answers `408` and a request
+//! over the request timeout `503`, as problems with their own `type`
+//! ([`crate::server`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -67,18 +69,21 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::{IncomingStream, Listener};
 use axum::{Json, Router};
+use hyper::body::Incoming;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tower::ServiceExt as _;
 use uuid::Uuid;
+
+use crate::server;
 
 /// The longest `Idempotency-Key` accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 255;
@@ -215,16 +220,47 @@ pub fn router(provider: Provider) -> Router {
 }
 
 /// Serves `provider` on `listener` until `shutdown` completes, then finishes the requests in
-/// flight. Dropped answers close their connection without writing anything.
+/// flight, with [`server::Limits`]' defaults. Dropped answers close their connection without
+/// writing anything.
+///
+/// # Errors
+/// As [`server::serve`].
 pub async fn serve(
     listener: TcpListener,
     provider: Provider,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    let service = router(provider).into_make_service_with_connect_info::<ConnectionAbort>();
-    axum::serve(AbortableListener(listener), service)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_within(listener, provider, &server::Limits::default(), shutdown).await
+}
+
+/// [`serve`] within `limits` (a `delay_ms` longer than the request timeout answers its
+/// `503`).
+///
+/// # Errors
+/// As [`server::serve`].
+pub async fn serve_within(
+    listener: TcpListener,
+    provider: Provider,
+    limits: &server::Limits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let app = server::harden(router(provider), limits);
+    server::serve_connections(listener, limits, shutdown, move |stream| {
+        let abort = ConnectionAbort::default();
+        let io = AbortableStream {
+            inner: stream,
+            abort: abort.clone(),
+        };
+        // Each request on the connection carries its kill switch.
+        let service = app
+            .clone()
+            .map_request(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(abort.clone()));
+                request
+            });
+        (io, service)
+    })
+    .await
 }
 
 async fn create_charge(
@@ -564,37 +600,6 @@ impl ConnectionAbort {
         } else {
             Ok(())
         }
-    }
-}
-
-impl Connected<IncomingStream<'_, AbortableListener>> for ConnectionAbort {
-    fn connect_info(stream: IncomingStream<'_, AbortableListener>) -> Self {
-        stream.io().abort.clone()
-    }
-}
-
-/// A TCP listener whose connections each carry a [`ConnectionAbort`].
-#[derive(Debug)]
-pub struct AbortableListener(pub TcpListener);
-
-impl Listener for AbortableListener {
-    type Io = AbortableStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        // The `Listener` impl of `TcpListener` retries failed accepts.
-        let (stream, addr) = Listener::accept(&mut self.0).await;
-        // Small answers should not wait for Nagle's algorithm; failing to set it is harmless.
-        let _ = stream.set_nodelay(true);
-        let stream = AbortableStream {
-            inner: stream,
-            abort: ConnectionAbort::default(),
-        };
-        (stream, addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
     }
 }
 

@@ -2,6 +2,7 @@
 //! so tests can drive the same router in process.
 
 pub mod docs;
+pub mod extract;
 pub mod fake_provider;
 pub mod orders;
 pub mod payments;

@@ -15,7 +15,7 @@
 use std::future::Future;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +26,8 @@ use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempote
 use serde::{Deserialize, Serialize};
 use sqlx::{Pool, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
+
+use crate::extract::ProblemPath;
 
 /// The application state: idem's handle, whose pool the handlers also use.
 #[derive(Debug)]
@@ -258,11 +260,12 @@ async fn place_order<DB: OrdersDb>(
         .into_response())
 }
 
-/// `GET /orders/{id}`: the tenant's own order, `404` for anything else.
+/// `GET /orders/{id}`: the tenant's own order, `404` for anything else; `400` for a path
+/// that does not decode ([`ProblemPath`]).
 pub async fn get_order<DB: OrdersDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,
-    Path(id): Path<String>,
+    ProblemPath(id): ProblemPath<String>,
 ) -> Result<axum::Json<Order>, Problem> {
     let not_found = || {
         Problem::new(

@@ -54,14 +54,16 @@
 //! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
 //!   `POST /payments`, generated from [`spec`] ([`operations`], [`crate::docs`]).
 //!
-//! Every error is `application/problem+json`.
+//! Every error is `application/problem+json` (a path that does not decode included:
+//! [`ProblemPath`]), except hyper's own answers to a malformed or oversized request head
+//! (see [`crate::server`]).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -82,6 +84,7 @@ use serde_json::json;
 use sqlx::{Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
+use crate::extract::ProblemPath;
 pub use crate::orders::BearerTenant;
 use crate::orders::OrdersDb;
 
@@ -547,7 +550,7 @@ fn respond(outcome: Outcome) -> Response {
 pub async fn get_payment<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,
-    Path(id): Path<String>,
+    ProblemPath(id): ProblemPath<String>,
 ) -> Result<axum::Json<Payment>, Problem> {
     let not_found = || {
         Problem::new(

@@ -9,9 +9,14 @@
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
 //! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
 //!   idempotency, for the benchmarks.
+//! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
+//!   `REQUEST_TIMEOUT_MS`, `MAX_CONNECTIONS`, `SHUTDOWN_DEADLINE_MS`: how slow clients,
+//!   connections and shutdown are bounded ([`idem_examples::server`]).
 //!
-//! Applies the migrations and registers its operation (for the operator tool) at start, logs `listening on http://ADDR` once it accepts
-//! connections, and shuts down gracefully on SIGTERM or SIGINT.
+//! Applies the migrations and registers its operation (for the operator tool) at start,
+//! serves `GET /metrics` (Prometheus), logs `listening on http://ADDR` once it accepts
+//! connections, and shuts down gracefully on SIGTERM or SIGINT, within
+//! `SHUTDOWN_DEADLINE_MS`.
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -40,6 +45,8 @@ async fn main() -> ExitCode {
 
 async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let addr = server::listen_addr(DEFAULT_LISTEN_ADDR)?;
+    let limits = server::Limits::from_env()?;
+    let metrics = server::install_metrics()?;
     let config = Config::default().max_request_body(16 * 1024);
     let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
@@ -74,9 +81,8 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
     let bench_routes = std::env::var("ORDERS_BENCH_ROUTES").is_ok_and(|v| v == "1");
-    axum::serve(listener, orders::router_with(idem, bench_routes))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let app = orders::router_with(idem, bench_routes).merge(server::metrics_routes(metrics));
+    server::serve(listener, app, &limits, shutdown).await?;
     tracing::info!("shut down");
     Ok(())
 }

@@ -14,11 +14,17 @@
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
 //!   by this process's reconciler — once it ran out.
+//! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
+//!   `REQUEST_TIMEOUT_MS`, `MAX_CONNECTIONS`, `SHUTDOWN_DEADLINE_MS`: how slow clients,
+//!   connections and shutdown are bounded ([`idem_examples::server`]). A payment cut off by
+//!   the request timeout or the shutdown deadline keeps its lease and is resumed like any
+//!   interrupted one.
 //!
-//! Applies the migrations and registers the payment operation at start, runs the reconciler (every half lease, between 1 s and
-//! 10 s), logs `listening on http://ADDR` once it accepts connections, and shuts down
-//! gracefully on SIGTERM or SIGINT. The HTTP contract is described in
-//! [`idem_examples::payments`].
+//! Applies the migrations and registers the payment operation at start, runs the
+//! reconciler (every half lease, between 1 s and 10 s), serves `GET /metrics`
+//! (Prometheus), logs `listening on http://ADDR` once it accepts connections, and shuts
+//! down gracefully on SIGTERM or SIGINT, within `SHUTDOWN_DEADLINE_MS`. The HTTP contract
+//! is described in [`idem_examples::payments`].
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -56,6 +62,8 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
     };
+    let limits = server::Limits::from_env()?;
+    let metrics = server::install_metrics()?;
 
     let idem = Idem::<DB>::connect(url, Config::default()).await?;
     idem.migrate().await?;
@@ -114,9 +122,8 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         "payments ready"
     );
     tracing::info!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, payments::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let app = payments::router(state).merge(server::metrics_routes(metrics));
+    server::serve(listener, app, &limits, shutdown).await?;
     reconciler.stop();
     if let Err(error) = dispatcher.shutdown().await {
         tracing::warn!(%error, "the outbox dispatcher did not stop cleanly");

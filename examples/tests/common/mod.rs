@@ -189,8 +189,20 @@ impl Server {
     /// `DATABASE_URL` or `IDEM_FAILPOINT`; echoes its output as `[label] …` and returns once
     /// it logs `listening on http://ADDR`.
     pub fn spawn(program: &str, label: &'static str, dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::spawn_args(program, &[], label, dir, env)
+    }
+
+    /// [`Server::spawn`] with arguments for `program`.
+    pub fn spawn_args(
+        program: &str,
+        args: &[&str],
+        label: &'static str,
+        dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(program);
         command
+            .args(args)
             .current_dir(dir)
             .env_remove("DATABASE_URL")
             .env_remove("IDEM_FAILPOINT")
@@ -251,7 +263,16 @@ impl Server {
         self.child.wait().unwrap()
     }
 
-    /// Waits for the process to exit by itself (e.g. an injected abort).
+    /// SIGTERM, without waiting: see [`Server::wait_for_exit`].
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit by itself (e.g. an injected abort), at most 10 s.
     pub fn wait_for_exit(&mut self) -> ExitStatus {
         for _ in 0..200 {
             if let Some(status) = self.child.try_wait().unwrap() {
