@@ -57,11 +57,14 @@ async fn migration_locks_held(pool: &sqlx::PgPool) -> i64 {
     .unwrap()
 }
 
-/// A migration run leaves its connection as it found it: lock released, the pool's timeouts
-/// back in force.
+/// A migration run leaves its connection as it found it: lock released, the session's
+/// timeouts (here set by the application's URL) back in force.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_releases_its_lock_and_session() {
-    let url = Postgres::fresh_url().await;
+    let url = Postgres::fresh_url().await.replace(
+        "options=",
+        "options=-c%20lock_timeout%3D2s%20-c%20statement_timeout%3D30s%20",
+    );
     let pool = Postgres::connect(&url, 1, &settings()).await.unwrap();
     // The lock as `pg_locks` shows it (the documented halves).
     sqlx::query("SELECT pg_advisory_lock($1)")
