@@ -137,11 +137,10 @@ pub(crate) fn write_str<S: Sink>(s: &str, sink: &mut S) {
     write_escaped(s.as_bytes(), sink);
 }
 
-/// The canonical bytes of `value`, for tests and tools.
+/// The canonical bytes of `value`, for tests, tools and the fuzz targets.
 ///
 /// # Errors
 /// As [`write()`].
-#[cfg_attr(not(test), allow(dead_code, reason = "for tests and tools"))]
 pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
     let mut out = Vec::new();
     write(value, &Exclude::NONE, &mut out)?;

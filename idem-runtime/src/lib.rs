@@ -61,6 +61,24 @@ pub use sqlx;
 #[cfg(all(doctest, not(feature = "failpoints")))]
 pub struct FailPointsNeedTheirFeature;
 
+/// The canonical form without the hash, for the fuzz targets (`fuzz/` in the repository) and
+/// the property tests. Not a public API: it changes between versions.
+#[doc(hidden)]
+pub mod __fuzz {
+    /// The canonical JSON (RFC 8785, integers digit for digit) that [`Fingerprint::of`]
+    /// hashes after the operation id.
+    ///
+    /// [`Fingerprint::of`]: crate::fingerprint::Fingerprint::of
+    ///
+    /// # Errors
+    /// When `value` cannot be written canonically.
+    pub fn canonical_json<T: serde::Serialize + ?Sized>(
+        value: &T,
+    ) -> Result<Vec<u8>, crate::fingerprint::FingerprintError> {
+        Ok(crate::canonical::to_vec(value)?)
+    }
+}
+
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {

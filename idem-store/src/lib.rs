@@ -217,6 +217,63 @@ pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
 };
 pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
+
+/// The decoding of a key row's columns, for the fuzz targets (`fuzz/` in the repository) and
+/// the property tests. Not a public API: it changes between versions.
+#[doc(hidden)]
+pub mod __fuzz {
+    use crate::{KeyRow, StoreError, StoredResponse};
+
+    /// The stored response as the protocol reads it when it replays (lenient).
+    #[must_use]
+    pub fn lenient(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> StoredResponse {
+        StoredResponse::lenient(status, headers, body)
+    }
+
+    /// The stored response as tools read it (strict): `Err` says what is unreadable.
+    ///
+    /// # Errors
+    /// A status outside `u16`, or headers that are not a JSON array of `[name, value]` pairs.
+    pub fn strict(
+        status: i32,
+        headers: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<StoredResponse, String> {
+        StoredResponse::strict(status, headers, body)
+    }
+
+    /// A row of `(global, op:v1, k)` with these columns, as tools read it at `now_ms`.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for an unknown status or an unreadable response.
+    pub fn row(
+        status: &str,
+        response_status: Option<i32>,
+        response_headers: Option<String>,
+        response_body: Option<Vec<u8>>,
+        expires_at_ms: i64,
+        locked_until_ms: Option<i64>,
+        now_ms: i64,
+    ) -> Result<KeyRow, StoreError> {
+        crate::row::RawRow {
+            scope: "global".to_owned(),
+            operation: "op:v1".to_owned(),
+            key: "k".to_owned(),
+            fingerprint: Vec::new(),
+            status: status.to_owned(),
+            response_status,
+            response_headers,
+            response_body,
+            created_at_ms: 0,
+            completed_at_ms: None,
+            expires_at_ms,
+            locked_until_ms,
+            attempt: 0,
+            recovery_point: None,
+        }
+        .into_row(now_ms)
+    }
+}
 pub use crate::table::KeyTable;
 
 /// Re-exported: the pools and transactions in this crate's signatures are sqlx 0.8's.

@@ -58,7 +58,11 @@ impl StoredResponse {
     }
 
     /// The response as tools read it: anything unreadable is [`StoreError::Corrupt`].
-    fn strict(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> Result<Self, String> {
+    pub(crate) fn strict(
+        status: i32,
+        headers: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Result<Self, String> {
         let status = u16::try_from(status)
             .map_err(|_| format!("response status {status} is out of range"))?;
         let headers = match headers {
