@@ -302,12 +302,28 @@ async fn postgres_tables_locked_from_outside() {
     release(lock).await;
     assert_eq!(db.orders().await, 1);
 
-    // The key table locked for reading too: the lookup gives up after its deadline.
+    // The key table locked for reading too: the lookup gives up after its deadline, and the
+    // server cancels the statement it left waiting (`client_connection_check_interval`)
+    // rather than keeping a backend blocked until the lock goes.
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
     let lock = lock_table(&db.url, "idempotency_keys", "ACCESS EXCLUSIVE").await;
     let started = Instant::now();
-    let reply = c.post(Some("acme"), Some("table-locked"), ORDER).await;
+    let post = {
+        let c = c.clone();
+        tokio::spawn(async move { c.post(Some("acme"), Some("table-locked"), ORDER).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(db.scalar(waiting).await, 1, "the lookup waits for the lock");
+    let reply = post.await.unwrap();
     assert_retry_later(&reply, "urn:idem:problem:store-busy");
     assert!(started.elapsed() < Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        db.scalar(waiting).await,
+        0,
+        "the abandoned lookup still waits"
+    );
     release(lock).await;
 
     // The application's table locked: the handler's INSERT times out inside idem's
