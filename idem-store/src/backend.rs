@@ -287,7 +287,7 @@ pub trait Backend:
     /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
     /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
     /// duplicate never runs the work. PostgreSQL takes the lock and looks in one call of the
-    /// function `idem_lock_key` (migration 2), which raises `IK001`: an error [`Backend::classify`] calls
+    /// function `idem_lock_key` (migrations 2 and 7), which raises `IK001`: an error [`Backend::classify`] calls
     /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
     /// [`Begun::Taken`].
     fn begin<'c>(

@@ -25,7 +25,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 6] = [
+static MIGRATIONS: [Migration; 7] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -55,6 +55,11 @@ static MIGRATIONS: [Migration; 6] = [
         6,
         "the documents of registered operations",
         include_str!("../migrations/postgres/0006_operation_docs.sql"),
+    ),
+    Migration::new(
+        7,
+        "the key's lock without a second query when it is free",
+        include_str!("../migrations/postgres/0007_lock_key_fast_path.sql"),
     ),
 ];
 
@@ -408,7 +413,8 @@ impl Backend for Postgres {
         // are the transaction's own: the application's queries on the pool keep theirs.
         let mut statement = Self::begin_statement(settings);
         if let Some(lock) = lock {
-            // The advisory lock and the look again, in one call (migration 2).
+            // The advisory lock and the look again, in one call (migration 2; migration 7 takes a
+            // free lock without a query of its own).
             let _ = write!(
                 statement,
                 "; SELECT idem_lock_key({}, ",
