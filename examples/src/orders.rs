@@ -52,7 +52,10 @@ impl<DB: OrdersDb> IdemState<DB> for AppState<DB> {
 }
 
 /// Demo authentication: `Authorization: Bearer <tenant>`.
-#[derive(Debug, Clone)]
+///
+/// Serialisable: a staged handler's key is stored with its principal (the tenant it
+/// verified), so that the reconciler can resume it without the client's credentials.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BearerTenant(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for BearerTenant {
@@ -306,6 +309,7 @@ async fn no_method() -> Response {
 /// When two `#[idempotent]` handlers linked into the program share an operation id.
 pub fn operations() -> Result<Operations, DuplicateOperation> {
     Ok(Operations::from_registry()?
+        .select(&[CREATE_ORDER])
         .responds(CREATE_ORDER, 201, "The order, created; `Location` names it")
         .responds(
             CREATE_ORDER,

@@ -7,11 +7,14 @@
 //! instead runs as journaled steps under a lease on its idempotency key
 //! ([`idem_runtime::staged`]):
 //!
-//! 1. **reserve** — [`Idem::staged`] inserts the key as `processing` with the request, a lease
-//!    of `PAYMENTS_LEASE` and attempt number 1, in a transaction of its own. A retry of a
-//!    completed key replays its response (`Idempotent-Replayed: true`); a retry with another
-//!    body gets `422`; a retry while an attempt holds the lease gets `409` with
-//!    `Retry-After`; a retry after the lease ran out takes the key over and resumes.
+//! 1. **reserve** — [`create_payment`] is `#[idempotent(mode = "staged", …)]`: the attribute
+//!    inserts the key as `processing` with the request (its body, and the tenant the bearer
+//!    token named — never the token), a lease of `PAYMENTS_LEASE` and attempt number 1, in a
+//!    transaction of its own. A retry of a completed key replays its response
+//!    (`Idempotent-Replayed: true`); a retry with another body gets `422`; a retry while an
+//!    attempt holds the lease gets `409` with `Retry-After`; a retry after the lease ran out
+//!    takes the key over and resumes. The key never expires before it completes: its TTL
+//!    (24 h) counts from completion.
 //! 2. **charge** — an [`Attempt::step`]: `POST {PROVIDER_URL}/charges` with
 //!    `Idempotency-Key: <provider key>`, a key derived from (scope, operation, key, `charge`)
 //!    that is the same on every attempt. The provider's `201` (the charge) is recorded in the
@@ -23,8 +26,9 @@
 //!    the `201` response (with `Location: /payments/<id>`), completing the key.
 //!
 //! A [`Reconciler`] running in every process resumes keys whose attempt died (the process
-//! was killed, the client went away and nobody retries) once their lease has run out, with
-//! the request stored at reservation: a stuck payment completes within a few leases without
+//! was killed and nobody retries) once their lease has run out: it sends the request stored
+//! at reservation through the router again ([`idem_runtime::resume`]), and the handler
+//! resumes after its recorded steps. A stuck payment completes within a few leases without
 //! any client.
 //!
 //! # What may run twice, and why it is safe
@@ -52,7 +56,7 @@
 //!   "succeeded", "charge_id"}`. Invalid values answer `422`, malformed JSON `400`.
 //! - `GET /payments/{id}`: the tenant's own payment, `404` otherwise.
 //! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
-//!   `POST /payments`, generated from [`spec`] ([`operations`], [`crate::docs`]).
+//!   `POST /payments`, generated from the attribute ([`operations`], [`crate::docs`]).
 //!
 //! Every error is `application/problem+json` (a path that does not decode included:
 //! [`ProblemPath`]), except hyper's own answers to a malformed or oversized request head
@@ -63,22 +67,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use idem_runtime::docs::{DuplicateOperation, OperationDoc, Operations};
-use idem_runtime::fingerprint::Fingerprint;
-use idem_runtime::key::{self, KeyError};
+use idem_runtime::docs::{DuplicateOperation, Operations};
+use idem_runtime::key;
 use idem_runtime::outbox::OutboxMessage;
-use idem_runtime::protocol::{Call, Outcome, OutcomeKind, Record};
-use idem_runtime::spec::{Mode, OperationSpec, ScopeKind};
+use idem_runtime::protocol::Record;
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::Backend;
-use idem_runtime::{
-    Check, Checked, Error, Idem, IdempotencyKey, Principal, Problem, REPLAYED_HEADER,
-};
+use idem_runtime::{Check, Checked, Idem, IdemState, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::{Pool, Postgres, Sqlite};
@@ -108,15 +107,6 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The largest request body accepted.
 const MAX_BODY: usize = 16 * 1024;
 
-/// `create_payment:v1`: staged, scoped to the tenant, with `lease`.
-#[must_use]
-pub fn spec(lease: Duration) -> OperationSpec {
-    OperationSpec::new(OPERATION)
-        .mode(Mode::Staged)
-        .lease(lease)
-        .scope(ScopeKind::Tenant)
-}
-
 /// How often the reconciler looks for stuck payments: half the lease, between 1 s and 10 s,
 /// so a stuck payment is resumed within about one and a half leases.
 #[must_use]
@@ -124,23 +114,21 @@ pub fn reconcile_interval(lease: Duration) -> Duration {
     (lease / 2).clamp(Duration::from_secs(1), Duration::from_secs(10))
 }
 
-/// What the payment work needs besides its attempt: the provider and the operation.
+/// What the payment work needs besides its attempt: the provider.
 #[derive(Debug)]
 pub struct PaymentsCtx {
     /// The client for the provider, with [`PROVIDER_TIMEOUT`].
     pub http: reqwest::Client,
     /// The provider's base URL, without a trailing `/`.
     pub provider_url: String,
-    /// [`spec`] with the configured lease.
-    pub spec: OperationSpec,
 }
 
 impl PaymentsCtx {
-    /// The context for a provider at `provider_url` and leases of `lease`.
+    /// The context for a provider at `provider_url`.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
-    pub fn new(provider_url: &str, lease: Duration) -> Result<Self, reqwest::Error> {
+    pub fn new(provider_url: &str) -> Result<Self, reqwest::Error> {
         let http = reqwest::Client::builder()
             .timeout(PROVIDER_TIMEOUT)
             .connect_timeout(PROVIDER_TIMEOUT)
@@ -148,7 +136,6 @@ impl PaymentsCtx {
         Ok(Self {
             http,
             provider_url: provider_url.trim_end_matches('/').to_owned(),
-            spec: spec(lease),
         })
     }
 }
@@ -158,11 +145,8 @@ impl PaymentsCtx {
 pub struct AppState<DB: Backend> {
     /// Store handle and pool.
     pub idem: Idem<DB>,
-    /// What [`pay`] needs, shared with the [`Reconciler`].
+    /// What [`pay`] needs.
     pub ctx: Arc<PaymentsCtx>,
-    /// Where payment events are delivered (`WEBHOOK_URL`), by the outbox dispatcher the
-    /// binary runs.
-    pub webhook_url: Arc<str>,
 }
 
 impl<DB: Backend> Clone for AppState<DB> {
@@ -170,8 +154,17 @@ impl<DB: Backend> Clone for AppState<DB> {
         Self {
             idem: self.idem.clone(),
             ctx: Arc::clone(&self.ctx),
-            webhook_url: Arc::clone(&self.webhook_url),
         }
+    }
+}
+
+impl<DB: PaymentsDb> IdemState<DB> for AppState<DB> {
+    /// Stored with each payment's key (the tenant it names, not the token), so that the
+    /// reconciler can resume the handler without the client.
+    type Principal = BearerTenant;
+
+    fn idem(&self) -> &Idem<DB> {
+        &self.idem
     }
 }
 
@@ -308,13 +301,13 @@ macro_rules! payments_db {
 payments_db!(
     Postgres,
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
-     VALUES ($1, $2, $3, $4, $5, $6)",
+     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
     "SELECT amount, currency, customer, charge_id FROM payments WHERE id = $1 AND tenant = $2"
 );
 payments_db!(
     Sqlite,
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
     "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2"
 );
 
@@ -464,86 +457,32 @@ fn declined() -> Result<Record, serde_json::Error> {
     Ok(record)
 }
 
-/// A [`Reconciler`] that resumes stuck payments with [`pay`].
-#[must_use]
-pub fn reconciler<DB: PaymentsDb>(idem: Idem<DB>, ctx: Arc<PaymentsCtx>) -> Reconciler<DB> {
-    let spec = ctx.spec;
-    Reconciler::new(idem).resumable(spec, move |attempt, request: NewPayment| {
-        pay(Arc::clone(&ctx), attempt, request)
-    })
-}
-
-/// The request's `Idempotency-Key`, required: `400` problem+json when it is missing,
-/// repeated or malformed.
-#[derive(Debug, Clone)]
-pub struct RequiredKey(pub IdempotencyKey);
-
-impl<DB: Backend> FromRequestParts<AppState<DB>> for RequiredKey {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState<DB>) -> Result<Self, Response> {
-        let mut values = parts.headers.get_all(key::HEADER).iter();
-        let key = match (values.next(), values.next()) {
-            (None, _) => Err(Error::MissingKey),
-            (Some(_), Some(_)) => Err(Error::InvalidKey(KeyError::Repeated)),
-            (Some(raw), None) => {
-                IdempotencyKey::parse(raw.as_bytes(), state.idem.config().key_format)
-                    .map_err(Error::InvalidKey)
-            }
-        };
-        key.map(Self).map_err(IntoResponse::into_response)
-    }
-}
-
 /// `POST /payments`: charges once per key. Safe to retry with the same `Idempotency-Key`.
+///
+/// Everything idempotent about it is the attribute's: the key (required), the fingerprint of
+/// the body, the reservation with the request and the tenant, the lease and its heartbeat,
+/// the stored response and its replay, resumption by a retry or by the [`Reconciler`]. The
+/// attempt runs on a task of its own, so a client that hangs up does not abandon it midway.
+#[idempotent(
+    mode = "staged",
+    scope = "tenant",
+    ttl = "24h",
+    lease = "30s",
+    path = "POST /payments"
+)]
 pub async fn create_payment<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,
-    principal: BearerTenant,
-    RequiredKey(key): RequiredKey,
+    attempt: Attempt<DB>,
     Checked(new): Checked<NewPayment>,
-) -> Response {
-    let spec = state.ctx.spec;
-    let scope = match principal.scope_for(&spec) {
-        Ok(scope) => scope,
-        Err(error) => return error.into_response(),
-    };
-    let fingerprint = match Fingerprint::of(spec.id, &new, &[]) {
-        Ok(fingerprint) => fingerprint,
-        Err(error) => return Error::Input(error).into_response(),
-    };
-    // The attempt runs on a task of its own: a client that hangs up does not abandon it
-    // midway (it would only be resumed once its lease ran out).
-    let ctx = Arc::clone(&state.ctx);
-    let attempt = tokio::spawn(async move {
-        let call = Call {
-            scope: scope.as_str(),
-            key: &key,
-            fingerprint,
-        };
-        state
-            .idem
-            .staged(&spec, call, new, move |attempt, request| {
-                pay(ctx, attempt, request)
-            })
-            .await
-    });
-    match attempt.await {
-        Ok(Ok(outcome)) => respond(outcome),
-        Ok(Err(error)) => error.into_response(),
-        Err(_) => Error::Panicked.into_response(),
-    }
+) -> Result<Finished, StepError> {
+    pay(state.ctx, attempt, new).await
 }
 
-/// An outcome as the response: replays carry `Idempotent-Replayed: true`.
-fn respond(outcome: Outcome) -> Response {
-    let replayed = outcome.kind == OutcomeKind::Replayed;
-    let mut response = outcome.record.into_response();
-    if replayed {
-        response
-            .headers_mut()
-            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-    }
-    response
+/// The reconciler of this process: resumes stuck payments through `router` (the example's
+/// own, [`router`]), every [`reconcile_interval`].
+#[must_use]
+pub fn reconciler<DB: PaymentsDb>(idem: Idem<DB>, router: Router) -> Reconciler<DB> {
+    Reconciler::new(idem).router(router)
 }
 
 /// `GET /payments/{id}`: the tenant's own payment, `404` for anything else.
@@ -588,25 +527,25 @@ async fn no_method() -> Response {
     .into_response()
 }
 
-/// The operation `POST /payments` runs, with its own responses, for the generated
-/// documentation. It has no `#[idempotent]` attribute (the handler calls
-/// [`Idem::staged`]), so it is added by hand; and only it: the `orders` handler linked into
-/// the same library is not served here.
+/// The operation `POST /payments` runs, with its own responses, as the registry lists it
+/// (and only it: the `orders` handler linked into the same library is not served here).
 ///
 /// # Errors
-/// Never with one operation; the type is the one of [`Operations::with`].
-pub fn operations(spec: &OperationSpec) -> Result<Operations, DuplicateOperation> {
-    Operations::new().with(
-        OperationDoc::from_spec(spec)
-            .path("POST", "/payments")
-            .handler("create_payment")
-            .responds(201, "The payment, charged once; `Location` names it")
-            .responds(
-                402,
-                "The provider declined the card (`urn:idem:example:payment-declined`); nothing \
-                 was charged",
-            ),
-    )
+/// When two `#[idempotent]` handlers linked into the program share an operation id.
+pub fn operations() -> Result<Operations, DuplicateOperation> {
+    Ok(Operations::from_registry()?
+        .select(&[OPERATION])
+        .responds(
+            OPERATION,
+            201,
+            "The payment, charged once; `Location` names it",
+        )
+        .responds(
+            OPERATION,
+            402,
+            "The provider declined the card (`urn:idem:example:payment-declined`); nothing \
+             was charged",
+        ))
 }
 
 /// The example's routes.
@@ -614,7 +553,7 @@ pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
     Router::new()
         .route("/payments", post(create_payment::<DB>))
         .route("/payments/{id}", get(get_payment::<DB>))
-        .merge(crate::docs::routes(operations(&state.ctx.spec)))
+        .merge(crate::docs::routes(operations()))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

@@ -129,9 +129,15 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     };
     // At the transaction's type too: when it is not a transaction, the context's type is
     // reported there, once, with the `TxArg` error, not a second time at the attribute.
-    let ctx = quote_spanned!(tx_ty.span()=>
-        ::idem_runtime::__private::Ctx<#db, ::idem_runtime::__private::#scope_marker>
-    );
+    let ctx = if staged {
+        quote_spanned!(tx_ty.span()=>
+            ::idem_runtime::__private::StagedCtx<#db, ::idem_runtime::__private::#scope_marker>
+        )
+    } else {
+        quote_spanned!(tx_ty.span()=>
+            ::idem_runtime::__private::Ctx<#db, ::idem_runtime::__private::#scope_marker>
+        )
+    };
     let extractors = signature
         .arguments
         .iter()

@@ -5,6 +5,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use crate::key::KeyFormat;
+use crate::spec::OperationSpec;
 use crate::store::TxSettings;
 
 /// Settings shared by every operation of one [`Idem`](crate::Idem). Build it with the
@@ -60,6 +61,10 @@ pub struct Config {
     /// Pool size when idem opens the pool ([`Idem::connect`](crate::Idem::connect)).
     /// Default 16.
     pub max_connections: u32,
+    /// Leases set at run time, by operation id, in place of the `lease` the operation's spec
+    /// (the attribute) gives: a deployment tunes them without a build. Set with
+    /// [`Config::lease_for`]. Default none.
+    pub leases: Vec<(String, Duration)>,
 }
 
 impl Default for Config {
@@ -79,6 +84,7 @@ impl Default for Config {
                 http::header::CACHE_CONTROL,
             ],
             max_connections: 16,
+            leases: Vec::new(),
         }
     }
 }
@@ -95,6 +101,33 @@ macro_rules! setters {
 }
 
 impl Config {
+    /// Runs the staged operation `operation_id` with leases of `lease`, whatever its spec
+    /// says (its keys' reservations, heartbeats, takeovers and the reconciler's).
+    ///
+    /// ```
+    /// use idem_runtime::Config;
+    /// use std::time::Duration;
+    ///
+    /// let config = Config::default().lease_for("create_payment:v1", Duration::from_secs(5));
+    /// assert_eq!(config.leases.len(), 1);
+    /// ```
+    #[must_use]
+    pub fn lease_for(mut self, operation_id: impl Into<String>, lease: Duration) -> Self {
+        let operation_id = operation_id.into();
+        self.leases.retain(|(id, _)| *id != operation_id);
+        self.leases.push((operation_id, lease));
+        self
+    }
+
+    /// `spec` as this configuration runs it: with its lease set by [`Config::lease_for`].
+    #[must_use]
+    pub fn spec(&self, spec: &OperationSpec) -> OperationSpec {
+        match self.leases.iter().find(|(id, _)| id == spec.id) {
+            Some(&(_, lease)) => spec.lease(lease),
+            None => *spec,
+        }
+    }
+
     setters! {
         in_flight_wait: Duration,
         acquire_timeout: Duration,

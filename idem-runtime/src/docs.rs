@@ -121,6 +121,24 @@ impl Operations {
             })
     }
 
+    /// Keeps only the operations whose ids are listed: a program that links handlers it
+    /// does not serve documents the ones it does.
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1"));
+    /// let refund = OperationDoc::from_spec(&OperationSpec::new("refund:v1"));
+    /// let operations = Operations::new().with(pay).unwrap().with(refund).unwrap();
+    /// assert_eq!(operations.select(&["pay:v1"]).docs().len(), 1);
+    /// ```
+    #[must_use]
+    pub fn select(mut self, ids: &[&str]) -> Self {
+        self.docs.retain(|doc| ids.contains(&doc.id.as_str()));
+        self
+    }
+
     /// Adds an operation.
     ///
     /// ```

@@ -11,15 +11,18 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use http::request::Parts;
 use http::{HeaderValue, header};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use sqlx::Transaction;
 
 use crate::error::Error;
 use crate::extract::BodyLimit;
 use crate::fingerprint::{self, DynInput, Fingerprint};
-use crate::key::{self, IdempotencyKey, KeyError};
+use crate::key::{IdempotencyKey, KeyError};
 use crate::principal::{IdemState, scope_of};
-use crate::protocol::{Call, Idem, OutcomeKind};
+use crate::protocol::{Call, Idem};
 use crate::record::Record;
+use crate::resume::{CapturedBody, Resumption, StoredRequest};
 use crate::spec::{KeyRequirement, OperationSpec, Scope, ScopeKind};
 use crate::staged::{Attempt, Finished, StepError};
 use crate::store::Backend;
@@ -82,26 +85,118 @@ where
             }
             _ => Scope::global(),
         };
+        Ok(Self::with_scope(parts, idem, scope))
+    }
+}
+
+impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
+    /// The context once the scope is known: the key header, the body limit, the request id.
+    fn with_scope(parts: &mut Parts, idem: Idem<DB>, scope: Scope) -> Self {
         parts
             .extensions
             .insert(BodyLimit(idem.config().max_request_body));
-        let mut values = parts.headers.get_all(key::HEADER).iter();
-        let key = match (values.next(), values.next()) {
-            (None, _) => Ok(None),
-            (Some(_), Some(_)) => Err(KeyError::Repeated),
-            (Some(raw), None) => {
-                IdempotencyKey::parse(raw.as_bytes(), idem.config().key_format).map(Some)
-            }
-        };
-        Ok(Self {
+        let key = IdempotencyKey::from_headers(&parts.headers, idem.config().key_format);
+        Self {
             idem,
             scope,
             key,
             request_id: crate::telemetry::request_id_of(parts),
             _scope: PhantomData,
+        }
+    }
+}
+
+/// The context of a staged handler ([`Ctx`]'s, and what resuming it needs): the request as
+/// it will be stored with the key, or the [`Resumption`] the reconciler sent it with.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct StagedCtx<DB: Backend, K: ScopeMarker> {
+    ctx: Ctx<DB, K>,
+    /// The stored request, less its body (captured by the body extractor).
+    request: StoredRequest,
+    body: CapturedBody,
+    resumption: Option<Resumption>,
+}
+
+impl std::fmt::Debug for CapturedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapturedBody")
+    }
+}
+
+impl<S, DB, K> FromRequestParts<S> for StagedCtx<DB, K>
+where
+    S: IdemState<DB>,
+    S::Principal: ResumablePrincipal,
+    DB: Backend,
+    K: ScopeMarker,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let idem = state.idem().clone();
+        let mut principal_json = None;
+        let resumption = parts.extensions.remove::<Resumption>();
+        let scope = match (K::KIND, &resumption) {
+            (ScopeKind::Tenant | ScopeKind::User, Some(resumption)) => {
+                // No credentials come with a resumption: the principal stored with the key
+                // stands for the one extracted then.
+                let stored = resumption.with(|ticket| ticket.principal.clone());
+                let principal = stored
+                    .and_then(|value| serde_json::from_value::<S::Principal>(value).ok())
+                    .ok_or_else(|| {
+                        Error::Interrupted {
+                            reason: "the stored principal does not read back".to_owned(),
+                            retry_after: idem.config().retry_after,
+                        }
+                        .into_response()
+                    })?;
+                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
+                parts.extensions.insert(Cached::new(principal));
+                scope
+            }
+            (ScopeKind::Tenant | ScopeKind::User, None) => {
+                let principal = S::Principal::from_request_parts(parts, state)
+                    .await
+                    .map_err(IntoResponse::into_response)?;
+                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
+                principal_json = Some(
+                    serde_json::to_value(&principal)
+                        .map_err(|error| Error::Journal(error).into_response())?,
+                );
+                parts.extensions.insert(Cached::new(principal));
+                scope
+            }
+            _ => Scope::global(),
+        };
+        let body = CapturedBody::default();
+        parts.extensions.insert(body.clone());
+        let request = StoredRequest::new(
+            &parts.method,
+            &parts.uri,
+            parts.headers.get(header::CONTENT_TYPE),
+            &[],
+            principal_json,
+        );
+        Ok(Self {
+            ctx: Ctx::with_scope(parts, idem, scope),
+            request,
+            body,
+            resumption,
         })
     }
 }
+
+/// What a staged handler's principal needs: to be stored with the key (serde), so that the
+/// reconciler can resume the handler without the client's credentials.
+#[diagnostic::on_unimplemented(
+    message = "the principal `{Self}` cannot be stored with a staged key",
+    label = "`IdemState::Principal` must implement `serde::Serialize` and `serde::Deserialize`",
+    note = "a staged handler is resumed after a crash without its client: the identity the principal verified is stored with the key (never the credentials), so derive `Serialize` and `Deserialize` for it with the fields that name the tenant or user"
+)]
+pub trait ResumablePrincipal: Serialize + DeserializeOwned {}
+
+impl<T: Serialize + DeserializeOwned> ResumablePrincipal for T {}
 
 impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
     /// The span and metrics of this request's execution of `spec`.
@@ -163,10 +258,30 @@ where
     S: Send + Sync,
     T: FromRequest<S> + 'static,
 {
-    type Rejection = T::Rejection;
+    type Rejection = Response;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, T::Rejection> {
-        T::from_request(req, state).await.map(Self)
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        // A staged handler's body is kept, as received, for the request stored with its key.
+        let req = match req.extensions().get::<CapturedBody>().cloned() {
+            Some(captured) => {
+                // Read as idem's body extractors read it (every limit, problem+json
+                // rejections), then handed on as it was.
+                let (parts, body) = req.into_parts();
+                let mut read = Request::new(body);
+                read.headers_mut().clone_from(&parts.headers);
+                read.extensions_mut().clone_from(&parts.extensions);
+                let bytes = crate::extract::read_body(read)
+                    .await
+                    .map_err(IntoResponse::into_response)?;
+                captured.set(bytes.clone());
+                Request::from_parts(parts, axum::body::Body::from(bytes))
+            }
+            None => req,
+        };
+        T::from_request(req, state)
+            .await
+            .map(Self)
+            .map_err(IntoResponse::into_response)
     }
 }
 
@@ -238,27 +353,19 @@ fn rejected(execution: Execution, error: Error) -> Response {
 /// The response for an execution's outcome: the record (marked when replayed) or the error's
 /// problem.
 fn respond(outcome: Result<crate::protocol::Outcome, Error>) -> Response {
-    match outcome {
-        Ok(outcome) => {
-            let replayed = outcome.kind == OutcomeKind::Replayed;
-            let mut response = outcome.record.into_response();
-            if replayed {
-                response
-                    .headers_mut()
-                    .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-            }
-            response
-        }
-        Err(error) => error.into_response(),
-    }
+    outcome.into_response()
 }
 
-/// What the expansion of a staged handler calls: reads the key and runs the handler through
-/// [`Idem::staged`]. The stored request is `null`: an attribute handler is resumed by its
-/// client's retry (which brings the request again), not by the reconciler.
+/// What the expansion of a staged handler calls: reads the key, stores the request with it
+/// (see [`crate::resume`]) and runs the handler through the staged protocol — or, for a
+/// request the [`Reconciler`](crate::staged::Reconciler) sent, resumes the attempt it took
+/// over.
+///
+/// The attempt runs on a task of its own: a client that hangs up does not abandon it midway
+/// (it would only be resumed once its lease ran out).
 #[doc(hidden)]
 pub async fn run_staged<DB, K, F>(
-    ctx: Ctx<DB, K>,
+    ctx: StagedCtx<DB, K>,
     spec: &'static OperationSpec,
     fingerprint: Result<Fingerprint, Error>,
     handler: F,
@@ -268,7 +375,18 @@ where
     K: ScopeMarker,
     F: FnOnce(Attempt<DB>) -> BoxFuture<'static, Result<Finished, StepError>> + Send + 'static,
 {
-    let execution = ctx.execution(spec);
+    let StagedCtx {
+        ctx,
+        mut request,
+        body,
+        resumption,
+    } = ctx;
+    // (With the lease the configuration sets for it, if any.)
+    let spec = ctx.idem.config().spec(spec);
+    if let Some(resumption) = resumption {
+        return resume(ctx.idem, &spec, &resumption, handler).await;
+    }
+    let execution = ctx.execution(&spec);
     let span = execution.span().clone();
     let key = match ctx.key {
         Ok(Some(key)) => key,
@@ -279,16 +397,73 @@ where
         Ok(fingerprint) => fingerprint,
         Err(error) => return rejected(execution, error),
     };
-    let call = Call {
-        scope: ctx.scope.as_str(),
-        key: &key,
-        fingerprint,
+    let body = body.take();
+    request.set_body(&body);
+    let request = match serde_json::to_string(&request) {
+        Ok(request) => request,
+        Err(error) => return rejected(execution, Error::Journal(error)),
     };
-    let staged = ctx
-        .idem
-        .staged_untraced(spec, call, (), move |attempt, ()| handler(attempt));
-    let outcome = execution.run(staged).await;
+    let idem = ctx.idem;
+    let scope = ctx.scope;
+    let attempt = tokio::spawn(async move {
+        let call = Call {
+            scope: scope.as_str(),
+            key: &key,
+            fingerprint,
+        };
+        let staged = idem.staged_untraced(&spec, call, &request, handler);
+        execution.run(staged).await
+    });
+    let outcome = attempt.await.unwrap_or(Err(Error::Panicked));
     span.in_scope(|| respond(outcome))
+}
+
+/// A staged handler entered by the reconciler: runs the attempt it took over, and leaves the
+/// outcome in the ticket.
+async fn resume<DB, F>(
+    idem: Idem<DB>,
+    spec: &OperationSpec,
+    resumption: &Resumption,
+    handler: F,
+) -> Response
+where
+    DB: Backend,
+    F: FnOnce(Attempt<DB>) -> BoxFuture<'static, Result<Finished, StepError>> + Send + 'static,
+{
+    let (scope, operation, key, lease) = resumption.with(|ticket| {
+        (
+            ticket.scope.clone(),
+            ticket.operation.clone(),
+            ticket.key.clone(),
+            ticket.lease.take(),
+        )
+    });
+    let outcome = match lease {
+        Some(lease) if operation == spec.id => {
+            let execution = Execution::resumption(spec.id, &scope, &key);
+            let key = crate::store::KeyRef {
+                scope: &scope,
+                operation: spec.id,
+                key: &key,
+            };
+            execution
+                .run(idem.run_attempt(spec, key, lease, true, handler))
+                .await
+        }
+        _ => Err(Error::Interrupted {
+            reason: format!(
+                "the stored request of `{operation}` reached the handler of `{}`",
+                spec.id
+            ),
+            retry_after: idem.config().retry_after,
+        }),
+    };
+    let response = match &outcome {
+        Ok(outcome) => outcome.record.status.into_response(),
+        Err(error) => error.problem().status().into_response(),
+    };
+    resumption.with(|ticket| ticket.outcome = Some(outcome));
+    response
 }
 
 /// Pins a staged handler's return type, so that another type is reported at it.

@@ -70,6 +70,23 @@ impl IdempotencyKey {
         Self::new(key)
     }
 
+    /// The key of a request's headers: `None` without the header, [`KeyError::Repeated`] when
+    /// it appears more than once.
+    ///
+    /// # Errors
+    /// [`KeyError`] says what is wrong with the value.
+    pub fn from_headers(
+        headers: &http::HeaderMap,
+        format: KeyFormat,
+    ) -> Result<Option<Self>, KeyError> {
+        let mut values = headers.get_all(HEADER).iter();
+        match (values.next(), values.next()) {
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(KeyError::Repeated),
+            (Some(raw), None) => Self::parse(raw.as_bytes(), format).map(Some),
+        }
+    }
+
     /// Validates an already unquoted key, e.g. one given to the plain function API.
     ///
     /// # Errors
@@ -93,6 +110,53 @@ impl IdempotencyKey {
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The request's `Idempotency-Key`, for hand-written handlers: required, `400`
+/// problem+json when it is missing, repeated or malformed (`Option<IdempotencyKey>` for an
+/// optional key: `None` without the header, `400` when it is malformed). Read in the format a
+/// [`KeyFormat`] in the request's extensions says (`.layer(Extension(KeyFormat::Strict))`),
+/// else [`KeyFormat::Lenient`], the default of [`crate::Config::key_format`].
+///
+/// ```
+/// use axum::routing::post;
+/// use idem_runtime::IdempotencyKey;
+///
+/// async fn send(key: IdempotencyKey) -> String {
+///     format!("key {key}")
+/// }
+/// let app: axum::Router = axum::Router::new().route("/send", post(send));
+/// ```
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
+    type Rejection = crate::Error;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Self, crate::Error> {
+        let format = parts
+            .extensions
+            .get::<KeyFormat>()
+            .copied()
+            .unwrap_or_default();
+        Self::from_headers(&parts.headers, format)?.ok_or(crate::Error::MissingKey)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for IdempotencyKey {
+    type Rejection = crate::Error;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        _: &S,
+    ) -> Result<Option<Self>, crate::Error> {
+        let format = parts
+            .extensions
+            .get::<KeyFormat>()
+            .copied()
+            .unwrap_or_default();
+        Ok(Self::from_headers(&parts.headers, format)?)
     }
 }
 

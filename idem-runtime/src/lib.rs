@@ -15,6 +15,7 @@ pub mod failpoint;
 mod failpoint;
 pub mod fingerprint;
 mod handler;
+mod hex;
 pub mod key;
 mod maintenance;
 mod once;
@@ -23,6 +24,7 @@ mod principal;
 mod problem;
 pub mod protocol;
 mod record;
+pub mod resume;
 pub mod staged;
 pub mod telemetry;
 
@@ -85,8 +87,8 @@ pub mod __private {
     pub use crate::docs::Registration;
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
-        Ctx, GlobalScope, Handler, Reuse, TenantScope, UserScope, fingerprint, run, run_staged,
-        staged_result,
+        Ctx, GlobalScope, Handler, ResumablePrincipal, Reuse, StagedCtx, TenantScope, UserScope,
+        fingerprint, run, run_staged, staged_result,
     };
     pub use crate::spec::{
         ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind,

@@ -70,6 +70,23 @@ pub struct Outcome {
     pub record: Record,
 }
 
+/// The record as the response; a replay carries `Idempotent-Replayed: true`
+/// ([`crate::REPLAYED_HEADER`]). With [`Error`] being a response too, a hand-written handler
+/// returns `Result<Outcome, Error>` as it gets it.
+impl axum::response::IntoResponse for Outcome {
+    fn into_response(self) -> axum::response::Response {
+        let replayed = self.kind == OutcomeKind::Replayed;
+        let mut response = self.record.into_response();
+        if replayed {
+            response.headers_mut().insert(
+                crate::REPLAYED_HEADER,
+                http::HeaderValue::from_static("true"),
+            );
+        }
+        response
+    }
+}
+
 /// The work of one operation at the record level: runs inside the key's transaction and
 /// returns its record.
 pub type Work<'t> = BoxFuture<'t, Record>;
@@ -309,6 +326,9 @@ impl<DB: Backend> Idem<DB> {
         let replace_expired = match self.settle(spec, &call, stored, started)? {
             Settled::Answer(outcome) => return Ok(outcome),
             Settled::Run { replace_expired } => replace_expired,
+            // (Atomic mode commits final rows only: a staged execution of the same
+            // operation id holds this key.)
+            Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
         };
         let namespace = self.namespace(&mut session.conn).await?;
         let lock = KeyLock {
@@ -460,7 +480,7 @@ impl<DB: Backend> Idem<DB> {
     /// another, until the pool opens a fresh one: a restart costs no request. The lookup
     /// waits at most [`Config::in_flight_wait`] (a table locked from outside): `503`
     /// `store-busy` then, and the connection is closed, not pooled.
-    async fn first_lookup(
+    pub(crate) async fn first_lookup(
         &self,
         key: KeyRef<'_>,
     ) -> Result<(Session<DB>, Option<StoredKey>), Error> {
@@ -520,8 +540,13 @@ impl<DB: Backend> Idem<DB> {
         Ok(self.inner.namespace.get_or_init(|| found))
     }
 
-    /// Step 1: what a key row found by a lookup at `now` means for `call`.
-    fn settle(
+    /// Step 1, for both modes: what a key row found by a lookup at `now` means for `call`.
+    ///
+    /// The rule of a key's life is the store's ([`StoredKey::is_final`]): only a final
+    /// (completed) key expires — `410`, or run again with [`ExpiryPolicy::Reexecute`]. A key
+    /// that is not final (a staged execution holds it, or held it and stopped) never
+    /// expires, whatever its `expires_at`: it is held by a live lease, or stuck and resumed.
+    pub(crate) fn settle(
         &self,
         spec: &OperationSpec,
         call: &Call<'_>,
@@ -533,7 +558,7 @@ impl<DB: Backend> Idem<DB> {
                 replace_expired: false,
             });
         };
-        if stored.expires_at_ms <= now {
+        if stored.is_final() && stored.expires_at_ms <= now {
             return match spec.on_expired {
                 ExpiryPolicy::Reexecute => Ok(Settled::Run {
                     replace_expired: true,
@@ -544,14 +569,21 @@ impl<DB: Backend> Idem<DB> {
         if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
             return Err(Error::Mismatch);
         }
-        match stored.response {
-            Some(response) => Ok(Settled::Answer(Outcome {
+        if let Some(response) = stored.response {
+            return Ok(Settled::Answer(Outcome {
                 kind: OutcomeKind::Replayed,
                 record: Record::from_stored(response),
-            })),
-            // Another execution holds the key (a committed reservation).
-            None => Err(self.in_flight()),
+            }));
         }
+        // Not final: an execution holds the key, or held it and stopped.
+        Ok(match stored.locked_until_ms {
+            Some(until) if until <= now => Settled::Stuck {
+                attempt: stored.attempt,
+            },
+            _ => Settled::Held {
+                attempt: stored.attempt,
+            },
+        })
     }
 
     /// Step 4: inserts the completed key row with `record` and commits. `false` when the
@@ -616,12 +648,12 @@ impl<DB: Backend> Idem<DB> {
             None => own,
             stored @ Some(_) => match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => Ok(outcome),
-                Settled::Run { .. } => own,
+                Settled::Run { .. } | Settled::Held { .. } | Settled::Stuck { .. } => own,
             },
         }
     }
 
-    fn in_flight(&self) -> Error {
+    pub(crate) fn in_flight(&self) -> Error {
         Error::InFlight {
             retry_after: self.inner.config.retry_after,
         }
@@ -643,8 +675,8 @@ impl<DB: Backend> Idem<DB> {
 /// A pooled connection in use by one execution. Closed rather than pooled again if the
 /// execution is dropped (its client went away) while `BEGIN` is under way: sqlx would pool
 /// it inside a transaction it does not know about, holding the key's lock on PostgreSQL.
-struct Session<DB: Backend> {
-    conn: PoolConnection<DB>,
+pub(crate) struct Session<DB: Backend> {
+    pub(crate) conn: PoolConnection<DB>,
     beginning: bool,
 }
 
@@ -698,9 +730,14 @@ fn commit_failed<DB: Backend>(error: sqlx::Error) -> Error {
     }
 }
 
-enum Settled {
+/// What a key row means for a request ([`Idem::settle`]).
+pub(crate) enum Settled {
     /// Answer without running: a replay.
     Answer(Outcome),
     /// Run the work; `replace_expired` when an expired row is in the way.
     Run { replace_expired: bool },
+    /// Not final, and an attempt's lease is live: `409`, or wait.
+    Held { attempt: i64 },
+    /// Not final, and its attempt's lease ran out: take it over and resume.
+    Stuck { attempt: i64 },
 }

@@ -93,6 +93,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
+use serde::Deserialize as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -101,8 +102,11 @@ use sqlx::Transaction;
 
 use crate::clock::millis;
 use crate::error::Error;
-use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record};
-use crate::spec::{ExpiryPolicy, InFlightPolicy, OperationSpec};
+use crate::fingerprint::Fingerprint;
+use crate::key::IdempotencyKey;
+use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
+use crate::resume::{Resumption, StoredRequest};
+use crate::spec::{InFlightPolicy, OperationSpec, Scope};
 use crate::store::staged::{Ending, Lease, Reservation, StuckKey};
 use crate::store::{Backend, KeyRef};
 use crate::telemetry;
@@ -219,6 +223,8 @@ struct AttemptState<DB: Backend> {
     key: String,
     number: i64,
     lease: Duration,
+    /// The operation's TTL: the completed key expires this long after its completion.
+    ttl: Duration,
     /// Step name → recorded result. Never held across an `await`.
     journal: Mutex<Map<String, Value>>,
     resumed: bool,
@@ -385,7 +391,15 @@ impl<DB: Backend> Attempt<DB> {
                 record.status
             )));
         }
-        let kept = store_record(&state.idem, &mut tx, state.key(), state.number, &record).await?;
+        let kept = store_record(
+            &state.idem,
+            &mut tx,
+            state.key(),
+            state.number,
+            state.ttl,
+            &record,
+        )
+        .await?;
         self.kept(kept)?;
         tx.commit().await?;
         Ok(Finished(record))
@@ -428,13 +442,7 @@ fn provider_key(key: KeyRef<'_>, step: &str) -> String {
         hash.update(part.as_bytes());
     }
     let digest = hash.finalize();
-    let mut out = String::with_capacity(5 + 32);
-    out.push_str("idem_");
-    for b in &digest[..16] {
-        out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-        out.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
-    }
-    out
+    format!("idem_{}", crate::hex::encode(&digest[..16]))
 }
 
 async fn store_record<DB: Backend>(
@@ -442,14 +450,17 @@ async fn store_record<DB: Backend>(
     conn: &mut DB::Connection,
     key: KeyRef<'_>,
     attempt: i64,
+    ttl: Duration,
     record: &Record,
 ) -> Result<bool, sqlx::Error> {
     let headers = record.headers_json(&idem.config().stored_headers);
+    let completed_ms = idem.now_millis();
+    let _expires_ms = completed_ms.saturating_add(millis(ttl));
     let ending = Ending {
         status: record.status.as_u16(),
         headers_json: &headers,
         body: &record.body,
-        completed_ms: idem.now_millis(),
+        completed_ms,
     };
     let stored = DB::finish(conn, key, attempt, ending).await?;
     telemetry::stored(key.operation, record.body.len(), stored);
@@ -504,51 +515,80 @@ enum Start {
 const POLL_MAX: Duration = Duration::from_millis(200);
 
 impl<DB: Backend> Idem<DB> {
-    /// Runs `work` at most once per (`call.scope`, `spec.id`, `call.key`), in staged mode
-    /// (see [the module](crate::staged)): the key is reserved at once with a lease of
-    /// [`OperationSpec::lease`], `request` is stored with it, and `work` runs its steps on an
-    /// [`Attempt`].
+    /// Runs `work` at most once per (`scope`, `spec.id`, `key`), in staged mode (see [the
+    /// module](crate::staged)): the same arguments as [`Idem::once`]. The key is reserved at
+    /// once with a lease of [`OperationSpec::lease`]; `input` is fingerprinted and stored
+    /// with it (the [`Reconciler`] resumes the key with it, read back as the type given to
+    /// [`Reconciler::resumable`]); `work` runs its steps on an [`Attempt`].
     ///
     /// A retry with the same key: completed → the stored response; processing with a live
     /// lease → [`Error::InFlight`], or, with [`InFlightPolicy::Wait`], the running attempt's
     /// response once it completes (up to [`crate::Config::in_flight_wait`]); processing with
     /// a lease that ran out → this call takes the key over and runs `work` again, where
-    /// recorded steps return their recorded results.
+    /// recorded steps return their recorded results. A key that is not final never expires:
+    /// only a completed key's TTL runs out (counted from its completion).
+    ///
+    /// The [`Outcome`] is a response (`Idempotent-Replayed: true` on a replay), and so is
+    /// [`Error`]:
+    ///
+    /// ```no_run
+    /// use axum::response::IntoResponse as _;
+    /// # use idem_runtime::staged::{Attempt, Finished, StepError};
+    /// # use idem_runtime::spec::{Mode, OperationSpec, Scope};
+    /// # use idem_runtime::{Idem, IdempotencyKey};
+    /// # use idem_runtime::sqlx::Sqlite;
+    /// # const SEND: OperationSpec = OperationSpec::new("send:v1").mode(Mode::Staged);
+    /// # async fn send(attempt: Attempt<Sqlite>, to: String) -> Result<Finished, StepError> { todo!() }
+    /// # async fn demo(idem: Idem<Sqlite>, key: IdempotencyKey) -> axum::response::Response {
+    /// let to = "a@example.com".to_owned();
+    /// idem.staged(&SEND, &Scope::global(), &key, &to, |attempt| send(attempt, to.clone()))
+    ///     .await
+    ///     .into_response()
+    /// # }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Mismatch`], [`Error::Expired`], [`Error::InFlight`],
     /// [`Error::Interrupted`] (a [`StepError::Retryable`]), [`Error::Panicked`],
-    /// [`Error::Journal`], [`Error::Store`].
-    pub async fn staged<Req, F, Fut>(
+    /// [`Error::Journal`], [`Error::Input`], [`Error::Store`].
+    pub async fn staged<I, F, Fut>(
         &self,
         spec: &OperationSpec,
-        call: Call<'_>,
-        request: Req,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        input: &I,
         work: F,
     ) -> Result<Outcome, Error>
     where
-        Req: Serialize,
-        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        I: Serialize + ?Sized,
+        F: FnOnce(Attempt<DB>) -> Fut,
         Fut: Future<Output = Result<Finished, StepError>>,
     {
-        let key = Some(call.key.as_str());
-        let execution = telemetry::Execution::start(spec.id, call.scope, key, None);
+        let fingerprint =
+            Fingerprint::of(spec.id, input, spec.fingerprint_exclude).map_err(Error::Input)?;
+        let request = serde_json::to_string(input).map_err(Error::Journal)?;
+        let call = Call {
+            scope: scope.as_str(),
+            key,
+            fingerprint,
+        };
+        let execution = telemetry::Execution::start(spec.id, call.scope, Some(key.as_str()), None);
         execution
-            .run(self.staged_untraced(spec, call, request, work))
+            .run(self.staged_untraced(spec, call, &request, work))
             .await
     }
 
-    /// [`Idem::staged`] without its span and metrics, for callers that record their own.
-    pub(crate) async fn staged_untraced<Req, F, Fut>(
+    /// [`Idem::staged`] at the record level, without its span and metrics: `request` is the
+    /// stored request (JSON), `call` carries the fingerprint.
+    pub(crate) async fn staged_untraced<F, Fut>(
         &self,
         spec: &OperationSpec,
         call: Call<'_>,
-        request: Req,
+        request: &str,
         work: F,
     ) -> Result<Outcome, Error>
     where
-        Req: Serialize,
-        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        F: FnOnce(Attempt<DB>) -> Fut,
         Fut: Future<Output = Result<Finished, StepError>>,
     {
         let key = KeyRef {
@@ -556,17 +596,17 @@ impl<DB: Backend> Idem<DB> {
             operation: spec.id,
             key: call.key.as_str(),
         };
-        let request_json = serde_json::to_string(&request).map_err(Error::Journal)?;
-        match self.start(spec, &call, key, &request_json).await? {
+        match self.start(spec, &call, key, request).await? {
             Start::Answer(outcome) => Ok(outcome),
             Start::Run { lease, resumed } => {
-                self.run_attempt(spec, key, lease, resumed, request, work)
-                    .await
+                self.run_attempt(spec, key, lease, resumed, work).await
             }
         }
     }
 
-    /// Reserves the key, takes it over, replays, or refuses.
+    /// Reserves the key, takes it over, replays, or refuses: the lookup and its meaning are
+    /// the atomic protocol's ([`Idem::settle`]), with its stale-connection retry and lookup
+    /// deadline.
     async fn start(
         &self,
         spec: &OperationSpec,
@@ -574,39 +614,33 @@ impl<DB: Backend> Idem<DB> {
         key: KeyRef<'_>,
         request: &str,
     ) -> Result<Start, Error> {
-        let waiting_until = Instant::now() + self.config().in_flight_wait;
+        let started = Instant::now();
+        let wait = self.config().in_flight_wait;
         let mut pause = Duration::from_millis(10);
-        let mut held = Some(self.acquire_bounded().await.map_err(Error::Store)?);
         loop {
-            // (A waiting retry gives its connection back while it sleeps.)
-            let conn: &mut DB::Connection = match &mut held {
-                Some(conn) => conn,
-                None => held.insert(self.acquire_bounded().await.map_err(Error::Store)?),
-            };
             let now = self.now_millis();
-            let stored = DB::lookup(&mut *conn, key).await.map_err(Error::Store)?;
-            let reserve = |replace_expired| Reservation {
-                key,
-                fingerprint: call.fingerprint.as_bytes(),
-                request,
-                created_ms: now,
-                expires_ms: now.saturating_add(millis(spec.ttl)),
-                locked_until_ms: now.saturating_add(millis(spec.lease)),
-                replace_expired,
-            };
-            let replace_expired = match &stored {
-                None => Some(false),
-                Some(row) if row.expires_at_ms <= now => match spec.on_expired {
-                    ExpiryPolicy::Reexecute => Some(true),
-                    _ => return Err(Error::Expired),
-                },
-                Some(_) => None,
-            };
-            if let Some(replace_expired) = replace_expired {
-                if DB::reserve(&mut *conn, reserve(replace_expired))
-                    .await
-                    .map_err(Error::Store)?
-                {
+            let (mut session, stored) = self.first_lookup(key).await?;
+            telemetry::looked_up(stored.as_ref(), now);
+            let conn: &mut DB::Connection = &mut session.conn;
+            match self.settle(spec, call, stored, now)? {
+                Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
+                Settled::Run { replace_expired } => {
+                    let reservation = Reservation {
+                        key,
+                        fingerprint: call.fingerprint.as_bytes(),
+                        request,
+                        created_ms: now,
+                        expires_ms: now.saturating_add(millis(spec.ttl)),
+                        locked_until_ms: now.saturating_add(millis(spec.lease)),
+                        replace_expired,
+                    };
+                    if !DB::reserve(&mut *conn, reservation)
+                        .await
+                        .map_err(Error::Store)?
+                    {
+                        // Someone reserved it first: look again.
+                        continue;
+                    }
                     let attempt = if replace_expired {
                         // The replaced row's attempt went on counting: read it back.
                         DB::lookup(&mut *conn, key)
@@ -627,57 +661,45 @@ impl<DB: Backend> Idem<DB> {
                         resumed: false,
                     });
                 }
-                // Someone reserved it first: look again.
-                continue;
-            }
-            let Some(row) = stored else { continue };
-            if row.fingerprint.as_slice() != call.fingerprint.as_bytes() {
-                return Err(Error::Mismatch);
-            }
-            if let Some(response) = row.response {
-                return Ok(Start::Answer(Outcome {
-                    kind: OutcomeKind::Replayed,
-                    record: Record::from_stored(response),
-                }));
-            }
-            let live = row.locked_until_ms.is_some_and(|until| until > now);
-            if !live {
-                let until = now.saturating_add(millis(spec.lease));
-                if let Some(lease) = DB::take_over(&mut *conn, key, row.attempt, now, until)
-                    .await
-                    .map_err(Error::Store)?
-                {
-                    telemetry::reserved(lease.attempt, true);
-                    return Ok(Start::Run {
-                        lease,
-                        resumed: true,
-                    });
+                Settled::Stuck { attempt } => {
+                    let until = now.saturating_add(millis(spec.lease));
+                    if let Some(lease) = DB::take_over(&mut *conn, key, attempt, now, until)
+                        .await
+                        .map_err(Error::Store)?
+                    {
+                        telemetry::reserved(lease.attempt, true);
+                        return Ok(Start::Run {
+                            lease,
+                            resumed: true,
+                        });
+                    }
+                    // Someone else took it over (or it completed) meanwhile: look again.
                 }
-                // Someone else took it over (or it completed) meanwhile: look again.
-                continue;
+                Settled::Held { .. } => {
+                    let waited = started.elapsed();
+                    if spec.on_in_flight != InFlightPolicy::Wait || waited >= wait {
+                        return Err(self.in_flight());
+                    }
+                    // (A waiting retry gives its connection back while it sleeps.)
+                    drop(session);
+                    tokio::time::sleep(pause.min(wait.saturating_sub(waited))).await;
+                    pause = (pause * 2).min(POLL_MAX);
+                }
             }
-            if spec.on_in_flight != InFlightPolicy::Wait || Instant::now() >= waiting_until {
-                return Err(self.in_flight_error());
-            }
-            held = None;
-            tokio::time::sleep(pause.min(waiting_until.saturating_duration_since(Instant::now())))
-                .await;
-            pause = (pause * 2).min(POLL_MAX);
         }
     }
 
     /// Runs one attempt of `work` holding `lease`, and settles how it ended.
-    async fn run_attempt<Req, F, Fut>(
+    pub(crate) async fn run_attempt<F, Fut>(
         &self,
         spec: &OperationSpec,
         key: KeyRef<'_>,
         lease: Lease,
         resumed: bool,
-        request: Req,
         work: F,
     ) -> Result<Outcome, Error>
     where
-        F: FnOnce(Attempt<DB>, Req) -> Fut,
+        F: FnOnce(Attempt<DB>) -> Fut,
         Fut: Future<Output = Result<Finished, StepError>>,
     {
         let journal = match lease.journal.as_deref() {
@@ -691,6 +713,7 @@ impl<DB: Backend> Idem<DB> {
             key: key.key.to_owned(),
             number: lease.attempt,
             lease: spec.lease,
+            ttl: spec.ttl,
             journal: Mutex::new(journal),
             resumed,
             lost: AtomicBool::new(false),
@@ -699,9 +722,7 @@ impl<DB: Backend> Idem<DB> {
         let attempt = Attempt {
             inner: Arc::clone(&state),
         };
-        let ended = AssertUnwindSafe(work(attempt, request))
-            .catch_unwind()
-            .await;
+        let ended = AssertUnwindSafe(work(attempt)).catch_unwind().await;
         drop(beat);
         let number = state.number;
         let release = || async {
@@ -723,7 +744,7 @@ impl<DB: Backend> Idem<DB> {
             Ok(Err(StepError::Permanent(record))) => {
                 let record = *record;
                 let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
-                if store_record(self, &mut conn, key, number, &record)
+                if store_record(self, &mut conn, key, number, spec.ttl, &record)
                     .await
                     .map_err(Error::Store)?
                 {
@@ -732,7 +753,8 @@ impl<DB: Backend> Idem<DB> {
                         record,
                     })
                 } else {
-                    Err(self.in_flight_error())
+                    drop(conn);
+                    self.fenced(key).await
                 }
             }
             Ok(Err(StepError::Retryable {
@@ -745,7 +767,7 @@ impl<DB: Backend> Idem<DB> {
                     retry_after: retry_after.unwrap_or(self.config().retry_after),
                 })
             }
-            Ok(Err(StepError::LeaseLost)) => Err(self.in_flight_error()),
+            Ok(Err(StepError::LeaseLost)) => self.fenced(key).await,
             Ok(Err(StepError::Store(error))) => {
                 release().await;
                 Err(Error::Store(error))
@@ -761,20 +783,45 @@ impl<DB: Backend> Idem<DB> {
         }
     }
 
-    fn in_flight_error(&self) -> Error {
-        Error::InFlight {
-            retry_after: self.config().retry_after,
+    /// The answer for an attempt that was fenced out (another attempt took the key over, or
+    /// an operator completed, failed or deleted it): the key's final response when it has
+    /// one, else `409` (another attempt holds it).
+    async fn fenced(&self, key: KeyRef<'_>) -> Result<Outcome, Error> {
+        let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
+        match DB::lookup(&mut conn, key).await.map_err(Error::Store)? {
+            Some(row) if row.is_final() => match row.response {
+                Some(response) => Ok(Outcome {
+                    kind: OutcomeKind::Replayed,
+                    record: Record::from_stored(response),
+                }),
+                None => Err(self.in_flight()),
+            },
+            _ => Err(self.in_flight()),
         }
     }
 }
 
-/// A staged operation the [`Reconciler`] can resume.
+/// A hand-written staged operation the [`Reconciler`] can resume.
 type Resume<DB> = Arc<
     dyn Fn(Attempt<DB>, Value) -> BoxFuture<'static, Result<Finished, StepError>> + Send + Sync,
 >;
 
+/// How the [`Reconciler`] resumes one operation's keys.
+enum Resumer<DB: Backend> {
+    /// A hand-written staged function, called with the stored request.
+    Work(Resume<DB>),
+    /// An `#[idempotent(mode = "staged")]` handler, entered through the application's
+    /// router with the stored request ([`crate::resume`]).
+    Router(axum::Router),
+}
+
 /// Resumes stuck staged keys — processing, lease run out, no retry coming — with their
-/// stored request, for the operations registered with [`Reconciler::resumable`].
+/// stored request.
+///
+/// `#[idempotent(mode = "staged")]` handlers are resumed through the application's router
+/// ([`Reconciler::router`]; how, in [`crate::resume`]): every staged operation of the
+/// registry, no spec written twice. Hand-written staged functions are registered one by one
+/// with [`Reconciler::resumable`].
 ///
 /// ```no_run
 /// # use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
@@ -783,14 +830,16 @@ type Resume<DB> = Arc<
 /// # use idem_runtime::sqlx::Sqlite;
 /// # const CHARGE: OperationSpec = OperationSpec::new("charge:v1").mode(Mode::Staged);
 /// # async fn charge(attempt: Attempt<Sqlite>, amount: u64) -> Result<Finished, StepError> { todo!() }
-/// # fn demo(idem: Idem<Sqlite>) {
-/// let reconciler = Reconciler::new(idem).resumable(CHARGE, charge);
+/// # fn demo(idem: Idem<Sqlite>, app: axum::Router) {
+/// let reconciler = Reconciler::new(idem)
+///     .router(app) // the attribute's staged handlers
+///     .resumable(CHARGE, charge); // a hand-written one
 /// let handle = reconciler.spawn(std::time::Duration::from_secs(5));
 /// # drop(handle); }
 /// ```
 pub struct Reconciler<DB: Backend> {
     idem: Idem<DB>,
-    operations: HashMap<&'static str, (OperationSpec, Resume<DB>)>,
+    operations: HashMap<&'static str, (OperationSpec, Resumer<DB>)>,
     batch: i64,
 }
 
@@ -810,9 +859,12 @@ pub struct Reconciled {
     pub stuck: usize,
     /// Keys this pass took over and completed (with a response or a stored failure).
     pub completed: usize,
-    /// Keys taken over whose attempt stopped again (they stay resumable) or that another
-    /// attempt took first.
+    /// Keys taken over whose attempt stopped again (they stay resumable), or that could not
+    /// be resumed.
     pub not_completed: usize,
+    /// Keys another attempt (a client's retry, another process's reconciler) took over or
+    /// completed first: nothing was resumed.
+    pub taken: usize,
 }
 
 impl<DB: Backend> Reconciler<DB> {
@@ -834,7 +886,7 @@ impl<DB: Backend> Reconciler<DB> {
     }
 
     /// Registers `spec`'s work: stuck keys of `spec.id` are resumed by calling it with their
-    /// stored request, read back as `Req`.
+    /// stored request (the `input` given to [`Idem::staged`]), read back as `Req`.
     #[must_use]
     pub fn resumable<Req, F, Fut>(mut self, spec: OperationSpec, work: F) -> Self
     where
@@ -849,8 +901,35 @@ impl<DB: Backend> Reconciler<DB> {
                     Err(error) => Box::pin(async move { Err(StepError::Journal(error)) }),
                 },
             );
-        self.operations.insert(spec.id, (spec, resume));
+        self.operations
+            .insert(spec.id, (spec, Resumer::Work(resume)));
         self
+    }
+
+    /// Registers every `#[idempotent(mode = "staged")]` handler linked into the binary (the
+    /// registry, [`crate::docs`]): their stuck keys are resumed by sending the stored request
+    /// through `router`, the application's router with its state and layers (see
+    /// [`crate::resume`]). Every such handler must be routed by `router`: a stored request
+    /// the router answers without reaching its handler is logged and the key stays stuck.
+    #[must_use]
+    pub fn router(mut self, router: axum::Router) -> Self {
+        for registration in inventory::iter::<crate::docs::Registration> {
+            let spec = registration.spec;
+            if spec.mode == crate::spec::Mode::Staged {
+                let spec = self.idem.config().spec(spec);
+                self.operations
+                    .insert(spec.id, (spec, Resumer::Router(router.clone())));
+            }
+        }
+        self
+    }
+
+    /// The operation ids this reconciler resumes.
+    #[must_use]
+    pub fn operations(&self) -> Vec<&'static str> {
+        let mut ids: Vec<&'static str> = self.operations.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// One pass: takes over and resumes the stuck keys of every registered operation.
@@ -859,7 +938,7 @@ impl<DB: Backend> Reconciler<DB> {
     /// When the store fails to list stuck keys.
     pub async fn run_once(&self) -> Result<Reconciled, Error> {
         let mut done = Reconciled::default();
-        for (spec, resume) in self.operations.values() {
+        for (spec, resumer) in self.operations.values() {
             let now = self.idem.now_millis();
             let stuck: Vec<StuckKey> = {
                 let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
@@ -869,9 +948,10 @@ impl<DB: Backend> Reconciler<DB> {
             };
             done.stuck += stuck.len();
             for key in stuck {
-                match self.resume_one(spec, resume, &key).await {
-                    Ok(true) => done.completed += 1,
-                    Ok(false) => done.not_completed += 1,
+                match self.resume_one(spec, resumer, &key).await {
+                    Ok(Some(true)) => done.completed += 1,
+                    Ok(Some(false)) => done.not_completed += 1,
+                    Ok(None) => done.taken += 1,
                     Err(error) => {
                         done.not_completed += 1;
                         tracing::warn!(
@@ -886,12 +966,14 @@ impl<DB: Backend> Reconciler<DB> {
         Ok(done)
     }
 
+    /// Takes `stuck` over and resumes it: `None` when another attempt took it first,
+    /// `Some(completed)` otherwise.
     async fn resume_one(
         &self,
         spec: &OperationSpec,
-        resume: &Resume<DB>,
+        resumer: &Resumer<DB>,
         stuck: &StuckKey,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<bool>, Error> {
         let now = self.idem.now_millis();
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
@@ -901,21 +983,83 @@ impl<DB: Backend> Reconciler<DB> {
                 .map_err(Error::Store)?
         };
         let Some(lease) = lease else {
-            return Ok(false);
+            return Ok(None);
         };
+        let key = stuck.key_ref();
         let request: Value = match lease.request.as_deref() {
             Some(text) => serde_json::from_str(text).map_err(Error::Journal)?,
             None => Value::Null,
         };
-        let resume = Arc::clone(resume);
-        let key = stuck.key_ref();
-        let execution = telemetry::Execution::resumption(key.operation, key.scope, key.key);
-        let attempt =
-            self.idem
-                .run_attempt(spec, key, lease, true, request, move |attempt, request| {
-                    resume(attempt, request)
-                });
-        execution.run(attempt).await.map(|_| true)
+        let outcome = match resumer {
+            Resumer::Work(resume) => {
+                let resume = Arc::clone(resume);
+                let execution = telemetry::Execution::resumption(key.operation, key.scope, key.key);
+                let attempt = self
+                    .idem
+                    .run_attempt(spec, key, lease, true, move |attempt| {
+                        resume(attempt, request)
+                    });
+                execution.run(attempt).await
+            }
+            Resumer::Router(router) => self.through_router(router, stuck, lease, request).await,
+        };
+        outcome.map(|_| Some(true))
+    }
+
+    /// Sends the stored request of `stuck` through `router`, carrying the lease this
+    /// reconciler took: the handler runs the attempt ([`crate::resume`]).
+    async fn through_router(
+        &self,
+        router: &axum::Router,
+        stuck: &StuckKey,
+        lease: Lease,
+        request: Value,
+    ) -> Result<Outcome, Error> {
+        use tower::ServiceExt as _;
+        let number = lease.attempt;
+        let unresumable = |reason: String| Error::Interrupted {
+            reason,
+            retry_after: self.idem.config().retry_after,
+        };
+        let prepared = StoredRequest::deserialize(request)
+            .map_err(|error| format!("its stored request does not read back: {error}"))
+            .and_then(|stored| {
+                let principal = stored.principal.clone();
+                let resumption = Resumption::new(
+                    stuck.scope.clone(),
+                    stuck.operation.clone(),
+                    stuck.key.clone(),
+                    lease,
+                    principal,
+                );
+                stored
+                    .into_request(resumption.clone())
+                    .map(|request| (request, resumption))
+            });
+        let (request, resumption) = match prepared {
+            Ok(prepared) => prepared,
+            Err(reason) => {
+                // Handed back at once: a retry with the request resumes it.
+                let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
+                DB::release(&mut conn, stuck.key_ref(), number, self.idem.now_millis())
+                    .await
+                    .map_err(Error::Store)?;
+                return Err(unresumable(reason));
+            }
+        };
+        let response = router
+            .clone()
+            .oneshot(request)
+            .await
+            .unwrap_or_else(|never| match never {});
+        resumption
+            .with(|ticket| ticket.outcome.take())
+            .unwrap_or_else(|| {
+                Err(unresumable(format!(
+                    "the router answered {} without reaching the handler",
+                    response.status()
+                )))
+            })
     }
 
     /// Runs [`Reconciler::run_once`] every `interval` on a tokio task until the handle is
@@ -929,9 +1073,11 @@ impl<DB: Backend> Reconciler<DB> {
         ReconcilerHandle(tokio::spawn(async move {
             loop {
                 match self.run_once().await {
-                    Ok(done) if done.stuck > 0 => tracing::info!(
+                    Ok(done) if done.completed + done.not_completed > 0 => tracing::info!(
                         stuck = done.stuck,
                         completed = done.completed,
+                        not_completed = done.not_completed,
+                        taken_by_others = done.taken,
                         "reconciler resumed stuck staged keys"
                     ),
                     Ok(_) => {}

@@ -145,6 +145,16 @@ pub struct StoredKey {
     pub attempt: i64,
 }
 
+impl StoredKey {
+    /// Whether the key is final: its response is stored (`completed`). Only a final key
+    /// expires; a key that is not final is resumed (or answered `409` while an attempt holds
+    /// it), whatever its `expires_at`.
+    #[must_use]
+    pub fn is_final(&self) -> bool {
+        self.status == StoredStatus::Completed
+    }
+}
+
 /// The state of a key at a given time, as tools show and filter it.
 ///
 /// Computed when the row is read, from its `status` and the `now_ms` the caller passes:

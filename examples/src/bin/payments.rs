@@ -65,19 +65,26 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let limits = server::Limits::from_env()?;
     let metrics = server::install_metrics()?;
 
-    let idem = Idem::<DB>::connect(url, Config::default()).await?;
+    // The attribute's lease, as `PAYMENTS_LEASE` sets it for this deployment.
+    let config = Config::default().lease_for(payments::OPERATION, lease);
+    let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
     DB::migrate_orders(idem.pool()).await?;
-    let ctx = Arc::new(PaymentsCtx::new(&provider_url, lease)?);
+    let ctx = Arc::new(PaymentsCtx::new(&provider_url)?);
     // The operator tool `idem` shows the operation's scope, ttl, mode and lease beside its
     // keys, and documents it (`idem docs`).
-    idem.register_docs(payments::operations(&ctx.spec)?.docs())
-        .await?;
+    idem.register_docs(payments::operations()?.docs()).await?;
+    let state = AppState {
+        idem: idem.clone(),
+        ctx,
+    };
 
-    // Stuck payments — their attempt died and nobody retries — are resumed from here. Every
-    // instance runs one; the takeover is fenced, so one attempt resumes each key.
+    // Stuck payments — their attempt died and nobody retries — are resumed from here,
+    // through the same routes clients use. Every instance runs one; the takeover is fenced,
+    // so one attempt resumes each key.
     let every = payments::reconcile_interval(lease);
-    let reconciler = payments::reconciler(idem.clone(), Arc::clone(&ctx)).spawn(every);
+    let reconciler =
+        payments::reconciler(idem.clone(), payments::router(state.clone())).spawn(every);
 
     // Expired keys answer 410 for a week after expiry, then the sweeper forgets them.
     let sweeper = idem.clone();
@@ -107,12 +114,6 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let dispatcher = Dispatcher::new(&idem, sink)
         .poll_interval(Duration::from_millis(200))
         .spawn();
-    let state = AppState {
-        idem,
-        ctx,
-        webhook_url: webhook_url.into(),
-    };
-
     let shutdown = server::shutdown_signal()?;
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(

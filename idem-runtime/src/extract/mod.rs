@@ -16,9 +16,9 @@
 
 mod body;
 
-pub(crate) use body::BodyLimit;
 #[cfg(feature = "garde")]
 pub use body::Garde;
 #[cfg(feature = "validator")]
 pub use body::Validated;
+pub(crate) use body::{BodyLimit, read_body};
 pub use body::{Check, Checked, JsonBody};
