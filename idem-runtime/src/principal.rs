@@ -78,7 +78,7 @@ impl<P: Principal> Input for P {
 }
 
 /// A principal for applications whose operations are all `scope = "global"`.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct Anonymous;
 
 impl Principal for Anonymous {

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use common::{Harness, TestDb};
-use idem_runtime::fingerprint::Fingerprint;
-use idem_runtime::protocol::{Call, OutcomeKind, Record};
-use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec};
+use idem_runtime::protocol::{OutcomeKind, Record};
+use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
@@ -26,18 +25,6 @@ const SPEC: OperationSpec = OperationSpec::new("pay:v1").mode(Mode::Staged).leas
 
 fn key(k: &str) -> IdempotencyKey {
     IdempotencyKey::new(k).unwrap()
-}
-
-fn fp(input: &serde_json::Value) -> Fingerprint {
-    Fingerprint::of(SPEC.id, input, &[]).unwrap()
-}
-
-fn call<'a>(k: &'a IdempotencyKey, amount: u64) -> Call<'a> {
-    Call {
-        scope: "tenant:acme",
-        key: k,
-        fingerprint: fp(&json!({ "amount": amount })),
-    }
 }
 
 fn key_ref(k: &str) -> KeyRef<'_> {
@@ -164,7 +151,8 @@ async fn run<DB: TestDb>(
     amount: u64,
 ) -> Result<idem_runtime::protocol::Outcome, Error> {
     let work = Arc::clone(work);
-    idem.staged(spec, call(k, amount), amount, move |attempt, amount| {
+    let acme = Scope::new(ScopeKind::Tenant, Some("acme")).unwrap();
+    idem.staged(spec, &acme, k, &amount, move |attempt| {
         pay::<DB>(work, attempt, amount)
     })
     .await

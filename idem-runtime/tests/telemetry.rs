@@ -24,9 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use common::{Harness, TestDb};
 use http_body_util::BodyExt as _;
-use idem_runtime::fingerprint::Fingerprint;
-use idem_runtime::protocol::{Call, OutcomeKind, Record};
-use idem_runtime::spec::{Mode, OperationSpec};
+use idem_runtime::protocol::{OutcomeKind, Record};
+use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::sqlx::Transaction;
 use idem_runtime::staged::{Attempt, Finished, StepError};
 use idem_runtime::telemetry::{self, RequestId, key_hash};
@@ -593,12 +592,12 @@ const STAGED: OperationSpec = OperationSpec::new("telemetry_pay:v1")
     .mode(Mode::Staged)
     .lease(Duration::from_secs(3600));
 
-fn staged_call(key: &IdempotencyKey) -> Call<'_> {
-    Call {
-        scope: "tenant:tenant-secret-4711",
-        key,
-        fingerprint: Fingerprint::of(STAGED.id, &serde_json::json!({ "amount": 5 }), &[]).unwrap(),
-    }
+fn staged_scope() -> Scope {
+    Scope::new(ScopeKind::Tenant, Some("tenant-secret-4711")).unwrap()
+}
+
+fn json_amount() -> serde_json::Value {
+    serde_json::json!({ "amount": 5 })
 }
 
 async fn charge<DB: TestDb>(attempt: Attempt<DB>, interrupt: bool) -> Result<Finished, StepError> {
@@ -633,7 +632,9 @@ async fn staged_and_stuck_keys<DB: TestDb>(seen: Observed) {
     let key = IdempotencyKey::new(KEY).unwrap();
     let interrupted = h
         .idem
-        .staged(&STAGED, staged_call(&key), true, charge::<DB>)
+        .staged(&STAGED, &staged_scope(), &key, &json_amount(), |attempt| {
+            charge::<DB>(attempt, true)
+        })
         .await;
     assert!(matches!(
         interrupted,
@@ -646,7 +647,9 @@ async fn staged_and_stuck_keys<DB: TestDb>(seen: Observed) {
     // The retry takes the key over and completes it; the gauge goes back to 0.
     let done = h
         .idem
-        .staged(&STAGED, staged_call(&key), false, charge::<DB>)
+        .staged(&STAGED, &staged_scope(), &key, &json_amount(), |attempt| {
+            charge::<DB>(attempt, false)
+        })
         .await
         .unwrap();
     assert_eq!(done.kind, OutcomeKind::Executed);

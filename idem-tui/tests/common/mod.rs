@@ -17,7 +17,7 @@ use http::StatusCode;
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
 use idem_runtime::fingerprint::Fingerprint;
 use idem_runtime::protocol::{Call, Record, work_fn};
-use idem_runtime::spec::{Mode, OperationSpec};
+use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::sqlx::{self, Postgres, Sqlite};
 use idem_runtime::staged::{Finished, StepError};
 use idem_runtime::store::{Backend, KeyRef, KeyRow, KeyTable};
@@ -303,16 +303,13 @@ async fn staged<DB: TestDb>(
     then: Then,
 ) -> Result<(), idem_runtime::Error> {
     let k = IdempotencyKey::new(key).unwrap();
-    let call = Call {
-        scope: "tenant:acme",
-        key: &k,
-        fingerprint: Fingerprint::of(PAY.id, &json!({"amount": 100}), &[]).unwrap(),
-    };
+    let acme = Scope::new(ScopeKind::Tenant, Some("acme")).unwrap();
     idem.staged(
         &PAY,
-        call,
-        json!({"amount": 100}),
-        move |attempt, _request| async move {
+        &acme,
+        &k,
+        &json!({"amount": 100}),
+        move |attempt| async move {
             let charge: String = attempt
                 .step("charge", |provider_key| async move {
                     Ok(format!("ch_{provider_key}"))
