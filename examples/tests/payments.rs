@@ -384,7 +384,16 @@ async fn black_hole(upstream: &str) -> String {
 /// Case 4: the process is killed after the provider charged and before the charge was
 /// recorded. A new process resumes the payment — on the client's retry or, with no retry, by
 /// its reconciler — with the same provider key: one charge, one payment.
+///
+/// With `ttl_passes`, the key's `expires_at` is moved into the past while it is stuck: a key
+/// that is not final never expires, so the retry is never answered `410` (which would send
+/// the client to a new key and a second charge); it ends `201` with one charge, and the
+/// completed key's TTL counts from its completion.
 async fn crash_after_charge(kind: Kind, client_retries: bool) {
+    crash_after_charge_with(kind, client_retries, false).await;
+}
+
+async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: bool) {
     let db = Db::fresh(kind).await;
     let provider = Provider::start(&db);
     let proxy = black_hole(provider.url()).await;
@@ -408,6 +417,10 @@ async fn crash_after_charge(kind: Kind, client_retries: bool) {
         db.text("SELECT status FROM idempotency_keys").await,
         "processing"
     );
+    if ttl_passes {
+        db.expire_all_keys().await;
+        assert!(db.seconds_to_expiry("k-crash").await < 0);
+    }
 
     let server = payments(&db, provider.url(), "1s");
     let c = Client::new(&server);
@@ -446,6 +459,12 @@ async fn crash_after_charge(kind: Kind, client_retries: bool) {
     // The resumed payment's event is delivered too.
     let id = payment["id"].as_str().unwrap().to_owned();
     provider.await_events(&HashSet::from([id])).await;
+    // The completed key is replayed for its whole TTL (24 h), counted from its completion.
+    let to_expiry = db.seconds_to_expiry("k-crash").await;
+    assert!(
+        (24 * 3600 - 120..=24 * 3600).contains(&to_expiry),
+        "expires {to_expiry} s from now"
+    );
 }
 
 /// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
@@ -577,7 +596,24 @@ macro_rules! on_both {
 on_both!(contract, declined, provider_failure);
 
 mod crash {
-    use super::{Kind, crash_after_charge};
+    use super::{Kind, crash_after_charge, crash_after_charge_with};
+
+    #[tokio::test]
+    async fn postgres_ttl_passes_while_stuck_retry() {
+        crash_after_charge_with(Kind::Postgres, true, true).await;
+    }
+    #[tokio::test]
+    async fn postgres_ttl_passes_while_stuck_reconciler() {
+        crash_after_charge_with(Kind::Postgres, false, true).await;
+    }
+    #[tokio::test]
+    async fn sqlite_ttl_passes_while_stuck_retry() {
+        crash_after_charge_with(Kind::Sqlite, true, true).await;
+    }
+    #[tokio::test]
+    async fn sqlite_ttl_passes_while_stuck_reconciler() {
+        crash_after_charge_with(Kind::Sqlite, false, true).await;
+    }
 
     #[tokio::test]
     async fn postgres_retry_resumes() {

@@ -306,7 +306,8 @@ async fn permanent_failure_is_stored_and_replayed<DB: TestDb>() {
 }
 
 /// An attempt whose lease ran out is taken over by a retry; the old attempt's writes are
-/// refused (fenced) when it wakes up, and it answers 409.
+/// refused (fenced) when it wakes up, and its client is told the final answer (the new
+/// attempt's response).
 async fn takeover_fences_the_old_attempt<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let work = Work::new(After::Wait);
@@ -325,8 +326,9 @@ async fn takeover_fences_the_old_attempt<DB: TestDb>() {
     assert_eq!(new.kind, OutcomeKind::Executed);
     assert_eq!(fresh.provider.calls(), 0, "the recorded charge was reused");
     work.gate.notify_one();
-    let old = old.await.unwrap();
-    assert!(matches!(old, Err(Error::InFlight { .. })), "{old:?}");
+    let old = old.await.unwrap().unwrap();
+    assert_eq!(old.kind, OutcomeKind::Replayed);
+    assert_eq!(old.record.body, new.record.body);
     assert_eq!(
         h.effects().await,
         1,
@@ -484,8 +486,9 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
         "resumed after the recorded charge"
     );
     work.gate.notify_one();
-    let first = first.await.unwrap();
-    assert!(matches!(first, Err(Error::InFlight { .. })), "{first:?}");
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.kind, OutcomeKind::Replayed, "the final answer");
+    assert_eq!(first.record.body, resumed.record.body);
     assert_eq!(h.effects().await, 1);
     let audit = table.audit(&AuditFilter::new()).await.unwrap();
     let actions: Vec<(&str, &str)> = audit
@@ -493,6 +496,94 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
         .map(|e| (e.operator.as_str(), e.action.as_str()))
         .collect();
     assert_eq!(actions, [("bob", "release"), ("alice", "complete")]);
+}
+
+/// One rule for a key's life: a key that is not final never expires. A stuck key whose TTL
+/// ran out is resumed by the retry (never `410`), and the completed key's TTL counts from its
+/// completion; the sweeper leaves a stuck key alone.
+async fn a_key_that_is_not_final_never_expires<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let spec = SPEC.ttl(Duration::from_secs(7200));
+    let work = Work::new(After::Interrupt);
+    let k = key("p-ttl");
+    assert!(matches!(
+        run(&h.idem, &spec, &work, &k, 100).await,
+        Err(Error::Interrupted { .. })
+    ));
+    // Past the TTL (two hours) and the lease (one hour) alike.
+    h.advance(Duration::from_secs(3 * 3600));
+    let row = h.idem.lookup(key_ref("p-ttl")).await.unwrap().unwrap();
+    assert_eq!(row.status, KeyStatus::Stuck, "not expired: not final");
+    assert_eq!(
+        h.idem
+            .sweep_expired(Duration::ZERO, 100, Duration::ZERO)
+            .await
+            .unwrap(),
+        0,
+        "the sweeper never deletes a key that is not final"
+    );
+    work.set(After::Finish);
+    let done = run(&h.idem, &spec, &work, &k, 100).await.unwrap();
+    assert_eq!(done.kind, OutcomeKind::Executed, "resumed, never 410");
+    assert_eq!(work.provider.charges(), 1);
+    let row = h.idem.lookup(key_ref("p-ttl")).await.unwrap().unwrap();
+    let completed = row.completed_at_ms.unwrap();
+    assert_eq!(
+        row.expires_at_ms - completed,
+        7_200_000,
+        "the TTL counts from completion"
+    );
+    // Replayed for the whole TTL from completion, gone after it.
+    h.advance(Duration::from_secs(7100));
+    let replay = run(&h.idem, &spec, &work, &k, 100).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    h.advance(Duration::from_secs(200));
+    assert!(matches!(
+        run(&h.idem, &spec, &work, &k, 100).await,
+        Err(Error::Expired)
+    ));
+}
+
+/// A fenced attempt's client is told the final answer: an operator completed the key while
+/// the attempt was running.
+async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
+    use idem_runtime::store::{Action, Actor, StoredResponse};
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Wait);
+    let k = key("p-fenced");
+    let running = {
+        let idem = h.idem.clone();
+        let work = Arc::clone(&work);
+        let k = k.clone();
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    recorded(&h, "p-fenced").await;
+    let table = h.idem.keys();
+    let row = table
+        .get(key_ref("p-fenced"), h.idem.now_millis())
+        .await
+        .unwrap()
+        .unwrap();
+    let response = StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: bytes::Bytes::from_static(br#"{"settled":"by hand"}"#),
+    };
+    let forced = table
+        .act(
+            row.key_ref(),
+            &row,
+            &Action::Complete(response),
+            &Actor::new("alice").reason("settled with the provider"),
+            h.idem.now_millis(),
+        )
+        .await;
+    assert!(forced.is_ok(), "{forced:?}");
+    work.gate.notify_one();
+    let answer = running.await.unwrap().unwrap();
+    assert_eq!(answer.kind, OutcomeKind::Replayed);
+    assert_eq!(answer.record.body.as_ref(), br#"{"settled":"by hand"}"#);
+    assert_eq!(h.effects().await, 0, "the fenced attempt committed nothing");
 }
 
 on_both_backends!(
@@ -505,6 +596,8 @@ on_both_backends!(
     one_of_two_racing_takeovers_wins,
     reconciler_resumes_stuck_keys,
     operators_act_on_staged_keys,
+    a_key_that_is_not_final_never_expires,
+    a_fenced_client_gets_the_final_answer,
 );
 
 /// The attribute in staged mode: `#[idempotent(mode = "staged", lease = …)]` on a handler
@@ -632,5 +725,119 @@ mod attribute {
         assert_eq!(h.effects().await, 1);
     }
 
-    on_both_backends!(staged_attribute_over_http);
+    /// A stuck key of the attribute's handler, nobody retrying: the reconciler takes it over
+    /// and sends the stored request through the router; the handler resumes after the
+    /// recorded charge. The stored request holds the body and no header but its type.
+    async fn reconciler_resumes_the_attribute_through_the_router<DB: TestDb>() {
+        let h = Harness::<DB>::new().await;
+        let work = Work::new(After::Interrupt);
+        let app = Router::new()
+            .route("/payments", post(create_payment::<DB>))
+            .with_state(App {
+                idem: h.idem.clone(),
+                work: Arc::clone(&work),
+            });
+        let (status, _, _) = send::<DB>(&app, Some("r-1"), 75).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let key = KeyRef {
+            scope: "global",
+            operation: "pay:v1",
+            key: "r-1",
+        };
+        let stored = stored_request(&h.idem, key).await;
+        assert_eq!(stored["method"], "POST");
+        assert_eq!(stored["uri"], "/payments");
+        assert_eq!(stored["content_type"], "application/json");
+        assert_eq!(stored["body"], json!({ "amount": 75 }).to_string());
+        assert!(stored.get("headers").is_none());
+
+        work.set(After::Finish);
+        let reconciler = Reconciler::new(h.idem.clone()).router(app.clone());
+        assert_eq!(reconciler.operations(), vec!["pay:v1"]);
+        let done = reconciler.run_once().await.unwrap();
+        assert_eq!((done.stuck, done.completed, done.taken), (1, 1, 0));
+        assert_eq!(work.provider.calls(), 1, "the recorded charge was not asked again");
+        assert_eq!(h.effects().await, 1);
+        let row = h.idem.lookup(key).await.unwrap().unwrap();
+        assert_eq!(row.status, KeyStatus::Completed);
+        let body: serde_json::Value = serde_json::from_slice(&row.response.unwrap().body).unwrap();
+        assert_eq!(body["amount"], 75);
+        // The client's retry replays what the reconciler stored.
+        let (status, replayed, _) = send::<DB>(&app, Some("r-1"), 75).await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(replayed.as_deref(), Some("true"));
+        assert_eq!(reconciler.run_once().await.unwrap().stuck, 0);
+    }
+
+    /// A hand-written staged handler: `IdempotencyKey` is an extractor (400 problem+json),
+    /// `Idem::staged` takes `Idem::once`'s arguments, `Outcome` and `Error` are responses.
+    async fn hand_written<DB: TestDb>(
+        State(app): State<App<DB>>,
+        key: IdempotencyKey,
+        JsonBody(payment): JsonBody<Payment>,
+    ) -> Result<idem_runtime::protocol::Outcome, Error> {
+        let amount = payment.amount;
+        app.idem
+            .staged(
+                &HAND,
+                &idem_runtime::spec::Scope::global(),
+                &key,
+                &payment,
+                |attempt| pay::<DB>(app.work, attempt, amount),
+            )
+            .await
+    }
+
+    async fn stored_request<DB: TestDb>(idem: &Idem<DB>, key: KeyRef<'_>) -> serde_json::Value {
+        idem.keys()
+            .journal(key)
+            .await
+            .unwrap()
+            .unwrap()
+            .request
+            .unwrap()
+    }
+
+    const HAND: OperationSpec = OperationSpec::new("hand:v1").mode(Mode::Staged).lease(LEASE);
+
+    async fn hand_written_handler<DB: TestDb>() {
+        let h = Harness::<DB>::new().await;
+        let work = Work::new(After::Finish);
+        let app = Router::new()
+            .route("/payments", post(hand_written::<DB>))
+            .with_state(App {
+                idem: h.idem.clone(),
+                work: Arc::clone(&work),
+            });
+        let (status, _, problem) = send::<DB>(&app, None, 5).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(problem["type"], "urn:idem:problem:missing-key", "{problem}");
+        let (status, replayed, first) = send::<DB>(&app, Some("w-1"), 5).await;
+        assert_eq!(status, StatusCode::CREATED, "{first}");
+        assert_eq!(replayed, None);
+        let (status, replayed, again) = send::<DB>(&app, Some("w-1"), 5).await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(replayed.as_deref(), Some("true"));
+        assert_eq!(again, first);
+        let (status, _, _) = send::<DB>(&app, Some("w-1"), 6).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(work.provider.calls(), 1);
+        // Stored with its input, which a reconciler reads back.
+        let stored = stored_request(
+            &h.idem,
+            KeyRef {
+                scope: "global",
+                operation: "hand:v1",
+                key: "w-1",
+            },
+        )
+        .await;
+        assert_eq!(stored, json!({ "amount": 5 }));
+    }
+
+    on_both_backends!(
+        staged_attribute_over_http,
+        reconciler_resumes_the_attribute_through_the_router,
+        hand_written_handler,
+    );
 }
