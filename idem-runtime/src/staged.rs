@@ -219,6 +219,8 @@ struct AttemptState<DB: Backend> {
     key: String,
     number: i64,
     lease: Duration,
+    /// The operation's TTL, counted from the completion.
+    ttl: Duration,
     /// Step name → recorded result. Never held across an `await`.
     journal: Mutex<Map<String, Value>>,
     resumed: bool,
@@ -385,7 +387,15 @@ impl<DB: Backend> Attempt<DB> {
                 record.status
             )));
         }
-        let kept = store_record(&state.idem, &mut tx, state.key(), state.number, &record).await?;
+        let kept = store_record(
+            &state.idem,
+            &mut tx,
+            state.key(),
+            state.number,
+            state.ttl,
+            &record,
+        )
+        .await?;
         self.kept(kept)?;
         tx.commit().await?;
         Ok(Finished(record))
@@ -442,14 +452,17 @@ async fn store_record<DB: Backend>(
     conn: &mut DB::Connection,
     key: KeyRef<'_>,
     attempt: i64,
+    ttl: Duration,
     record: &Record,
 ) -> Result<bool, sqlx::Error> {
     let headers = record.headers_json(&idem.config().stored_headers);
+    let completed_ms = idem.now_millis();
     let ending = Ending {
         status: record.status.as_u16(),
         headers_json: &headers,
         body: &record.body,
-        completed_ms: idem.now_millis(),
+        completed_ms,
+        expires_ms: completed_ms.saturating_add(millis(ttl)),
     };
     let stored = DB::finish(conn, key, attempt, ending).await?;
     telemetry::stored(key.operation, record.body.len(), stored);
@@ -691,6 +704,7 @@ impl<DB: Backend> Idem<DB> {
             key: key.key.to_owned(),
             number: lease.attempt,
             lease: spec.lease,
+            ttl: spec.ttl,
             journal: Mutex::new(journal),
             resumed,
             lost: AtomicBool::new(false),
@@ -723,7 +737,7 @@ impl<DB: Backend> Idem<DB> {
             Ok(Err(StepError::Permanent(record))) => {
                 let record = *record;
                 let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
-                if store_record(self, &mut conn, key, number, &record)
+                if store_record(self, &mut conn, key, number, spec.ttl, &record)
                     .await
                     .map_err(Error::Store)?
                 {
