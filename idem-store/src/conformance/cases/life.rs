@@ -127,7 +127,11 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>(harness: &impl Har
         .must("take_over")
         .must("taking over a stuck key past its expires_at");
     assert_eq!(lease.attempt, 2, "the attempt that resumes it");
-    let row = table.get(key("stuck"), NOW).await.must("get").must("the key");
+    let row = table
+        .get(key("stuck"), NOW)
+        .await
+        .must("get")
+        .must("the key");
     assert_eq!(row.status, KeyStatus::Processing, "the resumed key");
 }
 
@@ -274,9 +278,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>(harness: 
 /// An operator's complete (or fail) counts the key's TTL from the action: the operation's
 /// registered TTL (`idempotency_operations.ttl_ms`), or, for an operation not registered,
 /// the row's own (`expires_at - created_at`, what its reservation set).
-pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>(
-    harness: &impl Harness,
-) {
+pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>(harness: &impl Harness) {
     let table = fresh::<DB>(harness).await;
     let registered = key("registered");
     overdue(table.pool(), registered, NOW - 1_000).await;
