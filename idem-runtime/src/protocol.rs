@@ -31,8 +31,8 @@ use crate::key::IdempotencyKey;
 pub use crate::record::Record;
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
-    Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyTable, NewRow, StoreError, StoredKey,
-    TxSettings,
+    Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyStatus, KeyTable, NewRow, StoreError,
+    StoredKey, TxSettings,
 };
 use crate::telemetry;
 
@@ -542,7 +542,7 @@ impl<DB: Backend> Idem<DB> {
 
     /// Step 1, for both modes: what a key row found by a lookup at `now` means for `call`.
     ///
-    /// The rule of a key's life is the store's ([`StoredKey::is_final`]): only a final
+    /// The rule of a key's life is the store's ([`StoredKey::status_at`]): only a final
     /// (completed) key expires — `410`, or run again with [`ExpiryPolicy::Reexecute`]. A key
     /// that is not final (a staged execution holds it, or held it and stopped) never
     /// expires, whatever its `expires_at`: it is held by a live lease, or stuck and resumed.
@@ -558,7 +558,8 @@ impl<DB: Backend> Idem<DB> {
                 replace_expired: false,
             });
         };
-        if stored.is_final() && stored.expires_at_ms <= now {
+        let status = stored.status_at(now);
+        if status == KeyStatus::Expired {
             return match spec.on_expired {
                 ExpiryPolicy::Reexecute => Ok(Settled::Run {
                     replace_expired: true,
@@ -576,8 +577,8 @@ impl<DB: Backend> Idem<DB> {
             }));
         }
         // Not final: an execution holds the key, or held it and stopped.
-        Ok(match stored.locked_until_ms {
-            Some(until) if until <= now => Settled::Stuck {
+        Ok(match status {
+            KeyStatus::Stuck => Settled::Stuck {
                 attempt: stored.attempt,
             },
             _ => Settled::Held {

@@ -223,7 +223,7 @@ struct AttemptState<DB: Backend> {
     key: String,
     number: i64,
     lease: Duration,
-    /// The operation's TTL: the completed key expires this long after its completion.
+    /// The operation's TTL, counted from the completion.
     ttl: Duration,
     /// Step name → recorded result. Never held across an `await`.
     journal: Mutex<Map<String, Value>>,
@@ -455,12 +455,12 @@ async fn store_record<DB: Backend>(
 ) -> Result<bool, sqlx::Error> {
     let headers = record.headers_json(&idem.config().stored_headers);
     let completed_ms = idem.now_millis();
-    let _expires_ms = completed_ms.saturating_add(millis(ttl));
     let ending = Ending {
         status: record.status.as_u16(),
         headers_json: &headers,
         body: &record.body,
         completed_ms,
+        expires_ms: completed_ms.saturating_add(millis(ttl)),
     };
     let stored = DB::finish(conn, key, attempt, ending).await?;
     telemetry::stored(key.operation, record.body.len(), stored);

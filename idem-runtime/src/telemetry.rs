@@ -513,10 +513,10 @@ pub(crate) fn looked_up_again(stored: Option<&StoredKey>, now_ms: i64) {
 }
 
 fn found(stored: Option<&StoredKey>, now_ms: i64) -> &'static str {
-    match stored {
+    match stored.map(|row| row.status_at(now_ms)) {
         None => "none",
-        Some(row) if row.expires_at_ms <= now_ms => "expired",
-        Some(row) if row.response.is_some() => "completed",
+        Some(crate::store::KeyStatus::Expired) => "expired",
+        Some(crate::store::KeyStatus::Completed) => "completed",
         Some(_) => "processing",
     }
 }

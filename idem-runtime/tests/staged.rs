@@ -756,7 +756,11 @@ mod attribute {
         assert_eq!(reconciler.operations(), vec!["pay:v1"]);
         let done = reconciler.run_once().await.unwrap();
         assert_eq!((done.stuck, done.completed, done.taken), (1, 1, 0));
-        assert_eq!(work.provider.calls(), 1, "the recorded charge was not asked again");
+        assert_eq!(
+            work.provider.calls(),
+            1,
+            "the recorded charge was not asked again"
+        );
         assert_eq!(h.effects().await, 1);
         let row = h.idem.lookup(key).await.unwrap().unwrap();
         assert_eq!(row.status, KeyStatus::Completed);
@@ -798,7 +802,9 @@ mod attribute {
             .unwrap()
     }
 
-    const HAND: OperationSpec = OperationSpec::new("hand:v1").mode(Mode::Staged).lease(LEASE);
+    const HAND: OperationSpec = OperationSpec::new("hand:v1")
+        .mode(Mode::Staged)
+        .lease(LEASE);
 
     async fn hand_written_handler<DB: TestDb>() {
         let h = Harness::<DB>::new().await;

@@ -67,7 +67,7 @@
 //! | `response_body` | bytea | blob | stored body |
 //! | `created_at` | timestamptz | text | when the execution that stored the row began |
 //! | `completed_at` | timestamptz | text | when the response was stored |
-//! | `expires_at` | timestamptz | text | after this, `410` or run again |
+//! | `expires_at` | timestamptz | text | completed rows: after this, `410` or run again (completion + TTL); a processing row never expires ([`KeyStatus::at`]) |
 //! | `locked_until` | timestamptz | text | staged mode: the running attempt's lease; past it, the key is stuck |
 //! | `attempt` | bigint | integer | staged mode: the fencing number, 1 for the first attempt, one more at every takeover or release (0 for atomic mode's rows) |
 //! | `recovery_point` | text | text | staged mode: the last step journaled |

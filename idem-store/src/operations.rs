@@ -90,7 +90,7 @@ impl<DB: Backend> KeyTable<DB> {
     }
 
     /// How many keys [`KeyTable::sweep_batch`] with this `before_ms` would delete, in all
-    /// its batches: those whose `expires_at` is at or before `before_ms`.
+    /// its batches: completed keys whose `expires_at` is at or before `before_ms`.
     ///
     /// # Errors
     /// The database's errors.

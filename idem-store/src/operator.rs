@@ -48,10 +48,15 @@ impl Actor {
 /// | action | applies to | the row after |
 /// |---|---|---|
 /// | `Release` | processing and stuck keys | `attempt` + 1, `locked_until` = now |
-/// | `Complete(r)` | processing and stuck keys | `completed` with `r`, `completed_at` = now, no lease, `attempt` + 1 |
+/// | `Complete(r)` | processing and stuck keys | `completed` with `r`, `completed_at` = now, `expires_at` = now + the TTL, no lease, `attempt` + 1 |
 /// | `Fail(r)` | processing and stuck keys; `r.status` >= 400 | as `Complete(r)` |
 /// | `Expire` | keys not expired yet | `expires_at` = now |
 /// | `Delete` | any key | none: the key is unknown |
+///
+/// The TTL a completed key gets is the operation's registered one
+/// (`idempotency_operations.ttl_ms`), or, for an operation not registered, the row's own
+/// (`expires_at - created_at`, what its reservation set): a key's TTL counts from its
+/// completion, as when staged mode finishes it.
 ///
 /// Every action but `Expire` and `Delete` adds one to `attempt`, the fencing number: the
 /// attempt that was running, if any, finds its next write refused (every write of an attempt
@@ -70,9 +75,10 @@ pub enum Action {
     /// Completes a processing or stuck key with this failure (status 400 or more), which
     /// retries replay from then on: for work that must not be resumed.
     Fail(StoredResponse),
-    /// Expires the key now: it answers `410` (or runs again, for operations that re-execute
-    /// expired keys) until the sweeper deletes it. On a processing key, the runtime decides
-    /// what an expired lease-holder means.
+    /// Expires the key now (`expires_at` = now): a completed key answers `410` (or runs
+    /// again, for operations that re-execute expired keys) until the sweeper deletes it. A
+    /// processing or stuck key is not final and never expires ([`crate::KeyStatus::at`]): it
+    /// stays processing or stuck, and completing it sets `expires_at` anew.
     Expire,
     /// Deletes the key's row: the next request with the key runs as a first one.
     Delete,

@@ -130,7 +130,9 @@ mod sql {
          to_timestamp($9::float8 / 1000), to_timestamp($10::float8 / 1000)) \
          ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
-    /// The same, overwriting a row that had expired when the execution began.
+    /// The same, overwriting a completed row that had expired when the execution began; a
+    /// processing row is never replaced (`KeyStatus::at`: a key that is not final never
+    /// expires).
     pub(super) const INSERT_COMPLETED_OR_REPLACE_EXPIRED: &str = "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, response_status, \
          response_headers, response_body, created_at, completed_at, expires_at) \
@@ -142,19 +144,22 @@ mod sql {
          response_headers = EXCLUDED.response_headers, \
          response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at, \
          completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at \
-         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at";
+         WHERE idempotency_keys.status = 'completed' \
+         AND idempotency_keys.expires_at <= EXCLUDED.created_at";
 
     pub(super) const SAVEPOINT: &str = "SAVEPOINT idem_handler";
     pub(super) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT idem_handler";
 
-    /// Small batches, skipping rows a running request holds: no long locks.
+    /// Small batches, skipping rows a running request holds: no long locks. Expired keys
+    /// only (`KeyStatus::at`): completed rows past `expires_at`, never a processing row.
     pub(super) const SWEEP: &str = "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(\
-         SELECT ctid FROM idempotency_keys WHERE expires_at <= to_timestamp($1::float8 / 1000) \
+         SELECT ctid FROM idempotency_keys WHERE status = 'completed' \
+         AND expires_at <= to_timestamp($1::float8 / 1000) \
          LIMIT $2 FOR UPDATE SKIP LOCKED))";
 
     /// Keys `SWEEP` deletes at this `before`, in all its batches.
     pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
-         WHERE expires_at <= to_timestamp($1::float8 / 1000)";
+         WHERE status = 'completed' AND expires_at <= to_timestamp($1::float8 / 1000)";
 
     pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
          (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
@@ -217,8 +222,9 @@ mod sql {
         columns!()
     );
 
-    /// Keys per operation and state, with the earliest `created_at` of each group (the
-    /// stuck groups' give the oldest stuck key).
+    /// Keys per operation and state (`KeyStatus::at`, in SQL: only a completed row expires;
+    /// a processing row is stuck once its lease ran out, whatever `expires_at` says), with
+    /// the earliest `created_at` of each group (the stuck groups' give the oldest stuck key).
     pub(super) const COUNTS: &str = concat!(
         "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= ",
         AT_1!(),
@@ -242,12 +248,20 @@ mod sql {
         columns!()
     );
 
-    /// Completed with the operator's response, the running attempt fenced out.
+    /// Completed with the operator's response, the running attempt fenced out, its TTL
+    /// counted from now: the operation's registered `ttl_ms`, or for an operation not in
+    /// the registry the row's own (`expires_at - created_at`, what its reservation set).
     pub(super) const COMPLETE: &str = concat!(
         "UPDATE idempotency_keys SET status = 'completed', response_status = $4, \
          response_headers = $5, response_body = $6, \
-         completed_at = to_timestamp($7::float8 / 1000), locked_until = NULL, \
-         attempt = attempt + 1 \
+         completed_at = to_timestamp($7::float8 / 1000), \
+         expires_at = to_timestamp(($7::int8 + COALESCE(\
+         (SELECT ttl_ms FROM idempotency_operations WHERE operation = $2), \
+         GREATEST(",
+        ms!("expires_at"),
+        " - ",
+        ms!("created_at"),
+        ", 0)))::float8 / 1000), locked_until = NULL, attempt = attempt + 1 \
          WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
         columns!()
     );

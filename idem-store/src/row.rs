@@ -91,6 +91,13 @@ pub enum StoredStatus {
 }
 
 impl StoredStatus {
+    /// Whether a row with this `status` is final: `completed`, a stored response. Only a
+    /// final row can expire, be swept or be replaced ([`KeyStatus::at`]).
+    #[must_use]
+    pub fn is_final(self) -> bool {
+        self == Self::Completed
+    }
+
     /// `completed` or `processing`, as in the column.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -137,7 +144,8 @@ pub struct StoredKey {
     pub status: StoredStatus,
     /// The stored response: `Some` for a completed row that has one.
     pub response: Option<StoredResponse>,
-    /// `expires_at`, in milliseconds since the Unix epoch.
+    /// `expires_at`, in milliseconds since the Unix epoch: it counts for a completed row
+    /// only ([`StoredKey::status_at`]).
     pub expires_at_ms: i64,
     /// `locked_until`: the lease of the attempt running a staged key.
     pub locked_until_ms: Option<i64>,
@@ -146,25 +154,61 @@ pub struct StoredKey {
 }
 
 impl StoredKey {
-    /// Whether the key is final: its response is stored (`completed`). Only a final key
-    /// expires; a key that is not final is resumed (or answered `409` while an attempt holds
-    /// it), whatever its `expires_at`.
+    /// The key's state at `now_ms`, by the one rule of a key's life ([`KeyStatus::at`]): a
+    /// key that is not final never expires, whatever its `expires_at` says.
+    ///
+    /// ```
+    /// use idem_store::{KeyStatus, StoredKey, StoredStatus};
+    ///
+    /// // A staged key killed mid-way, its TTL long past and its lease run out: stuck, not
+    /// // expired — it is resumed, never answered `410` nor run again under the same key.
+    /// let row = StoredKey {
+    ///     fingerprint: vec![0; 32],
+    ///     status: StoredStatus::Processing,
+    ///     response: None,
+    ///     expires_at_ms: 1_000,
+    ///     locked_until_ms: Some(2_000),
+    ///     attempt: 1,
+    /// };
+    /// assert_eq!(row.status_at(5_000), KeyStatus::Stuck);
+    /// assert!(!row.is_final());
+    /// ```
+    #[must_use]
+    pub fn status_at(&self, now_ms: i64) -> KeyStatus {
+        KeyStatus::at(
+            self.status,
+            self.expires_at_ms,
+            self.locked_until_ms,
+            now_ms,
+        )
+    }
+
+    /// Whether the row is final (`completed`, a stored response): only then can it expire.
     #[must_use]
     pub fn is_final(&self) -> bool {
-        self.status == StoredStatus::Completed
+        self.status.is_final()
     }
 }
 
 /// The state of a key at a given time, as tools show and filter it.
 ///
-/// Computed when the row is read, from its `status` and the `now_ms` the caller passes:
+/// Computed when the row is read, from its `status`, `expires_at` and `locked_until` and the
+/// `now_ms` the caller passes, by [`KeyStatus::at`] — the one rule of a key's life:
 ///
 /// | `KeyStatus` | row |
 /// |---|---|
 /// | `Completed` | `completed`, `expires_at > now` |
 /// | `Expired` | `completed`, `expires_at <= now`: answered `410` or run again, per operation, until swept |
-/// | `Processing` | `processing` (staged mode), lease not run out |
-/// | `Stuck` | `processing` whose lease ran out |
+/// | `Processing` | `processing` (staged mode), lease live (`locked_until > now`, or no lease), whatever `expires_at` says |
+/// | `Stuck` | `processing` whose lease ran out (`locked_until <= now`), whatever `expires_at` says |
+///
+/// A key that is not final never expires: only a `completed` row (a stored response) has a
+/// time to live, counted from its completion. A `processing` row whose `expires_at` passed
+/// (a staged execution killed mid-way and resumed late) is still processing or stuck: it is
+/// never answered `410`, never run again under the same key, never swept and never replaced
+/// by a request that replaces expired keys; it is resumed, and its TTL starts when it
+/// completes. Every statement of the store that filters, counts, sweeps or replaces keys by
+/// state is written to agree with this function.
 ///
 /// Atomic mode commits completed rows only; `processing` rows are staged mode's, with a
 /// lease (`locked_until`) their running attempt renews. A processing row without a lease
@@ -222,8 +266,36 @@ impl KeyStatus {
         }
     }
 
+    /// Whether a key in this state is final (completed or expired: a stored response).
+    /// Processing and stuck keys are not, and never expire.
+    #[must_use]
+    pub fn is_final(self) -> bool {
+        self.stored().is_final()
+    }
+
     /// The status of a row with the `status` column `stored`, `expires_at_ms` and
-    /// `locked_until_ms`, at `now_ms`.
+    /// `locked_until_ms`, at `now_ms`: the rule of a key's life, written once.
+    ///
+    /// - A row that is not final (`processing`) never expires: it is [`KeyStatus::Processing`]
+    ///   while its lease is live (or it has none) and [`KeyStatus::Stuck`] once the lease ran
+    ///   out (`locked_until <= now`); `expires_at` is not looked at.
+    /// - A final row (`completed`) is [`KeyStatus::Expired`] once `expires_at <= now`,
+    ///   [`KeyStatus::Completed`] before.
+    ///
+    /// The SQL of each backend (listing filters, counts, the stuck listing, the sweep, the
+    /// replacement of expired keys) states the same conditions; the conformance kit pins
+    /// each branch on every backend.
+    ///
+    /// ```
+    /// use idem_store::{KeyStatus, StoredStatus};
+    ///
+    /// // Expired a while ago, lease live: still processing.
+    /// assert_eq!(KeyStatus::at(StoredStatus::Processing, 10, Some(100), 50), KeyStatus::Processing);
+    /// // Lease run out: stuck, not expired.
+    /// assert_eq!(KeyStatus::at(StoredStatus::Processing, 10, Some(20), 50), KeyStatus::Stuck);
+    /// // Only a completed row expires.
+    /// assert_eq!(KeyStatus::at(StoredStatus::Completed, 10, None, 50), KeyStatus::Expired);
+    /// ```
     #[must_use]
     pub fn at(
         stored: StoredStatus,
@@ -290,7 +362,8 @@ pub struct KeyRow {
     pub created_at_ms: i64,
     /// When its response was stored.
     pub completed_at_ms: Option<i64>,
-    /// After this, the key is expired.
+    /// After this, a completed key is expired; a processing key never expires (see
+    /// [`KeyStatus::at`]). Set from the completion: completion time + the operation's TTL.
     pub expires_at_ms: i64,
     /// Staged mode: the lease of the running attempt; past it, the key is stuck.
     pub locked_until_ms: Option<i64>,
@@ -424,6 +497,23 @@ mod tests {
             KeyStatus::at(StoredStatus::Processing, 100, Some(20), 20),
             KeyStatus::Stuck
         );
+        // A key that is not final never expires: past `expires_at`, a live lease is
+        // processing and a lease run out is stuck.
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 10, Some(100), 50),
+            KeyStatus::Processing
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 10, Some(20), 50),
+            KeyStatus::Stuck
+        );
+        assert_eq!(
+            KeyStatus::at(StoredStatus::Processing, 10, Some(10), 10),
+            KeyStatus::Stuck
+        );
+        assert!(KeyStatus::Completed.is_final() && KeyStatus::Expired.is_final());
+        assert!(!KeyStatus::Processing.is_final() && !KeyStatus::Stuck.is_final());
+        assert!(StoredStatus::Completed.is_final() && !StoredStatus::Processing.is_final());
         for status in KeyStatus::ALL {
             assert_eq!(status.as_str().parse::<KeyStatus>().ok(), Some(status));
         }

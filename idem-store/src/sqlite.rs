@@ -108,7 +108,9 @@ mod sql {
          strftime('%Y-%m-%d %H:%M:%f', ?10 / 1000.0, 'unixepoch')) \
          ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
 
-    /// The same, overwriting a row that had expired when the execution began.
+    /// The same, overwriting a completed row that had expired when the execution began; a
+    /// processing row is never replaced (`KeyStatus::at`: a key that is not final never
+    /// expires).
     pub(super) const INSERT_COMPLETED_OR_REPLACE_EXPIRED: &str = concat!(
         "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, response_status, \
@@ -122,7 +124,8 @@ mod sql {
          response_status = excluded.response_status, \
          response_headers = excluded.response_headers, \
          response_body = excluded.response_body, created_at = excluded.created_at, \
-         completed_at = excluded.completed_at, expires_at = excluded.expires_at WHERE ",
+         completed_at = excluded.completed_at, expires_at = excluded.expires_at \
+         WHERE idempotency_keys.status = 'completed' AND ",
         expires_ms!("idempotency_keys.expires_at"),
         " <= ?8"
     );
@@ -130,14 +133,18 @@ mod sql {
     pub(super) const SAVEPOINT: &str = "SAVEPOINT idem_handler";
     pub(super) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT idem_handler";
 
+    /// Expired keys only (`KeyStatus::at`): completed rows past `expires_at`, never a
+    /// processing row.
     pub(super) const SWEEP: &str = "DELETE FROM idempotency_keys \
          WHERE (scope, operation, idempotency_key) IN (\
          SELECT scope, operation, idempotency_key FROM idempotency_keys \
-         WHERE expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch') LIMIT ?2)";
+         WHERE status = 'completed' \
+         AND expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch') LIMIT ?2)";
 
     /// Keys `SWEEP` deletes at this `before`, in all its batches.
     pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
-         WHERE expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch')";
+         WHERE status = 'completed' \
+         AND expires_at <= strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch')";
 
     pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
          (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
@@ -194,8 +201,9 @@ mod sql {
         columns!()
     );
 
-    /// Keys per operation and state, with the earliest `created_at` of each group (the
-    /// stuck groups' give the oldest stuck key).
+    /// Keys per operation and state (`KeyStatus::at`, in SQL: only a completed row expires;
+    /// a processing row is stuck once its lease ran out, whatever `expires_at` says), with
+    /// the earliest `created_at` of each group (the stuck groups' give the oldest stuck key).
     pub(super) const COUNTS: &str = concat!(
         "SELECT operation, CASE WHEN status = 'completed' AND ",
         expires_ms!("expires_at"),
@@ -217,11 +225,19 @@ mod sql {
         columns!()
     );
 
-    /// Completed with the operator's response, the running attempt fenced out.
+    /// Completed with the operator's response, the running attempt fenced out, its TTL
+    /// counted from now: the operation's registered `ttl_ms`, or for an operation not in
+    /// the registry the row's own (`expires_at - created_at`, what its reservation set).
     pub(super) const COMPLETE: &str = concat!(
         "UPDATE idempotency_keys SET status = 'completed', response_status = ?4, \
          response_headers = ?5, response_body = ?6, \
          completed_at = strftime('%Y-%m-%d %H:%M:%f', ?7 / 1000.0, 'unixepoch'), \
+         expires_at = strftime('%Y-%m-%d %H:%M:%f', (?7 + COALESCE(\
+         (SELECT ttl_ms FROM idempotency_operations WHERE operation = ?2), max(",
+        expires_ms!("expires_at"),
+        " - ",
+        expires_ms!("created_at"),
+        ", 0))) / 1000.0, 'unixepoch'), \
          locked_until = NULL, attempt = attempt + 1 \
          WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3 RETURNING ",
         columns!()

@@ -118,7 +118,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// transaction; `None` if the key has no row.
     ///
     /// An expired key answers `410`, or runs again for operations that re-execute expired
-    /// keys, and the sweeper deletes it once its grace period is over.
+    /// keys, and the sweeper deletes it once its grace period is over. Only a completed key
+    /// expires ([`crate::KeyStatus::at`]): on a processing or stuck key the new `expires_at`
+    /// changes nothing, and completing the key sets it anew.
     ///
     /// Neither fenced nor audited: operators act through [`KeyTable::act`] with
     /// [`crate::Action::Expire`].
@@ -177,8 +179,10 @@ impl<DB: Backend> KeyTable<DB> {
             .map_err(StoreError::refine::<DB>)
     }
 
-    /// Deletes up to `batch` keys (at least 1) that expired at or before `before_ms`, in one
-    /// short statement; returns how many. On PostgreSQL it skips rows another transaction
+    /// Deletes up to `batch` keys (at least 1) that expired at or before `before_ms` —
+    /// completed rows whose `expires_at` is at or before it; a processing key is never
+    /// deleted, whatever its `expires_at` ([`crate::KeyStatus::at`]) — in one short
+    /// statement; returns how many. On PostgreSQL it skips rows another transaction
     /// holds (`FOR UPDATE SKIP LOCKED`). Call it again while it returns `batch`, pausing in
     /// between to leave the database's write capacity to requests.
     ///

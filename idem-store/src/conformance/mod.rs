@@ -385,6 +385,12 @@ macro_rules! __idem_conformance_cases {
             release_hands_the_key_on,
             journal_commits_with_the_transaction,
             stuck_keys_of_an_operation,
+            // A key's life: a key that is not final never expires.
+            unfinished_keys_never_expire,
+            unfinished_keys_are_never_swept,
+            unfinished_keys_are_never_replaced,
+            finish_counts_the_ttl_from_completion,
+            operator_complete_counts_the_ttl_from_now,
             // The tools' API.
             get_expire_delete,
             list_filters,

@@ -29,12 +29,14 @@ pub struct Reservation<'a> {
     pub request: &'a str,
     /// Now (`created_at`).
     pub created_ms: i64,
-    /// `expires_at`.
+    /// `expires_at` while the key is processing, where it counts for nothing (a processing
+    /// key never expires); [`StagedSql::finish`] sets it from the completion.
     pub expires_ms: i64,
     /// The first attempt's lease (`locked_until`).
     pub locked_until_ms: i64,
-    /// Replace a row that had expired by [`Reservation::created_ms`] (an operation that runs
-    /// expired keys again); otherwise an existing row wins.
+    /// Replace a completed row that had expired by [`Reservation::created_ms`] (an operation
+    /// that runs expired keys again); otherwise an existing row wins. A processing row is
+    /// never replaced, whatever its `expires_at`: it is not final, so it does not expire.
     pub replace_expired: bool,
 }
 
@@ -87,6 +89,10 @@ pub struct Ending<'a> {
     pub body: &'a [u8],
     /// `completed_at`.
     pub completed_ms: i64,
+    /// `expires_at`: the completion plus the operation's TTL. A key's time to live counts
+    /// from its completion, so a key completed late (resumed after its reservation's
+    /// `expires_at` passed) has its whole TTL from then on.
+    pub expires_ms: i64,
 }
 
 /// Staged mode's statements, per backend. Each runs on a connection, which may be a
@@ -97,8 +103,9 @@ pub struct Ending<'a> {
 /// Implemented for every [`crate::Backend`]; sealed like it.
 pub trait StagedSql: Database + crate::backend::sealed::Sealed {
     /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
-    /// when the key has a row already (unless it had expired and
-    /// [`Reservation::replace_expired`]).
+    /// when the key has a row already (unless it is a completed row that had expired and
+    /// [`Reservation::replace_expired`]: a processing row never expires, see
+    /// [`crate::KeyStatus::at`]).
     fn reserve(
         conn: &mut Self::Connection,
         reservation: Reservation<'_>,
@@ -136,7 +143,8 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
         locked_until_ms: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
-    /// Completes the key with `ending`'s response; `false` when the attempt was fenced out.
+    /// Completes the key with `ending`'s response, `completed_at` and `expires_at`; `false`
+    /// when the attempt was fenced out.
     fn finish(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
@@ -269,6 +277,7 @@ macro_rules! impl_staged_sql {
                     .bind(ending.headers_json)
                     .bind(ending.body)
                     .bind(ending.completed_ms)
+                    .bind(ending.expires_ms)
                     .execute(conn)
                     .await?;
                 Ok(done.rows_affected() == 1)

@@ -28,6 +28,9 @@ mod sql {
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
     );
 
+    /// The same, replacing a completed row that had expired by the reservation's start; a
+    /// processing row, whatever its `expires_at`, is never replaced (`KeyStatus::at`: a key
+    /// that is not final never expires).
     pub(super) const RESERVE_OR_REPLACE_EXPIRED: &str = concat!(
         "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
          fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
@@ -43,7 +46,8 @@ mod sql {
          locked_until = EXCLUDED.locked_until, attempt = idempotency_keys.attempt + 1, \
          journal = NULL, recovery_point = NULL, response_status = NULL, \
          response_headers = NULL, response_body = NULL, completed_at = NULL \
-         WHERE idempotency_keys.expires_at <= EXCLUDED.created_at \
+         WHERE idempotency_keys.status = 'completed' \
+         AND idempotency_keys.expires_at <= EXCLUDED.created_at \
          RETURNING scope, operation, idempotency_key) \
          INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
          SELECT scope, operation, idempotency_key FROM reserved \
@@ -74,10 +78,13 @@ mod sql {
          AND status = 'processing' AND attempt = $4"
     );
 
+    /// Completed, its TTL counted from now: `expires_at` is `Ending::expires_ms`.
     pub(super) const FINISH: &str = concat!(
         "UPDATE idempotency_keys SET status = 'completed', response_status = $5, \
          response_headers = $6, response_body = $7, completed_at = ",
         at!(8),
+        ", expires_at = ",
+        at!(9),
         ", locked_until = NULL \
          WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
          AND status = 'processing' AND attempt = $4"
@@ -90,6 +97,8 @@ mod sql {
          AND status = 'processing' AND attempt = $4"
     );
 
+    /// `KeyStatus::Stuck` keys of an operation: processing, lease run out, whatever
+    /// `expires_at` says.
     pub(super) const STUCK: &str = concat!(
         "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys \
          WHERE (scope, operation, idempotency_key) IN (SELECT scope, operation, \

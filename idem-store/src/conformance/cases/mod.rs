@@ -2,6 +2,7 @@
 //! [`Harness`](super::Harness), gets a new database from it, and panics with a message
 //! naming what differed from the contract.
 
+mod life;
 mod migrations;
 mod operator;
 mod outbox;
@@ -9,6 +10,7 @@ mod protocol;
 mod staged;
 mod table;
 
+pub use life::*;
 pub use migrations::*;
 pub use operator::*;
 pub use outbox::*;

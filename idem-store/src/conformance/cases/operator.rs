@@ -292,7 +292,9 @@ pub async fn act_complete<DB: ConformanceSql>(harness: &impl Harness) {
     assert_eq!(after.completed_at_ms, Some(NOW));
     assert_eq!(after.locked_until_ms, None);
     assert_eq!(after.attempt, 2);
-    assert_eq!(after.expires_at_ms, seen.expires_at_ms);
+    // The TTL counts from the completion: `pay:v1` is not registered, so the row's own
+    // (`expires_at - created_at`, a day).
+    assert_eq!(after.expires_at_ms, NOW + 24 * HOUR);
     assert_eq!(after.fingerprint, seen.fingerprint);
     // The protocol replays it.
     let mut conn = table.pool().acquire().await.must("acquire");
@@ -390,6 +392,8 @@ pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
         (after.attempt, after.locked_until_ms),
         (1, Some(NOW + 30_000))
     );
+    // Not final, so not expired: still processing, and finishing sets a new expiry.
+    assert_eq!(after.status, KeyStatus::Processing);
 
     // Deleted: gone, its journal with it; the audit trail keeps the row.
     let seen = row(&table, staged, NOW).await;
@@ -863,7 +867,7 @@ pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// `idempotency_processing` holds exactly the keys in `processing`: a reservation adds the
 /// key (also one replacing an expired key), and finishing, an operator's complete, fail or
-/// delete, and the sweep take it out.
+/// delete take it out; the sweep never sees it (a processing key does not expire).
 pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &impl Harness) {
     use crate::staged::{Ending, Reservation};
 
@@ -917,6 +921,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &imp
         headers_json: "[]",
         body: b"{}",
         completed_ms: NOW,
+        expires_ms: NOW + HOUR,
     };
     assert!(
         DB::finish(&mut conn, key("pr-finish"), 1, ending)
@@ -934,8 +939,15 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &imp
             .await
             .must("the store");
     }
+    // A processing key past its `expires_at` is not expired: the sweep leaves it.
     assert_eq!(processing(table.clone()).await, ["pr-sweep"]);
-    assert_eq!(table.sweep_batch(NOW, 100).await.must("sweep_batch"), 1);
+    assert_eq!(table.sweep_batch(NOW, 100).await.must("sweep_batch"), 0);
+    assert_eq!(processing(table.clone()).await, ["pr-sweep"]);
+    let before = row(&table, key("pr-sweep"), NOW).await;
+    table
+        .act(key("pr-sweep"), &before, &Action::Delete, &alice(), NOW)
+        .await
+        .must("the store");
     assert!(processing(table.clone()).await.is_empty());
 
     // An expired key reserved again is processing again.

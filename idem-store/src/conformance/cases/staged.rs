@@ -116,9 +116,10 @@ pub async fn reserve_once<DB: ConformanceSql>(harness: &impl Harness) {
     );
 }
 
-/// A reservation replacing expired rows takes over a row that had expired by its start —
-/// completed or processing — as a new attempt (one more than the row's), its response,
-/// journal and recovery point gone; a row expiring later stays.
+/// A reservation replacing expired rows takes over a completed row that had expired by its
+/// start as a new attempt (one more than the row's), its response, journal and recovery point
+/// gone; a row expiring later stays, and so does a processing row whatever its `expires_at`
+/// (a key that is not final never expires).
 pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness) {
     let table = fresh::<DB>(harness).await;
     let pool = table.pool();
@@ -157,7 +158,25 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl
             .must("reserve"),
         "a reservation replaced a row that has not expired"
     );
-    for (k, attempt) in [(completed, 1), (processing, 4)] {
+    let unfinished = table
+        .get(processing, NOW)
+        .await
+        .must("get")
+        .must("the processing row");
+    assert_eq!(unfinished.status, KeyStatus::Stuck, "processing: status");
+    assert!(
+        !DB::reserve(&mut conn, replacing(processing))
+            .await
+            .must("reserve"),
+        "a reservation replaced a processing row past its expires_at"
+    );
+    assert_eq!(
+        table.get(processing, NOW).await.must("get"),
+        Some(unfinished),
+        "the processing row after a refused replacement"
+    );
+    {
+        let (k, attempt) = (completed, 1);
         assert!(
             DB::reserve(&mut conn, replacing(k)).await.must("reserve"),
             "a reservation did not replace the expired row of {}",
@@ -336,6 +355,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Ha
         headers_json: &StoredResponse::encode_headers([("location", "/orders/7")]),
         body: b"\x00{\"id\":7}\xff",
         completed_ms: NOW + 50_000,
+        expires_ms: NOW + 50_000 + 24 * HOUR,
     };
     assert!(
         !DB::finish(&mut conn, k, 1, ending).await.must("finish"),
@@ -358,7 +378,11 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Ha
     assert_eq!(row.completed_at_ms, Some(NOW + 50_000), "completed_at");
     assert_eq!(row.locked_until_ms, None, "lease after finishing");
     assert_eq!(row.attempt, 2, "attempt after finishing");
-    assert_eq!(row.expires_at_ms, NOW + 24 * HOUR, "expiry after finishing");
+    assert_eq!(
+        row.expires_at_ms,
+        NOW + 50_000 + 24 * HOUR,
+        "expiry after finishing: the ending's"
+    );
     let expected = StoredResponse {
         status: 201,
         headers: vec![("location".to_owned(), "/orders/7".to_owned())],
