@@ -20,7 +20,7 @@ pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
             .and_then(|d| u8::try_from(d).ok())
     };
     let text = text.as_bytes();
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     text.chunks(2)

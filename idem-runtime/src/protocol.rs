@@ -328,7 +328,7 @@ impl<DB: Backend> Idem<DB> {
             Settled::Run { replace_expired } => replace_expired,
             // (Atomic mode commits final rows only: a staged execution of the same
             // operation id holds this key.)
-            Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
+            Settled::Held | Settled::Stuck { .. } => return Err(self.in_flight()),
         };
         let namespace = self.namespace(&mut session.conn).await?;
         let lock = KeyLock {
@@ -581,9 +581,7 @@ impl<DB: Backend> Idem<DB> {
             KeyStatus::Stuck => Settled::Stuck {
                 attempt: stored.attempt,
             },
-            _ => Settled::Held {
-                attempt: stored.attempt,
-            },
+            _ => Settled::Held,
         })
     }
 
@@ -649,7 +647,7 @@ impl<DB: Backend> Idem<DB> {
             None => own,
             stored @ Some(_) => match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => Ok(outcome),
-                Settled::Run { .. } | Settled::Held { .. } | Settled::Stuck { .. } => own,
+                Settled::Run { .. } | Settled::Held | Settled::Stuck { .. } => own,
             },
         }
     }
@@ -738,7 +736,7 @@ pub(crate) enum Settled {
     /// Run the work; `replace_expired` when an expired row is in the way.
     Run { replace_expired: bool },
     /// Not final, and an attempt's lease is live: `409`, or wait.
-    Held { attempt: i64 },
+    Held,
     /// Not final, and its attempt's lease ran out: take it over and resume.
     Stuck { attempt: i64 },
 }

@@ -675,7 +675,7 @@ impl<DB: Backend> Idem<DB> {
                     }
                     // Someone else took it over (or it completed) meanwhile: look again.
                 }
-                Settled::Held { .. } => {
+                Settled::Held => {
                     let waited = started.elapsed();
                     if spec.on_in_flight != InFlightPolicy::Wait || waited >= wait {
                         return Err(self.in_flight());
