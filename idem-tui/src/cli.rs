@@ -147,6 +147,11 @@ pub struct ActionArgs {
     /// Why (a ticket, an incident), for the audit trail.
     #[arg(long)]
     pub reason: Option<String>,
+    /// Act even when the store refuses because the action could do harm: the key's lease is
+    /// live (an attempt is running; the action fences it out), or `delete` of a completed
+    /// staged key (its steps would run again). Recorded as forced in the audit trail.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `complete` and `fail`: an action with the response to store.
