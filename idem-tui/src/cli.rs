@@ -81,15 +81,19 @@ pub enum KeysCommand {
     List(ListArgs),
     /// Everything about one key: its columns, stored response, journal and audit history.
     Show(KeyArgs),
-    /// Expire a key now: it answers 410 (or runs again) until swept.
+    /// Expire a completed key now: it answers 410 (or runs again) until swept.
     Expire(ActionArgs),
-    /// Hand a processing or stuck key back: the next retry resumes it at once.
+    /// Hand a processing or stuck key back: the next retry resumes it at once (a live lease:
+    /// --force).
     Release(ActionArgs),
-    /// Complete a processing or stuck key with a response retries will replay.
+    /// Complete a processing or stuck key with a response retries will replay (a live lease:
+    /// --force).
     Complete(ResponseArgs),
-    /// Complete a processing or stuck key with a failure (status 400 or more).
+    /// Complete a processing or stuck key with a failure (status 400 or more; a live lease:
+    /// --force).
     Fail(ResponseArgs),
-    /// Delete a key: the next request with it runs as a first one.
+    /// Delete a key: the next request with it runs as a first one (a live lease or a
+    /// completed staged key: --force).
     Delete(ActionArgs),
 }
 

@@ -24,7 +24,8 @@ impl Failure {
     /// The key does not exist.
     pub const NOT_FOUND: i32 = 3;
     /// Refused: the key changed since it was read, the action does not apply to its state,
-    /// or the tool runs `--read-only`.
+    /// it needs `--force` (a live lease, deleting a completed staged key), or the tool runs
+    /// `--read-only`.
     pub const REFUSED: i32 = 4;
 
     /// A failure with `code` and `message`.
