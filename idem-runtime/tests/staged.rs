@@ -472,7 +472,7 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
             row.key_ref(),
             &row,
             &Action::Release,
-            &Actor::new("bob"),
+            &Actor::new("bob").force(),
             h.idem.now_millis(),
         )
         .await
@@ -574,7 +574,9 @@ async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
             row.key_ref(),
             &row,
             &Action::Complete(response),
-            &Actor::new("alice").reason("settled with the provider"),
+            &Actor::new("alice")
+                .reason("settled with the provider")
+                .force(),
             h.idem.now_millis(),
         )
         .await;

@@ -54,6 +54,17 @@ pub enum StoreError {
     /// nothing audited.
     #[error("not applicable: {0}")]
     NotApplicable(String),
+    /// [`crate::KeyTable::act`]: the action applies to the key but could do harm now (see
+    /// [`crate::Hazard`]: an attempt holds the key's live lease, or deleting a completed staged
+    /// key would let its steps run again), so it is refused unless the actor forces it
+    /// ([`crate::Actor::force`]). Nothing was changed and nothing audited.
+    #[error("refused: {action}: {hazard}; a forced action overrides this")]
+    NeedsForce {
+        /// The action refused ([`crate::Action::name`]).
+        action: &'static str,
+        /// Why.
+        hazard: crate::Hazard,
+    },
     /// A string that is not an [`crate::OutboxStatus`] (`pending`, `delivered`, `dead`).
     #[error("unknown outbox status `{0}`: expected pending, delivered or dead")]
     InvalidOutboxStatus(String),
@@ -78,6 +89,13 @@ impl StoreError {
         matches!(self, Self::Changed { .. })
     }
 
+    /// Whether an operator action was refused because it could do harm now, and forcing it
+    /// would apply it ([`StoreError::NeedsForce`]).
+    #[must_use]
+    pub fn needs_force(&self) -> bool {
+        matches!(self, Self::NeedsForce { .. })
+    }
+
     /// Whether this is a failed or refused migration ([`StoreError::Migrate`]).
     #[must_use]
     pub fn is_migrate(&self) -> bool {
@@ -95,6 +113,7 @@ impl StoreError {
             | Self::InvalidArgument(_)
             | Self::Changed { .. }
             | Self::NotApplicable(_)
+            | Self::NeedsForce { .. }
             | Self::InvalidOutboxStatus(_)
             | Self::Corrupt(_) => None,
         }

@@ -212,7 +212,7 @@ pub use crate::error::StoreError;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
 pub use crate::operations::{OperationInfo, Registration};
-pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};
+pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Hazard, Journal};
 pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
 };

@@ -8,12 +8,18 @@
 //! and in one transaction locks the key's row, compares it with that, applies the action and
 //! writes the audit row; a row that changed is [`StoreError::Changed`], with the row as it is
 //! now, and nothing is written.
+//!
+//! Some actions apply to a key but could do harm ([`Hazard`]): acting on a key whose attempt
+//! is running (its lease is live), deleting a completed staged key whose steps' effects exist.
+//! They are refused ([`StoreError::NeedsForce`]) unless the actor forces them
+//! ([`Actor::force`]); a forced action is recorded as such in the audit trail
+//! ([`AuditEntry::forced`]).
 
 use serde_json::{Map, Value, json};
 
 use crate::backend::{Backend, KeyRef};
 use crate::error::StoreError;
-use crate::row::{KeyRow, StoredResponse, StoredStatus};
+use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 use crate::table::KeyTable;
 
 /// Who acts on a key, and why: recorded with every action in the audit trail.
@@ -23,6 +29,11 @@ pub struct Actor {
     pub operator: String,
     /// Why, in the operator's words (a ticket, an incident).
     pub reason: Option<String>,
+    /// Whether the actor overrides the refusals of actions that could do harm
+    /// ([`StoreError::NeedsForce`], see [`Hazard`]); an action applied only because of it is
+    /// recorded as forced ([`AuditEntry::forced`]). It overrides nothing else: a row that
+    /// changed or an action that does not apply is refused all the same.
+    pub forced: bool,
 }
 
 impl Actor {
@@ -32,6 +43,7 @@ impl Actor {
         Self {
             operator: operator.into(),
             reason: None,
+            forced: false,
         }
     }
 
@@ -41,26 +53,45 @@ impl Actor {
         self.reason = Some(reason.into());
         self
     }
+
+    /// Sets [`Actor::forced`]: the action is applied even when it could do harm (see
+    /// [`Hazard`]).
+    #[must_use]
+    pub fn force(mut self) -> Self {
+        self.forced = true;
+        self
+    }
 }
 
 /// What an operator does to a key ([`KeyTable::act`]).
 ///
-/// | action | applies to | the row after |
-/// |---|---|---|
-/// | `Release` | processing and stuck keys | `attempt` + 1, `locked_until` = now |
-/// | `Complete(r)` | processing and stuck keys | `completed` with `r`, `completed_at` = now, `expires_at` = now + the TTL, no lease, `attempt` + 1 |
-/// | `Fail(r)` | processing and stuck keys; `r.status` >= 400 | as `Complete(r)` |
-/// | `Expire` | keys not expired yet | `expires_at` = now |
-/// | `Delete` | any key | none: the key is unknown |
+/// | action | applies to | forced only | the row after |
+/// |---|---|---|---|
+/// | `Release` | processing and stuck keys | processing (a live lease) | `attempt` + 1, `locked_until` = now |
+/// | `Complete(r)` | processing and stuck keys | processing (a live lease) | `completed` with `r`, `completed_at` = now, `expires_at` = now + the TTL, no lease, `attempt` + 1 |
+/// | `Fail(r)` | processing and stuck keys; `r.status` >= 400 | processing (a live lease) | as `Complete(r)` |
+/// | `Expire` | completed keys not expired yet | — | `expires_at` = now |
+/// | `Delete` | any key | processing (a live lease); completed staged keys (`attempt` > 0 or a recovery point) | none: the key is unknown |
 ///
 /// The TTL a completed key gets is the operation's registered one
 /// (`idempotency_operations.ttl_ms`), or, for an operation not registered, the row's own
 /// (`expires_at - created_at`, what its reservation set): a key's TTL counts from its
 /// completion, as when staged mode finishes it.
 ///
-/// Every action but `Expire` and `Delete` adds one to `attempt`, the fencing number: the
-/// attempt that was running, if any, finds its next write refused (every write of an attempt
-/// names its number) and stops.
+/// "Forced only": the action is refused with [`StoreError::NeedsForce`] unless the actor
+/// forces it ([`Actor::force`]); see [`Hazard`] for why.
+///
+/// A key that is not final (processing or stuck) never expires: it is resumed, or answered
+/// `409` while its lease is live, whatever its TTL; so `Expire` does not apply to it, forced
+/// or not, and `Fail`, `Complete` or `Release` are what ends or hands on such a key.
+///
+/// `Release`, `Complete` and `Fail` add one to `attempt`, the fencing number (and the last
+/// two leave the status `processing`): the attempt that was running, if any, finds its next
+/// write refused (every write of an attempt names its number and `status = 'processing'`)
+/// and stops. `Delete` fences it out by removing the row, for as long as the key has no new
+/// row: a new execution of the key starts again at attempt 1, so an attempt 1 still running
+/// could write into it; a forced delete of a running key is safest after `Fail` or `Release`
+/// (forced) and the attempt's end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
@@ -75,12 +106,13 @@ pub enum Action {
     /// Completes a processing or stuck key with this failure (status 400 or more), which
     /// retries replay from then on: for work that must not be resumed.
     Fail(StoredResponse),
-    /// Expires the key now (`expires_at` = now): a completed key answers `410` (or runs
-    /// again, for operations that re-execute expired keys) until the sweeper deletes it. A
-    /// processing or stuck key is not final and never expires ([`crate::KeyStatus::at`]): it
-    /// stays processing or stuck, and completing it sets `expires_at` anew.
+    /// Expires a completed key now: it answers `410` (or runs again, for operations that
+    /// re-execute expired keys) until the sweeper deletes it. A processing or stuck key never
+    /// expires: not applicable to it.
     Expire,
-    /// Deletes the key's row: the next request with the key runs as a first one.
+    /// Deletes the key's row: the next request with the key runs as a first one. A
+    /// completed staged key is deleted only when forced: its steps would run again
+    /// ([`Hazard::EffectsExist`]).
     Delete,
 }
 
@@ -99,6 +131,69 @@ impl Action {
     }
 }
 
+/// Why an action that applies to a key could do harm now: [`KeyTable::act`] refuses it
+/// ([`StoreError::NeedsForce`]) unless the actor forces it ([`Actor::force`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hazard {
+    /// The key is processing and its lease is live: an attempt is running, and the work it
+    /// does (a call to a provider, say) goes on whatever is done to the key's row; completing,
+    /// failing, releasing or deleting the key under it can leave that work's effect with no
+    /// record. Stuck keys (the lease ran out) are not refused. Forced, the action fences the
+    /// running attempt out: its later writes change nothing.
+    LeaseLive {
+        /// The lease's end (`locked_until`), in milliseconds since the Unix epoch; `None`
+        /// for a processing row without a lease (written by hand), which counts as held.
+        locked_until_ms: Option<i64>,
+    },
+    /// [`Action::Delete`] of a completed staged key (`attempt` above 0, or a recovery point
+    /// recorded): its steps' effects exist, and a new execution of the same key, which a
+    /// delete lets the next request start, would run them again (colliding with the rows they
+    /// wrote, or calling a provider twice).
+    EffectsExist {
+        /// The key's `attempt`.
+        attempt: i64,
+        /// The key's last journaled step.
+        recovery_point: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Hazard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::LeaseLive { locked_until_ms } => {
+                match locked_until_ms {
+                    Some(until) => write!(
+                        f,
+                        "the key's lease is live until {until} (ms since the Unix epoch)"
+                    )?,
+                    None => f.write_str("the key is processing with no lease end")?,
+                }
+                f.write_str(
+                    ": an attempt is running, and its work goes on whatever is done to the key; \
+                     wait until the lease runs out (the key is stuck then), or force the \
+                     action, which fences the attempt out (it can commit nothing more)",
+                )
+            }
+            Self::EffectsExist {
+                attempt,
+                recovery_point,
+            } => {
+                write!(f, "the key completed in staged mode (attempt {attempt}")?;
+                if let Some(step) = recovery_point {
+                    write!(f, ", recovery point {step:?}")?;
+                }
+                f.write_str(
+                    "): its steps' effects exist, and a new execution of the key would run \
+                     them again; retries replay its stored response as it is, a client that \
+                     needs a new execution sends a new key, and expire ends the key as its TTL \
+                     would",
+                )
+            }
+        }
+    }
+}
+
 /// What [`KeyTable::act`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acted {
@@ -109,6 +204,9 @@ pub struct Acted {
     pub after: Option<KeyRow>,
     /// The action's row in the audit trail (`idempotency_audit.id`).
     pub audit_id: i64,
+    /// Whether the action was applied only because it was forced (it overrode a
+    /// [`Hazard`]); recorded as [`AuditEntry::forced`].
+    pub forced: bool,
 }
 
 /// Which entries of the audit trail [`KeyTable::audit`] returns: newest first, filters
@@ -251,6 +349,10 @@ pub struct AuditEntry {
     pub before: Option<Value>,
     /// The row after the action; `None` after `delete`.
     pub after: Option<Value>,
+    /// Whether the action was applied only because the operator forced it
+    /// ([`Actor::force`]) over a [`Hazard`] (`idempotency_audit.forced`, migration 8); an
+    /// actor's force that overrode nothing is not recorded.
+    pub forced: bool,
 }
 
 /// A staged key's journal and request ([`KeyTable::journal`]).
@@ -275,8 +377,8 @@ impl<DB: Backend> KeyTable<DB> {
     /// In one transaction that holds the key's row (PostgreSQL: `SELECT … FOR UPDATE`;
     /// SQLite: `BEGIN IMMEDIATE`), it reads the row, compares it with `expected`, checks that
     /// the action applies to it, applies the action and records it in `idempotency_audit`
-    /// (who, why, the row before and after as JSON, see [`AuditEntry`]), then commits: the
-    /// action and its audit row are written together or not at all.
+    /// (who, why, whether forced, the row before and after as JSON, see [`AuditEntry`]), then
+    /// commits: the action and its audit row are written together or not at all.
     ///
     /// The comparison is column for column (fingerprint, response, times, lease, attempt,
     /// recovery point), the status compared as its `status` column: a processing key whose
@@ -304,7 +406,10 @@ impl<DB: Backend> KeyTable<DB> {
     /// - [`StoreError::Changed`]: the row is gone or differs from `expected`.
     /// - [`StoreError::NotApplicable`]: the action does not apply to the row (see
     ///   [`Action`]): releasing, completing or failing a completed key, expiring an expired
-    ///   one.
+    ///   one or one that is not completed. Forcing does not override it.
+    /// - [`StoreError::NeedsForce`]: the action applies but could do harm ([`Hazard`]): the
+    ///   key's lease is live, or it deletes a completed staged key; unless `by` forces it
+    ///   ([`Actor::force`]).
     /// - [`StoreError::LockTimeout`] when another transaction holds the row longer than the
     ///   lock timeout; [`StoreError::Corrupt`] when the row cannot be read; database errors.
     ///
@@ -401,13 +506,15 @@ fn validate(
 }
 
 /// The row read under the action's lock (`current`, at `now_ms`) checked against `expected`
-/// and `action`: the row before the action, or why the action is refused.
+/// and `action`: the row before the action and whether it is applied only because `forced`
+/// (it overrides a [`Hazard`]), or why the action is refused.
 pub(crate) fn check(
     expected: &KeyRow,
     current: Option<KeyRow>,
     action: &Action,
+    forced: bool,
     now_ms: i64,
-) -> Result<KeyRow, StoreError> {
+) -> Result<(KeyRow, bool), StoreError> {
     let Some(current) = current else {
         return Err(StoreError::Changed { current: None });
     };
@@ -424,15 +531,42 @@ pub(crate) fn check(
             action.name(),
             current.status
         )),
+        Action::Expire if processing => Some(format!(
+            "expire: the key is {}, and a key that is not final never expires (it is resumed, \
+             or answered 409 while its lease is live, whatever its TTL); fail or complete it \
+             to end it, release it to let it resume",
+            current.status
+        )),
         Action::Expire if current.expires_at_ms <= now_ms => Some(format!(
             "expire: the key expired already (at {} ms)",
             current.expires_at_ms
         )),
         _ => None,
     };
-    match refusal {
-        Some(why) => Err(StoreError::NotApplicable(why)),
-        None => Ok(current),
+    if let Some(why) = refusal {
+        return Err(StoreError::NotApplicable(why));
+    }
+    let hazard = match action {
+        _ if current.status == KeyStatus::Processing => Some(Hazard::LeaseLive {
+            locked_until_ms: current.locked_until_ms,
+        }),
+        Action::Delete
+            if !processing && (current.attempt > 0 || current.recovery_point.is_some()) =>
+        {
+            Some(Hazard::EffectsExist {
+                attempt: current.attempt,
+                recovery_point: current.recovery_point.clone(),
+            })
+        }
+        _ => None,
+    };
+    match hazard {
+        Some(hazard) if !forced => Err(StoreError::NeedsForce {
+            action: action.name(),
+            hazard,
+        }),
+        Some(_) => Ok((current, true)),
+        None => Ok((current, false)),
     }
 }
 
@@ -521,6 +655,7 @@ pub(crate) struct RawAudit {
     pub(crate) reason: Option<String>,
     pub(crate) before: Option<String>,
     pub(crate) after: Option<String>,
+    pub(crate) forced: bool,
 }
 
 impl RawAudit {
@@ -545,6 +680,7 @@ impl RawAudit {
             key: self.key,
             action: self.action,
             reason: self.reason,
+            forced: self.forced,
         })
     }
 }
@@ -626,6 +762,7 @@ macro_rules! operator_reads {
                         reason: sqlx::Row::try_get(row, 7)?,
                         before: sqlx::Row::try_get(row, 8)?,
                         after: sqlx::Row::try_get(row, 9)?,
+                        forced: sqlx::Row::try_get(row, 10)?,
                     }
                     .into_entry()
                 })
@@ -686,7 +823,7 @@ mod tests {
         let expected = row();
         let mut current = row();
         current.status = KeyStatus::Stuck;
-        assert!(check(&expected, Some(current), &Action::Release, 6_000).is_ok());
+        assert!(check(&expected, Some(current), &Action::Release, false, 6_000).is_ok());
     }
 
     #[test]
@@ -706,13 +843,19 @@ mod tests {
         for change in changes {
             let mut current = row();
             change(&mut current);
-            match check(&expected, Some(current.clone()), &Action::Delete, 2_000) {
+            match check(
+                &expected,
+                Some(current.clone()),
+                &Action::Delete,
+                false,
+                2_000,
+            ) {
                 Err(StoreError::Changed { current: Some(now) }) => assert_eq!(*now, current),
                 other => panic!("{other:?}"),
             }
         }
         assert!(matches!(
-            check(&expected, None, &Action::Delete, 2_000),
+            check(&expected, None, &Action::Delete, false, 2_000),
             Err(StoreError::Changed { current: None })
         ));
     }
@@ -732,29 +875,125 @@ mod tests {
             Action::Fail(failure),
         ] {
             assert!(matches!(
-                check(&completed, Some(completed.clone()), &action, 2_000),
+                check(&completed, Some(completed.clone()), &action, false, 2_000),
                 Err(StoreError::NotApplicable(_))
             ));
         }
-        assert!(check(&completed, Some(completed.clone()), &Action::Expire, 2_000).is_ok());
+        assert!(
+            check(
+                &completed,
+                Some(completed.clone()),
+                &Action::Expire,
+                false,
+                2_000
+            )
+            .is_ok()
+        );
         assert!(matches!(
             check(
                 &completed,
                 Some(completed.clone()),
                 &Action::Expire,
+                false,
                 100_000
             ),
             Err(StoreError::NotApplicable(_))
         ));
-        assert!(
+        // A completed staged key: its steps ran, deleting it is forced only.
+        assert!(matches!(
             check(
                 &completed,
                 Some(completed.clone()),
                 &Action::Delete,
+                false,
                 200_000
-            )
-            .is_ok()
-        );
+            ),
+            Err(StoreError::NeedsForce {
+                action: "delete",
+                hazard: Hazard::EffectsExist { attempt: 1, .. }
+            })
+        ));
+        assert!(matches!(
+            check(
+                &completed,
+                Some(completed.clone()),
+                &Action::Delete,
+                true,
+                200_000
+            ),
+            Ok((_, true))
+        ));
+        // An atomic one (attempt 0, no journal) is deleted as it is.
+        let mut atomic = completed.clone();
+        atomic.attempt = 0;
+        atomic.recovery_point = None;
+        assert!(matches!(
+            check(&atomic, Some(atomic.clone()), &Action::Delete, false, 2_000),
+            Ok((_, false))
+        ));
+    }
+
+    #[test]
+    fn a_live_lease_is_forced_only_and_a_key_not_final_never_expires() {
+        let live = row();
+        let ok = StoredResponse {
+            status: 200,
+            ..StoredResponse::default()
+        };
+        for action in [
+            Action::Release,
+            Action::Complete(ok.clone()),
+            Action::Fail(StoredResponse {
+                status: 500,
+                ..ok.clone()
+            }),
+            Action::Delete,
+        ] {
+            match check(&live, Some(live.clone()), &action, false, 2_000) {
+                Err(StoreError::NeedsForce {
+                    action: name,
+                    hazard,
+                }) => {
+                    assert_eq!(name, action.name());
+                    assert_eq!(
+                        hazard,
+                        Hazard::LeaseLive {
+                            locked_until_ms: Some(5_000)
+                        }
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(
+                check(&live, Some(live.clone()), &action, true, 2_000),
+                Ok((_, true))
+            ));
+            // Stuck (the lease ran out): no force needed, none recorded.
+            let mut stuck = live.clone();
+            stuck.status = KeyStatus::Stuck;
+            assert!(matches!(
+                check(&live, Some(stuck), &action, true, 5_000),
+                Ok((_, false))
+            ));
+        }
+        for (now, forced) in [(2_000, false), (2_000, true), (9_000, false)] {
+            match check(&live, Some(live.clone()), &Action::Expire, forced, now) {
+                Err(StoreError::NotApplicable(why)) => {
+                    assert!(why.contains("never expires"), "{why}");
+                    assert!(why.contains("release"), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let message = StoreError::NeedsForce {
+            action: "complete",
+            hazard: Hazard::LeaseLive {
+                locked_until_ms: Some(5_000),
+            },
+        }
+        .to_string();
+        assert!(message.contains("live until 5000"), "{message}");
+        assert!(message.contains("forced action overrides"), "{message}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on PostgreSQL.
-static MIGRATIONS: [Migration; 7] = [
+static MIGRATIONS: [Migration; 8] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -60,6 +60,11 @@ static MIGRATIONS: [Migration; 7] = [
         7,
         "the key's lock without a second query when it is free",
         include_str!("../migrations/postgres/0007_lock_key_fast_path.sql"),
+    ),
+    Migration::new(
+        8,
+        "forced operator actions in the audit trail",
+        include_str!("../migrations/postgres/0008_audit_forced.sql"),
     ),
 ];
 
@@ -270,15 +275,15 @@ mod sql {
          WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
 
     pub(super) const INSERT_AUDIT: &str = "INSERT INTO idempotency_audit \
-         (at, operator, scope, operation, idempotency_key, action, reason, before, after) \
-         VALUES (to_timestamp($1::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id";
+         (at, operator, scope, operation, idempotency_key, action, reason, before, after, forced) \
+         VALUES (to_timestamp($1::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id";
 
     /// The start of a reading of the audit trail; the filters follow as `AND …`.
     pub(super) const AUDIT: &str = concat!(
         "SELECT id, ",
         ms!("at"),
-        ", operator, scope, operation, idempotency_key, action, reason, before, after \
-         FROM idempotency_audit WHERE TRUE"
+        ", operator, scope, operation, idempotency_key, action, reason, before, after, \
+         forced FROM idempotency_audit WHERE TRUE"
     );
 
     pub(super) const JOURNAL: &str = "SELECT recovery_point, journal, request \
@@ -735,7 +740,7 @@ impl sealed::Sealed for Postgres {
             .await?;
         let current = current.map(|row| key_row(&row, now_ms)).transpose()?;
         // Refused: dropping `tx` rolls back.
-        let before = operator::check(expected, current, action, now_ms)?;
+        let (before, forced) = operator::check(expected, current, action, by.forced, now_ms)?;
         let after = match action {
             Action::Release => Some(
                 by_key(sql::RELEASE, key)
@@ -774,6 +779,7 @@ impl sealed::Sealed for Postgres {
             .bind(by.reason.as_deref())
             .bind(operator::row_json(&before))
             .bind(after.as_ref().map(operator::row_json))
+            .bind(forced)
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -781,6 +787,7 @@ impl sealed::Sealed for Postgres {
             before,
             after,
             audit_id,
+            forced,
         })
     }
 

@@ -20,7 +20,7 @@ use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
 
 /// The migrations of the key table on SQLite.
-static MIGRATIONS: [Migration; 6] = [
+static MIGRATIONS: [Migration; 7] = [
     Migration::new(
         1,
         "idempotency_keys",
@@ -50,6 +50,11 @@ static MIGRATIONS: [Migration; 6] = [
         6,
         "the documents of registered operations",
         include_str!("../migrations/sqlite/0006_operation_docs.sql"),
+    ),
+    Migration::new(
+        8,
+        "forced operator actions in the audit trail",
+        include_str!("../migrations/sqlite/0008_audit_forced.sql"),
     ),
 ];
 
@@ -247,16 +252,16 @@ mod sql {
          WHERE scope = ?1 AND operation = ?2 AND idempotency_key = ?3";
 
     pub(super) const INSERT_AUDIT: &str = "INSERT INTO idempotency_audit \
-         (at, operator, scope, operation, idempotency_key, action, reason, before, after) \
+         (at, operator, scope, operation, idempotency_key, action, reason, before, after, forced) \
          VALUES (strftime('%Y-%m-%d %H:%M:%f', ?1 / 1000.0, 'unixepoch'), \
-         ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id";
+         ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id";
 
     /// The start of a reading of the audit trail; the filters follow as `AND …`.
     pub(super) const AUDIT: &str = concat!(
         "SELECT id, ",
         expires_ms!("at"),
-        ", operator, scope, operation, idempotency_key, action, reason, before, after \
-         FROM idempotency_audit WHERE 1"
+        ", operator, scope, operation, idempotency_key, action, reason, before, after, \
+         forced FROM idempotency_audit WHERE 1"
     );
 
     pub(super) const JOURNAL: &str = "SELECT recovery_point, journal, request \
@@ -705,7 +710,7 @@ async fn act_on(
     let current = by_key(sql::GET, key).fetch_optional(&mut *tx).await?;
     let current = current.map(|row| key_row(&row, now_ms)).transpose()?;
     // Refused: dropping `tx` rolls back.
-    let before = operator::check(expected, current, action, now_ms)?;
+    let (before, forced) = operator::check(expected, current, action, by.forced, now_ms)?;
     let after = match action {
         Action::Release => Some(
             by_key(sql::RELEASE, key)
@@ -744,6 +749,7 @@ async fn act_on(
         .bind(by.reason.as_deref())
         .bind(operator::row_json(&before))
         .bind(after.as_ref().map(operator::row_json))
+        .bind(forced)
         .fetch_one(&mut *tx)
         .await?;
     tx.commit().await?;
@@ -751,6 +757,7 @@ async fn act_on(
         before,
         after,
         audit_id,
+        forced,
     })
 }
 

@@ -81,15 +81,19 @@ pub enum KeysCommand {
     List(ListArgs),
     /// Everything about one key: its columns, stored response, journal and audit history.
     Show(KeyArgs),
-    /// Expire a key now: it answers 410 (or runs again) until swept.
+    /// Expire a completed key now: it answers 410 (or runs again) until swept.
     Expire(ActionArgs),
-    /// Hand a processing or stuck key back: the next retry resumes it at once.
+    /// Hand a processing or stuck key back: the next retry resumes it at once (a live lease:
+    /// --force).
     Release(ActionArgs),
-    /// Complete a processing or stuck key with a response retries will replay.
+    /// Complete a processing or stuck key with a response retries will replay (a live lease:
+    /// --force).
     Complete(ResponseArgs),
-    /// Complete a processing or stuck key with a failure (status 400 or more).
+    /// Complete a processing or stuck key with a failure (status 400 or more; a live lease:
+    /// --force).
     Fail(ResponseArgs),
-    /// Delete a key: the next request with it runs as a first one.
+    /// Delete a key: the next request with it runs as a first one (a live lease or a
+    /// completed staged key: --force).
     Delete(ActionArgs),
 }
 
@@ -147,6 +151,11 @@ pub struct ActionArgs {
     /// Why (a ticket, an incident), for the audit trail.
     #[arg(long)]
     pub reason: Option<String>,
+    /// Act even when the store refuses because the action could do harm: the key's lease is
+    /// live (an attempt is running; the action fences it out), or `delete` of a completed
+    /// staged key (its steps would run again). Recorded as forced in the audit trail.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `complete` and `fail`: an action with the response to store.

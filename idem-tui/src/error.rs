@@ -1,6 +1,6 @@
 //! Why a command failed, and the exit code that says so.
 
-use idem_store::StoreError;
+use idem_store::{Hazard, StoreError};
 use serde_json::Value;
 
 /// A command's failure: the exit code, one line for the operator, and, for a refused
@@ -24,7 +24,8 @@ impl Failure {
     /// The key does not exist.
     pub const NOT_FOUND: i32 = 3;
     /// Refused: the key changed since it was read, the action does not apply to its state,
-    /// or the tool runs `--read-only`.
+    /// it needs `--force` (a live lease, deleting a completed staged key), or the tool runs
+    /// `--read-only`.
     pub const REFUSED: i32 = 4;
 
     /// A failure with `code` and `message`.
@@ -82,11 +83,37 @@ impl From<StoreError> for Failure {
             StoreError::NotApplicable(why) => {
                 Self::new(Self::REFUSED, format!("refused: not applicable: {why}"))
             }
+            StoreError::NeedsForce { action, hazard } => {
+                Self::new(Self::REFUSED, needs_force(action, &hazard))
+            }
             StoreError::InvalidArgument(_)
             | StoreError::InvalidCursor
             | StoreError::InvalidStatus(_) => Self::usage(error.to_string()),
             other => Self::error(other.to_string()),
         }
+    }
+}
+
+/// The command line's words for an action the store refuses unless forced: why, and that
+/// `--force` overrides it.
+pub fn needs_force(action: &str, hazard: &Hazard) -> String {
+    match hazard {
+        Hazard::LeaseLive { locked_until_ms } => {
+            let until = locked_until_ms.map_or_else(
+                || "with no end (a processing row without a lease)".to_owned(),
+                |ms| format!("until {}", crate::format::rfc3339(ms)),
+            );
+            format!(
+                "refused: {action}: the key's lease is live {until}: an attempt is running, and \
+                 its work goes on whatever is done to the key; wait until the lease runs out \
+                 (the key is stuck then), or pass --force to {action} it now, fencing the \
+                 attempt out (it can commit nothing more; recorded as forced in the audit trail)"
+            )
+        }
+        other => format!(
+            "refused: {action}: {other}; --force overrides this (recorded as forced in the \
+             audit trail)"
+        ),
     }
 }
 
@@ -102,6 +129,19 @@ mod tests {
         let not_applicable = Failure::from(StoreError::NotApplicable("expired".into()));
         assert_eq!(not_applicable.code, Failure::REFUSED);
         assert!(not_applicable.message.contains("expired"));
+        let live = Failure::from(StoreError::NeedsForce {
+            action: "complete",
+            hazard: Hazard::LeaseLive {
+                locked_until_ms: Some(1_800_000_000_000),
+            },
+        });
+        assert_eq!(live.code, Failure::REFUSED);
+        assert!(
+            live.message.contains("live until 2027-01-15T08:00:00.000Z"),
+            "{}",
+            live.message
+        );
+        assert!(live.message.contains("--force"), "{}", live.message);
         assert_eq!(
             Failure::from(StoreError::InvalidCursor).code,
             Failure::USAGE

@@ -129,7 +129,18 @@ pub fn audit_json(entry: &AuditEntry) -> Value {
         "reason": entry.reason,
         "before": entry.before,
         "after": entry.after,
+        "forced": entry.forced,
     })
+}
+
+/// An audit entry's action for tables: `delete`, or `delete (forced)` when the operator
+/// forced it over a refusal.
+pub fn audit_action(entry: &AuditEntry) -> String {
+    if entry.forced {
+        format!("{} (forced)", entry.action)
+    } else {
+        entry.action.clone()
+    }
 }
 
 /// Counts by status, with their total.

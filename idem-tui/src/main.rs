@@ -7,8 +7,8 @@
 //! |---|---|
 //! | `keys list [--status S] [--operation OP] [--scope S] [--key-prefix P] [--limit N] [--after CURSOR]` | one page of keys; `next` is the cursor of the following page |
 //! | `keys show --scope S --operation OP --key K` | every column, the stored response, the journal and request, the audit history |
-//! | `keys expire\|release\|delete … [--reason R]` | an operator action, fenced by the row as read, audited |
-//! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R]` | completes a processing or stuck key with a response |
+//! | `keys expire\|release\|delete … [--reason R] [--force]` | an operator action, fenced by the row as read, audited |
+//! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R] [--force]` | completes a processing or stuck key with a response |
 //! | `stuck` | `keys list --status stuck` |
 //! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
 //! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
@@ -17,7 +17,8 @@
 //!
 //! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
 //! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key not found,
-//! 4 refused (the key changed, the action does not apply to its state, or `--read-only`).
+//! 4 refused (the key changed, the action does not apply to its state, it needs `--force` —
+//! a live lease, deleting a completed staged key — or `--read-only`).
 //! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.
 
 mod cli;

@@ -475,21 +475,104 @@ async fn actions_are_fenced_and_audited<DB: TestDb>() {
     assert!(s.run(&["audit"]).code(0).stdout.contains("INC-1"));
     std::fs::remove_file(body).ok();
 
-    // Releasing a running attempt fences it out: its last write is refused.
+    // A running attempt (its lease is live): every action is refused unless forced, and
+    // says why and how to override; expire never applies to a key that is not final.
+    let running = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
+    assert_eq!(running.status, KeyStatus::Processing);
+    for (head, tail) in [
+        (&["keys", "release"][..], &[][..]),
+        (&["keys", "complete"][..], &["--status", "201"][..]),
+        (&["keys", "fail"][..], &["--status", "502"][..]),
+        (&["keys", "delete"][..], &[][..]),
+    ] {
+        let refused = s.run(&with(head, pay("s-running"), tail));
+        refused.code(EXIT_REFUSED);
+        assert!(refused.stderr.contains("live until"), "{}", refused.stderr);
+        assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
+        // --read-only refuses a forced action all the same.
+        let read_only = s.run(&with(
+            &[&["--read-only"][..], head].concat(),
+            pay("s-running"),
+            &[tail, &["--force"][..]].concat(),
+        ));
+        read_only.code(EXIT_REFUSED);
+        assert!(
+            read_only.stderr.contains("read-only"),
+            "{}",
+            read_only.stderr
+        );
+    }
+    for force in [&[][..], &["--force"][..]] {
+        let expire = s.run(&with(&["keys", "expire"], pay("s-running"), force));
+        expire.code(EXIT_REFUSED);
+        assert!(expire.stderr.contains("never expires"), "{}", expire.stderr);
+        assert!(expire.stderr.contains("release"), "{}", expire.stderr);
+    }
+    assert_eq!(
+        s.row("tenant:acme", "pay:v1", "s-running").await.unwrap(),
+        running
+    );
+
+    // Forced, releasing the running attempt fences it out: its last write is refused.
     let released = s
         .run(&with(
             &["keys", "release"],
             pay("s-running"),
-            &["--reason", "hung", "--json"],
+            &["--reason", "hung", "--force", "--json"],
         ))
         .code(0)
         .json();
     assert_eq!(released["before"]["status"], "processing");
     assert_eq!(released["after"]["attempt"], 2);
+    assert_eq!(released["forced"], true);
     assert!(s.finish_running().await.is_err(), "fenced out");
     let row = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
     assert_eq!((row.status, row.attempt), (KeyStatus::Stuck, 2));
     assert!(row.response.is_none());
+
+    // A completed staged key: deleting it would let its steps run again; forced only.
+    let refused = s.run(&with(&["keys", "delete"], pay("s-done"), &["--json"]));
+    refused.code(EXIT_REFUSED);
+    assert!(
+        refused.stderr.contains("run them again"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
+    assert_eq!(refused.json()["code"], EXIT_REFUSED);
+    assert!(s.row("tenant:acme", "pay:v1", "s-done").await.is_some());
+    let deleted = s.run(&with(
+        &["keys", "delete"],
+        pay("s-done"),
+        &["--force", "--reason", "INC-9"],
+    ));
+    deleted.code(0);
+    assert!(
+        deleted.stdout.starts_with("delete (forced)"),
+        "{}",
+        deleted.stdout
+    );
+    assert!(s.row("tenant:acme", "pay:v1", "s-done").await.is_none());
+
+    // The audit trail says which actions were forced.
+    let doc = s.run(&["audit", "--json"]).code(0).json();
+    let forced: Vec<(&str, bool)> = doc["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["forced"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        forced[..3],
+        [("delete", true), ("release", true), ("delete", false)]
+    );
+    let text = s.run(&with(&["audit"], pay("s-done"), &[])).stdout;
+    assert!(text.contains("delete (forced)"), "{text}");
 }
 
 /// `stats`, `sweep` (dry run, then for real) and `operations`.

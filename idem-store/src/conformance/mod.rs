@@ -409,6 +409,8 @@ macro_rules! __idem_conformance_cases {
             act_expire_and_delete,
             act_not_applicable,
             act_fenced_refusals,
+            act_live_lease_needs_force,
+            act_delete_completed_staged_needs_force,
             act_invalid_arguments,
             audit_filters,
             journal_for_tools,

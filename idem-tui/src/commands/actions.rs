@@ -95,6 +95,9 @@ async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result
     if let Some(reason) = &args.reason {
         actor = actor.reason(reason.clone());
     }
+    if args.force {
+        actor = actor.force();
+    }
     let acted = context
         .db
         .act(key.key_ref(), &row, &action, &actor, now)
@@ -106,10 +109,12 @@ async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result
         "audit_id": acted.audit_id,
         "operator": context.operator,
         "reason": args.reason,
+        "forced": acted.forced,
     });
     let mut text = format!(
-        "{}: {} (audit #{}, by {})\n\nbefore:\n{}",
+        "{}{}: {} (audit #{}, by {})\n\nbefore:\n{}",
         action.name(),
+        if acted.forced { " (forced)" } else { "" },
         key.key,
         acted.audit_id,
         context.operator,

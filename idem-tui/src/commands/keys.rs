@@ -136,7 +136,7 @@ pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Fai
                 entry.id.to_string(),
                 short_time(entry.at_ms),
                 entry.operator.clone(),
-                entry.action.clone(),
+                format::audit_action(entry),
                 entry.reason.clone().unwrap_or_default(),
             ]);
         }

@@ -438,6 +438,10 @@ pub struct Refreshed {
 pub enum ActError {
     /// The row changed since it was shown; this is the row now (`None`: deleted).
     Changed(Option<Box<KeyRow>>),
+    /// The store refused the action on the key's state: it does not apply, or it could do
+    /// harm and only a forced action (the command line's `--force`) would do it; why, in
+    /// words.
+    Refused(String),
     /// Anything else, as the store says it.
     Other(String),
 }
@@ -859,6 +863,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     ));
                     replace_row(app, &key, current.map(|row| *row));
                 }
+                Err(ActError::Refused(why)) => app.error(format!("{key}: {why}")),
                 Err(ActError::Other(e)) => app.error(format!("{action} failed: {key}: {e}")),
             }
             app.counted_at_ms = None;

@@ -632,6 +632,29 @@ fn a_done_action_is_reported_and_refreshes() {
 }
 
 #[test]
+fn a_refused_action_says_why() {
+    let mut app = loaded_app();
+    let id = KeyId::of(app.selected_row().unwrap());
+    let command = update(
+        &mut app,
+        Msg::Acted {
+            key: id,
+            action: "delete",
+            result: Err(ActError::Refused(
+                "refused: delete: the key completed in staged mode".into(),
+            )),
+        },
+    );
+    assert!(matches!(command, Some(Command::Refresh { .. })));
+    let status = app.status.clone().unwrap();
+    assert!(status.error);
+    assert_eq!(
+        status.text,
+        "global sync:v1 msg-0001: refused: delete: the key completed in staged mode"
+    );
+}
+
+#[test]
 fn key_ids_borrow_as_key_refs() {
     let row = rows().remove(2);
     let id = KeyId::of(&row);

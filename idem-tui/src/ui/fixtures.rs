@@ -178,6 +178,7 @@ pub fn detail_data(row: &KeyRow) -> DetailData {
             reason: Some("INC-42: provider back".into()),
             before: None,
             after: None,
+            forced: false,
         }]),
         journal: Ok((row.attempt > 0).then(|| Journal {
             recovery_point: row.recovery_point.clone(),

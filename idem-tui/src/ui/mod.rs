@@ -37,8 +37,13 @@
 //! another column sorts the keys loaded so far.
 //!
 //! An action is refused when the key's row changed since it was shown (the store compares it
-//! with the row on screen), when the tool runs with `--read-only`, and when it does not apply
-//! to the key's status; the status line says why.
+//! with the row on screen), when the tool runs with `--read-only`, when it does not apply
+//! to the key's status (expiring a key that is not final, say), and when it could do harm:
+//! the key's lease is live (an attempt is running), or it deletes a completed staged key
+//! (its steps would run again). The dialog warns of the last two before `y`, and the status
+//! line (as many lines as it needs) says why the store refused. The TUI never forces an
+//! action: forcing is a command-line action, `idem keys <action> … --force`, recorded as
+//! forced in the audit trail.
 //!
 //! # Structure
 //!
@@ -255,16 +260,45 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 .act(key.as_ref(), &expected, &action, &by, now)
                 .await
                 .map(|acted| acted.audit_id)
-                .map_err(|e| match e {
-                    StoreError::Changed { current } => ActError::Changed(current),
-                    other => ActError::Other(other.to_string()),
-                });
+                .map_err(act_error);
             Msg::Acted {
                 key,
                 action: action.name(),
                 result,
             }
         }
+    }
+}
+
+/// Why the store did not act, as the UI says it.
+fn act_error(error: StoreError) -> ActError {
+    match error {
+        StoreError::Changed { current } => ActError::Changed(current),
+        StoreError::NotApplicable(why) => {
+            ActError::Refused(format!("refused: not applicable: {why}"))
+        }
+        StoreError::NeedsForce { action, hazard } => {
+            let why = match &hazard {
+                idem_store::Hazard::LeaseLive {
+                    locked_until_ms: Some(until),
+                } => format!(
+                    "the key's lease is live until {}: an attempt is running, and its work goes \
+                     on; wait until the lease runs out (stuck)",
+                    crate::format::rfc3339(*until)
+                ),
+                idem_store::Hazard::EffectsExist { attempt, .. } => format!(
+                    "the key completed in staged mode (attempt {attempt}): its steps' effects \
+                     exist, a new execution would run them again; retries replay its response, \
+                     a new execution needs a new key"
+                ),
+                other => other.to_string(),
+            };
+            ActError::Refused(format!(
+                "refused: {action}: {why}; or force it (fenced, audited) on the command line: \
+                 idem keys {action} … --force"
+            ))
+        }
+        other => ActError::Other(other.to_string()),
     }
 }
 

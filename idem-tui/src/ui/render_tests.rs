@@ -144,6 +144,27 @@ fn errors_and_the_search_prompt() {
 }
 
 #[test]
+fn a_refusal_says_why_and_how_to_force() {
+    let mut app = loaded_app();
+    let key = KeyId::of(app.selected_row().unwrap());
+    let refused = super::act_error(idem_store::StoreError::NeedsForce {
+        action: "complete",
+        hazard: idem_store::Hazard::LeaseLive {
+            locked_until_ms: Some(fixtures::NOW + 30_000),
+        },
+    });
+    let _ = update(
+        &mut app,
+        Msg::Acted {
+            key,
+            action: "complete",
+            result: Err(refused),
+        },
+    );
+    snapshot!("ui_refused_80x24", render(&app, 80, 24));
+}
+
+#[test]
 fn tiny_terminals_do_not_panic() {
     let mut empty = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
     let _ = update(

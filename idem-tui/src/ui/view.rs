@@ -25,7 +25,7 @@ pub fn view(app: &App, frame: &mut Frame<'_>) {
     let [header, body, footer] = Layout::vertical([
         Constraint::Length(3),
         Constraint::Min(3),
-        Constraint::Length(1),
+        Constraint::Length(footer_height(app, frame.area().width)),
     ])
     .areas(frame.area());
     draw_header(app, frame, header);
@@ -446,7 +446,7 @@ pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
                         "{} ",
                         format::when(entry.at_ms, app.now_ms, &app.tz)
                     )),
-                    Span::styled(entry.action.clone(), Style::new().bold()),
+                    Span::styled(crate::format::audit_action(entry), Style::new().bold()),
                     Span::raw(format!(" by {}", entry.operator)),
                 ]));
                 if let Some(reason) = &entry.reason {
@@ -468,6 +468,21 @@ fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
             .scroll((detail.scroll, 0)),
         area,
     );
+}
+
+/// The footer's lines: one, or as many as an error needs (a refusal says why and what to
+/// do), up to 6.
+fn footer_height(app: &App, width: u16) -> u16 {
+    match &app.status {
+        Some(status) if status.error && app.prompt.is_none() && width > 0 => {
+            let chars = status.text.chars().count();
+            // Some slack for the words the wrap moves to the next line.
+            let usable = usize::from(width.saturating_sub(8).max(1));
+            let lines = chars.div_ceil(usable).clamp(1, 6);
+            u16::try_from(lines).unwrap_or(1)
+        }
+        _ => 1,
+    }
 }
 
 fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
@@ -495,7 +510,7 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
         };
         Line::styled(hint, Style::new().dim())
     };
-    frame.render_widget(Paragraph::new(line), area);
+    frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: false }), area);
 }
 
 /// A rectangle of at most `width`×`height` in the middle of `area`.
@@ -518,22 +533,23 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
         .locked_until_ms
         .map_or_else(|| "none".to_owned(), |l| format::local_time(l, &app.tz));
     let point = row.recovery_point.as_deref().unwrap_or("the start");
-    match dialog.kind {
-        ActKind::Expire => {
-            let mut effect = vec![
-                format!("expires_at: {expires} → now"),
-                "retries answer 410 (or run again) until the sweeper deletes it".to_owned(),
+    let processing = row.status.stored() == StoredStatus::Processing;
+    let mut effect = match dialog.kind {
+        ActKind::Expire if processing => {
+            return vec![
+                format!(
+                    "not applicable: the key is {}, and a key that is not final never expires \
+                     (it is resumed, or answered 409 while its lease is live)",
+                    row.status
+                ),
+                "to end it: fail or complete; to let it resume now: release".to_owned(),
             ];
-            if row.status.stored() == StoredStatus::Processing {
-                effect.push(format!(
-                    "attempt {} is not fenced (release does that)",
-                    row.attempt
-                ));
-            } else {
-                effect.insert(1, format!("status: {} → expired", row.status));
-            }
-            effect
         }
+        ActKind::Expire => vec![
+            format!("expires_at: {expires} → now"),
+            format!("status: {} → expired", row.status),
+            "retries answer 410 (or run again) until the sweeper deletes it".to_owned(),
+        ],
         ActKind::Release => vec![
             format!("attempt: {} → {}", row.attempt, row.attempt + 1),
             format!("locked_until: {lease} → now"),
@@ -555,7 +571,29 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
             "the row is deleted (its audit history stays)".to_owned(),
             "the next request with this key runs as a first one".to_owned(),
         ],
+    };
+    let forced_only = |why: String| {
+        format!(
+            "{why}: the store refuses this unless forced, and forcing is a command-line \
+             action (idem keys {} … --force)",
+            dialog.kind.name()
+        )
+    };
+    if row.status == KeyStatus::Processing {
+        effect.push(forced_only(format!(
+            "its lease is live until {lease}: an attempt is running"
+        )));
+    } else if dialog.kind == ActKind::Delete
+        && !processing
+        && (row.attempt > 0 || row.recovery_point.is_some())
+    {
+        effect.push(forced_only(
+            "it completed in staged mode: its steps' effects exist, a new execution would run \
+             them again"
+                .to_owned(),
+        ));
     }
+    effect
 }
 
 fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
@@ -653,6 +691,10 @@ pub const HELP: &[(&str, &str)] = &[
     (
         "e r c f d",
         "expire release complete fail delete (asks first)",
+    ),
+    (
+        "",
+        "refused (live lease…)? force on the command line: --force",
     ),
     (
         "p",

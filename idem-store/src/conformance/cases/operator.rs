@@ -259,14 +259,19 @@ pub async fn act_release<DB: ConformanceSql>(harness: &impl Harness) {
         NOW
     );
 
+    // Stuck needed no force: none recorded.
+    assert!(!acted.forced);
+    assert!(!entry.forced);
+
     let live = key("live");
     staged_key(table.pool(), live, NOW - HOUR, NOW + 30_000, 3).await;
     let seen = row(&table, live, NOW).await;
     assert_eq!(seen.status, KeyStatus::Processing);
     let acted = table
-        .act(live, &seen, &Action::Release, &alice(), NOW)
+        .act(live, &seen, &Action::Release, &alice().force(), NOW)
         .await
         .must("act");
+    assert!(acted.forced);
     let after = acted.after.must("the row after the action");
     assert_eq!((after.attempt, after.locked_until_ms), (4, Some(NOW)));
     assert_eq!(after.status, KeyStatus::Stuck);
@@ -340,7 +345,13 @@ pub async fn act_fail<DB: ConformanceSql>(harness: &impl Harness) {
 
     let given = response(502, &[0xff, 0xfe, 0x00]);
     let acted = table
-        .act(k, &seen, &Action::Fail(given.clone()), &alice(), NOW)
+        .act(
+            k,
+            &seen,
+            &Action::Fail(given.clone()),
+            &alice().force(),
+            NOW,
+        )
         .await
         .must("the store");
     let after = acted.after.clone().must("the row after the action");
@@ -378,29 +389,28 @@ pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
         other => panic!("{other:?}"),
     }
 
-    // A staged key expires too.
+    // A staged key that is not final never expires, running or stuck, forced or not.
     let staged = key("s");
-    staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    staged_key(table.pool(), staged, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, staged, NOW).await;
-    let acted = table
-        .act(staged, &seen, &Action::Expire, &alice(), NOW)
-        .await
-        .must("act");
-    let after = acted.after.must("the row after the action");
-    assert_eq!(after.expires_at_ms, NOW);
-    assert_eq!(
-        (after.attempt, after.locked_until_ms),
-        (1, Some(NOW + 30_000))
-    );
-    // Not final, so not expired: still processing, and finishing sets a new expiry.
-    assert_eq!(after.status, KeyStatus::Processing);
+    assert_eq!(seen.status, KeyStatus::Stuck);
+    for by in [alice(), alice().force()] {
+        match table.act(staged, &seen, &Action::Expire, &by, NOW).await {
+            Err(StoreError::NotApplicable(why)) => {
+                assert!(why.contains("never expires"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(row(&table, staged, NOW).await, seen);
 
-    // Deleted: gone, its journal with it; the audit trail keeps the row.
-    let seen = row(&table, staged, NOW).await;
+    // A stuck key is deleted without force: gone, its journal with it; the audit trail keeps
+    // the row.
     let acted = table
         .act(staged, &seen, &Action::Delete, &alice(), NOW)
         .await
         .must("act");
+    assert!(!acted.forced);
     assert_eq!(acted.before, seen);
     assert_eq!(acted.after, None);
     assert!(table.get(staged, NOW).await.must("get").is_none());
@@ -414,7 +424,7 @@ pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
             .iter()
             .map(|e| e.action.as_str())
             .collect::<Vec<_>>(),
-        ["delete", "expire"]
+        ["delete"]
     );
     assert_eq!(entries[0].after, None);
     assert_eq!(
@@ -429,7 +439,7 @@ pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
         .await
         .must("act");
     assert_eq!(table.counts(NOW).await.must("counts").by_status.total(), 0);
-    assert_eq!(audit_rows(&table).await, 4);
+    assert_eq!(audit_rows(&table).await, 3);
 }
 
 /// Releasing, completing or failing a completed (or expired) key does not apply.
@@ -530,10 +540,10 @@ pub async fn act_fenced_refusals<DB: ConformanceSql>(harness: &impl Harness) {
             .is_changed()
     );
 
-    // Another operator expired it.
+    // Another operator released it (forced: its lease is live).
     let seen = row(&table, k, NOW).await;
     table
-        .act(k, &seen, &Action::Expire, &Actor::new("bob"), NOW)
+        .act(k, &seen, &Action::Release, &Actor::new("bob").force(), NOW)
         .await
         .must("act");
     assert!(
@@ -574,6 +584,231 @@ pub async fn act_fenced_refusals<DB: ConformanceSql>(harness: &impl Harness) {
         .await
         .must("act");
     assert_eq!(acted.before.status, KeyStatus::Stuck);
+}
+
+/// Every staged write of `attempt` is refused (returns false) and changes nothing: the
+/// attempt was fenced out.
+async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt: i64) {
+    let before = table.get(k, NOW).await.must("get");
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let ending = crate::staged::Ending {
+        status: 201,
+        headers_json: "[]",
+        body: b"{\"charged\":true}",
+        completed_ms: NOW + 1,
+        expires_ms: NOW + 1 + HOUR,
+    };
+    let journal = DB::journal(&mut conn, k, attempt, "ship", JOURNAL, NOW + 60_000)
+        .await
+        .must("journal");
+    assert!(!journal, "{}: a fenced attempt journaled a step", k.key);
+    let renewed = DB::renew(&mut conn, k, attempt, NOW + 60_000)
+        .await
+        .must("renew");
+    assert!(!renewed, "{}: a fenced attempt renewed its lease", k.key);
+    let released = DB::release(&mut conn, k, attempt, NOW + 1)
+        .await
+        .must("release");
+    assert!(!released, "{}: a fenced attempt released the key", k.key);
+    let finished = DB::finish(&mut conn, k, attempt, ending)
+        .await
+        .must("finish");
+    assert!(!finished, "{}: a fenced attempt finished the key", k.key);
+    drop(conn);
+    assert_eq!(table.get(k, NOW).await.must("get"), before, "{}", k.key);
+}
+
+/// The one audit entry of `k` says whether the action was forced.
+async fn audited_forced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, forced: bool) {
+    let entries = table.audit(&AuditFilter::new().key(k)).await.must("audit");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].forced, forced, "{}: {entries:?}", k.key);
+}
+
+/// An action on a key whose lease is live (an attempt is running) is refused unless forced:
+/// release, complete, fail and delete; forced, it fences the running attempt out (its
+/// staged writes change nothing afterwards) and the audit trail says it was forced. Expire
+/// does not apply to a key that is not final, forced or not; a stuck key needs no force.
+pub async fn act_live_lease_needs_force<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let lease = NOW + 30_000;
+    let actions = [
+        ("l-release", Action::Release),
+        ("l-complete", Action::Complete(response(201, b"{\"id\":7}"))),
+        ("l-fail", Action::Fail(response(502, b"provider down"))),
+        ("l-delete", Action::Delete),
+    ];
+    for (name, action) in &actions {
+        let k = key(name);
+        staged_key(table.pool(), k, NOW - HOUR, lease, 2).await;
+        let seen = row(&table, k, NOW).await;
+        assert_eq!(seen.status, KeyStatus::Processing);
+        match table.act(k, &seen, action, &alice(), NOW).await {
+            Err(StoreError::NeedsForce {
+                action: refused,
+                hazard,
+            }) => {
+                assert_eq!(refused, action.name());
+                assert_eq!(
+                    hazard,
+                    crate::operator::Hazard::LeaseLive {
+                        locked_until_ms: Some(lease)
+                    }
+                );
+            }
+            other => panic!("{} unforced: {other:?}", action.name()),
+        }
+        let error = table
+            .act(k, &seen, action, &alice(), NOW)
+            .await
+            .expect_err("refused");
+        assert!(error.needs_force(), "{error:?}");
+        assert!(error.to_string().contains("live until"), "{error}");
+        match table
+            .act(k, &seen, &Action::Expire, &alice().force(), NOW)
+            .await
+        {
+            Err(StoreError::NotApplicable(why)) => assert!(why.contains("never expires"), "{why}"),
+            other => panic!("expire: {other:?}"),
+        }
+        assert_eq!(
+            row(&table, k, NOW).await,
+            seen,
+            "{name}: refused, unchanged"
+        );
+    }
+    assert_eq!(audit_rows(&table).await, 0, "refusals are not audited");
+
+    for (name, action) in &actions {
+        let k = key(name);
+        let seen = row(&table, k, NOW).await;
+        let acted = table
+            .act(k, &seen, action, &alice().force(), NOW)
+            .await
+            .must("a forced action");
+        assert!(acted.forced, "{name}");
+        match (&acted.after, action) {
+            (None, Action::Delete) => assert!(table.get(k, NOW).await.must("get").is_none()),
+            (Some(after), Action::Release) => {
+                assert_eq!((after.attempt, after.status), (3, KeyStatus::Stuck));
+            }
+            (Some(after), Action::Complete(r) | Action::Fail(r)) => {
+                assert_eq!((after.attempt, after.status), (3, KeyStatus::Completed));
+                assert_eq!(after.response.as_ref(), Some(r));
+            }
+            other => panic!("{other:?}"),
+        }
+        // The running attempt (2) commits nothing more.
+        assert_fenced(&table, k, seen.attempt).await;
+        audited_forced(&table, k, true).await;
+    }
+    let entry = &table
+        .audit(&AuditFilter::new().key(key("l-complete")))
+        .await
+        .must("audit")[0];
+    assert_eq!(entry.action, "complete");
+    assert_eq!(
+        entry.before.as_ref().must("the audit entry's row")["status"],
+        "processing"
+    );
+
+    // Stuck: no force needed; an actor's force that overrode nothing is not recorded.
+    let stuck = key("stuck");
+    staged_key(table.pool(), stuck, NOW - HOUR, NOW - 1_000, 1).await;
+    let seen = row(&table, stuck, NOW).await;
+    let acted = table
+        .act(
+            stuck,
+            &seen,
+            &Action::Fail(response(500, b"")),
+            &alice().force(),
+            NOW,
+        )
+        .await
+        .must("act");
+    assert!(!acted.forced);
+    audited_forced(&table, stuck, false).await;
+    assert_fenced(&table, stuck, 1).await;
+}
+
+/// Deleting a completed staged key (its steps' effects exist; a new execution would run them
+/// again) is refused unless forced, and the forced delete is audited as such; a completed
+/// atomic key (attempt 0, no journal) is deleted as before.
+pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let staged = key("staged");
+    staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
+    let mut conn = table.pool().acquire().await.must("acquire");
+    let ending = crate::staged::Ending {
+        status: 201,
+        headers_json: "[]",
+        body: b"{\"id\":7}",
+        completed_ms: NOW - 10,
+        expires_ms: NOW - 10 + HOUR,
+    };
+    assert!(
+        DB::finish(&mut conn, staged, 1, ending)
+            .await
+            .must("finish")
+    );
+    drop(conn);
+    let seen = row(&table, staged, NOW).await;
+    assert_eq!(seen.status, KeyStatus::Completed);
+    match table
+        .act(staged, &seen, &Action::Delete, &alice(), NOW)
+        .await
+    {
+        Err(StoreError::NeedsForce { action, hazard }) => {
+            assert_eq!(action, "delete");
+            assert_eq!(
+                hazard,
+                crate::operator::Hazard::EffectsExist {
+                    attempt: 1,
+                    recovery_point: Some("charge".to_owned())
+                }
+            );
+            let message = StoreError::NeedsForce { action, hazard }.to_string();
+            assert!(message.contains("run them again"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(row(&table, staged, NOW).await, seen);
+    assert_eq!(audit_rows(&table).await, 0);
+    // Expired as well: the sweeper's business, not a delete's.
+    let expired = row(&table, staged, seen.expires_at_ms).await;
+    assert!(
+        table
+            .act(
+                staged,
+                &expired,
+                &Action::Delete,
+                &alice(),
+                seen.expires_at_ms
+            )
+            .await
+            .expect_err("refused")
+            .needs_force()
+    );
+
+    let acted = table
+        .act(staged, &seen, &Action::Delete, &alice().force(), NOW)
+        .await
+        .must("a forced delete");
+    assert!(acted.forced);
+    assert_eq!(acted.after, None);
+    assert!(table.get(staged, NOW).await.must("get").is_none());
+    audited_forced(&table, staged, true).await;
+
+    let atomic = key("atomic");
+    store(&table, atomic, NOW + HOUR).await;
+    let seen = row(&table, atomic, NOW).await;
+    assert_eq!((seen.attempt, seen.recovery_point.as_ref()), (0, None));
+    let acted = table
+        .act(atomic, &seen, &Action::Delete, &alice(), NOW)
+        .await
+        .must("delete");
+    assert!(!acted.forced);
+    audited_forced(&table, atomic, false).await;
 }
 
 /// What the store refuses before reading anything.
@@ -935,7 +1170,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &imp
     ] {
         let before = row(&table, key(k), NOW).await;
         table
-            .act(key(k), &before, &action, &alice(), NOW)
+            .act(key(k), &before, &action, &alice().force(), NOW)
             .await
             .must("the store");
     }
