@@ -299,7 +299,7 @@ pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>(harne
         }])
         .await
         .must("register");
-    let by = Actor::new("alice").reason("finished by hand");
+    let by = Actor::new("alice").reason("finished by hand").force();
     let response = StoredResponse {
         status: 402,
         headers: Vec::new(),
