@@ -235,7 +235,7 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
         cases.push(Case::problem(
             410,
             "urn:idem:problem:key-expired",
-            format!("The key's first request is older than {ttl}; its record is gone."),
+            format!("The key's response was stored more than {ttl} ago; its record is gone."),
             "Do not retry with this key. Check whether the first request took effect before \
              sending the operation again with a new key.",
         ));

@@ -102,7 +102,9 @@ macro_rules! setters {
 
 impl Config {
     /// Runs the staged operation `operation_id` with leases of `lease`, whatever its spec
-    /// says (its keys' reservations, heartbeats, takeovers and the reconciler's).
+    /// says: the attribute's handlers, [`Idem::staged`](crate::Idem::staged) and the
+    /// [`Reconciler`](crate::staged::Reconciler) (its reservations, heartbeats and takeovers)
+    /// read it.
     ///
     /// ```
     /// use idem_runtime::Config;

@@ -47,8 +47,8 @@
 //!
 //! ```no_run
 //! use idem_runtime::staged::{Attempt, Finished, StepError};
-//! use idem_runtime::protocol::{Call, Record};
-//! use idem_runtime::spec::{Mode, OperationSpec};
+//! use idem_runtime::protocol::Record;
+//! use idem_runtime::spec::{Mode, OperationSpec, Scope};
 //! use idem_runtime::{Idem, IdempotencyKey};
 //! use idem_runtime::sqlx::Sqlite;
 //! use std::time::Duration;
@@ -78,10 +78,15 @@
 //!         .await
 //! }
 //!
-//! # async fn demo(idem: Idem<Sqlite>, call: Call<'_>) -> Result<(), idem_runtime::Error> {
-//! let outcome = idem.staged(&CHARGE, call, 1200_u64, charge).await?;
+//! # async fn demo(idem: Idem<Sqlite>, key: IdempotencyKey) -> Result<(), idem_runtime::Error> {
+//! let outcome = idem
+//!     .staged(&CHARGE, &Scope::global(), &key, &1200_u64, |attempt| charge(attempt, 1200))
+//!     .await?;
 //! # Ok(()) }
 //! ```
+//!
+//! An `#[idempotent(mode = "staged")]` handler is the same work behind the attribute, and
+//! [`Reconciler::router`] resumes it without its client ([`crate::resume`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -564,6 +569,7 @@ impl<DB: Backend> Idem<DB> {
         F: FnOnce(Attempt<DB>) -> Fut,
         Fut: Future<Output = Result<Finished, StepError>>,
     {
+        let spec = &self.config().spec(spec);
         let fingerprint =
             Fingerprint::of(spec.id, input, spec.fingerprint_exclude).map_err(Error::Input)?;
         let request = serde_json::to_string(input).map_err(Error::Journal)?;
@@ -901,6 +907,7 @@ impl<DB: Backend> Reconciler<DB> {
                     Err(error) => Box::pin(async move { Err(StepError::Journal(error)) }),
                 },
             );
+        let spec = self.idem.config().spec(&spec);
         self.operations
             .insert(spec.id, (spec, Resumer::Work(resume)));
         self

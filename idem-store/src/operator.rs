@@ -86,7 +86,7 @@ impl Actor {
 /// or not, and `Fail`, `Complete` or `Release` are what ends or hands on such a key.
 ///
 /// `Release`, `Complete` and `Fail` add one to `attempt`, the fencing number (and the last
-/// two leave the status `processing`): the attempt that was running, if any, finds its next
+/// two end `processing`): the attempt that was running, if any, finds its next
 /// write refused (every write of an attempt names its number and `status = 'processing'`)
 /// and stops. `Delete` fences it out by removing the row, for as long as the key has no new
 /// row: a new execution of the key starts again at attempt 1, so an attempt 1 still running
