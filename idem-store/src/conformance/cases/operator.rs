@@ -1180,7 +1180,13 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &imp
     assert_eq!(processing(table.clone()).await, ["pr-sweep"]);
     let before = row(&table, key("pr-sweep"), NOW).await;
     table
-        .act(key("pr-sweep"), &before, &Action::Delete, &alice().force(), NOW)
+        .act(
+            key("pr-sweep"),
+            &before,
+            &Action::Delete,
+            &alice().force(),
+            NOW,
+        )
         .await
         .must("the store");
     assert!(processing(table.clone()).await.is_empty());
