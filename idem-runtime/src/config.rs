@@ -65,6 +65,14 @@ pub struct Config {
     /// (the attribute) gives: a deployment tunes them without a build. Set with
     /// [`Config::lease_for`]. Default none.
     pub leases: Vec<(String, Duration)>,
+    /// Whether staged attempts prove their owner alive where the backend can (PostgreSQL:
+    /// a session advisory lock on a connection of a second pool, see
+    /// [`StagedSql::hold`](crate::store::staged::StagedSql::hold)), so that a retry after
+    /// a crash takes the key over at once instead of waiting for the lease. Turn it off
+    /// behind a transaction pooler (PgBouncer in transaction mode), where a session's lock
+    /// does not stay with its client: recovery then waits for the lease, as on SQLite.
+    /// Default `true`.
+    pub attempt_holds: bool,
 }
 
 impl Default for Config {
@@ -85,6 +93,7 @@ impl Default for Config {
             ],
             max_connections: 16,
             leases: Vec::new(),
+            attempt_holds: true,
         }
     }
 }
@@ -139,6 +148,7 @@ impl Config {
         max_response_body: usize,
         key_format: KeyFormat,
         max_connections: u32,
+        attempt_holds: bool,
     }
 
     /// Sets [`Config::stored_headers`].

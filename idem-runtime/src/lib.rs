@@ -16,6 +16,7 @@ mod failpoint;
 pub mod fingerprint;
 mod handler;
 mod hex;
+mod hold;
 pub mod key;
 mod maintenance;
 mod once;

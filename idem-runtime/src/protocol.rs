@@ -126,6 +126,8 @@ struct Inner<DB: Backend> {
     clock: Arc<dyn Clock>,
     /// [`Backend::namespace`], asked on the first keyed execution.
     namespace: OnceLock<String>,
+    /// Staged attempts' hold connections ([`crate::hold`]), opened on first use.
+    holds: OnceLock<Pool<DB>>,
     fail: FailPoints,
 }
 
@@ -194,6 +196,7 @@ impl<DB: Backend> Idem<DB> {
                 config,
                 clock: Arc::new(SystemClock),
                 namespace: OnceLock::new(),
+                holds: OnceLock::new(),
                 fail: FailPoints::default(),
             }),
         }
@@ -208,6 +211,7 @@ impl<DB: Backend> Idem<DB> {
             tx_settings: shared.tx_settings.clone(),
             clock: Arc::clone(&shared.clock),
             namespace: shared.namespace.clone(),
+            holds: shared.holds.clone(),
             fail: FailPoints::default(),
         });
         Self {
@@ -232,6 +236,14 @@ impl<DB: Backend> Idem<DB> {
     #[must_use]
     pub fn pool(&self) -> &Pool<DB> {
         &self.inner.pool
+    }
+
+    /// The pool of staged attempts' hold connections ([`crate::hold`]): the application
+    /// pool's size and options, opened on first use (inside the runtime).
+    pub(crate) fn hold_pool(&self) -> &Pool<DB> {
+        self.inner
+            .holds
+            .get_or_init(|| crate::hold::hold_pool(&self.inner.pool))
     }
 
     /// The settings.
@@ -328,7 +340,7 @@ impl<DB: Backend> Idem<DB> {
             Settled::Run { replace_expired } => replace_expired,
             // (Atomic mode commits final rows only: a staged execution of the same
             // operation id holds this key.)
-            Settled::Held | Settled::Stuck { .. } => return Err(self.in_flight()),
+            Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
         };
         let namespace = self.namespace(&mut session.conn).await?;
         let lock = KeyLock {
@@ -532,7 +544,7 @@ impl<DB: Backend> Idem<DB> {
     }
 
     /// [`Backend::namespace`], asked once per handle.
-    async fn namespace(&self, conn: &mut DB::Connection) -> Result<&str, Error> {
+    pub(crate) async fn namespace(&self, conn: &mut DB::Connection) -> Result<&str, Error> {
         if let Some(namespace) = self.inner.namespace.get() {
             return Ok(namespace);
         }
@@ -581,7 +593,10 @@ impl<DB: Backend> Idem<DB> {
             KeyStatus::Stuck => Settled::Stuck {
                 attempt: stored.attempt,
             },
-            _ => Settled::Held,
+            _ => Settled::Held {
+                attempt: stored.attempt,
+                until: stored.locked_until_ms,
+            },
         })
     }
 
@@ -647,7 +662,7 @@ impl<DB: Backend> Idem<DB> {
             None => own,
             stored @ Some(_) => match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => Ok(outcome),
-                Settled::Run { .. } | Settled::Held | Settled::Stuck { .. } => own,
+                Settled::Run { .. } | Settled::Held { .. } | Settled::Stuck { .. } => own,
             },
         }
     }
@@ -735,8 +750,10 @@ pub(crate) enum Settled {
     Answer(Outcome),
     /// Run the work; `replace_expired` when an expired row is in the way.
     Run { replace_expired: bool },
-    /// Not final, and an attempt's lease is live: `409`, or wait.
-    Held,
+    /// Not final, and attempt `attempt`'s lease is live (until `until`; `None`: no lease):
+    /// `409`, or wait — or, where the attempt's hold proves its owner gone
+    /// ([`crate::hold`]), take it over at once.
+    Held { attempt: i64, until: Option<i64> },
     /// Not final, and its attempt's lease ran out: take it over and resume.
     Stuck { attempt: i64 },
 }

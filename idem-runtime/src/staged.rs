@@ -108,6 +108,7 @@ use sqlx::Transaction;
 use crate::clock::millis;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
+use crate::hold::Hold;
 use crate::key::IdempotencyKey;
 use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
 use crate::resume::{Resumption, StoredRequest};
@@ -511,9 +512,14 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
 }
 
 /// What the lookup at the start of a staged execution decided.
-enum Start {
+enum Start<DB: Backend> {
     Answer(Outcome),
-    Run { lease: Lease, resumed: bool },
+    Run {
+        lease: Lease,
+        resumed: bool,
+        /// The attempt's hold ([`crate::hold`]), where the backend has them.
+        hold: Option<Hold<DB>>,
+    },
 }
 
 /// How long a waiting retry sleeps between lookups, at most.
@@ -604,33 +610,53 @@ impl<DB: Backend> Idem<DB> {
         };
         match self.start(spec, &call, key, request).await? {
             Start::Answer(outcome) => Ok(outcome),
-            Start::Run { lease, resumed } => {
-                self.run_attempt(spec, key, lease, resumed, work).await
+            Start::Run {
+                lease,
+                resumed,
+                hold,
+            } => {
+                let outcome = self.run_attempt(spec, key, lease, resumed, work).await;
+                // Let go once the attempt's last write is done (off the response's path).
+                drop(hold);
+                outcome
             }
         }
     }
 
     /// Reserves the key, takes it over, replays, or refuses: the lookup and its meaning are
     /// the atomic protocol's ([`Idem::settle`]), with its stale-connection retry and lookup
-    /// deadline.
+    /// deadline. Where attempts hold their number ([`crate::hold`]), a key held by a live
+    /// lease whose owner is provably gone is taken over at once.
     async fn start(
         &self,
         spec: &OperationSpec,
         call: &Call<'_>,
         key: KeyRef<'_>,
         request: &str,
-    ) -> Result<Start, Error> {
+    ) -> Result<Start<DB>, Error> {
         let started = Instant::now();
-        let wait = self.config().in_flight_wait;
         let mut pause = Duration::from_millis(10);
+        // Before the lookup's connection: see `Idem::hold_for`.
+        let mut hold = self.hold_for(key).await?;
         loop {
             let now = self.now_millis();
             let (mut session, stored) = self.first_lookup(key).await?;
             telemetry::looked_up(stored.as_ref(), now);
             let conn: &mut DB::Connection = &mut session.conn;
-            match self.settle(spec, call, stored, now)? {
+            // The attempt to take over, and the end of its lease as seen.
+            let (seen, seen_until) = match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
                 Settled::Run { replace_expired } => {
+                    // The first attempt's number, held before the reservation shows it
+                    // (a replaced row's number goes on counting: read back below).
+                    if let Some(hold) = &mut hold
+                        && !hold.take(self, 1).await?
+                    {
+                        // Another request is reserving it.
+                        drop(session);
+                        self.held_off(spec, started, &mut pause).await?;
+                        continue;
+                    }
                     let reservation = Reservation {
                         key,
                         fingerprint: call.fingerprint.as_bytes(),
@@ -648,7 +674,6 @@ impl<DB: Backend> Idem<DB> {
                         continue;
                     }
                     let attempt = if replace_expired {
-                        // The replaced row's attempt went on counting: read it back.
                         DB::lookup(&mut *conn, key)
                             .await
                             .map_err(Error::Store)?
@@ -656,6 +681,10 @@ impl<DB: Backend> Idem<DB> {
                     } else {
                         1
                     };
+                    if let Some(hold) = &mut hold {
+                        // (Nobody else can hold a number the row just showed.)
+                        hold.take(self, attempt).await?;
+                    }
                     telemetry::reserved(attempt, false);
                     return Ok(Start::Run {
                         lease: Lease {
@@ -665,34 +694,75 @@ impl<DB: Backend> Idem<DB> {
                             fingerprint: call.fingerprint.as_bytes().to_vec(),
                         },
                         resumed: false,
+                        hold,
                     });
                 }
-                Settled::Stuck { attempt } => {
-                    let until = now.saturating_add(millis(spec.lease));
-                    if let Some(lease) = DB::take_over(&mut *conn, key, attempt, now, until)
-                        .await
-                        .map_err(Error::Store)?
-                    {
-                        telemetry::reserved(lease.attempt, true);
-                        return Ok(Start::Run {
-                            lease,
-                            resumed: true,
-                        });
+                // The lease ran out: the lease alone decides.
+                Settled::Stuck { attempt } => (attempt, now),
+                Settled::Held { attempt, until } => {
+                    let gone = match &mut hold {
+                        Some(hold) => hold.owner_gone(self, attempt).await?,
+                        None => false,
+                    };
+                    if !gone {
+                        drop(session);
+                        self.held_off(spec, started, &mut pause).await?;
+                        continue;
                     }
-                    // Someone else took it over (or it completed) meanwhile: look again.
+                    telemetry::owner_gone(attempt);
+                    (attempt, until.unwrap_or(now))
                 }
-                Settled::Held => {
-                    let waited = started.elapsed();
-                    if spec.on_in_flight != InFlightPolicy::Wait || waited >= wait {
-                        return Err(self.in_flight());
+            };
+            // Hold the next number before the takeover shows it.
+            if let Some(hold) = &mut hold
+                && !hold.take(self, seen + 1).await?
+            {
+                // Another request is taking it over.
+                drop(session);
+                self.held_off(spec, started, &mut pause).await?;
+                continue;
+            }
+            let until = now.saturating_add(millis(spec.lease));
+            match DB::take_over(&mut *conn, key, seen, seen_until, until)
+                .await
+                .map_err(Error::Store)?
+            {
+                Some(lease) => {
+                    telemetry::reserved(lease.attempt, true);
+                    return Ok(Start::Run {
+                        lease,
+                        resumed: true,
+                        hold,
+                    });
+                }
+                // Someone else took it over (or it completed) meanwhile: look again.
+                None => {
+                    if let Some(hold) = &mut hold {
+                        hold.let_go(self).await?;
                     }
-                    // (A waiting retry gives its connection back while it sleeps.)
-                    drop(session);
-                    tokio::time::sleep(pause.min(wait.saturating_sub(waited))).await;
-                    pause = (pause * 2).min(POLL_MAX);
                 }
             }
         }
+    }
+
+    /// Another attempt holds the key: `409`, or, with [`InFlightPolicy::Wait`] and time left
+    /// of [`crate::Config::in_flight_wait`] since `started`, a pause (growing up to
+    /// [`POLL_MAX`]) before the next look. Called without a connection: a waiting retry
+    /// holds none while it sleeps.
+    async fn held_off(
+        &self,
+        spec: &OperationSpec,
+        started: Instant,
+        pause: &mut Duration,
+    ) -> Result<(), Error> {
+        let wait = self.config().in_flight_wait;
+        let waited = started.elapsed();
+        if spec.on_in_flight != InFlightPolicy::Wait || waited >= wait {
+            return Err(self.in_flight());
+        }
+        tokio::time::sleep((*pause).min(wait.saturating_sub(waited))).await;
+        *pause = (*pause * 2).min(POLL_MAX);
+        Ok(())
     }
 
     /// Runs one attempt of `work` holding `lease`, and settles how it ended.
@@ -981,6 +1051,14 @@ impl<DB: Backend> Reconciler<DB> {
         resumer: &Resumer<DB>,
         stuck: &StuckKey,
     ) -> Result<Option<bool>, Error> {
+        // The next attempt's number, held before the takeover shows it ([`crate::hold`]),
+        // until the resumed attempt ends.
+        let mut hold = self.idem.hold_for(stuck.key_ref()).await?;
+        if let Some(hold) = &mut hold
+            && !hold.take(&self.idem, stuck.attempt + 1).await?
+        {
+            return Ok(None);
+        }
         let now = self.idem.now_millis();
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
@@ -1010,6 +1088,7 @@ impl<DB: Backend> Reconciler<DB> {
             }
             Resumer::Router(router) => self.through_router(router, stuck, lease, request).await,
         };
+        drop(hold);
         outcome.map(|_| Some(true))
     }
 

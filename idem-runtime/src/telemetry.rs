@@ -566,6 +566,15 @@ pub(crate) fn reserved(attempt: i64, taken_over: bool) {
     }
 }
 
+/// Staged mode: a key's live lease is taken over because its attempt's owner is provably
+/// gone ([`crate::hold`]).
+pub(crate) fn owner_gone(attempt: i64) {
+    tracing::info!(
+        attempt,
+        "staged attempt's owner is gone (its hold ended with its connection): taking the key over before its lease runs out"
+    );
+}
+
 /// Staged mode: a step's result was recorded.
 pub(crate) fn step_recorded(step: &str, attempt: i64) {
     tracing::debug!(step, attempt, "step recorded");

@@ -588,7 +588,82 @@ async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
     assert_eq!(h.effects().await, 0, "the fenced attempt committed nothing");
 }
 
+/// An attempt whose owner stopped (its future dropped, as a killed process's would be) while
+/// its lease is live: where attempts hold their number (PostgreSQL), the retry proves the
+/// owner gone and takes the key over at once, reusing the recorded charge; elsewhere, or
+/// with `attempt_holds` off, it gets 409 until the lease runs out.
+async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
+    use idem_runtime::store::staged::StagedSql as _;
+    let h = Harness::<DB>::new().await;
+    let work = Work::new(After::Wait);
+    let k = key("p-gone");
+    let owner = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    recorded(&h, "p-gone").await;
+    owner.abort();
+    assert!(owner.await.unwrap_err().is_cancelled());
+    let row = h.idem.lookup(key_ref("p-gone")).await.unwrap().unwrap();
+    assert_eq!(
+        row.status,
+        KeyStatus::Processing,
+        "the lease (an hour) is live"
+    );
+
+    let fresh = Work::new(After::Finish);
+    // Without holds, the lease alone decides.
+    let unproven = h.reopen(Config::default().attempt_holds(false)).await;
+    assert!(
+        matches!(
+            run(&unproven, &SPEC, &fresh, &k, 100).await,
+            Err(Error::InFlight { .. })
+        ),
+        "taken over without proof"
+    );
+    if !DB::HOLDS {
+        assert!(matches!(
+            run(&h.idem, &SPEC, &fresh, &k, 100).await,
+            Err(Error::InFlight { .. })
+        ));
+        assert_eq!(fresh.runs.load(Ordering::SeqCst), 0);
+        return;
+    }
+    // The dropped attempt lets go of its hold on a task of its own: soon.
+    let mut outcome = None;
+    for _ in 0..500 {
+        match run(&h.idem, &SPEC, &fresh, &k, 100).await {
+            Err(Error::InFlight { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+            other => {
+                outcome = Some(other.unwrap());
+                break;
+            }
+        }
+    }
+    let outcome = outcome.expect("the key was never taken over");
+    assert_eq!(outcome.kind, OutcomeKind::Executed);
+    assert_eq!(fresh.provider.calls(), 0, "the recorded charge was reused");
+    assert_eq!(h.effects().await, 1);
+    let row = h.idem.lookup(key_ref("p-gone")).await.unwrap().unwrap();
+    assert_eq!((row.status, row.attempt), (KeyStatus::Completed, 2));
+    // A live attempt is never taken over: its duplicate gets 409.
+    let live = Work::new(After::Wait);
+    let k2 = key("p-live");
+    let running = {
+        let (idem, live, k2) = (h.idem.clone(), Arc::clone(&live), k2.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &live, &k2, 100).await })
+    };
+    recorded(&h, "p-live").await;
+    assert!(matches!(
+        run(&h.idem, &SPEC, &fresh, &k2, 100).await,
+        Err(Error::InFlight { .. })
+    ));
+    live.gate.notify_one();
+    assert_eq!(running.await.unwrap().unwrap().kind, OutcomeKind::Executed);
+}
+
 on_both_backends!(
+    an_attempt_whose_owner_is_gone_is_taken_over_at_once,
     reservation_commits_at_once,
     waiting_duplicate_gets_the_response,
     retryable_failure_resumes_after_recorded_steps,

@@ -84,8 +84,13 @@ fn push_now(query: &mut QueryBuilder<'_, Postgres>, now_ms: i64) {
 /// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
 /// 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
 fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
+    advisory_id(&[namespace, key.scope, key.operation, key.key])
+}
+
+/// An advisory lock id: the first eight bytes of SHA-256 over the length-prefixed `parts`.
+pub(crate) fn advisory_id(parts: &[&str]) -> i64 {
     let mut hash = Sha256::new();
-    for part in [namespace, key.scope, key.operation, key.key] {
+    for part in parts {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part.as_bytes());
     }

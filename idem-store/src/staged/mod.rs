@@ -161,6 +161,49 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// Whether [`StagedSql::hold`] proves an attempt's owner alive (PostgreSQL: a session
+    /// advisory lock, which the server ends with the session). Where it is `false` (SQLite),
+    /// `hold` and `let_go` take nothing and answer `true`, [`StagedSql::owner_gone`] answers
+    /// `false`, and only a lease that ran out tells that an attempt stopped.
+    const HOLDS: bool;
+
+    /// Takes the hold of `key`'s attempt number `attempt` for the attempt about to run with
+    /// that number: `false` when another session holds it. A hold lasts until
+    /// [`StagedSql::let_go`] on the same connection, or until the connection ends — with the
+    /// process that owned it, however it died. An attempt that holds its number from before
+    /// its reservation or takeover until after its last write proves, while its connection
+    /// lives, that it runs.
+    ///
+    /// The hold is an advisory lock whose id is derived from `namespace`, the key and the
+    /// attempt number: never the key's transaction lock ([`crate::Backend::begin`]'s), and
+    /// each attempt's its own, so a takeover never waits for the attempt it replaces.
+    fn hold(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Ends the hold [`StagedSql::hold`] took on this connection; `false` when it held
+    /// nothing.
+    fn let_go(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Whether the owner of `key`'s attempt `attempt` is provably gone: nobody holds it
+    /// (taken and let go again in one statement, so the probe holds nothing after). Only
+    /// meaningful for an attempt whose row is `processing` with that number, which its owner
+    /// held before the row said so. Always `false` where the backend has no holds.
+    fn owner_gone(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
     /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`,
     /// the longest stuck first.
     fn stuck(
@@ -174,7 +217,9 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
 /// The Rust side of [`StagedSql`], the same for every backend: binds and reads. Each backend
 /// file invokes it with its database type, beside a `mod sql` holding its statements
 /// (`RESERVE`, `RESERVE_OR_REPLACE_EXPIRED`, `TAKE_OVER`, `RENEW`, `JOURNAL`, `FINISH`,
-/// `RELEASE`, `STUCK`), which the invocation's paths resolve to.
+/// `RELEASE`, `STUCK`, and `HOLD` / `LET_GO` / `OWNER_GONE`: `None` where the backend has no
+/// holds) and a `hold_id(namespace, key, attempt) -> i64`, which the invocation's paths
+/// resolve to.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 macro_rules! impl_staged_sql {
     ($db:ty) => {
@@ -186,6 +231,20 @@ macro_rules! impl_staged_sql {
                 .bind(key.scope)
                 .bind(key.operation)
                 .bind(key.key)
+        }
+
+        /// A hold statement on `key`'s attempt `attempt`: one boolean.
+        async fn by_hold(
+            statement: &'static str,
+            namespace: &str,
+            key: $crate::KeyRef<'_>,
+            attempt: i64,
+            conn: &mut <$db as sqlx::Database>::Connection,
+        ) -> Result<bool, sqlx::Error> {
+            sqlx::query_scalar(statement)
+                .bind(hold_id(namespace, key, attempt))
+                .fetch_one(conn)
+                .await
         }
 
         impl $crate::staged::StagedSql for $db {
@@ -295,6 +354,44 @@ macro_rules! impl_staged_sql {
                     .execute(conn)
                     .await?;
                 Ok(done.rows_affected() == 1)
+            }
+
+            const HOLDS: bool = sql::HOLD.is_some();
+
+            async fn hold(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                namespace: &str,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+            ) -> Result<bool, sqlx::Error> {
+                match sql::HOLD {
+                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
+                    None => Ok(true),
+                }
+            }
+
+            async fn let_go(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                namespace: &str,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+            ) -> Result<bool, sqlx::Error> {
+                match sql::LET_GO {
+                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
+                    None => Ok(true),
+                }
+            }
+
+            async fn owner_gone(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                namespace: &str,
+                key: $crate::KeyRef<'_>,
+                attempt: i64,
+            ) -> Result<bool, sqlx::Error> {
+                match sql::OWNER_GONE {
+                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
+                    None => Ok(false),
+                }
             }
 
             async fn stuck(

@@ -2,6 +2,22 @@
 
 use sqlx::Postgres;
 
+use crate::KeyRef;
+
+/// The advisory lock id of `key`'s attempt `attempt` (the key's transaction lock's
+/// derivation, with the attempt's number as one more part).
+fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
+    let attempt = attempt.to_string();
+    crate::postgres::advisory_id(&[
+        namespace,
+        key.scope,
+        key.operation,
+        key.key,
+        "attempt",
+        &attempt,
+    ])
+}
+
 mod sql {
     /// `$n` milliseconds as a `timestamptz`.
     macro_rules! at {
@@ -52,6 +68,14 @@ mod sql {
          INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
          SELECT scope, operation, idempotency_key FROM reserved \
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
+    );
+
+    /// A session advisory lock: the server lets it go when the session ends.
+    pub(super) const HOLD: Option<&str> = Some("SELECT pg_try_advisory_lock($1)");
+    pub(super) const LET_GO: Option<&str> = Some("SELECT pg_advisory_unlock($1)");
+    /// Taken and let go again if free (`CASE` fixes the order of the two calls).
+    pub(super) const OWNER_GONE: Option<&str> = Some(
+        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END",
     );
 
     pub(super) const TAKE_OVER: &str = concat!(

@@ -2,6 +2,13 @@
 
 use sqlx::Sqlite;
 
+use crate::KeyRef;
+
+/// Unused: SQLite has no hold (`sql::HOLD` is `None`).
+fn hold_id(_namespace: &str, _key: KeyRef<'_>, _attempt: i64) -> i64 {
+    0
+}
+
 mod sql {
     /// `?n` milliseconds as idem's text timestamp.
     macro_rules! at {
@@ -13,6 +20,11 @@ mod sql {
             )
         };
     }
+
+    /// No session outlives its process in a way another process can see: no hold.
+    pub(super) const HOLD: Option<&str> = None;
+    pub(super) const LET_GO: Option<&str> = None;
+    pub(super) const OWNER_GONE: Option<&str> = None;
 
     pub(super) const RESERVE: &str = concat!(
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \

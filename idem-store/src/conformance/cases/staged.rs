@@ -1,7 +1,7 @@
 //! Staged mode's statements ([`crate::staged::StagedSql`]): reservation, leases and
 //! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
 
-use sqlx::Pool;
+use sqlx::{Connection as _, Pool};
 
 use crate::backend::{Backend, KeyRef};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
@@ -491,6 +491,105 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness
         Some(KeyStatus::Processing),
         "the new attempt's key"
     );
+}
+
+/// [`crate::staged::StagedSql::hold`]: where the backend [`HOLDS`](crate::staged::StagedSql::HOLDS),
+/// one session at a time holds a key's attempt; [`crate::staged::StagedSql::owner_gone`]
+/// answers `false` while it is held and `true` once its owner let go or its connection ended
+/// (a process killed with its attempt running), holding nothing itself; the next attempt's
+/// hold and the key's transaction lock are other locks. Elsewhere holds take nothing and
+/// `owner_gone` is always `false`.
+pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let pool = table.pool();
+    let namespace = {
+        let mut conn = pool.acquire().await.must("acquiring a connection");
+        DB::namespace(&mut conn).await.must("namespace")
+    };
+    let ns = namespace.as_str();
+    let k = key("k");
+    let mut owner = pool.acquire().await.must("acquiring a connection");
+    let mut prober = pool.acquire().await.must("acquiring a connection");
+    assert!(
+        DB::hold(&mut owner, ns, k, 1).await.must("hold"),
+        "holding a free attempt"
+    );
+    if !DB::HOLDS {
+        assert!(
+            DB::hold(&mut prober, ns, k, 1).await.must("hold"),
+            "a backend without holds refused one"
+        );
+        assert!(
+            !DB::owner_gone(&mut prober, ns, k, 7)
+                .await
+                .must("owner_gone"),
+            "a backend without holds proved an owner gone"
+        );
+        return;
+    }
+    assert!(
+        !DB::hold(&mut prober, ns, k, 1).await.must("hold"),
+        "a second session held a held attempt"
+    );
+    assert!(
+        !DB::owner_gone(&mut prober, ns, k, 1)
+            .await
+            .must("owner_gone"),
+        "the owner of a held attempt was found gone"
+    );
+    assert!(
+        DB::hold(&mut prober, ns, k, 2).await.must("hold"),
+        "the next attempt's hold waited for the attempt it replaces"
+    );
+    assert!(
+        DB::hold(&mut prober, ns, key("other"), 1)
+            .await
+            .must("hold"),
+        "another key's hold was refused"
+    );
+    // The key's transaction lock (the atomic protocol's) is another lock.
+    let lock = crate::backend::KeyLock {
+        namespace: ns,
+        key: k,
+        expired_by_ms: None,
+    };
+    assert!(
+        !DB::key_lock_taken(&mut prober, lock)
+            .await
+            .must("key_lock_taken"),
+        "a hold took the key's transaction lock"
+    );
+    assert!(DB::let_go(&mut owner, ns, k, 1).await.must("let_go"));
+    assert!(
+        !DB::let_go(&mut owner, ns, k, 1).await.must("let_go"),
+        "letting go twice"
+    );
+    assert!(
+        DB::owner_gone(&mut prober, ns, k, 1)
+            .await
+            .must("owner_gone"),
+        "an attempt let go still had an owner"
+    );
+    // The probe held nothing after it.
+    assert!(
+        DB::hold(&mut owner, ns, k, 1).await.must("hold"),
+        "the probe kept the attempt held"
+    );
+    assert!(DB::let_go(&mut owner, ns, k, 1).await.must("let_go"));
+    // The prober's session ends without letting go of attempt 2: the server ends its holds
+    // (as the session's server process exits, soon after the connection closes).
+    prober.detach().close().await.must("closing the connection");
+    let mut gone = false;
+    for _ in 0..250 {
+        gone = DB::owner_gone(&mut owner, ns, k, 2)
+            .await
+            .must("owner_gone");
+        if gone {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the hold of a closed session outlived it");
 }
 
 /// Staged writes run in the application's transaction: a step journaled in a transaction

@@ -1,0 +1,205 @@
+//! An attempt's proof of life: how a retry after a crash knows, without waiting for the
+//! lease, that a staged key's attempt is gone.
+//!
+//! On a backend whose [`StagedSql::HOLDS`](crate::store::staged::StagedSql::HOLDS)
+//! (PostgreSQL), every staged attempt holds its attempt number — a session advisory lock
+//! ([`StagedSql::hold`](crate::store::staged::StagedSql::hold)) on a connection of a small
+//! pool beside the application's — from before its reservation or takeover makes the number
+//! visible until after its last write. The server ends a session's locks with the session:
+//! when the process running an attempt dies (`kill -9`, a lost machine), its connection
+//! closes and the hold is free at once. A retry that finds the key `processing` with a live
+//! lease asks whether that attempt's owner is gone
+//! ([`StagedSql::owner_gone`](crate::store::staged::StagedSql::owner_gone)):
+//!
+//! - held → the attempt runs: `409` with `Retry-After` (or wait, with
+//!   [`InFlightPolicy::Wait`](crate::spec::InFlightPolicy::Wait));
+//! - free → its owner is gone: the retry takes the key over at once (holding the next
+//!   number), instead of answering `409` until the lease runs out.
+//!
+//! The lease still decides alone once it has run out: a key whose lease ran out is taken over
+//! whatever its hold says (an owner hung past its lease, or cut off by a network partition
+//! while the server still keeps its session, is fenced out as before). Each attempt holds its
+//! own number, so the takeover never waits for the attempt it replaces.
+//!
+//! Costs, on PostgreSQL: one more connection per running staged attempt (the hold pool has
+//! the application pool's size; a request takes its hold connection before anything else, so
+//! the two pools never wait for each other in a circle), one round trip before the
+//! reservation, and one after the attempt, off the response's path.
+//! [`Config::attempt_holds`](crate::Config::attempt_holds) turns it off — behind a
+//! transaction pooler such as PgBouncer in transaction mode, a session lock does not stay
+//! with its client — and recovery then waits for the lease, as on SQLite.
+
+use sqlx::Pool;
+use sqlx::pool::{PoolConnection, PoolOptions};
+
+use crate::error::Error;
+use crate::protocol::Idem;
+use crate::store::{Backend, Failure, KeyRef};
+
+/// A staged execution's hold connection, and the attempt number it holds. Letting go
+/// happens on drop, on a task of its own, off the response's path.
+pub(crate) struct Hold<DB: Backend> {
+    conn: Option<PoolConnection<DB>>,
+    namespace: String,
+    key: (String, String, String),
+    held: Option<i64>,
+}
+
+/// A statement of [`Hold`]'s.
+#[derive(Clone, Copy)]
+enum Act {
+    Hold(i64),
+    LetGo(i64),
+    OwnerGone(i64),
+}
+
+impl<DB: Backend> Hold<DB> {
+    /// Takes the hold of attempt `attempt`, letting go of another attempt this execution
+    /// held; `false` when another session holds it.
+    pub(crate) async fn take(&mut self, idem: &Idem<DB>, attempt: i64) -> Result<bool, Error> {
+        match self.held {
+            Some(held) if held == attempt => return Ok(true),
+            Some(_) => self.let_go(idem).await?,
+            None => {}
+        }
+        let held = self.run(idem, Act::Hold(attempt)).await?;
+        if held {
+            self.held = Some(attempt);
+        }
+        Ok(held)
+    }
+
+    /// Lets go of the attempt this execution holds, if any.
+    pub(crate) async fn let_go(&mut self, idem: &Idem<DB>) -> Result<(), Error> {
+        if let Some(attempt) = self.held.take() {
+            self.run(idem, Act::LetGo(attempt)).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the owner of attempt `attempt` is provably gone (nobody holds it).
+    pub(crate) async fn owner_gone(
+        &mut self,
+        idem: &Idem<DB>,
+        attempt: i64,
+    ) -> Result<bool, Error> {
+        self.run(idem, Act::OwnerGone(attempt)).await
+    }
+
+    /// Runs `act` on the hold connection. A connection found dead (the database restarted
+    /// since it was last used) is closed and `act` tried on another, as the first lookup
+    /// does — unless it held an attempt, whose hold ended with it: that is an error.
+    async fn run(&mut self, idem: &Idem<DB>, act: Act) -> Result<bool, Error> {
+        let mut tries = idem.hold_pool().options().get_max_connections() + 1;
+        loop {
+            let mut conn = match self.conn.take() {
+                Some(conn) => conn,
+                None => acquire(idem).await?,
+            };
+            let key = KeyRef {
+                scope: &self.key.0,
+                operation: &self.key.1,
+                key: &self.key.2,
+            };
+            let ns = self.namespace.as_str();
+            let done = match act {
+                Act::Hold(attempt) => DB::hold(&mut conn, ns, key, attempt).await,
+                Act::LetGo(attempt) => DB::let_go(&mut conn, ns, key, attempt).await,
+                Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt).await,
+            };
+            match done {
+                Ok(answer) => {
+                    self.conn = Some(conn);
+                    return Ok(answer);
+                }
+                Err(error)
+                    if tries > 1
+                        && self.held.is_none()
+                        && DB::classify(&error) == Failure::Disconnected =>
+                {
+                    tries -= 1;
+                    conn.close_on_drop();
+                    tracing::debug!(%error, "stale hold connection; trying another");
+                }
+                Err(error) => {
+                    // Never pool a connection that may still hold an attempt.
+                    conn.close_on_drop();
+                    self.held = None;
+                    return Err(Error::Store(error));
+                }
+            }
+        }
+    }
+}
+
+impl<DB: Backend> Drop for Hold<DB> {
+    fn drop(&mut self) {
+        let (Some(mut conn), Some(attempt)) = (self.conn.take(), self.held.take()) else {
+            return; // back to the hold pool, holding nothing
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to let go on (the process is ending): the session ends.
+            conn.close_on_drop();
+            return;
+        };
+        let namespace = std::mem::take(&mut self.namespace);
+        let key = std::mem::take(&mut self.key);
+        drop(runtime.spawn(async move {
+            let key_ref = KeyRef {
+                scope: &key.0,
+                operation: &key.1,
+                key: &key.2,
+            };
+            if !matches!(
+                DB::let_go(&mut conn, &namespace, key_ref, attempt).await,
+                Ok(true)
+            ) {
+                // Never pool a connection that may still hold an attempt: its session ends.
+                conn.close_on_drop();
+            }
+        }));
+    }
+}
+
+/// A connection of the hold pool within [`crate::Config::acquire_timeout`].
+async fn acquire<DB: Backend>(idem: &Idem<DB>) -> Result<PoolConnection<DB>, Error> {
+    let acquire = idem.hold_pool().acquire();
+    match tokio::time::timeout(idem.config().acquire_timeout, acquire).await {
+        Ok(conn) => conn.map_err(Error::Store),
+        Err(_) => Err(Error::Store(sqlx::Error::PoolTimedOut)),
+    }
+}
+
+/// The hold pool: the application pool's size and connect options, opened lazily, its
+/// connections not pinged on acquire (a dead one is found by the hold's own statement).
+pub(crate) fn hold_pool<DB: Backend>(pool: &Pool<DB>) -> Pool<DB> {
+    PoolOptions::<DB>::new()
+        .max_connections(pool.options().get_max_connections())
+        .min_connections(0)
+        .test_before_acquire(false)
+        .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+impl<DB: Backend> Idem<DB> {
+    /// A hold for `key`, not yet holding it, when this backend and configuration prove an
+    /// attempt's owner alive; `None` otherwise (the lease alone decides). Taken before the
+    /// key's lookup, so that a request never holds an application-pool connection while it
+    /// waits for a hold connection (running attempts, which hold one, wait for the other).
+    pub(crate) async fn hold_for(&self, key: KeyRef<'_>) -> Result<Option<Hold<DB>>, Error> {
+        if !DB::HOLDS || !self.config().attempt_holds {
+            return Ok(None);
+        }
+        let mut conn = acquire(self).await?;
+        let namespace = self.namespace(&mut conn).await?.to_owned();
+        Ok(Some(Hold {
+            conn: Some(conn),
+            namespace,
+            key: (
+                key.scope.to_owned(),
+                key.operation.to_owned(),
+                key.key.to_owned(),
+            ),
+            held: None,
+        }))
+    }
+}
