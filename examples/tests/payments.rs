@@ -110,6 +110,11 @@ impl Provider {
 
 /// A `payments` process on `db`, calling `provider_url`.
 fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
+    payments_with(db, provider_url, lease, "on")
+}
+
+/// [`payments`] with `PAYMENTS_ATTEMPT_HOLDS` set to `holds`.
+fn payments_with(db: &Db, provider_url: &str, lease: &str, holds: &str) -> Server {
     Server::spawn(
         env!("CARGO_BIN_EXE_payments"),
         "payments",
@@ -119,6 +124,7 @@ fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
             ("PROVIDER_URL", provider_url),
             ("WEBHOOK_URL", &format!("{provider_url}/webhooks")),
             ("PAYMENTS_LEASE", lease),
+            ("PAYMENTS_ATTEMPT_HOLDS", holds),
         ],
     )
 }
@@ -467,6 +473,54 @@ async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: b
     );
 }
 
+/// Case 4b: the process is killed after the provider charged, with an hour-long lease. On
+/// PostgreSQL the killed attempt's hold ended with its connection: the client's first retry
+/// on a new process proves its owner gone and resumes the payment at once (one charge). On
+/// SQLite, and on PostgreSQL with `PAYMENTS_ATTEMPT_HOLDS=off`, the lease decides: the retry
+/// is told `409` with `Retry-After`, and the key stays processing.
+async fn crash_with_a_live_lease(kind: Kind, holds: bool) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let proxy = black_hole(provider.url()).await;
+    let doomed = payments(&db, &proxy, "1h");
+    let c = Client::new(&doomed);
+    let lost = tokio::spawn(async move {
+        c.try_post_to("/payments", Some("acme"), Some("k-live"), PAYMENT)
+            .await
+    });
+    let p = &provider;
+    eventually(
+        Duration::from_secs(10),
+        "the provider charged",
+        || async move { p.charges().await == 1 },
+    )
+    .await;
+    doomed.kill();
+    assert!(lost.await.unwrap().is_err(), "the client got no answer");
+
+    let server = payments_with(&db, provider.url(), "1h", if holds { "on" } else { "off" });
+    let c = Client::new(&server);
+    if kind == Kind::Postgres && holds {
+        // (The server ends the killed session as soon as it reads its closed socket.)
+        let reply = post_until_final(std::slice::from_ref(&c), "k-live", PAYMENT, 20).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        assert!(!reply.replayed());
+        assert_eq!(payments_rows(&db).await, 1);
+        let stats = provider.stats().await;
+        assert_eq!(stats["charges"], 1, "charged once: {stats}");
+        assert_eq!(db.scalar("SELECT attempt FROM idempotency_keys").await, 2);
+    } else {
+        let reply = post(&c, Some("acme"), Some("k-live"), PAYMENT).await;
+        let problem = reply.assert_problem(409);
+        assert!(reply.header("retry-after").is_some(), "{problem}");
+        assert_eq!(
+            db.text("SELECT status FROM idempotency_keys").await,
+            "processing"
+        );
+        assert_eq!(payments_rows(&db).await, 0);
+    }
+}
+
 /// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
 /// 30 % of its answers; 20 keys, each retried on alternating processes until final: one
 /// charge and one payment per paid key, none for declined ones.
@@ -596,7 +650,20 @@ macro_rules! on_both {
 on_both!(contract, declined, provider_failure);
 
 mod crash {
-    use super::{Kind, crash_after_charge, crash_after_charge_with};
+    use super::{Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease};
+
+    #[tokio::test]
+    async fn postgres_live_lease_owner_gone() {
+        crash_with_a_live_lease(Kind::Postgres, true).await;
+    }
+    #[tokio::test]
+    async fn postgres_live_lease_without_holds() {
+        crash_with_a_live_lease(Kind::Postgres, false).await;
+    }
+    #[tokio::test]
+    async fn sqlite_live_lease() {
+        crash_with_a_live_lease(Kind::Sqlite, true).await;
+    }
 
     #[tokio::test]
     async fn postgres_ttl_passes_while_stuck_retry() {

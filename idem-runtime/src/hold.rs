@@ -29,8 +29,7 @@
 //! transaction pooler such as PgBouncer in transaction mode, a session lock does not stay
 //! with its client — and recovery then waits for the lease, as on SQLite.
 
-use sqlx::Pool;
-use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::pool::PoolConnection;
 
 use crate::error::Error;
 use crate::protocol::Idem;
@@ -168,16 +167,6 @@ async fn acquire<DB: Backend>(idem: &Idem<DB>) -> Result<PoolConnection<DB>, Err
         Ok(conn) => conn.map_err(Error::Store),
         Err(_) => Err(Error::Store(sqlx::Error::PoolTimedOut)),
     }
-}
-
-/// The hold pool: the application pool's size and connect options, opened lazily, its
-/// connections not pinged on acquire (a dead one is found by the hold's own statement).
-pub(crate) fn hold_pool<DB: Backend>(pool: &Pool<DB>) -> Pool<DB> {
-    PoolOptions::<DB>::new()
-        .max_connections(pool.options().get_max_connections())
-        .min_connections(0)
-        .test_before_acquire(false)
-        .connect_lazy_with((*pool.connect_options()).clone())
 }
 
 impl<DB: Backend> Idem<DB> {

@@ -239,11 +239,18 @@ impl<DB: Backend> Idem<DB> {
     }
 
     /// The pool of staged attempts' hold connections ([`crate::hold`]): the application
-    /// pool's size and options, opened on first use (inside the runtime).
+    /// pool's size and connect options, opened on first use (inside the runtime), its
+    /// connections not pinged on acquire (a dead one fails the hold's own statement, which
+    /// tries another).
     pub(crate) fn hold_pool(&self) -> &Pool<DB> {
-        self.inner
-            .holds
-            .get_or_init(|| crate::hold::hold_pool(&self.inner.pool))
+        self.inner.holds.get_or_init(|| {
+            let pool = &self.inner.pool;
+            sqlx::pool::PoolOptions::<DB>::new()
+                .max_connections(pool.options().get_max_connections())
+                .min_connections(0)
+                .test_before_acquire(false)
+                .connect_lazy_with((*pool.connect_options()).clone())
+        })
     }
 
     /// The settings.

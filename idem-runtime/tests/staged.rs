@@ -593,7 +593,6 @@ async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
 /// owner gone and takes the key over at once, reusing the recorded charge; elsewhere, or
 /// with `attempt_holds` off, it gets 409 until the lease runs out.
 async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
-    use idem_runtime::store::staged::StagedSql as _;
     let h = Harness::<DB>::new().await;
     let work = Work::new(After::Wait);
     let k = key("p-gone");

@@ -13,7 +13,11 @@
 //!   `http://127.0.0.1:3900/webhooks`.
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
-//!   by this process's reconciler — once it ran out.
+//!   by this process's reconciler — once it ran out; on PostgreSQL, a retry resumes it at
+//!   once when the process that ran the attempt is gone (its hold ended with its connection).
+//! - `PAYMENTS_ATTEMPT_HOLDS`: `off` turns that proof off
+//!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds); behind a transaction
+//!   pooler), default `on`.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
 //!   `REQUEST_TIMEOUT_MS`, `MAX_CONNECTIONS`, `SHUTDOWN_DEADLINE_MS`: how slow clients,
 //!   connections and shutdown are bounded ([`idem_examples::server`]). A payment cut off by
@@ -62,11 +66,18 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
     };
+    let holds = match server::env_or("PAYMENTS_ATTEMPT_HOLDS", "on").as_str() {
+        "on" => true,
+        "off" => false,
+        other => return Err(format!("PAYMENTS_ATTEMPT_HOLDS={other}: on or off").into()),
+    };
     let limits = server::Limits::from_env()?;
     let metrics = server::install_metrics()?;
 
     // The attribute's lease, as `PAYMENTS_LEASE` sets it for this deployment.
-    let config = Config::default().lease_for(payments::OPERATION, lease);
+    let config = Config::default()
+        .lease_for(payments::OPERATION, lease)
+        .attempt_holds(holds);
     let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
     DB::migrate_orders(idem.pool()).await?;
