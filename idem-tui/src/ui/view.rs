@@ -172,7 +172,10 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
             Cell::from(row.key.clone()),
             Cell::from(Span::styled(row.status.as_str(), status_style(row.status))),
             Cell::from(format::span(app.now_ms - row.created_at_ms)),
-            Cell::from(if row.expires_at_ms <= app.now_ms {
+            // A key that is not final never expires: its TTL counts from its completion.
+            Cell::from(if !row.status.is_final() {
+                "-".to_owned()
+            } else if row.expires_at_ms <= app.now_ms {
                 "expired".to_owned()
             } else {
                 format::span(row.expires_at_ms - app.now_ms)
@@ -332,7 +335,14 @@ pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
         "completed",
         row.completed_at_ms.map_or_else(|| "-".to_owned(), when),
     ));
-    lines.push(field("expires", when(row.expires_at_ms)));
+    lines.push(field(
+        "expires",
+        if row.status.is_final() {
+            when(row.expires_at_ms)
+        } else {
+            "- (not final: its TTL counts from its completion)".to_owned()
+        },
+    ));
     lines.push(field(
         "locked until",
         row.locked_until_ms.map_or_else(
