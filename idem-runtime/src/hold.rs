@@ -24,7 +24,7 @@
 //! Costs, on PostgreSQL: one more connection per running staged attempt (the hold pool has
 //! the application pool's size; a request takes its hold connection before anything else, so
 //! the two pools never wait for each other in a circle), one round trip before the
-//! reservation, and one after the attempt, off the response's path.
+//! reservation (which also lets go of what the connection held for the request before).
 //! [`Config::attempt_holds`](crate::Config::attempt_holds) turns it off — behind a
 //! transaction pooler such as PgBouncer in transaction mode, a session lock does not stay
 //! with its client — and recovery then waits for the lease, as on SQLite.
@@ -35,8 +35,13 @@ use crate::error::Error;
 use crate::protocol::Idem;
 use crate::store::{Backend, Failure, KeyRef};
 
-/// A staged execution's hold connection, and the attempt number it holds. Letting go
-/// happens on drop, on a task of its own, off the response's path.
+/// A staged execution's hold connection, and the attempt number it holds. Dropped, the
+/// connection goes back to the hold pool still holding its attempt, until its next use lets
+/// go of it in the same round trip as its next hold or probe — no round trip of its own —
+/// or the pool closes it (idle for 30 s). A hold left so is harmless: its attempt's row
+/// is final, or its lease was released, or another attempt took it over; only an operator's
+/// delete of a running key makes its number (attempt 1) reachable again, and a request
+/// for it then waits as for a live attempt until that connection is used or closed.
 pub(crate) struct Hold<DB: Backend> {
     conn: Option<PoolConnection<DB>>,
     namespace: String,
@@ -48,19 +53,17 @@ pub(crate) struct Hold<DB: Backend> {
 #[derive(Clone, Copy)]
 enum Act {
     Hold(i64),
-    LetGo(i64),
     OwnerGone(i64),
 }
 
 impl<DB: Backend> Hold<DB> {
-    /// Takes the hold of attempt `attempt`, letting go of another attempt this execution
-    /// held; `false` when another session holds it.
+    /// Takes the hold of attempt `attempt` (letting go of any other this connection held);
+    /// `false` when another session holds it.
     pub(crate) async fn take(&mut self, idem: &Idem<DB>, attempt: i64) -> Result<bool, Error> {
-        match self.held {
-            Some(held) if held == attempt => return Ok(true),
-            Some(_) => self.let_go(idem).await?,
-            None => {}
+        if self.held == Some(attempt) {
+            return Ok(true);
         }
+        self.held = None;
         let held = self.run(idem, Act::Hold(attempt)).await?;
         if held {
             self.held = Some(attempt);
@@ -68,26 +71,20 @@ impl<DB: Backend> Hold<DB> {
         Ok(held)
     }
 
-    /// Lets go of the attempt this execution holds, if any.
-    pub(crate) async fn let_go(&mut self, idem: &Idem<DB>) -> Result<(), Error> {
-        if let Some(attempt) = self.held.take() {
-            self.run(idem, Act::LetGo(attempt)).await?;
-        }
-        Ok(())
-    }
-
-    /// Whether the owner of attempt `attempt` is provably gone (nobody holds it).
+    /// Whether the owner of attempt `attempt` is provably gone (nobody holds it). Lets go of
+    /// what this connection held: a hold never probes its own attempt.
     pub(crate) async fn owner_gone(
         &mut self,
         idem: &Idem<DB>,
         attempt: i64,
     ) -> Result<bool, Error> {
+        self.held = None;
         self.run(idem, Act::OwnerGone(attempt)).await
     }
 
     /// Runs `act` on the hold connection. A connection found dead (the database restarted
     /// since it was last used) is closed and `act` tried on another, as the first lookup
-    /// does — unless it held an attempt, whose hold ended with it: that is an error.
+    /// does.
     async fn run(&mut self, idem: &Idem<DB>, act: Act) -> Result<bool, Error> {
         let mut tries = idem.hold_pool().options().get_max_connections() + 1;
         loop {
@@ -103,7 +100,6 @@ impl<DB: Backend> Hold<DB> {
             let ns = self.namespace.as_str();
             let done = match act {
                 Act::Hold(attempt) => DB::hold(&mut conn, ns, key, attempt).await,
-                Act::LetGo(attempt) => DB::let_go(&mut conn, ns, key, attempt).await,
                 Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt).await,
             };
             match done {
@@ -111,52 +107,18 @@ impl<DB: Backend> Hold<DB> {
                     self.conn = Some(conn);
                     return Ok(answer);
                 }
-                Err(error)
-                    if tries > 1
-                        && self.held.is_none()
-                        && DB::classify(&error) == Failure::Disconnected =>
-                {
+                Err(error) if tries > 1 && DB::classify(&error) == Failure::Disconnected => {
                     tries -= 1;
                     conn.close_on_drop();
                     tracing::debug!(%error, "stale hold connection; trying another");
                 }
                 Err(error) => {
-                    // Never pool a connection that may still hold an attempt.
+                    // Never pool a connection whose holds are unknown.
                     conn.close_on_drop();
-                    self.held = None;
                     return Err(Error::Store(error));
                 }
             }
         }
-    }
-}
-
-impl<DB: Backend> Drop for Hold<DB> {
-    fn drop(&mut self) {
-        let (Some(mut conn), Some(attempt)) = (self.conn.take(), self.held.take()) else {
-            return; // back to the hold pool, holding nothing
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to let go on (the process is ending): the session ends.
-            conn.close_on_drop();
-            return;
-        };
-        let namespace = std::mem::take(&mut self.namespace);
-        let key = std::mem::take(&mut self.key);
-        drop(runtime.spawn(async move {
-            let key_ref = KeyRef {
-                scope: &key.0,
-                operation: &key.1,
-                key: &key.2,
-            };
-            if !matches!(
-                DB::let_go(&mut conn, &namespace, key_ref, attempt).await,
-                Ok(true)
-            ) {
-                // Never pool a connection that may still hold an attempt: its session ends.
-                conn.close_on_drop();
-            }
-        }));
     }
 }
 

@@ -232,6 +232,27 @@ impl<DB: Backend> Idem<DB> {
         crate::store::migrate(&self.inner.pool).await
     }
 
+    /// Closes idem's connections — the pool and staged mode's hold connections — waiting
+    /// for those in use to come back (a graceful shutdown's last step). Every clone of this
+    /// handle shares them.
+    pub async fn close(&self) {
+        // A connection coming back while the pool closes can land among its idle ones after
+        // `close` looked at them: close again until none is left.
+        async fn close_all<DB: sqlx::Database>(pool: &Pool<DB>) {
+            for _ in 0..8 {
+                pool.close().await;
+                if pool.size() == 0 {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        if let Some(holds) = self.inner.holds.get() {
+            close_all(holds).await;
+        }
+        close_all(&self.inner.pool).await;
+    }
+
     /// The pool, for the application's own queries.
     #[must_use]
     pub fn pool(&self) -> &Pool<DB> {
@@ -249,6 +270,7 @@ impl<DB: Backend> Idem<DB> {
                 .max_connections(pool.options().get_max_connections())
                 .min_connections(0)
                 .test_before_acquire(false)
+                .idle_timeout(std::time::Duration::from_secs(30))
                 .connect_lazy_with((*pool.connect_options()).clone())
         })
     }

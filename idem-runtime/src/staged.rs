@@ -616,7 +616,7 @@ impl<DB: Backend> Idem<DB> {
                 hold,
             } => {
                 let outcome = self.run_attempt(spec, key, lease, resumed, work).await;
-                // Let go once the attempt's last write is done (off the response's path).
+                // Held until the attempt's last write is done.
                 drop(hold);
                 outcome
             }
@@ -735,12 +735,9 @@ impl<DB: Backend> Idem<DB> {
                         hold,
                     });
                 }
-                // Someone else took it over (or it completed) meanwhile: look again.
-                None => {
-                    if let Some(hold) = &mut hold {
-                        hold.let_go(self).await?;
-                    }
-                }
+                // Someone else took it over (or it completed) meanwhile: look again (the
+                // next hold or probe lets go of the number held for nothing).
+                None => {}
             }
         }
     }

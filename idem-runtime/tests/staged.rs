@@ -588,21 +588,24 @@ async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
     assert_eq!(h.effects().await, 0, "the fenced attempt committed nothing");
 }
 
-/// An attempt whose owner stopped (its future dropped, as a killed process's would be) while
-/// its lease is live: where attempts hold their number (PostgreSQL), the retry proves the
-/// owner gone and takes the key over at once, reusing the recorded charge; elsewhere, or
-/// with `attempt_holds` off, it gets 409 until the lease runs out.
+/// An attempt whose owner died (a process of its own, stopped mid-attempt and its
+/// connections closed, as a killed process's are) while its lease is live: where attempts
+/// hold their number (PostgreSQL), the retry proves the owner gone and takes the key over at
+/// once, reusing the recorded charge; elsewhere, or with `attempt_holds` off, it gets 409
+/// until the lease runs out.
 async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let work = Work::new(After::Wait);
     let k = key("p-gone");
+    let process = h.reopen(Config::default()).await;
     let owner = {
-        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        let (idem, work, k) = (process.clone(), Arc::clone(&work), k.clone());
         tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
     };
     recorded(&h, "p-gone").await;
     owner.abort();
     assert!(owner.await.unwrap_err().is_cancelled());
+    process.close().await;
     let row = h.idem.lookup(key_ref("p-gone")).await.unwrap().unwrap();
     assert_eq!(
         row.status,
@@ -628,7 +631,7 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
         assert_eq!(fresh.runs.load(Ordering::SeqCst), 0);
         return;
     }
-    // The dropped attempt lets go of its hold on a task of its own: soon.
+    // The server ends the closed sessions' holds as their server processes exit: soon.
     let mut outcome = None;
     for _ in 0..500 {
         match run(&h.idem, &SPEC, &fresh, &k, 100).await {

@@ -168,11 +168,13 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
     const HOLDS: bool;
 
     /// Takes the hold of `key`'s attempt number `attempt` for the attempt about to run with
-    /// that number: `false` when another session holds it. A hold lasts until
-    /// [`StagedSql::let_go`] on the same connection, or until the connection ends — with the
-    /// process that owned it, however it died. An attempt that holds its number from before
-    /// its reservation or takeover until after its last write proves, while its connection
-    /// lives, that it runs.
+    /// that number: `false` when another session holds it. A connection holds one attempt
+    /// at a time: this first lets go of every hold the connection had (in the same round
+    /// trip), so a connection back in its pool keeps its last hold only until its next use.
+    /// A hold lasts until then, [`StagedSql::let_go`], or the end of the connection — with
+    /// the process that owned it, however it died. An attempt that holds its number from
+    /// before its reservation or takeover until after its last write proves, while its
+    /// connection lives, that it runs.
     ///
     /// The hold is an advisory lock whose id is derived from `namespace`, the key and the
     /// attempt number: never the key's transaction lock ([`crate::Backend::begin`]'s), and
@@ -194,9 +196,10 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Whether the owner of `key`'s attempt `attempt` is provably gone: nobody holds it
-    /// (taken and let go again in one statement, so the probe holds nothing after). Only
-    /// meaningful for an attempt whose row is `processing` with that number, which its owner
-    /// held before the row said so. Always `false` where the backend has no holds.
+    /// (taken and let go again in one statement, after letting go of every hold this
+    /// connection had, so the probe holds nothing after). Only meaningful for an attempt
+    /// whose row is `processing` with that number, which its owner held before the row said
+    /// so. Always `false` where the backend has no holds.
     fn owner_gone(
         conn: &mut Self::Connection,
         namespace: &str,

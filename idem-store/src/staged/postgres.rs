@@ -70,12 +70,17 @@ mod sql {
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
     );
 
-    /// A session advisory lock: the server lets it go when the session ends.
-    pub(super) const HOLD: Option<&str> = Some("SELECT pg_try_advisory_lock($1)");
+    /// A session advisory lock, which the server lets go when the session ends, taken after
+    /// letting go of every hold the session had (the `FROM` subquery runs first: its
+    /// volatile call keeps it from being pulled up), all in one round trip.
+    pub(super) const HOLD: Option<&str> =
+        Some("SELECT pg_try_advisory_lock($1) FROM (SELECT pg_advisory_unlock_all()) AS released");
     pub(super) const LET_GO: Option<&str> = Some("SELECT pg_advisory_unlock($1)");
-    /// Taken and let go again if free (`CASE` fixes the order of the two calls).
+    /// Taken and let go again if free (`CASE` fixes the order of the two calls), after
+    /// letting go of every hold the session had.
     pub(super) const OWNER_GONE: Option<&str> = Some(
-        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END",
+        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END \
+         FROM (SELECT pg_advisory_unlock_all()) AS released",
     );
 
     pub(super) const TAKE_OVER: &str = concat!(

@@ -494,11 +494,12 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness
 }
 
 /// [`crate::staged::StagedSql::hold`]: where the backend [`HOLDS`](crate::staged::StagedSql::HOLDS),
-/// one session at a time holds a key's attempt; [`crate::staged::StagedSql::owner_gone`]
-/// answers `false` while it is held and `true` once its owner let go or its connection ended
-/// (a process killed with its attempt running), holding nothing itself; the next attempt's
-/// hold and the key's transaction lock are other locks. Elsewhere holds take nothing and
-/// `owner_gone` is always `false`.
+/// one session at a time holds a key's attempt, and a session holds one attempt at a time
+/// (a new hold or probe lets go of the old one); [`crate::staged::StagedSql::owner_gone`]
+/// answers `false` while the attempt is held and `true` once its owner let go or its
+/// connection ended (a process killed with its attempt running), holding nothing itself;
+/// the next attempt's hold and the key's transaction lock are other locks. Elsewhere holds
+/// take nothing and `owner_gone` is always `false`.
 pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Harness) {
     let table = fresh::<DB>(harness).await;
     let pool = table.pool();
@@ -507,9 +508,10 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
         DB::namespace(&mut conn).await.must("namespace")
     };
     let ns = namespace.as_str();
-    let k = key("k");
+    let (k, other) = (key("k"), key("other"));
     let mut owner = pool.acquire().await.must("acquiring a connection");
     let mut prober = pool.acquire().await.must("acquiring a connection");
+    let mut third = pool.acquire().await.must("acquiring a connection");
     assert!(
         DB::hold(&mut owner, ns, k, 1).await.must("hold"),
         "holding a free attempt"
@@ -541,12 +543,6 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
         DB::hold(&mut prober, ns, k, 2).await.must("hold"),
         "the next attempt's hold waited for the attempt it replaces"
     );
-    assert!(
-        DB::hold(&mut prober, ns, key("other"), 1)
-            .await
-            .must("hold"),
-        "another key's hold was refused"
-    );
     // The key's transaction lock (the atomic protocol's) is another lock.
     let lock = crate::backend::KeyLock {
         namespace: ns,
@@ -554,10 +550,23 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
         expired_by_ms: None,
     };
     assert!(
-        !DB::key_lock_taken(&mut prober, lock)
+        !DB::key_lock_taken(&mut third, lock)
             .await
             .must("key_lock_taken"),
         "a hold took the key's transaction lock"
+    );
+    assert!(
+        !DB::hold(&mut third, ns, k, 2).await.must("hold"),
+        "attempt 2 held twice"
+    );
+    // One attempt per session: holding another lets go of attempt 2.
+    assert!(
+        DB::hold(&mut prober, ns, other, 1).await.must("hold"),
+        "another key's hold was refused"
+    );
+    assert!(
+        DB::hold(&mut third, ns, k, 2).await.must("hold"),
+        "a session kept its earlier hold"
     );
     assert!(DB::let_go(&mut owner, ns, k, 1).await.must("let_go"));
     assert!(
@@ -570,18 +579,23 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
             .must("owner_gone"),
         "an attempt let go still had an owner"
     );
-    // The probe held nothing after it.
+    // The probe held nothing after it, not even the prober's earlier hold.
     assert!(
         DB::hold(&mut owner, ns, k, 1).await.must("hold"),
         "the probe kept the attempt held"
     );
-    assert!(DB::let_go(&mut owner, ns, k, 1).await.must("let_go"));
-    // The prober's session ends without letting go of attempt 2: the server ends its holds
+    assert!(
+        DB::owner_gone(&mut owner, ns, other, 1)
+            .await
+            .must("owner_gone"),
+        "the probe kept the prober's earlier hold"
+    );
+    // The third session ends without letting go of attempt 2: the server ends its holds
     // (as the session's server process exits, soon after the connection closes).
-    prober.detach().close().await.must("closing the connection");
+    third.detach().close().await.must("closing the connection");
     let mut gone = false;
     for _ in 0..250 {
-        gone = DB::owner_gone(&mut owner, ns, k, 2)
+        gone = DB::owner_gone(&mut prober, ns, k, 2)
             .await
             .must("owner_gone");
         if gone {
