@@ -24,7 +24,10 @@
 //! Costs, on PostgreSQL: one more connection per running staged attempt (the hold pool has
 //! the application pool's size; a request takes its hold connection before anything else, so
 //! the two pools never wait for each other in a circle), one round trip before the
-//! reservation (which also lets go of what the connection held for the request before).
+//! takeover (which also lets go of what the connection held for the request before); a new
+//! key's reservation takes its hold in its own round trip
+//! ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)), on the hold
+//! connection.
 //! [`Config::attempt_holds`](crate::Config::attempt_holds) turns it off — behind a
 //! transaction pooler such as PgBouncer in transaction mode, a session lock does not stay
 //! with its client — and recovery then waits for the lease, as on SQLite.
@@ -33,6 +36,7 @@ use sqlx::pool::PoolConnection;
 
 use crate::error::Error;
 use crate::protocol::Idem;
+use crate::store::staged::Reservation;
 use crate::store::{Backend, Failure, KeyRef};
 
 /// A staged execution's hold connection, and the attempt number it holds. Dropped, the
@@ -51,9 +55,10 @@ pub(crate) struct Hold<DB: Backend> {
 
 /// A statement of [`Hold`]'s.
 #[derive(Clone, Copy)]
-enum Act {
+enum Act<'a> {
     Hold(i64),
     OwnerGone(i64),
+    Reserve(Reservation<'a>),
 }
 
 impl<DB: Backend> Hold<DB> {
@@ -64,11 +69,29 @@ impl<DB: Backend> Hold<DB> {
             return Ok(true);
         }
         self.held = None;
-        let held = self.run(idem, Act::Hold(attempt)).await?;
+        let (held, _) = self.run(idem, Act::Hold(attempt)).await?;
         if held {
             self.held = Some(attempt);
         }
         Ok(held)
+    }
+
+    /// Reserves the key holding its attempt 1, in one round trip
+    /// ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)): `None`
+    /// when another session holds attempt 1 (nothing reserved), else whether the key was
+    /// reserved (`false`: it has a row already).
+    pub(crate) async fn reserve(
+        &mut self,
+        idem: &Idem<DB>,
+        reservation: Reservation<'_>,
+    ) -> Result<Option<bool>, Error> {
+        self.held = None;
+        let (held, reserved) = self.run(idem, Act::Reserve(reservation)).await?;
+        if !held {
+            return Ok(None);
+        }
+        self.held = Some(1);
+        Ok(Some(reserved))
     }
 
     /// Whether the owner of attempt `attempt` is provably gone (nobody holds it). Lets go of
@@ -79,13 +102,13 @@ impl<DB: Backend> Hold<DB> {
         attempt: i64,
     ) -> Result<bool, Error> {
         self.held = None;
-        self.run(idem, Act::OwnerGone(attempt)).await
+        Ok(self.run(idem, Act::OwnerGone(attempt)).await?.0)
     }
 
     /// Runs `act` on the hold connection. A connection found dead (the database restarted
     /// since it was last used) is closed and `act` tried on another, as the first lookup
     /// does.
-    async fn run(&mut self, idem: &Idem<DB>, act: Act) -> Result<bool, Error> {
+    async fn run(&mut self, idem: &Idem<DB>, act: Act<'_>) -> Result<(bool, bool), Error> {
         let mut tries = idem.hold_pool().options().get_max_connections() + 1;
         loop {
             let mut conn = match self.conn.take() {
@@ -99,8 +122,13 @@ impl<DB: Backend> Hold<DB> {
             };
             let ns = self.namespace.as_str();
             let done = match act {
-                Act::Hold(attempt) => DB::hold(&mut conn, ns, key, attempt).await,
-                Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt).await,
+                Act::Hold(attempt) => DB::hold(&mut conn, ns, key, attempt)
+                    .await
+                    .map(|held| (held, false)),
+                Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt)
+                    .await
+                    .map(|gone| (gone, false)),
+                Act::Reserve(reservation) => DB::reserve_held(&mut conn, ns, reservation).await,
             };
             match done {
                 Ok(answer) => {

@@ -643,20 +643,12 @@ impl<DB: Backend> Idem<DB> {
             let (mut session, stored) = self.first_lookup(key).await?;
             telemetry::looked_up(stored.as_ref(), now);
             let conn: &mut DB::Connection = &mut session.conn;
+            // A replaced row's attempt number goes on counting from the row's.
+            let next_attempt = stored.as_ref().map_or(1, |row| row.attempt + 1);
             // The attempt to take over, and the end of its lease as seen.
             let (seen, seen_until) = match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
                 Settled::Run { replace_expired } => {
-                    // The first attempt's number, held before the reservation shows it
-                    // (a replaced row's number goes on counting: read back below).
-                    if let Some(hold) = &mut hold
-                        && !hold.take(self, 1).await?
-                    {
-                        // Another request is reserving it.
-                        drop(session);
-                        self.held_off(spec, started, &mut pause).await?;
-                        continue;
-                    }
                     let reservation = Reservation {
                         key,
                         fingerprint: call.fingerprint.as_bytes(),
@@ -666,10 +658,35 @@ impl<DB: Backend> Idem<DB> {
                         locked_until_ms: now.saturating_add(millis(spec.lease)),
                         replace_expired,
                     };
-                    if !DB::reserve(&mut *conn, reservation)
-                        .await
-                        .map_err(Error::Store)?
-                    {
+                    // The first attempt's number is held before the reservation shows it: in
+                    // the reservation's own round trip for a new key; before it for a
+                    // replaced row.
+                    let reserved = match &mut hold {
+                        Some(hold) if !replace_expired => hold.reserve(self, reservation).await?,
+                        Some(hold) => {
+                            if hold.take(self, next_attempt).await? {
+                                Some(
+                                    DB::reserve(&mut *conn, reservation)
+                                        .await
+                                        .map_err(Error::Store)?,
+                                )
+                            } else {
+                                None
+                            }
+                        }
+                        None => Some(
+                            DB::reserve(&mut *conn, reservation)
+                                .await
+                                .map_err(Error::Store)?,
+                        ),
+                    };
+                    let Some(reserved) = reserved else {
+                        // Another request is reserving it.
+                        drop(session);
+                        self.held_off(spec, started, &mut pause).await?;
+                        continue;
+                    };
+                    if !reserved {
                         // Someone reserved it first: look again.
                         continue;
                     }
@@ -682,7 +699,8 @@ impl<DB: Backend> Idem<DB> {
                         1
                     };
                     if let Some(hold) = &mut hold {
-                        // (Nobody else can hold a number the row just showed.)
+                        // (Already held, unless the row was replaced again meanwhile; nobody
+                        // else can hold a number the row just showed.)
                         hold.take(self, attempt).await?;
                     }
                     telemetry::reserved(attempt, false);

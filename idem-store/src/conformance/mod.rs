@@ -386,6 +386,7 @@ macro_rules! __idem_conformance_cases {
             journal_commits_with_the_transaction,
             stuck_keys_of_an_operation,
             holds_end_with_their_session,
+            reserve_held_takes_the_hold_with_the_key,
             // A key's life: a key that is not final never expires.
             unfinished_keys_never_expire,
             unfinished_keys_are_never_swept,

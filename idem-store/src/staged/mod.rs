@@ -186,6 +186,18 @@ pub trait StagedSql: Database + crate::backend::sealed::Sealed {
         attempt: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    /// [`StagedSql::reserve`] and [`StagedSql::hold`] of attempt 1, in one round trip: the
+    /// key is reserved only if its hold is taken. Answers (held, reserved); (`true`,
+    /// `false`): the key has a row already, and this connection holds attempt 1 for nothing
+    /// until its next hold or probe. `reservation.replace_expired` must be `false` (a
+    /// replaced row's attempt number goes on counting: hold it once it is known). Where the
+    /// backend has no holds, this is [`StagedSql::reserve`], held.
+    fn reserve_held(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        reservation: Reservation<'_>,
+    ) -> impl Future<Output = Result<(bool, bool), sqlx::Error>> + Send;
+
     /// Ends the hold [`StagedSql::hold`] took on this connection; `false` when it held
     /// nothing.
     fn let_go(
@@ -371,6 +383,32 @@ macro_rules! impl_staged_sql {
                     Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
                     None => Ok(true),
                 }
+            }
+
+            async fn reserve_held(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                namespace: &str,
+                r: $crate::staged::Reservation<'_>,
+            ) -> Result<(bool, bool), sqlx::Error> {
+                debug_assert!(!r.replace_expired, "reserve_held never replaces");
+                let Some(statement) = sql::RESERVE_HELD else {
+                    return Ok((
+                        true,
+                        <$db as $crate::staged::StagedSql>::reserve(conn, r).await?,
+                    ));
+                };
+                let row = by_key(statement, r.key)
+                    .bind(r.fingerprint)
+                    .bind(r.request)
+                    .bind(r.created_ms)
+                    .bind(r.expires_ms)
+                    .bind(r.locked_until_ms)
+                    .bind(hold_id(namespace, r.key, 1))
+                    .fetch_one(conn)
+                    .await?;
+                let held: bool = sqlx::Row::try_get(&row, 0)?;
+                let reserved: i64 = sqlx::Row::try_get(&row, 1)?;
+                Ok((held, reserved == 1))
             }
 
             async fn let_go(

@@ -44,6 +44,29 @@ mod sql {
          ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope"
     );
 
+    /// [`RESERVE`] holding attempt 1 ([`HOLD`], `$9`) in the same round trip: the row is
+    /// inserted only if the hold is taken. Answers (held, reserved).
+    pub(super) const RESERVE_HELD: Option<&str> = Some(concat!(
+        "WITH held AS (SELECT pg_try_advisory_lock($9) AS ok \
+         FROM (SELECT pg_advisory_unlock_all()) AS released), \
+         reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
+         SELECT $1, $2, $3, $4, 'processing', $5, ",
+        at!(6),
+        ", ",
+        at!(7),
+        ", ",
+        at!(8),
+        ", 1 FROM held WHERE held.ok \
+         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING \
+         RETURNING scope, operation, idempotency_key), \
+         processing AS (INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+         SELECT scope, operation, idempotency_key FROM reserved \
+         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = EXCLUDED.scope \
+         RETURNING 1) \
+         SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)"
+    ));
+
     /// The same, replacing a completed row that had expired by the reservation's start; a
     /// processing row, whatever its `expires_at`, is never replaced (`KeyStatus::at`: a key
     /// that is not final never expires).

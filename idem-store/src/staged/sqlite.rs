@@ -25,6 +25,7 @@ mod sql {
     pub(super) const HOLD: Option<&str> = None;
     pub(super) const LET_GO: Option<&str> = None;
     pub(super) const OWNER_GONE: Option<&str> = None;
+    pub(super) const RESERVE_HELD: Option<&str> = None;
 
     pub(super) const RESERVE: &str = concat!(
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \

@@ -606,6 +606,58 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
     assert!(gone, "the hold of a closed session outlived it");
 }
 
+/// [`crate::staged::StagedSql::reserve_held`] reserves a free key holding its attempt 1, in
+/// one round trip; it reserves nothing while another session holds attempt 1, and finds a
+/// reserved key taken. Without holds it is `reserve`.
+pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let pool = table.pool();
+    let mut one = pool.acquire().await.must("acquiring a connection");
+    let mut two = pool.acquire().await.must("acquiring a connection");
+    let namespace = DB::namespace(&mut one).await.must("namespace");
+    let ns = namespace.as_str();
+    let (a, b) = (key("a"), key("b"));
+    assert_eq!(
+        DB::reserve_held(&mut one, ns, reservation(a, NOW, NOW + 30_000))
+            .await
+            .must("reserve_held"),
+        (true, true),
+        "reserving a free key"
+    );
+    let row = table.get(a, NOW).await.must("get").must("the reserved key");
+    assert_eq!((row.status, row.attempt), (KeyStatus::Processing, 1));
+    assert_eq!(
+        DB::reserve_held(&mut two, ns, reservation(a, NOW, NOW + 30_000))
+            .await
+            .must("reserve_held")
+            .1,
+        false,
+        "a reserved key was reserved again"
+    );
+    if !DB::HOLDS {
+        return;
+    }
+    assert!(
+        !DB::owner_gone(&mut two, ns, a, 1).await.must("owner_gone"),
+        "the reservation's hold was not taken"
+    );
+    // Another session holds b's attempt 1: b is not reserved.
+    assert!(DB::hold(&mut two, ns, b, 1).await.must("hold"));
+    assert_eq!(
+        DB::reserve_held(&mut one, ns, reservation(b, NOW, NOW + 30_000))
+            .await
+            .must("reserve_held"),
+        (false, false),
+        "reserved while another session held attempt 1"
+    );
+    assert!(table.get(b, NOW).await.must("get").is_none(), "b's row");
+    // (And `one` let go of a's hold in that round trip.)
+    assert!(
+        DB::owner_gone(&mut two, ns, a, 1).await.must("owner_gone"),
+        "the earlier hold outlived the next"
+    );
+}
+
 /// Staged writes run in the application's transaction: a step journaled in a transaction
 /// that rolls back is not recorded, nor are the transaction's other writes; committed, both
 /// are.
