@@ -110,7 +110,7 @@ impl Provider {
 
 /// A `payments` process on `db`, calling `provider_url`.
 fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
-    payments_with(db, provider_url, lease, "on")
+    payments_with(db, provider_url, lease, "off")
 }
 
 /// [`payments`] with `PAYMENTS_ATTEMPT_HOLDS` set to `holds`.
@@ -476,7 +476,7 @@ async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: b
 /// Case 4b: the process is killed after the provider charged, with an hour-long lease. On
 /// PostgreSQL the killed attempt's hold ended with its connection: the client's first retry
 /// on a new process proves its owner gone and resumes the payment at once (one charge). On
-/// SQLite, and on PostgreSQL with `PAYMENTS_ATTEMPT_HOLDS=off`, the lease decides: the retry
+/// SQLite, and on PostgreSQL without `PAYMENTS_ATTEMPT_HOLDS=on`, the lease decides: the retry
 /// is told `409` with `Retry-After`, and the key stays processing.
 async fn crash_with_a_live_lease(kind: Kind, holds: bool) {
     let db = Db::fresh(kind).await;

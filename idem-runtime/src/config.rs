@@ -68,10 +68,14 @@ pub struct Config {
     /// Whether staged attempts prove their owner alive where the backend can (PostgreSQL:
     /// a session advisory lock on a connection of a second pool, see
     /// [`StagedSql::hold`](crate::store::staged::StagedSql::hold)), so that a retry after
-    /// a crash takes the key over at once instead of waiting for the lease. Turn it off
-    /// behind a transaction pooler (PgBouncer in transaction mode), where a session's lock
-    /// does not stay with its client: recovery then waits for the lease, as on SQLite.
-    /// Default `true`.
+    /// a crash takes the key over at once instead of answering `409` until the lease runs
+    /// out. Default `false`: turn it on when idem connects to PostgreSQL directly. Behind a
+    /// transaction pooler (PgBouncer in transaction mode) a session lock does not stay
+    /// with its client — another client's statements run on the same server session —
+    /// so a hold would prove nothing there. It costs one more connection per running
+    /// staged attempt (a pool the size of the first) and measurably a few per cent of a
+    /// staged operation's throughput against a provider that answers at once (`bench/`);
+    /// see the runtime's `hold` module in ARCHITECTURE.md.
     pub attempt_holds: bool,
 }
 
@@ -93,7 +97,7 @@ impl Default for Config {
             ],
             max_connections: 16,
             leases: Vec::new(),
-            attempt_holds: true,
+            attempt_holds: false,
         }
     }
 }

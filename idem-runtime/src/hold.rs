@@ -28,9 +28,9 @@
 //! key's reservation takes its hold in its own round trip
 //! ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)), on the hold
 //! connection.
-//! [`Config::attempt_holds`](crate::Config::attempt_holds) turns it off — behind a
-//! transaction pooler such as PgBouncer in transaction mode, a session lock does not stay
-//! with its client — and recovery then waits for the lease, as on SQLite.
+//! Off by default, on with [`Config::attempt_holds`](crate::Config::attempt_holds): behind
+//! a transaction pooler such as PgBouncer in transaction mode a session lock does not stay
+//! with its client, and recovery waits for the lease, as on SQLite.
 
 use sqlx::pool::PoolConnection;
 

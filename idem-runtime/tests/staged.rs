@@ -1,5 +1,6 @@
 //! Staged mode on real databases: reservation, journaled steps, leases, takeover, fencing,
-//! outcomes and the reconciler. Every case runs on PostgreSQL and on SQLite.
+//! outcomes and the reconciler. Every case runs on PostgreSQL and on SQLite, and the
+//! protocol's cases on PostgreSQL with attempts holding their number too.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -174,8 +175,8 @@ async fn recorded<DB: TestDb>(h: &Harness<DB>, k: &str) {
 
 /// The reservation commits before the work runs; the key is processing with a live lease
 /// while it runs, and a duplicate meanwhile gets 409 without running anything.
-async fn reservation_commits_at_once<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn reservation_commits_at_once<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Wait);
     let k = key("p-1");
     let first = {
@@ -209,9 +210,8 @@ async fn reservation_commits_at_once<DB: TestDb>() {
 
 /// With `on_in_flight = wait`, a duplicate waits for the running attempt and answers with
 /// its response, without running anything.
-async fn waiting_duplicate_gets_the_response<DB: TestDb>() {
-    let h =
-        Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
+async fn waiting_duplicate_gets_the_response<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config().in_flight_wait(Duration::from_secs(20))).await;
     let spec = SPEC.on_in_flight(InFlightPolicy::Wait);
     let work = Work::new(After::Wait);
     let k = key("p-wait");
@@ -238,8 +238,8 @@ async fn waiting_duplicate_gets_the_response<DB: TestDb>() {
 
 /// A retryable failure answers 503 with Retry-After and keeps the recorded step: the retry
 /// resumes after it, and the provider is called once.
-async fn retryable_failure_resumes_after_recorded_steps<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn retryable_failure_resumes_after_recorded_steps<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Interrupt);
     let k = key("p-2");
     let first = run(&h.idem, &SPEC, &work, &k, 100).await;
@@ -274,8 +274,8 @@ async fn retryable_failure_resumes_after_recorded_steps<DB: TestDb>() {
 
 /// An attempt that dies between the provider's answer and the recording: the next attempt
 /// calls the provider again with the same provider key, and the provider charges once.
-async fn unrecorded_step_runs_again_with_the_same_provider_key<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn unrecorded_step_runs_again_with_the_same_provider_key<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::PanicBeforeRecording);
     let k = key("p-3");
     let first = run(&h.idem, &SPEC, &work, &k, 100).await;
@@ -291,8 +291,8 @@ async fn unrecorded_step_runs_again_with_the_same_provider_key<DB: TestDb>() {
 }
 
 /// A permanent failure is stored and replayed; nothing else is written.
-async fn permanent_failure_is_stored_and_replayed<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn permanent_failure_is_stored_and_replayed<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Finish);
     let k = key("p-402");
     let first = run(&h.idem, &SPEC, &work, &k, 402).await.unwrap();
@@ -308,8 +308,8 @@ async fn permanent_failure_is_stored_and_replayed<DB: TestDb>() {
 /// An attempt whose lease ran out is taken over by a retry; the old attempt's writes are
 /// refused (fenced) when it wakes up, and its client is told the final answer (the new
 /// attempt's response).
-async fn takeover_fences_the_old_attempt<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn takeover_fences_the_old_attempt<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Wait);
     let k = key("p-4");
     let old = {
@@ -344,13 +344,13 @@ async fn takeover_fences_the_old_attempt<DB: TestDb>() {
 
 /// Two processes race to take over one expired lease: one wins and runs, the other gets
 /// 409 and runs nothing.
-async fn one_of_two_racing_takeovers_wins<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn one_of_two_racing_takeovers_wins<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Interrupt);
     let k = key("p-5");
     assert!(run(&h.idem, &SPEC, &work, &k, 100).await.is_err());
     work.set(After::Wait);
-    let other = h.reopen(Config::default()).await;
+    let other = h.reopen(H::config()).await;
     let racers: Vec<_> = [h.idem.clone(), other]
         .into_iter()
         .map(|idem| {
@@ -383,8 +383,8 @@ async fn one_of_two_racing_takeovers_wins<DB: TestDb>() {
 }
 
 /// The reconciler resumes a stuck key with its stored request, with nobody retrying.
-async fn reconciler_resumes_stuck_keys<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn reconciler_resumes_stuck_keys<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Interrupt);
     let k = key("p-6");
     assert!(run(&h.idem, &SPEC, &work, &k, 250).await.is_err());
@@ -411,9 +411,9 @@ async fn reconciler_resumes_stuck_keys<DB: TestDb>() {
 /// Operators on staged keys, through the key table the runtime hands out: a stuck key is
 /// listed; `complete` makes retries replay the operator's response; `release` of a running
 /// attempt fences it out and lets the next retry resume; every action is audited.
-async fn operators_act_on_staged_keys<DB: TestDb>() {
+async fn operators_act_on_staged_keys<DB: TestDb, H: Holding>() {
     use idem_runtime::store::{Action, Actor, AuditFilter, KeyFilter, StoredResponse};
-    let h = Harness::<DB>::new().await;
+    let h = Harness::<DB>::with_config(H::config()).await;
     let table = h.idem.keys();
     let work = Work::new(After::Interrupt);
     let stuck = key("p-op-1");
@@ -501,8 +501,8 @@ async fn operators_act_on_staged_keys<DB: TestDb>() {
 /// One rule for a key's life: a key that is not final never expires. A stuck key whose TTL
 /// ran out is resumed by the retry (never `410`), and the completed key's TTL counts from its
 /// completion; the sweeper leaves a stuck key alone.
-async fn a_key_that_is_not_final_never_expires<DB: TestDb>() {
-    let h = Harness::<DB>::new().await;
+async fn a_key_that_is_not_final_never_expires<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
     let spec = SPEC.ttl(Duration::from_secs(7200));
     let work = Work::new(After::Interrupt);
     let k = key("p-ttl");
@@ -546,9 +546,9 @@ async fn a_key_that_is_not_final_never_expires<DB: TestDb>() {
 
 /// A fenced attempt's client is told the final answer: an operator completed the key while
 /// the attempt was running.
-async fn a_fenced_client_gets_the_final_answer<DB: TestDb>() {
+async fn a_fenced_client_gets_the_final_answer<DB: TestDb, H: Holding>() {
     use idem_runtime::store::{Action, Actor, StoredResponse};
-    let h = Harness::<DB>::new().await;
+    let h = Harness::<DB>::with_config(H::config()).await;
     let work = Work::new(After::Wait);
     let k = key("p-fenced");
     let running = {
@@ -597,7 +597,8 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let work = Work::new(After::Wait);
     let k = key("p-gone");
-    let process = h.reopen(Config::default()).await;
+    let holding = Config::default().attempt_holds(true);
+    let process = h.reopen(holding.clone()).await;
     let owner = {
         let (idem, work, k) = (process.clone(), Arc::clone(&work), k.clone());
         tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
@@ -614,18 +615,18 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     );
 
     let fresh = Work::new(After::Finish);
-    // Without holds, the lease alone decides.
-    let unproven = h.reopen(Config::default().attempt_holds(false)).await;
+    // Without holds (the default), the lease alone decides.
     assert!(
         matches!(
-            run(&unproven, &SPEC, &fresh, &k, 100).await,
+            run(&h.idem, &SPEC, &fresh, &k, 100).await,
             Err(Error::InFlight { .. })
         ),
         "taken over without proof"
     );
+    let retrier = h.reopen(holding.clone()).await;
     if !DB::HOLDS {
         assert!(matches!(
-            run(&h.idem, &SPEC, &fresh, &k, 100).await,
+            run(&retrier, &SPEC, &fresh, &k, 100).await,
             Err(Error::InFlight { .. })
         ));
         assert_eq!(fresh.runs.load(Ordering::SeqCst), 0);
@@ -634,7 +635,7 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     // The server ends the closed sessions' holds as their server processes exit: soon.
     let mut outcome = None;
     for _ in 0..500 {
-        match run(&h.idem, &SPEC, &fresh, &k, 100).await {
+        match run(&retrier, &SPEC, &fresh, &k, 100).await {
             Err(Error::InFlight { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
             other => {
                 outcome = Some(other.unwrap());
@@ -652,20 +653,73 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     let live = Work::new(After::Wait);
     let k2 = key("p-live");
     let running = {
-        let (idem, live, k2) = (h.idem.clone(), Arc::clone(&live), k2.clone());
+        let (idem, live, k2) = (retrier.clone(), Arc::clone(&live), k2.clone());
         tokio::spawn(async move { run(&idem, &SPEC, &live, &k2, 100).await })
     };
     recorded(&h, "p-live").await;
+    let other = h.reopen(holding).await;
     assert!(matches!(
-        run(&h.idem, &SPEC, &fresh, &k2, 100).await,
+        run(&other, &SPEC, &fresh, &k2, 100).await,
         Err(Error::InFlight { .. })
     ));
     live.gate.notify_one();
     assert_eq!(running.await.unwrap().unwrap().kind, OutcomeKind::Executed);
 }
 
-on_both_backends!(
-    an_attempt_whose_owner_is_gone_is_taken_over_at_once,
+/// Whether a case's `Idem` holds attempts ([`Config::attempt_holds`]).
+trait Holding {
+    fn config() -> Config;
+}
+
+/// The default: no holds.
+struct Unheld;
+
+impl Holding for Unheld {
+    fn config() -> Config {
+        Config::default()
+    }
+}
+
+/// Attempts hold their number (PostgreSQL; nothing changes on SQLite).
+struct Held;
+
+impl Holding for Held {
+    fn config() -> Config {
+        Config::default().attempt_holds(true)
+    }
+}
+
+/// Every case on PostgreSQL without and with holds, and on SQLite.
+macro_rules! on_backends_and_holds {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<idem_runtime::sqlx::Postgres, super::Unheld>().await;
+                }
+            )*
+        }
+        mod postgres_held {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<idem_runtime::sqlx::Postgres, super::Held>().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<idem_runtime::sqlx::Sqlite, super::Unheld>().await;
+                }
+            )*
+        }
+    };
+}
+
+on_backends_and_holds!(
     reservation_commits_at_once,
     waiting_duplicate_gets_the_response,
     retryable_failure_resumes_after_recorded_steps,
@@ -678,6 +732,18 @@ on_both_backends!(
     a_key_that_is_not_final_never_expires,
     a_fenced_client_gets_the_final_answer,
 );
+
+mod owner_gone {
+    use super::an_attempt_whose_owner_is_gone_is_taken_over_at_once as case;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        case::<idem_runtime::sqlx::Postgres>().await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        case::<idem_runtime::sqlx::Sqlite>().await;
+    }
+}
 
 /// The attribute in staged mode: `#[idempotent(mode = "staged", lease = …)]` on a handler
 /// that takes an `Attempt`, over HTTP.

@@ -13,11 +13,11 @@
 //!   `http://127.0.0.1:3900/webhooks`.
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
-//!   by this process's reconciler — once it ran out; on PostgreSQL, a retry resumes it at
-//!   once when the process that ran the attempt is gone (its hold ended with its connection).
-//! - `PAYMENTS_ATTEMPT_HOLDS`: `off` turns that proof off
-//!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds); behind a transaction
-//!   pooler), default `on`.
+//!   by this process's reconciler — once it ran out.
+//! - `PAYMENTS_ATTEMPT_HOLDS`: `on` makes every attempt hold its number on PostgreSQL
+//!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds)), so that a retry
+//!   resumes a payment at once when the process that ran its attempt is gone (its hold
+//!   ended with its connection), before the lease runs out; default `off`.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
 //!   `REQUEST_TIMEOUT_MS`, `MAX_CONNECTIONS`, `SHUTDOWN_DEADLINE_MS`: how slow clients,
 //!   connections and shutdown are bounded ([`idem_examples::server`]). A payment cut off by
@@ -66,7 +66,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
     };
-    let holds = match server::env_or("PAYMENTS_ATTEMPT_HOLDS", "on").as_str() {
+    let holds = match server::env_or("PAYMENTS_ATTEMPT_HOLDS", "off").as_str() {
         "on" => true,
         "off" => false,
         other => return Err(format!("PAYMENTS_ATTEMPT_HOLDS={other}: on or off").into()),
