@@ -44,8 +44,9 @@ use crate::store::{Backend, Failure, KeyRef};
 /// go of it in the same round trip as its next hold or probe — no round trip of its own —
 /// or the pool closes it (idle for 30 s). A hold left so is harmless: its attempt's row
 /// is final, or its lease was released, or another attempt took it over; only an operator's
-/// delete of a running key makes its number (attempt 1) reachable again, and a request
-/// for it then waits as for a live attempt until that connection is used or closed.
+/// delete of a staged key makes its number (attempt 1) reachable again, and a request for
+/// the key then waits as for a live attempt (`409`) until that connection is used or
+/// closed.
 pub(crate) struct Hold<DB: Backend> {
     conn: Option<PoolConnection<DB>>,
     namespace: String,

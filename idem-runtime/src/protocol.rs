@@ -233,8 +233,8 @@ impl<DB: Backend> Idem<DB> {
     }
 
     /// Closes idem's connections — the pool and staged mode's hold connections — waiting
-    /// for those in use to come back (a graceful shutdown's last step). Every clone of this
-    /// handle shares them.
+    /// for those in use to come back: after a graceful shutdown, or in a test, to end this
+    /// handle's sessions as a stopped process's end. Every clone of this handle shares them.
     pub async fn close(&self) {
         // A connection coming back while the pool closes can land among its idle ones after
         // `close` looked at them: close again until none is left.
