@@ -109,14 +109,23 @@ pub fn key_parameter(doc: &OperationDoc) -> String {
 #[must_use]
 pub fn window(doc: &OperationDoc) -> String {
     let ttl = describe_duration(doc.ttl);
+    // Staged keys count their TTL from completion: one still running, or waiting to be
+    // resumed, is kept whatever the time.
+    let kept = match doc.mode {
+        Mode::Staged => format!(
+            "A key is kept for {ttl} after the operation completes (while it runs or waits to \
+             be resumed, whatever the time)."
+        ),
+        _ => format!("A key is kept for {ttl} after its first request."),
+    };
     match doc.on_expired {
         ExpiryPolicy::Gone => format!(
-            "A key is kept for {ttl} after its first request. Past that, a request with it is \
+            "{kept} Past that, a request with it is \
              refused (410) and nothing runs: retry within {ttl}, and past it check whether the \
              first request took effect before sending the operation again with a new key."
         ),
         _ => format!(
-            "A key is kept for {ttl} after its first request. Past that, the key is free again: \
+            "{kept} Past that, the key is free again: \
              a request with it runs the operation anew, as if the key were new. Retry within \
              {ttl}; a retry after it may repeat the operation."
         ),
