@@ -5,19 +5,12 @@ use std::time::Duration;
 
 use sqlx::{Database, Pool, Transaction};
 
-use crate::migrate::Migration;
+use crate::key::KeyRef;
+use crate::migration::Migration;
+use crate::outbox::message::OutboxSql;
 use crate::row::StoredKey;
-
-/// The identity of one key row: (scope, operation, idempotency_key), the table's primary key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KeyRef<'a> {
-    /// `global`, `tenant:<id>` or `user:<id>`.
-    pub scope: &'a str,
-    /// The operation id, e.g. `create_order:v1`.
-    pub operation: &'a str,
-    /// The client's key.
-    pub key: &'a str,
-}
+use crate::sealed::Sealed;
+use crate::staged::StagedSql;
 
 /// The key an execution locks while it runs ([`Backend::begin`]).
 #[derive(Debug, Clone, Copy)]
@@ -121,98 +114,6 @@ pub struct TxSettings {
     pub acquire_timeout: Duration,
 }
 
-pub(crate) mod sealed {
-    use std::future::Future;
-
-    use sqlx::{Database, Pool};
-
-    use crate::error::StoreError;
-    use crate::{
-        Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-        Page, Registration,
-    };
-
-    /// The bodies of [`crate::KeyTable`]'s methods, per backend. Not nameable outside the
-    /// crate, which seals [`crate::Backend`].
-    pub trait Sealed: Database {
-        fn run_migrations(pool: &Pool<Self>)
-        -> impl Future<Output = Result<(), StoreError>> + Send;
-
-        fn get(
-            pool: &Pool<Self>,
-            key: KeyRef<'_>,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Option<KeyRow>, StoreError>> + Send;
-
-        fn list(
-            pool: &Pool<Self>,
-            filter: &KeyFilter,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Page, StoreError>> + Send;
-
-        fn expire(
-            pool: &Pool<Self>,
-            key: KeyRef<'_>,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Option<(KeyRow, KeyRow)>, StoreError>> + Send;
-
-        fn delete(
-            pool: &Pool<Self>,
-            key: KeyRef<'_>,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Option<KeyRow>, StoreError>> + Send;
-
-        fn sweep_batch(
-            pool: &Pool<Self>,
-            before_ms: i64,
-            batch: i64,
-        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-        fn counts(
-            pool: &Pool<Self>,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Counts, StoreError>> + Send;
-
-        /// [`crate::KeyTable::act`], its arguments validated: one transaction holding the
-        /// key's row reads it, checks it (`operator::check`), applies `action` and inserts
-        /// the audit row.
-        fn act(
-            pool: &Pool<Self>,
-            key: KeyRef<'_>,
-            expected: &KeyRow,
-            action: &Action,
-            by: &Actor,
-            now_ms: i64,
-        ) -> impl Future<Output = Result<Acted, StoreError>> + Send;
-
-        fn audit(
-            pool: &Pool<Self>,
-            filter: &AuditFilter,
-        ) -> impl Future<Output = Result<Vec<AuditEntry>, StoreError>> + Send;
-
-        fn read_journal(
-            pool: &Pool<Self>,
-            key: KeyRef<'_>,
-        ) -> impl Future<Output = Result<Option<Journal>, StoreError>> + Send;
-
-        fn count_sweepable(
-            pool: &Pool<Self>,
-            before_ms: i64,
-        ) -> impl Future<Output = Result<u64, StoreError>> + Send;
-
-        /// Upserts each registration, in one transaction.
-        fn register(
-            pool: &Pool<Self>,
-            registrations: &[Registration],
-        ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-        /// Every registration, by operation id.
-        fn registrations(
-            pool: &Pool<Self>,
-        ) -> impl Future<Output = Result<Vec<Registration>, StoreError>> + Send;
-    }
-}
-
 /// A database idem keeps keys in: [`sqlx::Postgres`] (feature `postgres`) or [`sqlx::Sqlite`]
 /// (feature `sqlite`).
 ///
@@ -235,9 +136,7 @@ pub(crate) mod sealed {
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
 )]
-pub trait Backend:
-    Database + sealed::Sealed + crate::staged::StagedSql + crate::outbox::OutboxSql
-{
+pub trait Backend: Database + Sealed + StagedSql + OutboxSql {
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];

@@ -194,23 +194,28 @@ mod backend;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod error;
+mod key;
 mod list;
 mod migrate;
+mod migration;
 mod operations;
 mod operator;
 mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod row;
+mod sealed;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod staged;
 mod table;
 
-pub use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings};
+pub use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 pub use crate::error::StoreError;
+pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
-pub use crate::migrate::{MIGRATION_LOCK_ID, Migration, migrate};
+pub use crate::migrate::{MIGRATION_LOCK_ID, migrate};
+pub use crate::migration::Migration;
 pub use crate::operations::{OperationInfo, Registration};
 pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Hazard, Journal};
 pub use crate::outbox::{

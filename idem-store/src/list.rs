@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::backend::KeyRef;
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, RawRow};
 
 /// Which keys [`crate::KeyTable::list`] returns, and how many.

@@ -1,10 +1,10 @@
 //! idem's own migration history: `idem_schema_migrations`.
 
-use sha2::{Digest as _, Sha256};
 use sqlx::Pool;
 
 use crate::backend::Backend;
 use crate::error::StoreError;
+use crate::migration::Migration;
 
 /// The session advisory lock PostgreSQL migrations run under, so that instances starting at
 /// once apply each migration once: `pg_advisory_lock(7594306391241484647)`, the ASCII bytes
@@ -18,34 +18,7 @@ pub const MIGRATION_LOCK_ID: i64 = i64::from_be_bytes(*b"idem-mig");
 /// [`migrate`] removes that row (and only it) when it adopts the table.
 pub(crate) const LEGACY_SQLX_VERSION: i64 = 20_261_130_000_001;
 
-/// One migration of the key table, embedded in the crate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Migration {
-    /// Its version in `idem_schema_migrations`: 1, 2, … in the order they apply.
-    pub version: i64,
-    /// What it does, in a few words.
-    pub description: &'static str,
-    /// The SQL, run as one batch of statements in one transaction.
-    pub sql: &'static str,
-}
-
 impl Migration {
-    pub(crate) const fn new(version: i64, description: &'static str, sql: &'static str) -> Self {
-        Self {
-            version,
-            description,
-            sql,
-        }
-    }
-
-    /// SHA-256 of [`Migration::sql`], recorded when the migration is applied: a migration
-    /// recorded with another checksum is refused.
-    #[must_use]
-    pub fn checksum(&self) -> [u8; 32] {
-        Sha256::digest(self.sql.as_bytes()).into()
-    }
-
     /// [`StoreError::Migrate`] unless `recorded` is this migration's checksum.
     pub(crate) fn verify(&self, recorded: &[u8]) -> Result<(), StoreError> {
         if recorded == self.checksum() {

@@ -17,8 +17,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::backend::{Backend, KeyRef};
+use crate::backend::Backend;
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 use crate::table::KeyTable;
 

@@ -17,12 +17,15 @@ use sqlx::{
     Transaction,
 };
 
-use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
+use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::list::{self, Counts, KeyFilter, Page};
-use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID, Migration};
+use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID};
+use crate::migration::Migration;
 use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
+use crate::sealed;
 
 /// The migrations of the key table on PostgreSQL.
 static MIGRATIONS: [Migration; 8] = [

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use bytes::Bytes;
 
 use crate::error::StoreError;
+use crate::key::KeyRef;
 
 /// A stored response: status, headers and body, without HTTP types.
 ///
@@ -377,8 +378,8 @@ pub struct KeyRow {
 impl KeyRow {
     /// The row's identity.
     #[must_use]
-    pub fn key_ref(&self) -> crate::KeyRef<'_> {
-        crate::KeyRef {
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef {
             scope: &self.scope,
             operation: &self.operation,
             key: &self.key,

@@ -12,12 +12,15 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions as _, Executor as _, Pool, QueryBuilder, Row as _, Sqlite, Transaction};
 
-use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings, sealed};
+use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::list::{self, Counts, KeyFilter, Page};
-use crate::migrate::{LEGACY_SQLX_VERSION, Migration};
+use crate::migrate::LEGACY_SQLX_VERSION;
+use crate::migration::Migration;
 use crate::operator::{self, Acted, Action, Actor};
 use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
+use crate::sealed;
 
 /// The migrations of the key table on SQLite.
 static MIGRATIONS: [Migration; 7] = [

@@ -2,8 +2,9 @@
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, KeyRef};
+use crate::backend::Backend;
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::list::{Counts, KeyFilter, Page};
 use crate::row::KeyRow;
 

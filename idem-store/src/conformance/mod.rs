@@ -66,7 +66,8 @@ use std::time::Duration;
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, KeyRef, NewRow, TxSettings};
+use crate::backend::{Backend, NewRow, TxSettings};
+use crate::key::KeyRef;
 use crate::row::StoredResponse;
 use crate::table::KeyTable;
 

@@ -106,4 +106,4 @@ mod sql {
     );
 }
 
-super::impl_outbox_sql!(Postgres);
+super::message::impl_outbox_sql!(Postgres);

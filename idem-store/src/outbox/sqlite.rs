@@ -114,4 +114,4 @@ mod sql {
     );
 }
 
-super::impl_outbox_sql!(Sqlite);
+super::message::impl_outbox_sql!(Sqlite);

@@ -11,7 +11,8 @@ use std::future::Future;
 
 use sqlx::Database;
 
-use crate::backend::KeyRef;
+use crate::key::KeyRef;
+use crate::sealed::Sealed;
 
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -101,7 +102,7 @@ pub struct Ending<'a> {
 /// recovery point commit together.
 ///
 /// Implemented for every [`crate::Backend`]; sealed like it.
-pub trait StagedSql: Database + crate::backend::sealed::Sealed {
+pub trait StagedSql: Database + Sealed {
     /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
     /// when the key has a row already (unless it is a completed row that had expired and
     /// [`Reservation::replace_expired`]: a processing row never expires, see

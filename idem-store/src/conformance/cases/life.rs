@@ -6,8 +6,9 @@
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, KeyRef, NewRow};
+use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
+use crate::key::KeyRef;
 use crate::list::KeyFilter;
 use crate::operations::Registration;
 use crate::operator::{Action, Actor};

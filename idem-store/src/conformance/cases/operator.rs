@@ -6,9 +6,10 @@
 use serde_json::json;
 
 use super::staged::{JOURNAL, staged_key};
-use crate::backend::{Backend, KeyRef, NewRow};
+use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, settings};
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::list::KeyFilter;
 use crate::operations::Registration;
 use crate::operator::{Acted, Action, Actor, AuditFilter};

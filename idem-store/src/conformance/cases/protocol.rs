@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, Begun, Failure, KeyLock, KeyRef, NewRow, TxSettings};
+use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::conformance::{
     ConformanceSql, HEADERS, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
 };
+use crate::key::KeyRef;
 use crate::outbox::{Outbox, OutboxMessage, enqueue};
 use crate::row::{StoredResponse, StoredStatus};
 use crate::staged::Reservation;

@@ -3,8 +3,9 @@
 
 use sqlx::{Connection as _, Pool};
 
-use crate::backend::{Backend, KeyRef};
+use crate::backend::Backend;
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
+use crate::key::KeyRef;
 use crate::outbox::{Outbox, OutboxMessage, enqueue};
 use crate::row::{KeyStatus, StoredResponse, StoredStatus};
 use crate::staged::{Ending, Lease, Reservation, StuckKey};

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, KeyRef, NewRow};
+use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, put, settings};
 use crate::error::StoreError;
+use crate::key::KeyRef;
 use crate::list::{Cursor, KeyFilter, Page, StatusCounts};
 use crate::row::{KeyRow, KeyStatus};
 use crate::staged::Reservation;

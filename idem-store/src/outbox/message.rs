@@ -1,0 +1,439 @@
+//! The outbox's rows and statements: messages as they are enqueued, claimed and read, and
+//! [`OutboxSql`], their statements per backend.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+
+use sqlx::{Database, Pool, Transaction};
+
+use crate::error::StoreError;
+
+/// A message to enqueue ([`enqueue`](crate::enqueue)).
+///
+/// ```
+/// use idem_store::OutboxMessage;
+/// use serde_json::json;
+///
+/// let message = OutboxMessage::new(
+///     "order-42/created",
+///     "order.created",
+///     json!({ "order": 42, "total": "19.90" }),
+/// );
+/// assert_eq!(message.topic, "order.created");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxMessage {
+    /// Unique among the table's messages: a second message with the same id is not enqueued.
+    /// Receivers deduplicate on it (the webhook sink sends it as `Idempotency-Key`), so
+    /// derive it from what the message is about (`order-42/created`), not from a random
+    /// value drawn per attempt. For webhooks to idem-powered receivers: 1 to 255 visible
+    /// ASCII characters.
+    pub dedup_id: String,
+    /// The kind of message (`order.created`): what the sink routes on.
+    pub topic: String,
+    /// The message itself.
+    pub payload: serde_json::Value,
+}
+
+impl OutboxMessage {
+    /// A message.
+    #[must_use]
+    pub fn new(
+        dedup_id: impl Into<String>,
+        topic: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Self {
+        Self {
+            dedup_id: dedup_id.into(),
+            topic: topic.into(),
+            payload,
+        }
+    }
+}
+
+/// Where a message stands: the `status` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OutboxStatus {
+    /// `pending`: to be delivered once due (possibly leased to a dispatcher right now).
+    Pending,
+    /// `delivered`: the sink accepted it.
+    Delivered,
+    /// `dead`: given up on, after too many failed attempts or a permanent failure. Nothing
+    /// delivers it again unless [`Outbox::retry_dead`](crate::Outbox::retry_dead) puts it
+    /// back.
+    Dead,
+}
+
+impl OutboxStatus {
+    /// `pending`, `delivered` or `dead`, as in the column.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Dead => "dead",
+        }
+    }
+}
+
+impl fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Parses `pending`, `delivered` or `dead`.
+///
+/// ```
+/// use idem_store::OutboxStatus;
+///
+/// assert_eq!("dead".parse::<OutboxStatus>().unwrap(), OutboxStatus::Dead);
+/// assert!("gone".parse::<OutboxStatus>().is_err());
+/// ```
+impl FromStr for OutboxStatus {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pending" => Ok(Self::Pending),
+            "delivered" => Ok(Self::Delivered),
+            "dead" => Ok(Self::Dead),
+            other => Err(StoreError::InvalidOutboxStatus(other.to_owned())),
+        }
+    }
+}
+
+/// A message a dispatcher claimed ([`Outbox::claim`](crate::Outbox::claim)): deliver it,
+/// then record the outcome with [`Outbox::mark_delivered`](crate::Outbox::mark_delivered) or
+/// [`Outbox::mark_failed`](crate::Outbox::mark_failed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    /// The row's id: what the outcome is recorded by.
+    pub id: i64,
+    /// [`OutboxMessage::dedup_id`].
+    pub dedup_id: String,
+    /// [`OutboxMessage::topic`].
+    pub topic: String,
+    /// [`OutboxMessage::payload`].
+    pub payload: serde_json::Value,
+    /// Failed deliveries before this one.
+    pub attempts: u32,
+    /// When it was enqueued, in milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// When this claim's lease ends: after that another dispatcher may claim the message.
+    pub locked_until_ms: i64,
+}
+
+/// A message as tools read it ([`Outbox::get`](crate::Outbox::get),
+/// [`Outbox::list`](crate::Outbox::list)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    /// The row's id (claim order).
+    pub id: i64,
+    /// [`OutboxMessage::dedup_id`].
+    pub dedup_id: String,
+    /// [`OutboxMessage::topic`].
+    pub topic: String,
+    /// [`OutboxMessage::payload`].
+    pub payload: serde_json::Value,
+    /// Where it stands.
+    pub status: OutboxStatus,
+    /// Failed deliveries so far.
+    pub attempts: u32,
+    /// Pending: when it is due. Dead: when it was given up on. Delivered: when its last
+    /// attempt was due.
+    pub next_attempt_at_ms: i64,
+    /// The end of the lease of the dispatcher that last claimed it, until its outcome is
+    /// recorded.
+    pub locked_until_ms: Option<i64>,
+    /// Why the last delivery failed.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub created_at_ms: i64,
+    /// When it was delivered.
+    pub delivered_at_ms: Option<i64>,
+}
+
+/// The columns of one row, as both backends read them. Not nameable outside the crate
+/// (it appears in [`OutboxSql`]'s signatures only).
+#[derive(Debug)]
+pub struct RawOutboxRow {
+    pub id: i64,
+    pub dedup_id: String,
+    pub topic: String,
+    pub payload: String,
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at_ms: i64,
+    pub locked_until_ms: Option<i64>,
+    pub last_error: Option<String>,
+    pub created_at_ms: i64,
+    pub delivered_at_ms: Option<i64>,
+}
+
+impl RawOutboxRow {
+    /// The row, or [`StoreError::Corrupt`] for a status this version does not know or a
+    /// payload that is not JSON.
+    pub(crate) fn into_row(self) -> Result<OutboxRow, StoreError> {
+        let status = self.status.parse::<OutboxStatus>().map_err(|_| {
+            StoreError::Corrupt(format!(
+                "outbox message {} has the unknown status {:?}",
+                self.id, self.status
+            ))
+        })?;
+        let payload = self.payload()?;
+        Ok(OutboxRow {
+            id: self.id,
+            dedup_id: self.dedup_id,
+            topic: self.topic,
+            payload,
+            status,
+            attempts: attempts(self.attempts),
+            next_attempt_at_ms: self.next_attempt_at_ms,
+            locked_until_ms: self.locked_until_ms,
+            last_error: self.last_error,
+            created_at_ms: self.created_at_ms,
+            delivered_at_ms: self.delivered_at_ms,
+        })
+    }
+
+    fn payload(&self) -> Result<serde_json::Value, StoreError> {
+        serde_json::from_str(&self.payload).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "outbox message {} has a payload that is not JSON: {e}",
+                self.id
+            ))
+        })
+    }
+
+    /// The claimed message; `Err` carries the reason it cannot be delivered.
+    pub(crate) fn into_claimed(self, locked_until_ms: i64) -> Result<Claimed, (i64, StoreError)> {
+        let payload = self.payload().map_err(|e| (self.id, e))?;
+        Ok(Claimed {
+            id: self.id,
+            dedup_id: self.dedup_id,
+            topic: self.topic,
+            payload,
+            attempts: attempts(self.attempts),
+            created_at_ms: self.created_at_ms,
+            locked_until_ms: self.locked_until_ms.unwrap_or(locked_until_ms),
+        })
+    }
+}
+
+fn attempts(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+/// The outbox's statements, per backend. Not nameable outside the crate: a supertrait of
+/// [`crate::Backend`], so every backend has them.
+pub trait OutboxSql: Database {
+    fn outbox_enqueue(
+        tx: &mut Transaction<'_, Self>,
+        message: &OutboxMessage,
+        payload: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Leases up to `batch` due rows until `until_ms`; returns them in any order.
+    fn outbox_claim(
+        pool: &Pool<Self>,
+        now_ms: i64,
+        until_ms: i64,
+        batch: i64,
+    ) -> impl Future<Output = Result<Vec<RawOutboxRow>, sqlx::Error>> + Send;
+
+    fn outbox_mark_delivered(
+        pool: &Pool<Self>,
+        id: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    fn outbox_mark_failed(
+        pool: &Pool<Self>,
+        id: i64,
+        now_ms: i64,
+        error: &str,
+        next_attempt_at_ms: i64,
+        dead: bool,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    fn outbox_get(
+        pool: &Pool<Self>,
+        dedup_id: &str,
+    ) -> impl Future<Output = Result<Option<RawOutboxRow>, sqlx::Error>> + Send;
+
+    fn outbox_list(
+        pool: &Pool<Self>,
+        status: Option<&'static str>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<RawOutboxRow>, sqlx::Error>> + Send;
+
+    /// (status, count, oldest `created_at` in milliseconds) per status.
+    fn outbox_counts(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<Vec<(String, i64, Option<i64>)>, sqlx::Error>> + Send;
+
+    fn outbox_retry_dead(
+        pool: &Pool<Self>,
+        dedup_id: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    fn outbox_sweep_delivered(
+        pool: &Pool<Self>,
+        before_ms: i64,
+        batch: i64,
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+}
+
+/// The Rust side of [`OutboxSql`], the same for every backend: binds and reads. Each backend
+/// file invokes it with its database type, beside a `mod sql` holding its statements, which
+/// the invocation's paths resolve to.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! impl_outbox_sql {
+    ($db:ty) => {
+        /// A row's columns, in the order of `sql::columns!`.
+        fn raw(
+            row: &<$db as sqlx::Database>::Row,
+        ) -> Result<$crate::outbox::message::RawOutboxRow, sqlx::Error> {
+            Ok($crate::outbox::message::RawOutboxRow {
+                id: sqlx::Row::try_get(row, 0)?,
+                dedup_id: sqlx::Row::try_get(row, 1)?,
+                topic: sqlx::Row::try_get(row, 2)?,
+                payload: sqlx::Row::try_get(row, 3)?,
+                status: sqlx::Row::try_get(row, 4)?,
+                attempts: sqlx::Row::try_get(row, 5)?,
+                next_attempt_at_ms: sqlx::Row::try_get(row, 6)?,
+                locked_until_ms: sqlx::Row::try_get(row, 7)?,
+                last_error: sqlx::Row::try_get(row, 8)?,
+                created_at_ms: sqlx::Row::try_get(row, 9)?,
+                delivered_at_ms: sqlx::Row::try_get(row, 10)?,
+            })
+        }
+
+        impl $crate::outbox::message::OutboxSql for $db {
+            async fn outbox_enqueue(
+                tx: &mut sqlx::Transaction<'_, Self>,
+                message: &$crate::outbox::message::OutboxMessage,
+                payload: &str,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::ENQUEUE)
+                    .bind(message.dedup_id.as_str())
+                    .bind(message.topic.as_str())
+                    .bind(payload)
+                    .bind(now_ms)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_claim(
+                pool: &sqlx::Pool<Self>,
+                now_ms: i64,
+                until_ms: i64,
+                batch: i64,
+            ) -> Result<Vec<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
+                let rows = sqlx::query(sql::CLAIM)
+                    .bind(now_ms)
+                    .bind(until_ms)
+                    .bind(batch)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(raw).collect()
+            }
+
+            async fn outbox_mark_delivered(
+                pool: &sqlx::Pool<Self>,
+                id: i64,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::MARK_DELIVERED)
+                    .bind(id)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_mark_failed(
+                pool: &sqlx::Pool<Self>,
+                id: i64,
+                now_ms: i64,
+                error: &str,
+                next_attempt_at_ms: i64,
+                dead: bool,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::MARK_FAILED)
+                    .bind(id)
+                    .bind(error)
+                    .bind(next_attempt_at_ms)
+                    .bind(dead)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_get(
+                pool: &sqlx::Pool<Self>,
+                dedup_id: &str,
+            ) -> Result<Option<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
+                let row = sqlx::query(sql::GET)
+                    .bind(dedup_id)
+                    .fetch_optional(pool)
+                    .await?;
+                row.as_ref().map(raw).transpose()
+            }
+
+            async fn outbox_list(
+                pool: &sqlx::Pool<Self>,
+                status: Option<&'static str>,
+                limit: i64,
+            ) -> Result<Vec<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
+                let rows = sqlx::query(sql::LIST)
+                    .bind(status)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?;
+                rows.iter().map(raw).collect()
+            }
+
+            async fn outbox_counts(
+                pool: &sqlx::Pool<Self>,
+            ) -> Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> {
+                sqlx::query_as(sql::COUNTS).fetch_all(pool).await
+            }
+
+            async fn outbox_retry_dead(
+                pool: &sqlx::Pool<Self>,
+                dedup_id: &str,
+                now_ms: i64,
+            ) -> Result<bool, sqlx::Error> {
+                let done = sqlx::query(sql::RETRY_DEAD)
+                    .bind(dedup_id)
+                    .bind(now_ms)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn outbox_sweep_delivered(
+                pool: &sqlx::Pool<Self>,
+                before_ms: i64,
+                batch: i64,
+            ) -> Result<u64, sqlx::Error> {
+                let done = sqlx::query(sql::SWEEP_DELIVERED)
+                    .bind(before_ms)
+                    .bind(batch)
+                    .execute(pool)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use impl_outbox_sql;
