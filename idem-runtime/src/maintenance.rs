@@ -1,12 +1,16 @@
-//! Keeping the key table small: the sweep of expired keys.
+//! Keeping the key table small and watched: the sweep of expired keys, the operation
+//! registry, the count of stuck keys.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::clock::millis;
 use crate::docs::OperationDoc;
 use crate::protocol::Idem;
 use crate::spec::{Mode, OperationSpec};
-use crate::store::{Backend, Registration, StoreError};
+use crate::store::{Backend, KeyFilter, KeyStatus, Registration, StoreError};
+use crate::telemetry;
 
 impl<DB: Backend> Idem<DB> {
     /// Deletes keys that expired more than `grace` ago, `batch` rows per statement with
@@ -109,5 +113,73 @@ impl<DB: Backend> Idem<DB> {
             })
             .collect();
         self.keys().register(&registrations).await
+    }
+}
+
+/// Operations whose [`STUCK_KEYS`](telemetry::STUCK_KEYS) gauge this process set, so that a
+/// later observation brings them back to 0.
+static STUCK_REPORTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+impl<DB: Backend> Idem<DB> {
+    /// Counts the staged keys that are stuck now — processing, their lease run out — by
+    /// operation id, and sets the [`STUCK_KEYS`](telemetry::STUCK_KEYS) gauge
+    /// (`idem_stuck_keys{operation}`) of each: every operation registered as staged
+    /// ([`Idem::register`]) and every one this process reported before get a value, 0 when
+    /// none of their keys is stuck.
+    ///
+    /// It reads `idempotency_processing`, which holds only the keys being processed, and the
+    /// operation registry: cheap enough for a timer of a few seconds. A running
+    /// [`Reconciler`](crate::staged::Reconciler) calls it after every pass; without one, call
+    /// it on a timer of your own:
+    ///
+    /// ```no_run
+    /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) {
+    /// let mut every = tokio::time::interval(std::time::Duration::from_secs(15));
+    /// loop {
+    ///     every.tick().await;
+    ///     if let Err(error) = idem.observe_stuck().await {
+    ///         tracing::warn!(%error, "could not count stuck keys");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// When the store fails; no gauge changes then.
+    pub async fn observe_stuck(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        let now = self.now_millis();
+        let table = self.keys();
+        let mut stuck: BTreeMap<String, u64> = table
+            .registrations()
+            .await?
+            .into_iter()
+            .filter(|registration| registration.mode == Mode::Staged.as_str())
+            .map(|registration| (registration.operation, 0))
+            .collect();
+        let mut filter = KeyFilter::new()
+            .status(KeyStatus::Stuck)
+            .limit(KeyFilter::MAX_LIMIT);
+        loop {
+            let page = table.list(&filter, now).await?;
+            for row in &page.keys {
+                *stuck.entry(row.operation.clone()).or_default() += 1;
+            }
+            match page.next {
+                Some(next) => filter = filter.after(Some(next)),
+                None => break,
+            }
+        }
+        let mut reported = STUCK_REPORTED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut gauges = stuck.clone();
+        for operation in reported.iter() {
+            gauges.entry(operation.clone()).or_default();
+        }
+        for (operation, n) in gauges {
+            telemetry::stuck_keys(&operation, n);
+            reported.insert(operation);
+        }
+        Ok(stuck)
     }
 }

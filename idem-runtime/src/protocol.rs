@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::failpoint::{FailPoint, FailPoints};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
-pub use crate::record::Record;
+pub use crate::record::{Outcome, OutcomeKind, Record};
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::{
     Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyStatus, KeyTable, NewRow, StoreError,
@@ -46,45 +46,6 @@ pub struct Call<'a> {
     pub key: &'a IdempotencyKey,
     /// The request's fingerprint.
     pub fingerprint: Fingerprint,
-}
-
-/// How an execution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OutcomeKind {
-    /// The work ran now and its record was stored and committed.
-    Executed,
-    /// The key was already completed: this is the stored record; nothing ran.
-    Replayed,
-    /// The work ran and failed (`status >= 400`, not stored): everything rolled back and the
-    /// key is free again.
-    Failed,
-}
-
-/// The record to answer with, and how it came about.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    /// What happened.
-    pub kind: OutcomeKind,
-    /// The response.
-    pub record: Record,
-}
-
-/// The record as the response; a replay carries `Idempotent-Replayed: true`
-/// ([`crate::REPLAYED_HEADER`]). With [`Error`] being a response too, a hand-written handler
-/// returns `Result<Outcome, Error>` as it gets it.
-impl axum::response::IntoResponse for Outcome {
-    fn into_response(self) -> axum::response::Response {
-        let replayed = self.kind == OutcomeKind::Replayed;
-        let mut response = self.record.into_response();
-        if replayed {
-            response.headers_mut().insert(
-                crate::REPLAYED_HEADER,
-                http::HeaderValue::from_static("true"),
-            );
-        }
-        response
-    }
 }
 
 /// The work of one operation at the record level: runs inside the key's transaction and

@@ -1,4 +1,5 @@
-//! [`Record`]: a response as the protocol buffers, stores and replays it.
+//! [`Record`]: a response as the protocol buffers, stores and replays it; [`Outcome`]: the
+//! record an execution answers with, and how it came about.
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -117,6 +118,44 @@ impl IntoResponse for Record {
         let mut response = Response::new(Body::from(self.body));
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
+        response
+    }
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutcomeKind {
+    /// The work ran now and its record was stored and committed.
+    Executed,
+    /// The key was already completed: this is the stored record; nothing ran.
+    Replayed,
+    /// The work ran and failed (`status >= 400`, not stored): everything rolled back and the
+    /// key is free again.
+    Failed,
+}
+
+/// The record to answer with, and how it came about.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// What happened.
+    pub kind: OutcomeKind,
+    /// The response.
+    pub record: Record,
+}
+
+/// The record as the response; a replay carries `Idempotent-Replayed: true`
+/// ([`crate::REPLAYED_HEADER`]). With [`Error`](crate::Error) being a response too, a
+/// hand-written handler returns `Result<Outcome, Error>` as it gets it.
+impl IntoResponse for Outcome {
+    fn into_response(self) -> Response {
+        let replayed = self.kind == OutcomeKind::Replayed;
+        let mut response = self.record.into_response();
+        if replayed {
+            response
+                .headers_mut()
+                .insert(crate::REPLAYED_HEADER, HeaderValue::from_static("true"));
+        }
         response
     }
 }

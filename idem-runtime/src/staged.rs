@@ -741,22 +741,19 @@ impl<DB: Backend> Idem<DB> {
                 continue;
             }
             let until = now.saturating_add(millis(spec.lease));
-            match DB::take_over(&mut *conn, key, seen, seen_until, until)
+            if let Some(lease) = DB::take_over(&mut *conn, key, seen, seen_until, until)
                 .await
                 .map_err(Error::Store)?
             {
-                Some(lease) => {
-                    telemetry::reserved(lease.attempt, true);
-                    return Ok(Start::Run {
-                        lease,
-                        resumed: true,
-                        hold,
-                    });
-                }
-                // Someone else took it over (or it completed) meanwhile: look again (the
-                // next hold or probe lets go of the number held for nothing).
-                None => {}
+                telemetry::reserved(lease.attempt, true);
+                return Ok(Start::Run {
+                    lease,
+                    resumed: true,
+                    hold,
+                });
             }
+            // Someone else took it over (or it completed) meanwhile: look again (the next
+            // hold or probe lets go of the number held for nothing).
         }
     }
 

@@ -84,10 +84,15 @@
 //! assert_eq!(hash, key_hash("tenant:acme", "order-1"));
 //! assert_ne!(hash, key_hash("tenant:globex", "order-1"));
 //! ```
+//!
+//! [`Idem::execute`]: crate::Idem::execute
+//! [`Idem::once`]: crate::Idem::once
+//! [`Idem::staged`]: crate::Idem::staged
+//! [`Idem::observe_stuck`]: crate::Idem::observe_stuck
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
@@ -96,9 +101,8 @@ use sha2::{Digest as _, Sha256};
 use tracing::{Span, field};
 
 use crate::error::Error;
-use crate::protocol::{Idem, Outcome, OutcomeKind};
-use crate::spec::Mode;
-use crate::store::{Backend, KeyFilter, KeyStatus, StoreError, StoredKey};
+use crate::record::{Outcome, OutcomeKind};
+use crate::store::StoredKey;
 
 /// The name of the span of one execution.
 pub const SPAN_NAME: &str = "idem.execute";
@@ -580,72 +584,10 @@ pub(crate) fn step_recorded(step: &str, attempt: i64) {
     tracing::debug!(step, attempt, "step recorded");
 }
 
-/// Operations whose [`STUCK_KEYS`] gauge this process set, so that a later observation
-/// brings them back to 0.
-static STUCK_REPORTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-impl<DB: Backend> Idem<DB> {
-    /// Counts the staged keys that are stuck now — processing, their lease run out — by
-    /// operation id, and sets the [`STUCK_KEYS`] gauge (`idem_stuck_keys{operation}`) of
-    /// each: every operation registered as staged ([`Idem::register`]) and every one this
-    /// process reported before get a value, 0 when none of their keys is stuck.
-    ///
-    /// It reads `idempotency_processing`, which holds only the keys being processed, and the
-    /// operation registry: cheap enough for a timer of a few seconds. A running
-    /// [`Reconciler`](crate::staged::Reconciler) calls it after every pass; without one, call
-    /// it on a timer of your own:
-    ///
-    /// ```no_run
-    /// # async fn demo(idem: idem_runtime::Idem<idem_runtime::sqlx::Sqlite>) {
-    /// let mut every = tokio::time::interval(std::time::Duration::from_secs(15));
-    /// loop {
-    ///     every.tick().await;
-    ///     if let Err(error) = idem.observe_stuck().await {
-    ///         tracing::warn!(%error, "could not count stuck keys");
-    ///     }
-    /// }
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// When the store fails; no gauge changes then.
-    pub async fn observe_stuck(&self) -> Result<BTreeMap<String, u64>, StoreError> {
-        let now = self.now_millis();
-        let table = self.keys();
-        let mut stuck: BTreeMap<String, u64> = table
-            .registrations()
-            .await?
-            .into_iter()
-            .filter(|registration| registration.mode == Mode::Staged.as_str())
-            .map(|registration| (registration.operation, 0))
-            .collect();
-        let mut filter = KeyFilter::new()
-            .status(KeyStatus::Stuck)
-            .limit(KeyFilter::MAX_LIMIT);
-        loop {
-            let page = table.list(&filter, now).await?;
-            for row in &page.keys {
-                *stuck.entry(row.operation.clone()).or_default() += 1;
-            }
-            match page.next {
-                Some(next) => filter = filter.after(Some(next)),
-                None => break,
-            }
-        }
-        let mut reported = STUCK_REPORTED
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut gauges = stuck.clone();
-        for operation in reported.iter() {
-            gauges.entry(operation.clone()).or_default();
-        }
-        for (operation, n) in gauges {
-            #[allow(clippy::cast_precision_loss)] // counts stay far below 2^52
-            set(STUCK_KEYS, &labels(&operation).operation, n as f64);
-            reported.insert(operation);
-        }
-        Ok(stuck)
-    }
+/// Sets the [`STUCK_KEYS`] gauge of `operation` to `n`.
+pub(crate) fn stuck_keys(operation: &str, n: u64) {
+    #[allow(clippy::cast_precision_loss)] // counts stay far below 2^52
+    set(STUCK_KEYS, &labels(operation).operation, n as f64);
 }
 
 #[cfg(test)]

@@ -7,6 +7,9 @@ use idem_store::{
 };
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::text::Line;
+
+use super::detail;
 
 /// How often the keys and an open detail are read again, unless paused.
 pub const REFRESH_EVERY_MS: i64 = 2_000;
@@ -325,6 +328,20 @@ pub struct Detail {
     pub scroll: u16,
     /// A read is under way.
     pub loading: bool,
+}
+
+impl Detail {
+    /// The pane's lines ([`detail::lines`]), times shown in `tz` and relative to `now_ms`.
+    #[must_use]
+    pub fn lines(&self, now_ms: i64, tz: &TimeZone) -> Vec<Line<'static>> {
+        detail::lines(
+            self.row.as_ref(),
+            self.journal.as_ref(),
+            self.audit.as_ref(),
+            now_ms,
+            tz,
+        )
+    }
 }
 
 /// A line of the status bar.
@@ -1071,9 +1088,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
 fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     // The last line the pane can scroll to (a wrapped line counts once).
     let last = match &app.detail {
-        Some(detail) => super::view::detail_lines(app, detail)
-            .len()
-            .saturating_sub(1),
+        Some(detail) => detail.lines(app.now_ms, &app.tz).len().saturating_sub(1),
         None => return None,
     };
     let last = u16::try_from(last).unwrap_or(u16::MAX);

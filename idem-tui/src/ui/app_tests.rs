@@ -681,7 +681,12 @@ fn the_detail_scrolls_within_its_lines() {
             result: Ok(Box::new(fixtures::detail_data(&row))),
         },
     );
-    let lines = super::super::view::detail_lines(&app, app.detail.as_ref().unwrap()).len();
+    let lines = app
+        .detail
+        .as_ref()
+        .unwrap()
+        .lines(app.now_ms, &app.tz)
+        .len();
     let _ = update(&mut app, ch('G'));
     let last = u16::try_from(lines - 1).unwrap();
     assert_eq!(app.detail.as_ref().unwrap().scroll, last);

@@ -1,6 +1,8 @@
 //! Text for the screen: times (local and relative), stored bodies (JSON highlighted, text,
-//! binary as a hex head), fingerprints. Pure functions of their inputs.
+//! binary as a hex head), fingerprints, the colours of statuses. Pure functions of their
+//! inputs.
 
+use idem_store::KeyStatus;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use ratatui::style::{Color, Modifier, Style};
@@ -216,6 +218,17 @@ fn highlight_json_line(line: &str) -> Line<'static> {
     }
     flush(&mut plain, &mut spans);
     Line::from(spans)
+}
+
+/// The colour of a status.
+#[must_use]
+pub fn status_style(status: KeyStatus) -> Style {
+    match status {
+        KeyStatus::Completed => Style::new().fg(Color::Green),
+        KeyStatus::Processing => Style::new().fg(Color::Yellow),
+        KeyStatus::Stuck => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        KeyStatus::Expired => Style::new().fg(Color::DarkGray),
+    }
 }
 
 #[cfg(test)]

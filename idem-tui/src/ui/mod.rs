@@ -49,11 +49,13 @@
 //!
 //! Elm-like: [`app::App`] is the state, [`app::update`] applies a [`app::Msg`] (a key, a
 //! tick of the clock, a database result) and returns the [`app::Command`] to run, if any;
-//! [`view::view`] draws the state. [`run`] is the loop: it draws, waits for a terminal event,
-//! a tick or a result, and runs each command on its own task, so drawing never waits for the
-//! database. Errors go to the status line.
+//! [`view::view`] draws the state; [`detail::lines`] are the detail pane's lines, which the
+//! view draws and `update` scrolls within. [`run`] is the loop: it draws, waits for a
+//! terminal event, a tick or a result, and runs each command on its own task, so drawing
+//! never waits for the database. Errors go to the status line.
 
 pub mod app;
+pub mod detail;
 pub mod format;
 pub mod view;
 

@@ -3,22 +3,12 @@
 use idem_store::{KeyRow, KeyStatus, StatusCounts, StoredStatus};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::style::{Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 
 use super::app::{ActKind, App, Column, Detail, Dialog, Field, Filters, View};
-use super::format::{self, Body};
-
-/// The colour of a status.
-fn status_style(status: KeyStatus) -> Style {
-    match status {
-        KeyStatus::Completed => Style::new().fg(Color::Green),
-        KeyStatus::Processing => Style::new().fg(Color::Yellow),
-        KeyStatus::Stuck => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
-        KeyStatus::Expired => Style::new().fg(Color::DarkGray),
-    }
-}
+use super::format::{self, status_style};
 
 /// Draws the whole screen.
 pub fn view(app: &App, frame: &mut Frame<'_>) {
@@ -301,178 +291,11 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     );
 }
 
-/// The lines of the detail pane.
-#[must_use]
-pub fn detail_lines(app: &App, detail: &Detail) -> Vec<Line<'static>> {
-    let label = |name: &str| Span::styled(format!("{name:<15}"), Style::new().bold());
-    let field = |name: &str, value: String| Line::from(vec![label(name), Span::raw(value)]);
-    let section = |name: &str| {
-        Line::from(Span::styled(
-            name.to_owned(),
-            Style::new().bold().underlined(),
-        ))
-    };
-    let when = |ms: i64| format::when(ms, app.now_ms, &app.tz);
-    let mut lines = Vec::new();
-    let Some(row) = &detail.row else {
-        lines.push(Line::from(Span::styled(
-            "this key has no row (any more): deleted or swept",
-            Style::new().yellow(),
-        )));
-        return lines;
-    };
-    lines.push(field("scope", row.scope.clone()));
-    lines.push(field("operation", row.operation.clone()));
-    lines.push(field("key", row.key.clone()));
-    lines.push(Line::from(vec![
-        label("status"),
-        Span::styled(row.status.as_str(), status_style(row.status)),
-        Span::raw(format!(" (column: {})", row.status.stored())),
-    ]));
-    lines.push(field("fingerprint", format::hex(&row.fingerprint)));
-    lines.push(field("created", when(row.created_at_ms)));
-    lines.push(field(
-        "completed",
-        row.completed_at_ms.map_or_else(|| "-".to_owned(), when),
-    ));
-    lines.push(field(
-        "expires",
-        if row.status.is_final() {
-            when(row.expires_at_ms)
-        } else {
-            "- (not final: its TTL counts from its completion)".to_owned()
-        },
-    ));
-    lines.push(field(
-        "locked until",
-        row.locked_until_ms.map_or_else(
-            || "- (no lease)".to_owned(),
-            |until| {
-                let state = if until <= app.now_ms {
-                    "ran out"
-                } else {
-                    "held"
-                };
-                format!("{} (attempt {}'s lease, {state})", when(until), row.attempt)
-            },
-        ),
-    ));
-    lines.push(field(
-        "attempt",
-        if row.attempt == 0 {
-            "0 (atomic mode)".to_owned()
-        } else {
-            row.attempt.to_string()
-        },
-    ));
-    lines.push(field(
-        "recovery point",
-        row.recovery_point.clone().unwrap_or_else(|| "-".to_owned()),
-    ));
-    lines.push(Line::raw(""));
-    lines.push(section("Response"));
-    match &row.response {
-        None => lines.push(Line::raw("none stored")),
-        Some(response) => {
-            lines.push(field("status", response.status.to_string()));
-            if response.headers.is_empty() {
-                lines.push(field("headers", "none".to_owned()));
-            }
-            for (name, value) in &response.headers {
-                lines.push(Line::from(vec![
-                    label("header"),
-                    Span::styled(format!("{name}: "), Style::new().cyan()),
-                    Span::raw(value.clone()),
-                ]));
-            }
-            match format::body(&response.body) {
-                Body::Empty => lines.push(field("body", "empty".to_owned())),
-                Body::Json(pretty) => {
-                    lines.push(field(
-                        "body",
-                        format!("JSON, {} bytes", response.body.len()),
-                    ));
-                    lines.extend(format::highlight_json(&pretty));
-                }
-                Body::Text(text) => {
-                    lines.push(field(
-                        "body",
-                        format!("text, {} bytes", response.body.len()),
-                    ));
-                    lines.extend(text.lines().map(|l| Line::raw(l.to_owned())));
-                }
-                Body::Binary { len, head } => {
-                    let shown = len.min(format::HEX_HEAD);
-                    lines.push(field(
-                        "body",
-                        format!("binary, {len} bytes (first {shown} in hex)"),
-                    ));
-                    lines.extend(
-                        head.into_iter()
-                            .map(|l| Line::styled(l, Style::new().dim())),
-                    );
-                }
-            }
-        }
-    }
-    lines.push(Line::raw(""));
-    lines.push(section("Journal"));
-    match &detail.journal {
-        None => lines.push(Line::raw("loading…")),
-        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
-        Some(Ok(None)) => lines.push(Line::raw("none (atomic mode)")),
-        Some(Ok(Some(journal))) => {
-            if journal.steps.is_empty() {
-                lines.push(Line::raw("no steps journaled"));
-            }
-            for (step, value) in &journal.steps {
-                let here = journal.recovery_point.as_deref() == Some(step.as_str());
-                lines.push(Line::from(vec![
-                    Span::styled(
-                        format!("{}{step}: ", if here { "▸ " } else { "  " }),
-                        Style::new().cyan(),
-                    ),
-                    Span::raw(value.to_string()),
-                ]));
-            }
-            if let Some(request) = &journal.request {
-                lines.push(field("request", request.to_string()));
-            }
-        }
-    }
-    lines.push(Line::raw(""));
-    lines.push(section("Audit"));
-    match &detail.audit {
-        None => lines.push(Line::raw("loading…")),
-        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
-        Some(Ok(entries)) if entries.is_empty() => {
-            lines.push(Line::raw("no operator has acted on this key"));
-        }
-        Some(Ok(entries)) => {
-            for entry in entries {
-                lines.push(Line::from(vec![
-                    Span::styled(format!("#{} ", entry.id), Style::new().dim()),
-                    Span::raw(format!(
-                        "{} ",
-                        format::when(entry.at_ms, app.now_ms, &app.tz)
-                    )),
-                    Span::styled(crate::format::audit_action(entry), Style::new().bold()),
-                    Span::raw(format!(" by {}", entry.operator)),
-                ]));
-                if let Some(reason) = &entry.reason {
-                    lines.push(Line::raw(format!("    reason: {reason}")));
-                }
-            }
-        }
-    }
-    lines
-}
-
 fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
     let loading = if detail.loading { " (reading…)" } else { "" };
     let title = format!(" {}{loading} — Esc back ", detail.key);
     frame.render_widget(
-        Paragraph::new(Text::from(detail_lines(app, detail)))
+        Paragraph::new(Text::from(detail.lines(app.now_ms, &app.tz)))
             .block(Block::bordered().title(title))
             .wrap(Wrap { trim: false })
             .scroll((detail.scroll, 0)),
