@@ -250,9 +250,9 @@ async fn every_status_orders_answers_is_documented() {
     );
 }
 
-/// The served OpenAPI documents pass `openapi-spec-validator` (`python3 -m pip install
-/// openapi-spec-validator`; `.ci/run` installs it). A validator that is missing or cannot run
-/// fails the test: nothing is skipped.
+/// The served OpenAPI documents pass `openapi-spec-validator` (the Python package of that
+/// name; `.ci/run` installs it). A validator that is missing or cannot run fails the test:
+/// nothing is skipped.
 #[tokio::test]
 async fn openapi_documents_pass_the_validator() {
     let db = Db::fresh(Kind::Sqlite).await;
@@ -335,7 +335,7 @@ fn ensure_validator() {
         Err(e) => format!("python3 cannot run: {e}"),
     };
     panic!(
-        "openapi-spec-validator does not run ({why}); install it with \
-         `python3 -m pip install openapi-spec-validator`"
+        "openapi-spec-validator does not run ({why}); install the Python package \
+         openapi-spec-validator (.ci/run does)"
     );
 }
