@@ -164,18 +164,18 @@ pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(end) => rest.split_at(end),
-        None => (rest, ""),
-    };
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+    // The user information ends at the last `@` before the query: a password may hold a raw
+    // `/` or `@`, a host or a database's path holds neither.
+    let before_query = rest.split_once('?').map_or(rest, |(before, _)| before);
+    let Some(at) = before_query.rfind('@') else {
         return redact_query(url);
     };
+    let (userinfo, host) = (&rest[..at], &rest[at + 1..]);
     let user = match userinfo.split_once(':') {
         Some((user, _password)) => format!("{user}:***"),
         None => userinfo.to_owned(),
     };
-    redact_query(&format!("{scheme}://{user}@{host}{tail}"))
+    redact_query(&format!("{scheme}://{user}@{host}"))
 }
 
 /// Hides a `password=` query parameter.
@@ -217,5 +217,19 @@ mod tests {
             "sqlite:///var/lib/app.db"
         );
         assert_eq!(redact("sqlite:app.db"), "sqlite:app.db");
+        assert_eq!(
+            redact("postgres://a:pa/ss@host/db"),
+            "postgres://a:***@host/db",
+            "a raw / in the password"
+        );
+        assert_eq!(
+            redact("postgres://a:x/y@z@host:5432/db?sslmode=require&password=q/r"),
+            "postgres://a:***@host:5432/db?sslmode=require&password=***",
+            "a / and an @ in the password, and one in the query"
+        );
+        assert_eq!(
+            redact("postgres://host/db?password=s3cret"),
+            "postgres://host/db?password=***"
+        );
     }
 }
