@@ -86,11 +86,7 @@ impl Fingerprint {
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint(")?;
-        for b in &self.0[..8] {
-            write!(f, "{b:02x}")?;
-        }
-        write!(f, "…)")
+        write!(f, "Fingerprint({}…)", crate::hex::encode(&self.0[..8]))
     }
 }
 

@@ -598,7 +598,7 @@ mod tests {
     fn key_hash_is_the_documented_digest() {
         // printf 'tenant:acme\norder-1' | sha256sum | cut -c1-12
         let full = Sha256::digest(b"tenant:acme\norder-1");
-        let hex: String = full.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::hex::encode(&full);
         let hash = key_hash("tenant:acme", "order-1");
         assert_eq!(hash.as_str(), &hex[..12]);
         assert_eq!(hash.to_string(), hash.as_str());

@@ -71,16 +71,8 @@ pub fn when(at_ms: i64, now_ms: i64, tz: &TimeZone) -> String {
     format!("{} ({})", local_time(at_ms, tz), relative(at_ms, now_ms))
 }
 
-/// Bytes in lowercase hexadecimal, no separators.
-#[must_use]
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
+/// Bytes in lowercase hexadecimal, no separators: the tool's one encoder.
+pub use crate::format::hex;
 
 /// What a stored body is, for the detail pane.
 #[derive(Debug, Clone, PartialEq, Eq)]
