@@ -72,10 +72,14 @@ pub struct Config {
     /// out. Default `false`: turn it on when idem connects to PostgreSQL directly. Behind a
     /// transaction pooler (PgBouncer in transaction mode) a session lock does not stay
     /// with its client — another client's statements run on the same server session —
-    /// so a hold would prove nothing there. It costs one more connection per running
-    /// staged attempt (a pool the size of the first) and measurably a few per cent of a
-    /// staged operation's throughput against a provider that answers at once (`bench/`);
-    /// see the runtime's `hold` module in ARCHITECTURE.md.
+    /// so a hold would prove nothing there.
+    ///
+    /// Every process sharing the key table must set it alike: an attempt run without a
+    /// hold looks unowned to a process with holds, which takes it over while it runs
+    /// (fenced, and with the same provider keys, but run twice) — as during a rolling
+    /// deploy that turns it on. It costs one more connection per running staged attempt (a
+    /// pool the size of the first) and a few per cent of a staged operation's throughput
+    /// against a provider that answers at once (`bench/run`'s `staged-held`).
     pub attempt_holds: bool,
 }
 
