@@ -144,6 +144,45 @@ fn scrambled(value: &Value) -> String {
     }
 }
 
+/// Whether `text` is a structured-field string (`"…"`, with `\"` and `\\` escapes and no
+/// other `"` or `\`) quoting a non-empty key.
+fn quotes_a_key(text: &str) -> bool {
+    let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    else {
+        return false;
+    };
+    let mut chars = inner.chars();
+    let mut len = 0;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if matches!(chars.next(), Some('"' | '\\')) => {}
+            '\\' | '"' => return false,
+            _ => {}
+        }
+        len += 1;
+    }
+    len > 0
+}
+
+#[test]
+fn a_quoted_key_is_also_a_lenient_bare_key() {
+    assert!(quotes_a_key("\"A\""));
+    assert!(!quotes_a_key("\"\""));
+    assert!(!quotes_a_key("\"a\"b\""));
+    assert!(quotes_a_key("\"a\\\"b\""));
+    let key = IdempotencyKey::parse(b"\"A\"", KeyFormat::Lenient).unwrap();
+    assert_eq!(key.as_str(), "A");
+    for text in ["\"a\\\"b\"", "\"a\\\\b\"", "\"a\"b\"", "\"\""] {
+        assert_eq!(
+            IdempotencyKey::parse(text.as_bytes(), KeyFormat::Lenient).is_ok(),
+            quotes_a_key(text),
+            "{text}"
+        );
+    }
+}
+
 proptest! {
     #[test]
     fn key_parsing_never_panics_and_accepts_only_valid_keys(raw in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -158,7 +197,9 @@ proptest! {
 
     #[test]
     fn every_visible_ascii_key_round_trips(key in "[!-~]{1,255}") {
-        let bare_ok = !key.contains('"');
+        // Lenient parsing takes a key without `"` as it is, and a well-formed quoted one as
+        // the string it quotes.
+        let bare_ok = !key.contains('"') || quotes_a_key(&key);
         let parsed = IdempotencyKey::parse(key.as_bytes(), KeyFormat::Lenient);
         prop_assert_eq!(parsed.is_ok(), bare_ok);
         let parsed = IdempotencyKey::parse(quoted(&key).as_bytes(), KeyFormat::Strict).unwrap();
