@@ -23,11 +23,13 @@
 //!
 //! Costs, on PostgreSQL: one more connection per running staged attempt (the hold pool has
 //! the application pool's size; a request takes its hold connection before anything else, so
-//! the two pools never wait for each other in a circle), one round trip before the
-//! takeover (which also lets go of what the connection held for the request before); a new
-//! key's reservation takes its hold in its own round trip
-//! ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)), on the hold
-//! connection.
+//! the two pools never wait for each other in a circle). A new key is reserved on the hold
+//! connection in the same statement that takes its hold
+//! ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)), so a first
+//! execution makes no more round trips; a takeover makes one more (its hold), and so does a
+//! look that finds a live lease (the probe). Each of them first lets go of what the
+//! connection held before.
+//!
 //! Off by default, on with [`Config::attempt_holds`](crate::Config::attempt_holds): behind
 //! a transaction pooler such as PgBouncer in transaction mode a session lock does not stay
 //! with its client, and recovery waits for the lease, as on SQLite.
