@@ -399,25 +399,32 @@ async fn crash_after_charge(kind: Kind, client_retries: bool) {
     crash_after_charge_with(kind, client_retries, false).await;
 }
 
-async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: bool) {
-    let db = Db::fresh(kind).await;
-    let provider = Provider::start(&db);
+/// A `payments` process (`lease`, `PAYMENTS_ATTEMPT_HOLDS=holds`) whose provider charges but
+/// never answers, killed with `kill -9` once the charge is made for `key`: its client gets no
+/// answer.
+async fn killed_mid_charge(db: &Db, provider: &Provider, lease: &str, holds: &str, key: &str) {
     let proxy = black_hole(provider.url()).await;
-    let doomed = payments(&db, &proxy, "1s");
+    let doomed = payments_with(db, &proxy, lease, holds);
     let c = Client::new(&doomed);
+    let key = key.to_owned();
     let lost = tokio::spawn(async move {
-        c.try_post_to("/payments", Some("acme"), Some("k-crash"), PAYMENT)
+        c.try_post_to("/payments", Some("acme"), Some(&key), PAYMENT)
             .await
     });
-    let p = &provider;
     eventually(
         Duration::from_secs(10),
         "the provider charged",
-        || async move { p.charges().await == 1 },
+        || async move { provider.charges().await == 1 },
     )
     .await;
     doomed.kill();
     assert!(lost.await.unwrap().is_err(), "the client got no answer");
+}
+
+async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: bool) {
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    killed_mid_charge(&db, &provider, "1s", "off", "k-crash").await;
     assert_eq!(payments_rows(&db).await, 0, "the charge was never recorded");
     assert_eq!(
         db.text("SELECT status FROM idempotency_keys").await,
@@ -481,26 +488,12 @@ async fn crash_after_charge_with(kind: Kind, client_retries: bool, ttl_passes: b
 async fn crash_with_a_live_lease(kind: Kind, holds: bool) {
     let db = Db::fresh(kind).await;
     let provider = Provider::start(&db);
-    let proxy = black_hole(provider.url()).await;
-    let doomed = payments(&db, &proxy, "1h");
-    let c = Client::new(&doomed);
-    let lost = tokio::spawn(async move {
-        c.try_post_to("/payments", Some("acme"), Some("k-live"), PAYMENT)
-            .await
-    });
-    let p = &provider;
-    eventually(
-        Duration::from_secs(10),
-        "the provider charged",
-        || async move { p.charges().await == 1 },
-    )
-    .await;
-    doomed.kill();
-    assert!(lost.await.unwrap().is_err(), "the client got no answer");
+    let holds = if holds { "on" } else { "off" };
+    killed_mid_charge(&db, &provider, "1h", holds, "k-live").await;
 
-    let server = payments_with(&db, provider.url(), "1h", if holds { "on" } else { "off" });
+    let server = payments_with(&db, provider.url(), "1h", holds);
     let c = Client::new(&server);
-    if kind == Kind::Postgres && holds {
+    if kind == Kind::Postgres && holds == "on" {
         // (The server ends the killed session as soon as it reads its closed socket.)
         let reply = post_until_final(std::slice::from_ref(&c), "k-live", PAYMENT, 20).await;
         assert_eq!(reply.status, 201, "{}", reply.body);
