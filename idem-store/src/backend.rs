@@ -1,118 +1,16 @@
-//! [`Backend`]: the protocol's primitives, one implementation per database.
+//! [`Backend`]: the protocol's primitives, on every database idem keeps keys in.
 
 use std::future::Future;
-use std::time::Duration;
 
 use sqlx::{Database, Pool, Transaction};
 
+use crate::dialect::{Arg, Dialect, connect};
 use crate::key::KeyRef;
 use crate::migration::Migration;
-use crate::outbox::message::OutboxSql;
-use crate::row::StoredKey;
-use crate::sealed::Sealed;
+use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
+use crate::row::{StoredKey, StoredResponse, StoredStatus};
+use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::StagedSql;
-
-/// The key an execution locks while it runs ([`Backend::begin`]).
-#[derive(Debug, Clone, Copy)]
-pub struct KeyLock<'a> {
-    /// What tells this key table's locks from those of other key tables in the same
-    /// database: [`Backend::namespace`], asked once per process.
-    pub namespace: &'a str,
-    /// The key.
-    pub key: KeyRef<'a>,
-    /// Once the lock is held the key must still have no row, or (`Some(t)`, an execution
-    /// replacing an expired row) no row unexpired at `t`, milliseconds since the Unix epoch;
-    /// otherwise [`Backend::begin`] answers [`Begun::Taken`].
-    pub expired_by_ms: Option<i64>,
-}
-
-/// What [`Backend::begin`] found.
-#[derive(Debug)]
-pub enum Begun<'c, DB: Database> {
-    /// The transaction, holding the key's lock, the key still free.
-    Free(Transaction<'c, DB>),
-    /// The key's row appeared while the lock was awaited (another execution committed): the
-    /// transaction was rolled back, nothing ran, and the connection is usable. Look the key
-    /// up again: its row is the answer.
-    Taken,
-}
-
-impl<'c, DB: Database> Begun<'c, DB> {
-    /// The transaction, if the key was free.
-    #[must_use]
-    pub fn free(self) -> Option<Transaction<'c, DB>> {
-        match self {
-            Self::Free(tx) => Some(tx),
-            Self::Taken => None,
-        }
-    }
-}
-
-/// A completed key row, as [`Backend::insert_completed`] and
-/// [`Backend::insert_completed_and_commit`] write it.
-///
-/// The response is borrowed in the form the columns take (status, headers as JSON, body), so
-/// that storing it copies nothing; [`crate::StoredResponse`] is the owned form reads return.
-#[derive(Debug, Clone, Copy)]
-pub struct NewRow<'a> {
-    /// The key.
-    pub key: KeyRef<'a>,
-    /// The request's fingerprint (SHA-256, 32 bytes).
-    pub fingerprint: &'a [u8],
-    /// `response_status`.
-    pub status: u16,
-    /// `response_headers`: the stored headers as [`crate::StoredResponse::encode_headers`]
-    /// writes them.
-    pub headers_json: &'a str,
-    /// `response_body`.
-    pub body: &'a [u8],
-    /// When the execution began (`created_at`), in milliseconds since the Unix epoch; an
-    /// expired row is replaced only if it had expired by then.
-    pub created_ms: i64,
-    /// When the response was stored (`completed_at`).
-    pub completed_ms: i64,
-    /// When the key expires (`expires_at`).
-    pub expires_ms: i64,
-    /// Overwrite a row that had expired by `created_ms` (an operation that runs expired keys
-    /// again). Only [`Backend::insert_completed`] does.
-    pub replace_expired: bool,
-}
-
-/// How a database error bears on the protocol ([`Backend::classify`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Failure {
-    /// A lock wait or a statement ran out of time (PostgreSQL `lock_timeout` or
-    /// `statement_timeout`, SQLite `busy_timeout`): another transaction holds what the
-    /// statement needed: the key's lock or anything else ([`Backend::key_lock_taken`] tells
-    /// which). The statement failed: nothing it was part of committed.
-    LockTimeout,
-    /// [`Backend::begin`] found the key's row once it held the lock (PostgreSQL reports it
-    /// as an error of `BEGIN`'s round trip, SQLSTATE `IK001`; SQLite as [`Begun::Taken`]):
-    /// after [`Backend::abandon_begin`], look the key up again.
-    Taken,
-    /// The connection is gone or unusable (an I/O or protocol error, PostgreSQL's class `08`
-    /// and `57P01`–`57P03`, the server shutting down): whatever was under way has an unknown
-    /// outcome, and a pooled connection found so was stale.
-    Disconnected,
-    /// Anything else: the database refused the statement (it failed, nothing it was part of
-    /// committed), or the error is not the database's.
-    Other,
-}
-
-/// Settings [`Backend::connect`] and [`Backend::begin`] apply.
-#[derive(Debug, Clone)]
-pub struct TxSettings {
-    /// How long a transaction waits for a lock (the key's, or any other): PostgreSQL
-    /// `lock_timeout`, SQLite `busy_timeout`.
-    pub lock_timeout: Duration,
-    /// PostgreSQL `statement_timeout` inside idempotent transactions.
-    pub statement_timeout: Duration,
-    /// How long a caller of a pool [`Backend::connect`] opens waits for a connection
-    /// (sqlx's `acquire_timeout`): a database that is down fails fast for the application's
-    /// queries on the pool too.
-    pub acquire_timeout: Duration,
-}
 
 /// A database idem keeps keys in: [`sqlx::Postgres`] (feature `postgres`) or [`sqlx::Sqlite`]
 /// (feature `sqlite`).
@@ -136,7 +34,7 @@ pub struct TxSettings {
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
 )]
-pub trait Backend: Database + Sealed + StagedSql + OutboxSql {
+pub trait Backend: Dialect + StagedSql {
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];
@@ -257,15 +155,134 @@ pub trait Backend: Database + Sealed + StagedSql + OutboxSql {
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 }
 
-/// Whether `error` says the connection itself failed (I/O, protocol, TLS, a closed pool or
-/// a crashed worker), before any database-specific code is looked at.
-pub(crate) fn is_connection_error(error: &sqlx::Error) -> bool {
-    matches!(
-        error,
-        sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-    )
+/// Every database with a [`Dialect`] is a [`Backend`]: the primitives are written once, on
+/// the dialect's statements and functions.
+impl<DB: Dialect + StagedSql> Backend for DB {
+    fn migrations() -> &'static [Migration] {
+        DB::MIGRATIONS
+    }
+
+    async fn connect(
+        url: &str,
+        max_connections: u32,
+        settings: &TxSettings,
+    ) -> Result<Pool<Self>, sqlx::Error> {
+        connect(url, max_connections, settings).await
+    }
+
+    async fn lookup(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+    ) -> Result<Option<StoredKey>, sqlx::Error> {
+        let row = DB::fetch_optional(conn, &DB::sql().lookup, &Arg::key(key)).await?;
+        let Some(row) = row else { return Ok(None) };
+        let status = StoredStatus::from_column(&DB::text(&row, 1)?);
+        let response = match DB::opt_int32(&row, 2)? {
+            Some(code) if status == StoredStatus::Completed => Some(StoredResponse::lenient(
+                code,
+                DB::opt_text(&row, 3)?.as_deref(),
+                DB::opt_bytes(&row, 4)?,
+            )),
+            _ => None,
+        };
+        Ok(Some(StoredKey {
+            fingerprint: DB::bytes(&row, 0)?,
+            status,
+            response,
+            expires_at_ms: DB::int(&row, 5)?,
+            locked_until_ms: DB::opt_int(&row, 6)?,
+            attempt: DB::int(&row, 7)?,
+        }))
+    }
+
+    async fn namespace(conn: &mut DB::Connection) -> Result<String, sqlx::Error> {
+        DB::lock_namespace(conn).await
+    }
+
+    async fn begin<'c>(
+        conn: &'c mut DB::Connection,
+        settings: &TxSettings,
+        lock: Option<KeyLock<'_>>,
+    ) -> Result<Begun<'c, Self>, sqlx::Error> {
+        DB::begin_locked(conn, settings, lock).await
+    }
+
+    fn begin_statement(settings: &TxSettings) -> String {
+        DB::begin_sql(settings)
+    }
+
+    async fn abandon_begin(conn: &mut DB::Connection) {
+        DB::after_failed_begin(conn).await;
+    }
+
+    async fn savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
+        DB::execute(tx, SAVEPOINT, &[]).await.map(drop)
+    }
+
+    async fn rollback_to_savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
+        DB::execute(tx, ROLLBACK_TO_SAVEPOINT, &[]).await.map(drop)
+    }
+
+    async fn insert_completed(
+        tx: &mut Transaction<'_, Self>,
+        row: NewRow<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = DB::sql();
+        let statement = if row.replace_expired {
+            &sql.insert_completed_or_replace_expired
+        } else {
+            &sql.insert_completed
+        };
+        let args = [
+            Arg::Text(row.key.scope),
+            Arg::Text(row.key.operation),
+            Arg::Text(row.key.key),
+            Arg::Bytes(row.fingerprint),
+            Arg::Int32(i32::from(row.status)),
+            Arg::Text(row.headers_json),
+            Arg::Bytes(row.body),
+            Arg::Int(row.created_ms),
+            Arg::Int(row.completed_ms),
+            Arg::Int(row.expires_ms),
+        ];
+        Ok(DB::execute(tx, statement, &args).await? == 1)
+    }
+
+    async fn insert_completed_and_commit(
+        mut tx: Transaction<'_, Self>,
+        mut row: NewRow<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let Some(batch) = DB::insert_and_commit(&row) else {
+            row.replace_expired = false; // Documented as ignored: see `insert_completed`.
+            if !Self::insert_completed(&mut tx, row).await? {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            return Ok(true);
+        };
+        match DB::batch(&mut tx, &batch).await {
+            // The batch ends with a new transaction (`…; COMMIT; BEGIN`): dropping `tx` rolls
+            // back that empty one, the `ROLLBACK` going out with the connection's next
+            // message, so that sqlx's view of the connection and the server's agree again.
+            Ok(()) => Ok(true),
+            // The key's row exists: the `INSERT` failed, the transaction is aborted, the
+            // `COMMIT` skipped, and dropping `tx` rolls back.
+            Err(error) if DB::is_key_taken(&error) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn classify(error: &sqlx::Error) -> Failure {
+        if crate::protocol::is_connection_error(error) {
+            return Failure::Disconnected;
+        }
+        DB::failure_of(error)
+    }
+
+    async fn key_lock_taken(
+        conn: &mut DB::Connection,
+        lock: KeyLock<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        DB::probe_key_lock(conn, lock).await
+    }
 }

@@ -193,6 +193,7 @@ mod backend;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+mod dialect;
 mod error;
 mod key;
 mod list;
@@ -203,14 +204,15 @@ mod operator;
 mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod protocol;
 mod row;
-mod sealed;
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod staged;
 mod table;
 
-pub use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
+pub use crate::backend::Backend;
 pub use crate::error::StoreError;
 pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
@@ -221,6 +223,7 @@ pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Hazard,
 pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
 };
+pub use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
 
 /// The decoding of a key row's columns, for the fuzz targets (`fuzz/` in the repository) and

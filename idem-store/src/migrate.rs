@@ -1,10 +1,13 @@
 //! idem's own migration history: `idem_schema_migrations`.
 
-use sqlx::Pool;
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, Pool};
 
 use crate::backend::Backend;
+use crate::dialect::{Arg, Dialect, begin_write};
 use crate::error::StoreError;
 use crate::migration::Migration;
+use crate::sql::{APPLIED, APPLIED_ONE, FORGET_SQLX_VERSION, RECORD};
 
 /// The session advisory lock PostgreSQL migrations run under, so that instances starting at
 /// once apply each migration once: `pg_advisory_lock(7594306391241484647)`, the ASCII bytes
@@ -63,6 +66,105 @@ pub(crate) fn pending(
     Ok(pending)
 }
 
+/// The connection a migration run holds its lock on: closed rather than pooled again unless
+/// the run let go of the lock and reset the session (a run dropped halfway, say).
+struct MigrationSession<DB: Database> {
+    conn: PoolConnection<DB>,
+    clean: bool,
+}
+
+impl<DB: Database> Drop for MigrationSession<DB> {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// Applies `DB`'s pending migrations, each in its own transaction with its history row,
+/// under [`Dialect::lock_migrations`].
+pub(crate) async fn run_migrations<DB: Dialect>(pool: &Pool<DB>) -> Result<(), StoreError> {
+    let mut session = MigrationSession {
+        conn: pool.acquire().await?,
+        clean: false,
+    };
+    DB::lock_migrations(&mut session.conn).await?;
+    let result = apply::<DB>(&mut session.conn).await;
+    // Dropping a failed migration's transaction queued its `ROLLBACK`; it goes out first.
+    match DB::unlock_migrations(&mut session.conn).await {
+        Ok(()) => session.clean = true,
+        // The connection is closed instead of pooled: that lets go of the lock too.
+        Err(error) => tracing::warn!(%error, "could not release the migration lock"),
+    }
+    result
+}
+
+/// Applies the pending migrations. The caller holds the migration lock where the database
+/// has one; each migration's transaction begins with [`Dialect::BEGIN_WRITE`] and looks at
+/// the history again, so that where the lock is the database's write lock another process
+/// that migrated meanwhile is seen.
+async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError> {
+    DB::batch(conn, DB::HISTORY).await?;
+    let rows = DB::fetch_all(conn, APPLIED, &[]).await?;
+    let recorded = rows
+        .iter()
+        .map(|row| Ok((DB::int(row, 0)?, DB::bytes(row, 1)?)))
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    for migration in pending(DB::MIGRATIONS, &recorded)? {
+        let version = migration.version;
+        let mut tx = begin_write::<DB>(conn).await?;
+        let applied = DB::fetch_optional(&mut tx, APPLIED_ONE, &[Arg::Int(version)]).await?;
+        if let Some(row) = applied {
+            migration.verify(&DB::bytes(&row, 0)?)?;
+            continue;
+        }
+        DB::batch(&mut tx, migration.sql)
+            .await
+            .map_err(|e| StoreError::migration_failed(version, e))?;
+        if version == 1 {
+            forget_sqlx_history::<DB>(&mut tx)
+                .await
+                .map_err(|e| StoreError::migration_failed(version, e))?;
+        }
+        let checksum = migration.checksum();
+        let record = [
+            Arg::Int(version),
+            Arg::Text(migration.description),
+            Arg::Bytes(&checksum),
+        ];
+        DB::execute(&mut tx, RECORD, &record).await?;
+        tx.commit().await?;
+        tracing::info!(
+            version,
+            description = migration.description,
+            "key table migrated"
+        );
+    }
+    Ok(())
+}
+
+/// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
+/// the one migration 1 just adopted.
+async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
+    let exists = DB::fetch_optional(conn, DB::HAS_SQLX_HISTORY, &[]).await?;
+    if !exists
+        .map(|row| DB::flag(&row, 0))
+        .transpose()?
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let forgotten =
+        DB::execute(conn, FORGET_SQLX_VERSION, &[Arg::Int(LEGACY_SQLX_VERSION)]).await?;
+    if forgotten > 0 {
+        tracing::info!(
+            version = LEGACY_SQLX_VERSION,
+            "removed idem's former migration from _sqlx_migrations"
+        );
+    }
+    Ok(())
+}
+
 /// Creates or updates the key table on `pool`: applies the migrations of
 /// [`Backend::migrations`] that `idem_schema_migrations` does not list.
 ///
@@ -89,9 +191,7 @@ pub(crate) fn pending(
 /// [`StoreError::Migrate`] for a refused or failed migration, [`StoreError::Database`] when
 /// the database fails otherwise.
 pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
-    DB::run_migrations(pool)
-        .await
-        .map_err(StoreError::refine::<DB>)
+    run_migrations(pool).await.map_err(StoreError::refine::<DB>)
 }
 
 #[cfg(test)]

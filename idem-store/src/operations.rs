@@ -1,7 +1,10 @@
 //! The operations a database knows: registered by the services that run them
 //! ([`KeyTable::register`]) and seen in the key table ([`KeyTable::operations`]).
 
+use sqlx::Transaction;
+
 use crate::backend::Backend;
+use crate::dialect::Arg;
 use crate::error::StoreError;
 use crate::list::{Counts, StatusCounts};
 use crate::table::KeyTable;
@@ -61,9 +64,26 @@ impl<DB: Backend> KeyTable<DB> {
                 )));
             }
         }
-        DB::register(self.pool(), registrations)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool().acquire().await?;
+            let mut tx = Transaction::<DB>::begin(&mut *conn, None).await?;
+            for r in registrations {
+                let args = [
+                    Arg::Text(&r.operation),
+                    Arg::Text(&r.scope),
+                    Arg::Int(r.ttl_ms),
+                    Arg::Text(&r.mode),
+                    Arg::OptInt(r.lease_ms),
+                    Arg::Int(r.registered_at_ms),
+                    Arg::OptText(r.doc.as_deref()),
+                ];
+                DB::execute(&mut tx, &DB::sql().register, &args).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(())
+        }
+        .await
+        .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
     }
 
     /// Every operation registered or with keys, by operation id, with its keys counted by
@@ -84,9 +104,25 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// The database's errors.
     pub async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
-        DB::registrations(self.pool())
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool().acquire().await?;
+            let rows = DB::fetch_all(&mut conn, &DB::sql().registrations, &[]).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Registration {
+                        operation: DB::text(row, 0)?,
+                        scope: DB::text(row, 1)?,
+                        ttl_ms: DB::int(row, 2)?,
+                        mode: DB::text(row, 3)?,
+                        lease_ms: DB::opt_int(row, 4)?,
+                        doc: DB::opt_text(row, 5)?,
+                        registered_at_ms: DB::int(row, 6)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+        }
+        .await
+        .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
     }
 
     /// How many keys [`KeyTable::sweep_batch`] with this `before_ms` would delete, in all
@@ -95,9 +131,15 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// The database's errors.
     pub async fn count_sweepable(&self, before_ms: i64) -> Result<u64, StoreError> {
-        DB::count_sweepable(self.pool(), before_ms)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool().acquire().await?;
+            let sql = &DB::sql().count_sweepable;
+            let row = DB::fetch_optional(&mut conn, sql, &[Arg::Int(before_ms)]).await?;
+            let n = row.map(|row| DB::int(&row, 0)).transpose()?.unwrap_or(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        }
+        .await
+        .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
     }
 }
 
@@ -124,76 +166,3 @@ impl OperationInfo {
         all
     }
 }
-
-/// The registry's and the sweep count's methods of `sealed::Sealed`, the same Rust on every
-/// backend: invoked inside each backend's impl, beside its `mod sql` (`COUNT_SWEEPABLE`,
-/// `REGISTER`, `REGISTRATIONS`).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! operations_sql {
-    () => {
-        async fn count_sweepable(
-            pool: &sqlx::Pool<Self>,
-            before_ms: i64,
-        ) -> Result<u64, $crate::StoreError> {
-            let n: i64 = sqlx::query_scalar(sql::COUNT_SWEEPABLE)
-                .bind(before_ms)
-                .fetch_one(pool)
-                .await?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        }
-
-        async fn register(
-            pool: &sqlx::Pool<Self>,
-            registrations: &[$crate::Registration],
-        ) -> Result<(), $crate::StoreError> {
-            let mut tx = pool.begin().await?;
-            for r in registrations {
-                sqlx::query(sql::REGISTER)
-                    .bind(r.operation.as_str())
-                    .bind(r.scope.as_str())
-                    .bind(r.ttl_ms)
-                    .bind(r.mode.as_str())
-                    .bind(r.lease_ms)
-                    .bind(r.registered_at_ms)
-                    .bind(r.doc.as_deref())
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            tx.commit().await?;
-            Ok(())
-        }
-
-        async fn registrations(
-            pool: &sqlx::Pool<Self>,
-        ) -> Result<Vec<$crate::Registration>, $crate::StoreError> {
-            type Raw = (
-                String,
-                String,
-                i64,
-                String,
-                Option<i64>,
-                Option<String>,
-                i64,
-            );
-            let rows: Vec<Raw> = sqlx::query_as(sql::REGISTRATIONS).fetch_all(pool).await?;
-            Ok(rows
-                .into_iter()
-                .map(
-                    |(operation, scope, ttl_ms, mode, lease_ms, doc, registered_at_ms)| {
-                        $crate::Registration {
-                            operation,
-                            scope,
-                            ttl_ms,
-                            mode,
-                            lease_ms,
-                            registered_at_ms,
-                            doc,
-                        }
-                    },
-                )
-                .collect())
-        }
-    };
-}
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use operations_sql;

@@ -17,11 +17,14 @@
 
 use serde_json::{Map, Value, json};
 
+use sqlx::Pool;
+
 use crate::backend::Backend;
+use crate::dialect::{Arg, Dialect, Statement, begin_write};
 use crate::error::StoreError;
 use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
-use crate::table::KeyTable;
+use crate::table::{KeyTable, key_row};
 
 /// Who acts on a key, and why: recorded with every action in the audit trail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,7 +427,7 @@ impl<DB: Backend> KeyTable<DB> {
         now_ms: i64,
     ) -> Result<Acted, StoreError> {
         validate(key, expected, action, by)?;
-        DB::act(self.pool(), key, expected, action, by, now_ms)
+        act::<DB>(self.pool(), key, expected, action, by, now_ms)
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -446,7 +449,7 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`] when an entry's `before` or `after` is not JSON; database
     /// errors.
     pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
-        DB::audit(self.pool(), filter)
+        audit::<DB>(self.pool(), filter)
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -470,7 +473,7 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`] when the journal is not a JSON object or the request is not
     /// JSON; database errors.
     pub async fn journal(&self, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
-        DB::read_journal(self.pool(), key)
+        read_journal::<DB>(self.pool(), key)
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -718,82 +721,143 @@ pub(crate) fn journal_of(
     })
 }
 
-/// The two operator reads whose Rust is the same on every backend (the audit trail, a key's
-/// journal), as methods of `sealed::Sealed`: invoked inside each backend's impl, beside its
-/// `mod sql` (`AUDIT`, `JOURNAL`) and its `by_key`, which the invocation's paths resolve to.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! operator_reads {
-    () => {
-        async fn audit(
-            pool: &sqlx::Pool<Self>,
-            filter: &$crate::AuditFilter,
-        ) -> Result<Vec<$crate::AuditEntry>, $crate::StoreError> {
-            let mut query = sqlx::QueryBuilder::<Self>::new(sql::AUDIT);
-            for (column, value) in [
-                ("scope", &filter.scope),
-                ("operation", &filter.operation),
-                ("idempotency_key", &filter.key),
-                ("operator", &filter.operator),
-            ] {
-                if let Some(value) = value {
-                    query
-                        .push(" AND ")
-                        .push(column)
-                        .push(" = ")
-                        .push_bind(value.as_str());
-                }
-            }
-            if let Some(id) = filter.before_id {
-                query.push(" AND id < ").push_bind(id);
-            }
-            query
-                .push(" ORDER BY id DESC LIMIT ")
-                .push_bind(i64::from(filter.effective_limit()));
-            let rows = query.build().fetch_all(pool).await?;
-            rows.iter()
-                .map(|row| {
-                    $crate::operator::RawAudit {
-                        id: sqlx::Row::try_get(row, 0)?,
-                        at_ms: sqlx::Row::try_get(row, 1)?,
-                        operator: sqlx::Row::try_get(row, 2)?,
-                        scope: sqlx::Row::try_get(row, 3)?,
-                        operation: sqlx::Row::try_get(row, 4)?,
-                        key: sqlx::Row::try_get(row, 5)?,
-                        action: sqlx::Row::try_get(row, 6)?,
-                        reason: sqlx::Row::try_get(row, 7)?,
-                        before: sqlx::Row::try_get(row, 8)?,
-                        after: sqlx::Row::try_get(row, 9)?,
-                        forced: sqlx::Row::try_get(row, 10)?,
-                    }
-                    .into_entry()
-                })
-                .collect()
+/// [`KeyTable::act`], its arguments validated: one transaction holding the key's row reads
+/// it, checks it ([`check`]), applies `action` and inserts the audit row.
+async fn act<DB: Dialect>(
+    pool: &Pool<DB>,
+    key: KeyRef<'_>,
+    expected: &KeyRow,
+    action: &Action,
+    by: &Actor,
+    now_ms: i64,
+) -> Result<Acted, StoreError> {
+    let sql = DB::sql();
+    let mut conn = pool.acquire().await?;
+    // The row's lock (PostgreSQL: `FOR UPDATE`; SQLite: the write lock, from `BEGIN
+    // IMMEDIATE` on): the running attempt's writes, a takeover, another operator's action
+    // wait for this transaction, and then see what it did.
+    let mut tx = begin_write::<DB>(&mut conn).await?;
+    let current = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
+    let current = current.map(|row| key_row::<DB>(&row, now_ms)).transpose()?;
+    // Refused: dropping `tx` rolls back.
+    let (before, forced) = check(expected, current, action, by.forced, now_ms)?;
+    let headers_json = match action {
+        Action::Complete(response) | Action::Fail(response) => response.headers_json(),
+        _ => String::new(),
+    };
+    let (statement, rest) = match action {
+        Action::Release => (Some(&sql.release), vec![Arg::Int(now_ms)]),
+        Action::Complete(response) | Action::Fail(response) => (
+            Some(&sql.complete),
+            vec![
+                Arg::Int32(i32::from(response.status)),
+                Arg::Text(&headers_json),
+                Arg::Bytes(response.body.as_ref()),
+                Arg::Int(now_ms),
+            ],
+        ),
+        Action::Expire => (Some(&sql.expire), vec![Arg::Int(now_ms)]),
+        Action::Delete => (None, Vec::new()),
+    };
+    let after = match statement {
+        Some(statement) => {
+            let row = DB::fetch_optional(&mut tx, statement, &Arg::on_key(key, &rest)).await?;
+            let row = row.ok_or(sqlx::Error::RowNotFound)?;
+            Some(key_row::<DB>(&row, now_ms)?)
         }
-
-        async fn read_journal(
-            pool: &sqlx::Pool<Self>,
-            key: $crate::KeyRef<'_>,
-        ) -> Result<Option<$crate::Journal>, $crate::StoreError> {
-            let row: Option<(Option<String>, Option<String>, Option<String>)> =
-                by_key(sql::JOURNAL, key)
-                    .try_map(|row: <Self as sqlx::Database>::Row| {
-                        Ok((
-                            sqlx::Row::try_get(&row, 0)?,
-                            sqlx::Row::try_get(&row, 1)?,
-                            sqlx::Row::try_get(&row, 2)?,
-                        ))
-                    })
-                    .fetch_optional(pool)
-                    .await?;
-            row.map(|(recovery_point, journal, request)| {
-                $crate::operator::journal_of(key, recovery_point, journal, request)
-            })
-            .transpose()
+        None => {
+            DB::execute(&mut tx, &sql.delete_only, &Arg::key(key)).await?;
+            None
         }
     };
+    let before_json = row_json(&before);
+    let after_json = after.as_ref().map(row_json);
+    let audit = [
+        Arg::Int(now_ms),
+        Arg::Text(&by.operator),
+        Arg::Text(key.scope),
+        Arg::Text(key.operation),
+        Arg::Text(key.key),
+        Arg::Text(action.name()),
+        Arg::OptText(by.reason.as_deref()),
+        Arg::Text(&before_json),
+        Arg::OptText(after_json.as_deref()),
+        Arg::Bool(forced),
+    ];
+    let row = DB::fetch_optional(&mut tx, &sql.insert_audit, &audit).await?;
+    let audit_id = DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)?;
+    tx.commit().await?;
+    Ok(Acted {
+        before,
+        after,
+        audit_id,
+        forced,
+    })
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use operator_reads;
+
+/// [`KeyTable::audit`].
+async fn audit<DB: Dialect>(
+    pool: &Pool<DB>,
+    filter: &AuditFilter,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    let mut query = Statement::new(&DB::sql().audit);
+    for (column, value) in [
+        ("scope", &filter.scope),
+        ("operation", &filter.operation),
+        ("idempotency_key", &filter.key),
+        ("operator", &filter.operator),
+    ] {
+        if let Some(value) = value {
+            query
+                .push(" AND ")
+                .push(column)
+                .push(" = ")
+                .bind(Arg::Text(value));
+        }
+    }
+    if let Some(id) = filter.before_id {
+        query.push(" AND id < ").bind(Arg::Int(id));
+    }
+    query.push(" ORDER BY id DESC LIMIT ");
+    query.bind(Arg::Int(i64::from(filter.effective_limit())));
+    let mut conn = pool.acquire().await?;
+    let rows = DB::fetch_all(&mut conn, &query.sql, &query.args).await?;
+    rows.iter()
+        .map(|row| {
+            RawAudit {
+                id: DB::int(row, 0)?,
+                at_ms: DB::int(row, 1)?,
+                operator: DB::text(row, 2)?,
+                scope: DB::text(row, 3)?,
+                operation: DB::text(row, 4)?,
+                key: DB::text(row, 5)?,
+                action: DB::text(row, 6)?,
+                reason: DB::opt_text(row, 7)?,
+                before: DB::opt_text(row, 8)?,
+                after: DB::opt_text(row, 9)?,
+                forced: DB::flag(row, 10)?,
+            }
+            .into_entry()
+        })
+        .collect()
+}
+
+/// [`KeyTable::journal`].
+async fn read_journal<DB: Dialect>(
+    pool: &Pool<DB>,
+    key: KeyRef<'_>,
+) -> Result<Option<Journal>, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let row = DB::fetch_optional(&mut conn, &DB::sql().journal, &Arg::key(key)).await?;
+    let Some(row) = row else { return Ok(None) };
+    journal_of(
+        key,
+        DB::opt_text(&row, 0)?,
+        DB::opt_text(&row, 1)?,
+        DB::opt_text(&row, 2)?,
+    )
+    .map(Some)
+}
 
 #[cfg(test)]
 mod tests {

@@ -2,30 +2,26 @@
 //!
 //! Timestamps are `timestamptz`; they cross the wire as milliseconds since the epoch so that
 //! the caller's clock decides what "now" is. An execution holds its key with a
-//! transaction-scoped advisory lock taken in the same round trip as `BEGIN`; lock waits are
-//! bounded by `lock_timeout`, set in the startup packet of pools idem opens and with
-//! `SET LOCAL` (in that same round trip) on pools the application brings.
+//! transaction-scoped advisory lock taken in the same round trip as `BEGIN`, with the
+//! transaction's own `lock_timeout` and `statement_timeout` (`SET LOCAL`, in that same round
+//! trip), so that the application's queries on the pool keep their settings. Batches of the
+//! sweeper and the outbox skip rows other transactions hold (`FOR UPDATE SKIP LOCKED`).
 
 use std::fmt::Write as _;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use sha2::{Digest as _, Sha256};
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
-use sqlx::{
-    ConnectOptions as _, Connection as _, Executor as _, Pool, Postgres, QueryBuilder, Row as _,
-    Transaction,
-};
+use sqlx::pool::PoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
-use crate::error::StoreError;
+use crate::dialect::{Arg, Dialect, Glue as _, prefix_pattern, render_all};
 use crate::key::KeyRef;
-use crate::list::{self, Counts, KeyFilter, Page};
-use crate::migrate::{LEGACY_SQLX_VERSION, MIGRATION_LOCK_ID};
+use crate::migrate::MIGRATION_LOCK_ID;
 use crate::migration::Migration;
-use crate::operator::{self, Acted, Action, Actor};
-use crate::row::{KeyRow, KeyStatus, RawRow, StoredKey, StoredResponse, StoredStatus};
-use crate::sealed;
+use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
+use crate::sql::{Sql, reopen, reserve};
 
 /// The migrations of the key table on PostgreSQL.
 static MIGRATIONS: [Migration; 8] = [
@@ -74,14 +70,6 @@ static MIGRATIONS: [Migration; 8] = [
 /// How long a pooled connection may sit idle before it is pinged on its next use.
 const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// `now_ms` as a `timestamptz` in a listing.
-fn push_now(query: &mut QueryBuilder<'_, Postgres>, now_ms: i64) {
-    query
-        .push(sql::NOW_TS.0)
-        .push_bind(now_ms)
-        .push(sql::NOW_TS.1);
-}
-
 /// The advisory lock that stands for a key while an execution of it runs: the first eight
 /// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
 /// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
@@ -91,7 +79,7 @@ fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
 }
 
 /// An advisory lock id: the first eight bytes of SHA-256 over the length-prefixed `parts`.
-pub(crate) fn advisory_id(parts: &[&str]) -> i64 {
+fn advisory_id(parts: &[&str]) -> i64 {
     let mut hash = Sha256::new();
     for part in parts {
         hash.update((part.len() as u64).to_le_bytes());
@@ -103,270 +91,120 @@ pub(crate) fn advisory_id(parts: &[&str]) -> i64 {
     i64::from_le_bytes(first)
 }
 
-mod sql {
-    /// A `timestamptz` column in milliseconds since the epoch.
-    macro_rules! ms {
-        ($column:literal) => {
-            concat!("(extract(epoch FROM ", $column, ") * 1000)::int8")
-        };
-    }
+/// Staged mode's reservation, and its row in `idempotency_processing` (which the key table's
+/// triggers remove once the key stops processing), in one statement. One row affected:
+/// reserved.
+macro_rules! reserve_and_list {
+    ($on_conflict:expr) => {
+        concat!(
+            "WITH reserved AS (",
+            reserve!(),
+            $on_conflict,
+            " RETURNING scope, operation, idempotency_key) \
+             INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+             SELECT scope, operation, idempotency_key FROM reserved \
+             ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope"
+        )
+    };
+}
 
-    /// Every column of a key row, in the order `raw` reads them.
-    macro_rules! columns {
-        () => {
-            concat!(
-                "scope, operation, idempotency_key, fingerprint, status, response_status, \
-                 response_headers, response_body, ",
-                ms!("created_at"),
-                ", ",
-                ms!("completed_at"),
-                ", ",
-                ms!("expires_at"),
-                ", ",
-                ms!("locked_until"),
-                ", attempt, recovery_point"
-            )
-        };
-    }
+/// Lets go of every hold the session had, first: the `FROM` subquery runs before the
+/// statement's own calls (its volatile call keeps it from being pulled up).
+macro_rules! after_letting_go {
+    () => {
+        " FROM (SELECT pg_advisory_unlock_all()) AS released"
+    };
+}
 
-    pub(super) const LOOKUP: &str = "SELECT fingerprint, status, response_status, \
-         response_headers, response_body, \
-         (extract(epoch FROM expires_at) * 1000)::int8 AS expires_at_ms, \
-         (extract(epoch FROM locked_until) * 1000)::int8 AS locked_until_ms, attempt \
-         FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
+/// The statements PostgreSQL says better than the standard ones.
+const TEMPLATES: Sql<&str> = Sql {
+    // Small batches, skipping rows a running request holds: no long locks.
+    sweep: "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(\
+            SELECT ctid FROM idempotency_keys WHERE status = 'completed' \
+            AND expires_at <= {ts $1} LIMIT $2 FOR UPDATE SKIP LOCKED))",
+    reserve: reserve_and_list!("NOTHING"),
+    reserve_or_replace_expired: reserve_and_list!(reopen!()),
+    // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted
+    // only if the hold is taken. Answers (held, reserved).
+    reserve_held: Some(concat!(
+        "WITH held AS (SELECT pg_try_advisory_lock($9) AS ok",
+        after_letting_go!(),
+        "), reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
+         SELECT $1, $2, $3, $4, 'processing', $5, {ts $6}, {ts $7}, {ts $8}, 1 \
+         FROM held WHERE held.ok \
+         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING \
+         RETURNING scope, operation, idempotency_key), \
+         processing AS (INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+         SELECT scope, operation, idempotency_key FROM reserved \
+         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope \
+         RETURNING 1) \
+         SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)"
+    )),
+    // A session advisory lock, which the server lets go when the session ends.
+    hold: Some(concat!(
+        "SELECT pg_try_advisory_lock($1)",
+        after_letting_go!()
+    )),
+    let_go: Some("SELECT pg_advisory_unlock($1)"),
+    // Taken and let go again if free (`CASE` fixes the order of the two calls).
+    owner_gone: Some(concat!(
+        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END",
+        after_letting_go!()
+    )),
+    ..Sql::STANDARD
+};
 
-    /// The completed row, inserted once the handler has run; nothing if the key exists.
-    pub(super) const INSERT_COMPLETED: &str = "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, created_at, completed_at, expires_at) \
-         VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp($8::float8 / 1000), \
-         to_timestamp($9::float8 / 1000), to_timestamp($10::float8 / 1000)) \
-         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING";
-
-    /// The same, overwriting a completed row that had expired when the execution began; a
-    /// processing row is never replaced (`KeyStatus::at`: a key that is not final never
-    /// expires).
-    pub(super) const INSERT_COMPLETED_OR_REPLACE_EXPIRED: &str = "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, created_at, completed_at, expires_at) \
-         VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp($8::float8 / 1000), \
-         to_timestamp($9::float8 / 1000), to_timestamp($10::float8 / 1000)) \
-         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET \
-         fingerprint = EXCLUDED.fingerprint, status = 'completed', \
-         response_status = EXCLUDED.response_status, \
-         response_headers = EXCLUDED.response_headers, \
-         response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at, \
-         completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at \
-         WHERE idempotency_keys.status = 'completed' \
-         AND idempotency_keys.expires_at <= EXCLUDED.created_at";
-
-    pub(super) const SAVEPOINT: &str = "SAVEPOINT idem_handler";
-    pub(super) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT idem_handler";
-
-    /// Small batches, skipping rows a running request holds: no long locks. Expired keys
-    /// only (`KeyStatus::at`): completed rows past `expires_at`, never a processing row.
-    pub(super) const SWEEP: &str = "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(\
-         SELECT ctid FROM idempotency_keys WHERE status = 'completed' \
-         AND expires_at <= to_timestamp($1::float8 / 1000) \
-         LIMIT $2 FOR UPDATE SKIP LOCKED))";
-
-    /// Keys `SWEEP` deletes at this `before`, in all its batches.
-    pub(super) const COUNT_SWEEPABLE: &str = "SELECT count(*) FROM idempotency_keys \
-         WHERE status = 'completed' AND expires_at <= to_timestamp($1::float8 / 1000)";
-
-    pub(super) const REGISTER: &str = "INSERT INTO idempotency_operations \
-         (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
-         VALUES ($1, $2, $3, $4, $5, $7, to_timestamp($6::float8 / 1000)) \
-         ON CONFLICT (operation) DO UPDATE SET scope = excluded.scope, \
-         ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = excluded.lease_ms, \
-         doc = excluded.doc, registered_at = excluded.registered_at";
-
-    pub(super) const REGISTRATIONS: &str = concat!(
-        "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, ",
-        ms!("registered_at"),
-        " FROM idempotency_operations ORDER BY operation"
-    );
-
-    pub(super) const GET: &str = concat!(
-        "SELECT ",
-        columns!(),
-        " FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3"
-    );
-
-    pub(super) const GET_FOR_UPDATE: &str = concat!(
-        "SELECT ",
-        columns!(),
-        " FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
-         FOR UPDATE"
-    );
-
-    /// Processing and stuck keys are looked for in `idempotency_processing`, which holds
-    /// staged mode's processing keys only, instead of among all keys.
-    pub(super) const IN_PROCESSING: &str = " AND (scope, operation, idempotency_key) IN \
-         (SELECT scope, operation, idempotency_key FROM idempotency_processing)";
-
-    /// The start of a listing; the filters follow as `AND …`.
-    pub(super) const LIST: &str =
-        concat!("SELECT ", columns!(), " FROM idempotency_keys WHERE TRUE");
-
-    /// `$1` milliseconds as a `timestamptz`.
-    macro_rules! AT_1 {
-        () => {
-            "to_timestamp($1::float8 / 1000)"
-        };
-    }
-
-    /// A listing's `now_ms` parameter as a `timestamptz`: the filters compare the columns
-    /// themselves with it, so that indexes on them serve the comparison.
-    pub(super) const NOW_TS: (&str, &str) = ("to_timestamp(", "::float8 / 1000)");
-
-    /// Expiry now, never later than it was.
-    pub(super) const EXPIRE: &str = concat!(
-        "UPDATE idempotency_keys SET expires_at = to_timestamp($4::float8 / 1000) \
-         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 AND ",
-        ms!("expires_at"),
-        " > $4 RETURNING ",
-        columns!()
-    );
-
-    pub(super) const DELETE: &str = concat!(
-        "DELETE FROM idempotency_keys \
-         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
-        columns!()
-    );
-
-    /// Keys per operation and state (`KeyStatus::at`, in SQL: only a completed row expires;
-    /// a processing row is stuck once its lease ran out, whatever `expires_at` says), with
-    /// the earliest `created_at` of each group (the stuck groups' give the oldest stuck key).
-    pub(super) const COUNTS: &str = concat!(
-        "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= ",
-        AT_1!(),
-        " THEN 'expired' WHEN status = 'processing' AND locked_until <= ",
-        AT_1!(),
-        " THEN 'stuck' ELSE status END AS state, count(*), ",
-        ms!("min(created_at)"),
-        " FROM idempotency_keys GROUP BY 1, 2"
-    );
-
-    pub(super) const TABLE_BYTES: &str =
-        "SELECT pg_total_relation_size(to_regclass('idempotency_keys'))";
-
-    // Operator actions, each run in the transaction that read the row `FOR UPDATE`.
-
-    /// The lease run out now, and the running attempt, if any, fenced out.
-    pub(super) const RELEASE: &str = concat!(
-        "UPDATE idempotency_keys \
-         SET attempt = attempt + 1, locked_until = to_timestamp($4::float8 / 1000) \
-         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
-        columns!()
-    );
-
-    /// Completed with the operator's response, the running attempt fenced out, its TTL
-    /// counted from now: the operation's registered `ttl_ms`, or for an operation not in
-    /// the registry the row's own (`expires_at - created_at`, what its reservation set).
-    pub(super) const COMPLETE: &str = concat!(
-        "UPDATE idempotency_keys SET status = 'completed', response_status = $4, \
-         response_headers = $5, response_body = $6, \
-         completed_at = to_timestamp($7::float8 / 1000), \
-         expires_at = to_timestamp(($7::int8 + COALESCE(\
-         (SELECT ttl_ms FROM idempotency_operations WHERE operation = $2), \
-         GREATEST(",
-        ms!("expires_at"),
-        " - ",
-        ms!("created_at"),
-        ", 0)))::float8 / 1000), locked_until = NULL, attempt = attempt + 1 \
-         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 RETURNING ",
-        columns!()
-    );
-
-    pub(super) const DELETE_ONLY: &str = "DELETE FROM idempotency_keys \
-         WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
-
-    pub(super) const INSERT_AUDIT: &str = "INSERT INTO idempotency_audit \
-         (at, operator, scope, operation, idempotency_key, action, reason, before, after, forced) \
-         VALUES (to_timestamp($1::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id";
-
-    /// The start of a reading of the audit trail; the filters follow as `AND …`.
-    pub(super) const AUDIT: &str = concat!(
-        "SELECT id, ",
-        ms!("at"),
-        ", operator, scope, operation, idempotency_key, action, reason, before, after, \
-         forced FROM idempotency_audit WHERE TRUE"
-    );
-
-    pub(super) const JOURNAL: &str = "SELECT recovery_point, journal, request \
-         FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
-
-    // The migration runner.
-
-    /// Migrations may wait for another instance's run and take longer than requests may.
-    pub(super) const MIGRATION_SESSION: &str = "SET lock_timeout = 0; SET statement_timeout = 0";
-    pub(super) const MIGRATION_LOCK: &str = "SELECT pg_advisory_lock($1)";
-    pub(super) const MIGRATION_UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
-    /// Back to the session's defaults (the startup packet's, for pools idem opened).
-    pub(super) const MIGRATION_SESSION_RESET: &str = "RESET lock_timeout; RESET statement_timeout";
-
-    pub(super) const HISTORY: &str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
+impl Dialect for Postgres {
+    const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
+    const TEMPLATES: Sql<&'static str> = TEMPLATES;
+    const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
          version     BIGINT      PRIMARY KEY, \
          description TEXT        NOT NULL, \
          checksum    BYTEA       NOT NULL, \
          applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())";
-    pub(super) const APPLIED: &str =
-        "SELECT version, checksum FROM idem_schema_migrations ORDER BY version";
-    pub(super) const RECORD: &str = "INSERT INTO idem_schema_migrations \
-         (version, description, checksum) VALUES ($1, $2, $3)";
-    /// Whether idem 0.1's history (sqlx's) is in the schema unqualified names go to.
-    pub(super) const HAS_SQLX_HISTORY: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+    const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
          WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations')";
-    pub(super) const FORGET_SQLX_VERSION: &str = "DELETE FROM _sqlx_migrations WHERE version = $1";
-}
+    const BEGIN_WRITE: Option<&'static str> = None;
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
-/// A key row's columns, in the order of `sql::columns!`.
-fn raw(row: &PgRow) -> Result<RawRow, sqlx::Error> {
-    Ok(RawRow {
-        scope: row.try_get(0)?,
-        operation: row.try_get(1)?,
-        key: row.try_get(2)?,
-        fingerprint: row.try_get(3)?,
-        status: row.try_get(4)?,
-        response_status: row.try_get(5)?,
-        response_headers: row.try_get(6)?,
-        response_body: row.try_get(7)?,
-        created_at_ms: row.try_get(8)?,
-        completed_at_ms: row.try_get(9)?,
-        expires_at_ms: row.try_get(10)?,
-        locked_until_ms: row.try_get(11)?,
-        attempt: row.try_get(12)?,
-        recovery_point: row.try_get(13)?,
-    })
-}
-
-fn key_row(row: &PgRow, now_ms: i64) -> Result<KeyRow, StoreError> {
-    raw(row)?.into_row(now_ms)
-}
-
-/// `statement` with the key's three parts bound as its first three parameters (scope,
-/// operation, key).
-fn by_key<'q>(
-    statement: &'q str,
-    key: KeyRef<'q>,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    sqlx::query(statement)
-        .bind(key.scope)
-        .bind(key.operation)
-        .bind(key.key)
-}
-
-impl Backend for Postgres {
-    fn migrations() -> &'static [Migration] {
-        &MIGRATIONS
+    fn sql() -> &'static Sql<String> {
+        static SQL: OnceLock<Sql<String>> = OnceLock::new();
+        SQL.get_or_init(render_all::<Self>)
     }
 
-    async fn connect(
-        url: &str,
-        max_connections: u32,
-        settings: &TxSettings,
-    ) -> Result<Pool<Self>, sqlx::Error> {
+    fn ms(column: &str) -> String {
+        format!("(extract(epoch FROM {column}) * 1000)::int8")
+    }
+
+    fn ts(ms: &str) -> String {
+        format!("to_timestamp(({ms})::float8 / 1000)")
+    }
+
+    /// On the column itself, so that its indexes serve the comparison.
+    fn cmp(column: &str, op: &str, ms: &str) -> String {
+        format!("{column} {op} {}", Self::ts(ms))
+    }
+
+    fn greatest(pair: &str) -> String {
+        format!("GREATEST({pair})")
+    }
+
+    /// Rows other transactions hold are skipped, not waited for: batches at the same moment
+    /// take different rows.
+    fn pick(subquery: &str) -> String {
+        format!("= ANY(ARRAY({subquery} FOR UPDATE SKIP LOCKED))")
+    }
+
+    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
+        (
+            " AND idempotency_key LIKE ",
+            " ESCAPE '!'",
+            like_prefix(prefix),
+        )
+    }
+
+    fn connect_options(url: &str, _settings: &TxSettings) -> Result<PgConnectOptions, sqlx::Error> {
         let mut options = PgConnectOptions::from_str(url)?;
         if options.get_application_name().is_none() {
             options = options.application_name("idem");
@@ -374,74 +212,42 @@ impl Backend for Postgres {
         // No session-wide timeouts: each transaction of idem's sets its own (`begin`). A
         // statement whose client stopped waiting (the runtime's deadline on its lookup) is
         // cancelled within a second instead of holding a server process until it ends.
-        let options = options
+        Ok(options
             .options([("client_connection_check_interval", "1000")])
             // idem's statements carry keys, tenants and response bodies: never logged.
-            .disable_statement_logging();
-        PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            // A connection that sat idle for a while may have died with a database restart:
-            // pinged before use (a busy pool's connections never are), so that the
-            // application's own queries do not meet it either.
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for < IDLE_PING_AFTER {
-                        return Ok(true);
-                    }
-                    conn.ping().await.map(|()| true)
-                })
+            .disable_statement_logging())
+    }
+
+    fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {
+        // A connection that sat idle for a while may have died with a database restart:
+        // pinged before use (a busy pool's connections never are), so that the application's
+        // own queries do not meet it either.
+        options.before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for < IDLE_PING_AFTER {
+                    return Ok(true);
+                }
+                conn.ping().await.map(|()| true)
             })
-            // A dead connection fails its query (answered 503, retry with the same key)
-            // instead of costing every request a ping round trip.
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await
+        })
     }
 
-    async fn lookup(
-        conn: &mut PgConnection,
-        key: KeyRef<'_>,
-    ) -> Result<Option<StoredKey>, sqlx::Error> {
-        let row = by_key(sql::LOOKUP, key).fetch_optional(conn).await?;
-        let Some(row) = row else { return Ok(None) };
-        let status = StoredStatus::from_column(row.try_get(1)?);
-        let response_status: Option<i32> = row.try_get(2)?;
-        let response = match response_status {
-            Some(code) if status == StoredStatus::Completed => Some(StoredResponse::lenient(
-                code,
-                row.try_get(3)?,
-                row.try_get(4)?,
-            )),
-            _ => None,
-        };
-        Ok(Some(StoredKey {
-            fingerprint: row.try_get(0)?,
-            status,
-            response,
-            expires_at_ms: row.try_get(5)?,
-            locked_until_ms: row.try_get(6)?,
-            attempt: row.try_get(7)?,
-        }))
+    async fn lock_namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
+        let row = Self::fetch_optional(conn, "SELECT current_schema()", &[]).await?;
+        row.map_or(Ok(String::new()), |row| Self::text(&row, 0))
     }
 
-    async fn namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
-        sqlx::query_scalar("SELECT current_schema()")
-            .fetch_one(conn)
-            .await
-    }
-
-    async fn begin<'c>(
+    async fn begin_locked<'c>(
         conn: &'c mut PgConnection,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // One round trip: the simple-query protocol takes several statements. The timeouts
         // are the transaction's own: the application's queries on the pool keep theirs.
-        let mut statement = Self::begin_statement(settings);
+        let mut statement = Self::begin_sql(settings);
         if let Some(lock) = lock {
-            // The advisory lock and the look again, in one call (migration 2; migration 7 takes a
-            // free lock without a query of its own).
+            // The advisory lock and the look again, in one call (migration 2; migration 7
+            // takes a free lock without a query of its own).
             let _ = write!(
                 statement,
                 "; SELECT idem_lock_key({}, ",
@@ -466,7 +272,7 @@ impl Backend for Postgres {
             .map(Begun::Free)
     }
 
-    fn begin_statement(settings: &TxSettings) -> String {
+    fn begin_sql(settings: &TxSettings) -> String {
         format!(
             "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
             settings.lock_timeout.as_millis().max(1),
@@ -474,73 +280,28 @@ impl Backend for Postgres {
         )
     }
 
-    async fn abandon_begin(conn: &mut PgConnection) {
+    async fn after_failed_begin(conn: &mut PgConnection) {
         // `BEGIN` went through and a later statement failed: the session is in an aborted
         // transaction. If even this fails the connection is broken, and its next use says so.
-        if let Err(error) = conn.execute("ROLLBACK").await {
+        if let Err(error) = Self::batch(conn, "ROLLBACK").await {
             tracing::warn!(%error, "could not roll back after a failed BEGIN");
         }
     }
 
-    async fn savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
-        sqlx::query(sql::SAVEPOINT).execute(&mut **tx).await?;
-        Ok(())
+    fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
+        Some(insert_and_commit_statement(row))
     }
 
-    async fn rollback_to_savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
-        sqlx::query(sql::ROLLBACK_TO_SAVEPOINT)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+    /// The key table's primary key refused the row (and not, say, a deferred unique
+    /// constraint of the application's refusing the `COMMIT`).
+    fn is_key_taken(error: &sqlx::Error) -> bool {
+        error.as_database_error().is_some_and(|e| {
+            e.code().is_some_and(|code| code == "23505")
+                && e.constraint() == Some("idempotency_keys_pkey")
+        })
     }
 
-    async fn insert_completed(
-        tx: &mut Transaction<'_, Self>,
-        row: NewRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let statement = if row.replace_expired {
-            sql::INSERT_COMPLETED_OR_REPLACE_EXPIRED
-        } else {
-            sql::INSERT_COMPLETED
-        };
-        let done = sqlx::query(statement)
-            .bind(row.key.scope)
-            .bind(row.key.operation)
-            .bind(row.key.key)
-            .bind(row.fingerprint)
-            .bind(i32::from(row.status))
-            .bind(row.headers_json)
-            .bind(row.body)
-            .bind(row.created_ms)
-            .bind(row.completed_ms)
-            .bind(row.expires_ms)
-            .execute(&mut **tx)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn insert_completed_and_commit(
-        mut tx: Transaction<'_, Self>,
-        row: NewRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let statement = insert_and_commit_statement(&row);
-        // A query without arguments goes out as one simple query, several statements and all.
-        match tx.execute(statement.as_str()).await {
-            // Dropping `tx` rolls back the empty transaction the statement opened last; the
-            // `ROLLBACK` goes out with the connection's next message (the pool's release
-            // ping), so sqlx's view of the connection and the server's agree again.
-            Ok(_) => Ok(true),
-            // The key's row exists: the `INSERT` failed, the transaction is aborted, the
-            // `COMMIT` skipped, and dropping `tx` rolls back.
-            Err(error) if is_unique_violation(&error) => Ok(false),
-            Err(error) => Err(error),
-        }
-    }
-
-    fn classify(error: &sqlx::Error) -> Failure {
-        if crate::backend::is_connection_error(error) {
-            return Failure::Disconnected;
-        }
+    fn failure_of(error: &sqlx::Error) -> Failure {
         match error.as_database_error().and_then(|e| e.code()) {
             // lock_not_available (lock_timeout), query_canceled (statement_timeout)
             Some(code) if code == "55P03" || code == "57014" => Failure::LockTimeout,
@@ -557,331 +318,61 @@ impl Backend for Postgres {
         }
     }
 
-    async fn key_lock_taken(
+    async fn probe_key_lock(
         conn: &mut PgConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {
         // Outside a transaction the lock, if taken, is released as the statement ends.
-        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-            .bind(lock_id(lock.namespace, lock.key))
-            .fetch_one(conn)
-            .await?;
-        Ok(!free)
-    }
-}
-
-impl sealed::Sealed for Postgres {
-    async fn run_migrations(pool: &Pool<Self>) -> Result<(), StoreError> {
-        let mut session = MigrationSession {
-            conn: pool.acquire().await?,
-            clean: false,
-        };
-        session.conn.execute(sql::MIGRATION_SESSION).await?;
-        sqlx::query(sql::MIGRATION_LOCK)
-            .bind(MIGRATION_LOCK_ID)
-            .execute(&mut *session.conn)
-            .await?;
-        let result = apply_migrations(&mut session.conn).await;
-        // Dropping a failed migration's transaction queued its `ROLLBACK`; it goes out first.
-        let released = async {
-            sqlx::query(sql::MIGRATION_UNLOCK)
-                .bind(MIGRATION_LOCK_ID)
-                .execute(&mut *session.conn)
-                .await?;
-            session.conn.execute(sql::MIGRATION_SESSION_RESET).await
-        }
-        .await;
-        match released {
-            Ok(_) => session.clean = true,
-            // The connection is closed instead of pooled: that releases the lock too.
-            Err(error) => tracing::warn!(%error, "could not release the migration lock"),
-        }
-        result
+        let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
+        let row = Self::fetch_optional(conn, "SELECT pg_try_advisory_xact_lock($1)", &id).await?;
+        let free = row.map(|row| Self::flag(&row, 0)).transpose()?;
+        Ok(free == Some(false))
     }
 
-    async fn get(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        now_ms: i64,
-    ) -> Result<Option<KeyRow>, StoreError> {
-        let row = by_key(sql::GET, key).fetch_optional(pool).await?;
-        row.map(|row| key_row(&row, now_ms)).transpose()
-    }
-
-    async fn list(pool: &Pool<Self>, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
-        let limit = filter.effective_limit();
-        let mut query = QueryBuilder::<Postgres>::new(sql::LIST);
-        match filter.status {
-            None => {}
-            Some(KeyStatus::Completed) => {
-                query.push(" AND status = 'completed' AND expires_at > ");
-                push_now(&mut query, now_ms);
-            }
-            Some(KeyStatus::Expired) => {
-                query.push(" AND status = 'completed' AND expires_at <= ");
-                push_now(&mut query, now_ms);
-            }
-            Some(KeyStatus::Processing) => {
-                query.push(sql::IN_PROCESSING);
-                query.push(
-                    " AND status = 'processing' AND (locked_until IS NULL OR locked_until > ",
-                );
-                push_now(&mut query, now_ms);
-                query.push(")");
-            }
-            Some(KeyStatus::Stuck) => {
-                query.push(sql::IN_PROCESSING);
-                query.push(" AND status = 'processing' AND locked_until <= ");
-                push_now(&mut query, now_ms);
-            }
-        }
-        if let Some(operation) = &filter.operation {
-            query
-                .push(" AND operation = ")
-                .push_bind(operation.as_str());
-        }
-        if let Some(scope) = &filter.scope {
-            query.push(" AND scope = ").push_bind(scope.as_str());
-        }
-        if let Some(prefix) = &filter.key_prefix {
-            query
-                .push(" AND idempotency_key LIKE ")
-                .push_bind(like_prefix(prefix))
-                .push(" ESCAPE '!'");
-        }
-        if let Some(after) = &filter.after {
-            let after = after.key();
-            query
-                .push(" AND (scope, operation, idempotency_key) > (")
-                .push_bind(after.scope)
-                .push(", ")
-                .push_bind(after.operation)
-                .push(", ")
-                .push_bind(after.key)
-                .push(")");
-        }
-        query
-            .push(" ORDER BY scope, operation, idempotency_key LIMIT ")
-            .push_bind(i64::from(limit) + 1);
-        let rows = query.build().fetch_all(pool).await?;
-        let rows = rows.iter().map(raw).collect::<Result<Vec<_>, _>>()?;
-        list::page_of(rows, limit, now_ms)
-    }
-
-    async fn expire(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        now_ms: i64,
-    ) -> Result<Option<(KeyRow, KeyRow)>, StoreError> {
-        let mut tx = pool.begin().await?;
-        let before = by_key(sql::GET_FOR_UPDATE, key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        // No row: dropping `tx` rolls back.
-        let Some(before) = before else {
-            return Ok(None);
-        };
-        let before = key_row(&before, now_ms)?;
-        let after = by_key(sql::EXPIRE, key)
-            .bind(now_ms)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let after = match after {
-            Some(after) => key_row(&after, now_ms)?,
-            // It had expired already: unchanged.
-            None => before.clone(),
-        };
-        tx.commit().await?;
-        Ok(Some((before, after)))
-    }
-
-    async fn delete(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        now_ms: i64,
-    ) -> Result<Option<KeyRow>, StoreError> {
-        let row = by_key(sql::DELETE, key).fetch_optional(pool).await?;
-        row.map(|row| key_row(&row, now_ms)).transpose()
-    }
-
-    async fn sweep_batch(pool: &Pool<Self>, before_ms: i64, batch: i64) -> Result<u64, StoreError> {
-        let done = sqlx::query(sql::SWEEP)
-            .bind(before_ms)
-            .bind(batch)
-            .execute(pool)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn counts(pool: &Pool<Self>, now_ms: i64) -> Result<Counts, StoreError> {
-        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(sql::COUNTS)
-            .bind(now_ms)
-            .fetch_all(pool)
-            .await?;
-        let mut counts = Counts::default();
-        for (operation, status, n, oldest) in rows {
-            counts.add(
-                operation,
-                list::counted_status(&status)?,
-                list::count(n),
-                oldest,
-            );
-        }
-        let bytes: Option<i64> = sqlx::query_scalar(sql::TABLE_BYTES).fetch_one(pool).await?;
-        counts.table_bytes = bytes.map(list::count);
-        Ok(counts)
-    }
-
-    async fn act(
-        pool: &Pool<Self>,
-        key: KeyRef<'_>,
-        expected: &KeyRow,
-        action: &Action,
-        by: &Actor,
-        now_ms: i64,
-    ) -> Result<Acted, StoreError> {
-        let mut tx = pool.begin().await?;
-        // The row lock: the running attempt's writes, a takeover, another operator's action
-        // wait for this transaction, and then see what it did.
-        let current = by_key(sql::GET_FOR_UPDATE, key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let current = current.map(|row| key_row(&row, now_ms)).transpose()?;
-        // Refused: dropping `tx` rolls back.
-        let (before, forced) = operator::check(expected, current, action, by.forced, now_ms)?;
-        let after = match action {
-            Action::Release => Some(
-                by_key(sql::RELEASE, key)
-                    .bind(now_ms)
-                    .fetch_one(&mut *tx)
-                    .await?,
-            ),
-            Action::Complete(response) | Action::Fail(response) => Some(
-                by_key(sql::COMPLETE, key)
-                    .bind(i32::from(response.status))
-                    .bind(response.headers_json())
-                    .bind(response.body.as_ref())
-                    .bind(now_ms)
-                    .fetch_one(&mut *tx)
-                    .await?,
-            ),
-            Action::Expire => Some(
-                by_key(sql::EXPIRE, key)
-                    .bind(now_ms)
-                    .fetch_one(&mut *tx)
-                    .await?,
-            ),
-            Action::Delete => {
-                by_key(sql::DELETE_ONLY, key).execute(&mut *tx).await?;
-                None
-            }
-        };
-        let after = after.map(|row| key_row(&row, now_ms)).transpose()?;
-        let audit_id: i64 = sqlx::query_scalar(sql::INSERT_AUDIT)
-            .bind(now_ms)
-            .bind(by.operator.as_str())
-            .bind(key.scope)
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(action.name())
-            .bind(by.reason.as_deref())
-            .bind(operator::row_json(&before))
-            .bind(after.as_ref().map(operator::row_json))
-            .bind(forced)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(Acted {
-            before,
-            after,
-            audit_id,
-            forced,
-        })
-    }
-
-    crate::operator::operator_reads!();
-    crate::operations::operations_sql!();
-}
-
-/// The connection a migration run holds the lock on: closed rather than pooled again unless
-/// the run released the lock and reset the session (a run dropped halfway, say).
-struct MigrationSession {
-    conn: PoolConnection<Postgres>,
-    clean: bool,
-}
-
-impl Drop for MigrationSession {
-    fn drop(&mut self) {
-        if !self.clean {
-            self.conn.close_on_drop();
-        }
-    }
-}
-
-/// Applies the pending migrations, each in its own transaction with its history row. The
-/// caller holds the migration lock: nobody else applies anything meanwhile.
-async fn apply_migrations(conn: &mut PgConnection) -> Result<(), StoreError> {
-    conn.execute(sql::HISTORY).await?;
-    let recorded: Vec<(i64, Vec<u8>)> = sqlx::query_as(sql::APPLIED).fetch_all(&mut *conn).await?;
-    for migration in crate::migrate::pending(&MIGRATIONS, &recorded)? {
-        let version = migration.version;
-        let mut tx = Transaction::<Postgres>::begin(&mut *conn, None).await?;
-        tx.execute(migration.sql)
+    async fn lock_migrations(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        // Migrations may wait for another instance's run and take longer than requests may.
+        Self::batch(conn, "SET lock_timeout = 0; SET statement_timeout = 0").await?;
+        let id = [Arg::Int(MIGRATION_LOCK_ID)];
+        Self::execute(conn, "SELECT pg_advisory_lock($1)", &id)
             .await
-            .map_err(|e| StoreError::migration_failed(version, e))?;
-        if version == 1 {
-            forget_sqlx_history(&mut tx)
-                .await
-                .map_err(|e| StoreError::migration_failed(version, e))?;
-        }
-        sqlx::query(sql::RECORD)
-            .bind(version)
-            .bind(migration.description)
-            .bind(migration.checksum().as_slice())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        tracing::info!(
-            version,
-            description = migration.description,
-            "key table migrated"
-        );
+            .map(drop)
     }
-    Ok(())
-}
 
-/// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
-/// the one migration 1 just adopted.
-async fn forget_sqlx_history(tx: &mut Transaction<'_, Postgres>) -> Result<(), sqlx::Error> {
-    let exists: bool = sqlx::query_scalar(sql::HAS_SQLX_HISTORY)
-        .fetch_one(&mut **tx)
-        .await?;
-    if exists {
-        let done = sqlx::query(sql::FORGET_SQLX_VERSION)
-            .bind(LEGACY_SQLX_VERSION)
-            .execute(&mut **tx)
-            .await?;
-        if done.rows_affected() > 0 {
-            tracing::info!(
-                version = LEGACY_SQLX_VERSION,
-                "removed idem's former migration from _sqlx_migrations"
-            );
-        }
+    async fn unlock_migrations(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let id = [Arg::Int(MIGRATION_LOCK_ID)];
+        Self::execute(conn, "SELECT pg_advisory_unlock($1)", &id).await?;
+        // Back to the session's defaults (the startup packet's, for pools idem opened).
+        Self::batch(conn, "RESET lock_timeout; RESET statement_timeout").await
     }
-    Ok(())
+
+    async fn table_bytes(conn: &mut PgConnection) -> Result<Option<i64>, sqlx::Error> {
+        let sql = "SELECT pg_total_relation_size(to_regclass('idempotency_keys'))";
+        let row = Self::fetch_optional(conn, sql, &[]).await?;
+        Ok(row.map(|row| Self::opt_int(&row, 0)).transpose()?.flatten())
+    }
+
+    /// The key's lock's derivation, with the attempt's number as one more part.
+    fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
+        let attempt = attempt.to_string();
+        advisory_id(&[
+            namespace,
+            key.scope,
+            key.operation,
+            key.key,
+            "attempt",
+            &attempt,
+        ])
+    }
 }
 
 /// A `LIKE` pattern for keys starting with `prefix`, with `!` escaping the wildcards.
 fn like_prefix(prefix: &str) -> String {
-    let mut pattern = String::with_capacity(prefix.len() + 8);
-    for c in prefix.chars() {
+    prefix_pattern(prefix, '%', |c, pattern| {
         if matches!(c, '%' | '_' | '!') {
             pattern.push('!');
         }
         pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
+    })
 }
 
 /// `INSERT` of the completed row, `COMMIT`, `BEGIN`, as one simple query: one round trip
@@ -948,15 +439,6 @@ fn push_text(sql: &mut String, text: &str) {
         sql.push(char::from(HEX[usize::from(b & 0xf)]));
     }
     sql.push('\'');
-}
-
-/// The key table's primary key refused the row (and not, say, a deferred unique constraint
-/// of the application's refusing the `COMMIT`).
-fn is_unique_violation(error: &sqlx::Error) -> bool {
-    error.as_database_error().is_some_and(|e| {
-        e.code().is_some_and(|code| code == "23505")
-            && e.constraint() == Some("idempotency_keys_pkey")
-    })
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 use sqlx::Pool;
 
 use crate::backend::Backend;
+use crate::dialect::{Arg, Glue, Statement, begin_write};
 use crate::error::StoreError;
 use crate::key::KeyRef;
-use crate::list::{Counts, KeyFilter, Page};
-use crate::row::KeyRow;
+use crate::list::{self, Counts, KeyFilter, Page};
+use crate::row::{KeyRow, KeyStatus, RawRow};
+use crate::sql::IN_PROCESSING;
 
 /// The key table of one database, for tools: the operator CLI, tests, the runtime's sweeper.
 /// Cheap to clone (it holds a [`Pool`]).
@@ -77,9 +79,13 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn get(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
-        DB::get(&self.pool, key, now_ms)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool.acquire().await?;
+            let row = DB::fetch_optional(&mut conn, &DB::sql().get, &Arg::key(key)).await?;
+            row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
 
     /// One page of the keys `filter` selects, in (scope, operation, key) order, with their
@@ -109,7 +115,7 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
     pub async fn list(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
-        DB::list(&self.pool, filter, now_ms)
+        self.list_on(filter, now_ms)
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -147,9 +153,27 @@ impl<DB: Backend> KeyTable<DB> {
         key: KeyRef<'_>,
         now_ms: i64,
     ) -> Result<Option<(KeyRow, KeyRow)>, StoreError> {
-        DB::expire(&self.pool, key, now_ms)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let sql = DB::sql();
+            let mut conn = self.pool.acquire().await?;
+            let mut tx = begin_write::<DB>(&mut conn).await?;
+            let before = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
+            // No row: dropping `tx` rolls back.
+            let Some(before) = before else {
+                return Ok(None);
+            };
+            let before = key_row::<DB>(&before, now_ms)?;
+            let args = Arg::on_key(key, &[Arg::Int(now_ms)]);
+            let after = match DB::fetch_optional(&mut tx, &sql.expire, &args).await? {
+                Some(after) => key_row::<DB>(&after, now_ms)?,
+                // It had expired already: unchanged.
+                None => before.clone(),
+            };
+            tx.commit().await?;
+            Ok(Some((before, after)))
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
 
     /// Deletes `key`'s row and returns it, with its state at `now_ms`; `None` if the key had
@@ -175,9 +199,13 @@ impl<DB: Backend> KeyTable<DB> {
     /// A row that cannot be read is deleted all the same, and reported as
     /// [`StoreError::Corrupt`].
     pub async fn delete(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
-        DB::delete(&self.pool, key, now_ms)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool.acquire().await?;
+            let row = DB::fetch_optional(&mut conn, &DB::sql().delete, &Arg::key(key)).await?;
+            row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
 
     /// Deletes up to `batch` keys (at least 1) that expired at or before `before_ms` —
@@ -207,9 +235,13 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// Database errors.
     pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
-        DB::sweep_batch(&self.pool, before_ms, i64::from(batch.max(1)))
-            .await
-            .map_err(StoreError::refine::<DB>)
+        let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
+        async {
+            let mut conn = self.pool.acquire().await?;
+            Ok(DB::execute(&mut conn, &DB::sql().sweep, &args).await?)
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
 
     /// How many keys are in each state at `now_ms`, overall and per operation, and how large
@@ -218,8 +250,105 @@ impl<DB: Backend> KeyTable<DB> {
     /// # Errors
     /// Database errors.
     pub async fn counts(&self, now_ms: i64) -> Result<Counts, StoreError> {
-        DB::counts(&self.pool, now_ms)
-            .await
-            .map_err(StoreError::refine::<DB>)
+        async {
+            let mut conn = self.pool.acquire().await?;
+            let rows = DB::fetch_all(&mut conn, &DB::sql().counts, &[Arg::Int(now_ms)]).await?;
+            let mut counts = Counts::default();
+            for row in &rows {
+                counts.add(
+                    DB::text(row, 0)?,
+                    list::counted_status(&DB::text(row, 1)?)?,
+                    list::count(DB::int(row, 2)?),
+                    DB::opt_int(row, 3)?,
+                );
+            }
+            counts.table_bytes = DB::table_bytes(&mut conn).await?.map(list::count);
+            Ok(counts)
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
+
+    /// [`KeyTable::list`]: the listing's statement, its filters bound as they are added.
+    async fn list_on(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
+        let limit = filter.effective_limit();
+        let prefix = filter.key_prefix.as_deref().map(DB::key_prefix);
+        let mut query = Statement::new(&DB::sql().list);
+        let now = Arg::Int(now_ms);
+        match filter.status {
+            None => {}
+            Some(KeyStatus::Completed) => {
+                let now = query.param(now);
+                query.push(" AND status = 'completed' AND ");
+                query.push(&DB::cmp("expires_at", ">", &now));
+            }
+            Some(KeyStatus::Expired) => {
+                let now = query.param(now);
+                query.push(" AND status = 'completed' AND ");
+                query.push(&DB::cmp("expires_at", "<=", &now));
+            }
+            Some(KeyStatus::Processing) => {
+                let now = query.param(now);
+                query.push(IN_PROCESSING);
+                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
+                query.push(&DB::cmp("locked_until", ">", &now)).push(")");
+            }
+            Some(KeyStatus::Stuck) => {
+                let now = query.param(now);
+                query.push(IN_PROCESSING);
+                query.push(" AND status = 'processing' AND ");
+                query.push(&DB::cmp("locked_until", "<=", &now));
+            }
+        }
+        if let Some(operation) = &filter.operation {
+            query.push(" AND operation = ").bind(Arg::Text(operation));
+        }
+        if let Some(scope) = &filter.scope {
+            query.push(" AND scope = ").bind(Arg::Text(scope));
+        }
+        if let Some((before, after, pattern)) = &prefix {
+            query.push(before).bind(Arg::Text(pattern)).push(after);
+        }
+        if let Some(after) = &filter.after {
+            let after = after.key();
+            query.push(" AND (scope, operation, idempotency_key) > (");
+            query.bind(Arg::Text(after.scope)).push(", ");
+            query.bind(Arg::Text(after.operation)).push(", ");
+            query.bind(Arg::Text(after.key)).push(")");
+        }
+        query.push(" ORDER BY scope, operation, idempotency_key LIMIT ");
+        query.bind(Arg::Int(i64::from(limit) + 1));
+        let mut conn = self.pool.acquire().await?;
+        let rows = DB::fetch_all(&mut conn, &query.sql, &query.args).await?;
+        let rows = rows
+            .iter()
+            .map(raw_row::<DB>)
+            .collect::<Result<Vec<_>, _>>()?;
+        list::page_of(rows, limit, now_ms)
+    }
+}
+
+/// A key row's columns, in the order of [`crate::sql::KEY_COLUMNS`].
+pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
+    Ok(RawRow {
+        scope: DB::text(row, 0)?,
+        operation: DB::text(row, 1)?,
+        key: DB::text(row, 2)?,
+        fingerprint: DB::bytes(row, 3)?,
+        status: DB::text(row, 4)?,
+        response_status: DB::opt_int32(row, 5)?,
+        response_headers: DB::opt_text(row, 6)?,
+        response_body: DB::opt_bytes(row, 7)?,
+        created_at_ms: DB::int(row, 8)?,
+        completed_at_ms: DB::opt_int(row, 9)?,
+        expires_at_ms: DB::int(row, 10)?,
+        locked_until_ms: DB::opt_int(row, 11)?,
+        attempt: DB::int(row, 12)?,
+        recovery_point: DB::opt_text(row, 13)?,
+    })
+}
+
+/// A key row as tools read it at `now_ms`.
+pub(crate) fn key_row<DB: Glue>(row: &DB::Row, now_ms: i64) -> Result<KeyRow, StoreError> {
+    raw_row::<DB>(row)?.into_row(now_ms)
 }

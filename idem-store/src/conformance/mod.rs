@@ -66,10 +66,10 @@ use std::time::Duration;
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, NewRow, TxSettings};
 use crate::key::KeyRef;
 use crate::row::StoredResponse;
 use crate::table::KeyTable;
+use crate::{Backend, NewRow, TxSettings};
 
 pub mod cases;
 mod sql;

@@ -2,11 +2,9 @@
 //! [`OutboxSql`], their statements per backend.
 
 use std::fmt;
-use std::future::Future;
 use std::str::FromStr;
 
-use sqlx::{Database, Pool, Transaction};
-
+use crate::dialect::Glue;
 use crate::error::StoreError;
 
 /// A message to enqueue ([`enqueue`](crate::enqueue)).
@@ -155,21 +153,20 @@ pub struct OutboxRow {
     pub delivered_at_ms: Option<i64>,
 }
 
-/// The columns of one row, as both backends read them. Not nameable outside the crate
-/// (it appears in [`OutboxSql`]'s signatures only).
+/// The columns of one row, in the order of [`crate::sql::OUTBOX_COLUMNS`].
 #[derive(Debug)]
-pub struct RawOutboxRow {
-    pub id: i64,
-    pub dedup_id: String,
-    pub topic: String,
-    pub payload: String,
-    pub status: String,
-    pub attempts: i32,
-    pub next_attempt_at_ms: i64,
-    pub locked_until_ms: Option<i64>,
-    pub last_error: Option<String>,
-    pub created_at_ms: i64,
-    pub delivered_at_ms: Option<i64>,
+pub(crate) struct RawOutboxRow {
+    pub(crate) id: i64,
+    pub(crate) dedup_id: String,
+    pub(crate) topic: String,
+    pub(crate) payload: String,
+    pub(crate) status: String,
+    pub(crate) attempts: i32,
+    pub(crate) next_attempt_at_ms: i64,
+    pub(crate) locked_until_ms: Option<i64>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) created_at_ms: i64,
+    pub(crate) delivered_at_ms: Option<i64>,
 }
 
 impl RawOutboxRow {
@@ -226,214 +223,21 @@ fn attempts(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
 
-/// The outbox's statements, per backend. Not nameable outside the crate: a supertrait of
-/// [`crate::Backend`], so every backend has them.
-pub trait OutboxSql: Database {
-    fn outbox_enqueue(
-        tx: &mut Transaction<'_, Self>,
-        message: &OutboxMessage,
-        payload: &str,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    /// Leases up to `batch` due rows until `until_ms`; returns them in any order.
-    fn outbox_claim(
-        pool: &Pool<Self>,
-        now_ms: i64,
-        until_ms: i64,
-        batch: i64,
-    ) -> impl Future<Output = Result<Vec<RawOutboxRow>, sqlx::Error>> + Send;
-
-    fn outbox_mark_delivered(
-        pool: &Pool<Self>,
-        id: i64,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    fn outbox_mark_failed(
-        pool: &Pool<Self>,
-        id: i64,
-        now_ms: i64,
-        error: &str,
-        next_attempt_at_ms: i64,
-        dead: bool,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    fn outbox_get(
-        pool: &Pool<Self>,
-        dedup_id: &str,
-    ) -> impl Future<Output = Result<Option<RawOutboxRow>, sqlx::Error>> + Send;
-
-    fn outbox_list(
-        pool: &Pool<Self>,
-        status: Option<&'static str>,
-        limit: i64,
-    ) -> impl Future<Output = Result<Vec<RawOutboxRow>, sqlx::Error>> + Send;
-
-    /// (status, count, oldest `created_at` in milliseconds) per status.
-    fn outbox_counts(
-        pool: &Pool<Self>,
-    ) -> impl Future<Output = Result<Vec<(String, i64, Option<i64>)>, sqlx::Error>> + Send;
-
-    fn outbox_retry_dead(
-        pool: &Pool<Self>,
-        dedup_id: &str,
-        now_ms: i64,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    fn outbox_sweep_delivered(
-        pool: &Pool<Self>,
-        before_ms: i64,
-        batch: i64,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+impl RawOutboxRow {
+    /// A row's columns, in the order of [`crate::sql::OUTBOX_COLUMNS`].
+    pub(crate) fn read<DB: Glue>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            id: DB::int(row, 0)?,
+            dedup_id: DB::text(row, 1)?,
+            topic: DB::text(row, 2)?,
+            payload: DB::text(row, 3)?,
+            status: DB::text(row, 4)?,
+            attempts: DB::opt_int32(row, 5)?.unwrap_or(0),
+            next_attempt_at_ms: DB::int(row, 6)?,
+            locked_until_ms: DB::opt_int(row, 7)?,
+            last_error: DB::opt_text(row, 8)?,
+            created_at_ms: DB::int(row, 9)?,
+            delivered_at_ms: DB::opt_int(row, 10)?,
+        })
+    }
 }
-
-/// The Rust side of [`OutboxSql`], the same for every backend: binds and reads. Each backend
-/// file invokes it with its database type, beside a `mod sql` holding its statements, which
-/// the invocation's paths resolve to.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! impl_outbox_sql {
-    ($db:ty) => {
-        /// A row's columns, in the order of `sql::columns!`.
-        fn raw(
-            row: &<$db as sqlx::Database>::Row,
-        ) -> Result<$crate::outbox::message::RawOutboxRow, sqlx::Error> {
-            Ok($crate::outbox::message::RawOutboxRow {
-                id: sqlx::Row::try_get(row, 0)?,
-                dedup_id: sqlx::Row::try_get(row, 1)?,
-                topic: sqlx::Row::try_get(row, 2)?,
-                payload: sqlx::Row::try_get(row, 3)?,
-                status: sqlx::Row::try_get(row, 4)?,
-                attempts: sqlx::Row::try_get(row, 5)?,
-                next_attempt_at_ms: sqlx::Row::try_get(row, 6)?,
-                locked_until_ms: sqlx::Row::try_get(row, 7)?,
-                last_error: sqlx::Row::try_get(row, 8)?,
-                created_at_ms: sqlx::Row::try_get(row, 9)?,
-                delivered_at_ms: sqlx::Row::try_get(row, 10)?,
-            })
-        }
-
-        impl $crate::outbox::message::OutboxSql for $db {
-            async fn outbox_enqueue(
-                tx: &mut sqlx::Transaction<'_, Self>,
-                message: &$crate::outbox::message::OutboxMessage,
-                payload: &str,
-                now_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = sqlx::query(sql::ENQUEUE)
-                    .bind(message.dedup_id.as_str())
-                    .bind(message.topic.as_str())
-                    .bind(payload)
-                    .bind(now_ms)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn outbox_claim(
-                pool: &sqlx::Pool<Self>,
-                now_ms: i64,
-                until_ms: i64,
-                batch: i64,
-            ) -> Result<Vec<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
-                let rows = sqlx::query(sql::CLAIM)
-                    .bind(now_ms)
-                    .bind(until_ms)
-                    .bind(batch)
-                    .fetch_all(pool)
-                    .await?;
-                rows.iter().map(raw).collect()
-            }
-
-            async fn outbox_mark_delivered(
-                pool: &sqlx::Pool<Self>,
-                id: i64,
-                now_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = sqlx::query(sql::MARK_DELIVERED)
-                    .bind(id)
-                    .bind(now_ms)
-                    .execute(pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn outbox_mark_failed(
-                pool: &sqlx::Pool<Self>,
-                id: i64,
-                now_ms: i64,
-                error: &str,
-                next_attempt_at_ms: i64,
-                dead: bool,
-            ) -> Result<bool, sqlx::Error> {
-                let done = sqlx::query(sql::MARK_FAILED)
-                    .bind(id)
-                    .bind(error)
-                    .bind(next_attempt_at_ms)
-                    .bind(dead)
-                    .bind(now_ms)
-                    .execute(pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn outbox_get(
-                pool: &sqlx::Pool<Self>,
-                dedup_id: &str,
-            ) -> Result<Option<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
-                let row = sqlx::query(sql::GET)
-                    .bind(dedup_id)
-                    .fetch_optional(pool)
-                    .await?;
-                row.as_ref().map(raw).transpose()
-            }
-
-            async fn outbox_list(
-                pool: &sqlx::Pool<Self>,
-                status: Option<&'static str>,
-                limit: i64,
-            ) -> Result<Vec<$crate::outbox::message::RawOutboxRow>, sqlx::Error> {
-                let rows = sqlx::query(sql::LIST)
-                    .bind(status)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?;
-                rows.iter().map(raw).collect()
-            }
-
-            async fn outbox_counts(
-                pool: &sqlx::Pool<Self>,
-            ) -> Result<Vec<(String, i64, Option<i64>)>, sqlx::Error> {
-                sqlx::query_as(sql::COUNTS).fetch_all(pool).await
-            }
-
-            async fn outbox_retry_dead(
-                pool: &sqlx::Pool<Self>,
-                dedup_id: &str,
-                now_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = sqlx::query(sql::RETRY_DEAD)
-                    .bind(dedup_id)
-                    .bind(now_ms)
-                    .execute(pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn outbox_sweep_delivered(
-                pool: &sqlx::Pool<Self>,
-                before_ms: i64,
-                batch: i64,
-            ) -> Result<u64, sqlx::Error> {
-                let done = sqlx::query(sql::SWEEP_DELIVERED)
-                    .bind(before_ms)
-                    .bind(batch)
-                    .execute(pool)
-                    .await?;
-                Ok(done.rows_affected())
-            }
-        }
-    };
-}
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use impl_outbox_sql;

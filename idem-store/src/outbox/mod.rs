@@ -16,15 +16,12 @@
 //! The store never reads the clock: every time is passed in, in milliseconds since the Unix
 //! epoch.
 
-pub(crate) mod message;
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod message;
 
 use sqlx::{Pool, Transaction};
 
 use crate::backend::Backend;
+use crate::dialect::Arg;
 use crate::error::StoreError;
 use crate::outbox::message::RawOutboxRow;
 
@@ -87,8 +84,15 @@ pub async fn enqueue<DB: Backend>(
     now_ms: i64,
 ) -> Result<bool, StoreError> {
     let payload = message.payload.to_string();
-    DB::outbox_enqueue(tx, message, &payload, now_ms)
+    let args = [
+        Arg::Text(&message.dedup_id),
+        Arg::Text(&message.topic),
+        Arg::Text(&payload),
+        Arg::Int(now_ms),
+    ];
+    DB::execute(tx, &DB::sql().enqueue, &args)
         .await
+        .map(|n| n == 1)
         .map_err(|e| StoreError::from(e).refine::<DB>())
 }
 
@@ -158,9 +162,12 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let batch = batch.clamp(1, Self::MAX_BATCH);
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
-        let rows = DB::outbox_claim(&self.pool, now_ms, until_ms, i64::from(batch))
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())?;
+        let args = [
+            Arg::Int(now_ms),
+            Arg::Int(until_ms),
+            Arg::Int(i64::from(batch)),
+        ];
+        let rows = self.rows(&DB::sql().claim, &args).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
             match row.into_claimed(until_ms) {
@@ -183,9 +190,8 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// Database errors.
     pub async fn mark_delivered(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        DB::outbox_mark_delivered(&self.pool, id, now_ms)
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())
+        let args = [Arg::Int(id), Arg::Int(now_ms)];
+        Ok(self.execute(&DB::sql().mark_delivered, &args).await? == 1)
     }
 
     /// Records a failed delivery of message `id` at `now_ms`: `attempts` + 1, `last_error`
@@ -203,9 +209,14 @@ impl<DB: Backend> Outbox<DB> {
         next_attempt_at_ms: i64,
         dead: bool,
     ) -> Result<bool, StoreError> {
-        DB::outbox_mark_failed(&self.pool, id, now_ms, error, next_attempt_at_ms, dead)
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())
+        let args = [
+            Arg::Int(id),
+            Arg::Text(error),
+            Arg::Int(next_attempt_at_ms),
+            Arg::Bool(dead),
+            Arg::Int(now_ms),
+        ];
+        Ok(self.execute(&DB::sql().mark_failed, &args).await? == 1)
     }
 
     /// The message enqueued with `dedup_id`, if any.
@@ -213,10 +224,13 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn get(&self, dedup_id: &str) -> Result<Option<OutboxRow>, StoreError> {
-        let row = DB::outbox_get(&self.pool, dedup_id)
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())?;
-        row.map(RawOutboxRow::into_row).transpose()
+        let rows = self
+            .rows(&DB::sql().outbox_get, &[Arg::Text(dedup_id)])
+            .await?;
+        rows.into_iter()
+            .next()
+            .map(RawOutboxRow::into_row)
+            .transpose()
     }
 
     /// Up to `limit` messages (1 to [`Outbox::MAX_BATCH`]) in `status`, or in any status, in
@@ -240,9 +254,17 @@ impl<DB: Backend> Outbox<DB> {
         limit: u32,
     ) -> Result<Vec<OutboxRow>, StoreError> {
         let limit = limit.clamp(1, Self::MAX_BATCH);
-        let rows = DB::outbox_list(&self.pool, status.map(OutboxStatus::as_str), limit.into())
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())?;
+        let sql = DB::sql();
+        let rows = match status {
+            None => {
+                self.rows(&sql.outbox_list, &[Arg::Int(limit.into())])
+                    .await?
+            }
+            Some(status) => {
+                let args = [Arg::Text(status.as_str()), Arg::Int(limit.into())];
+                self.rows(&sql.outbox_list_status, &args).await?
+            }
+        };
         rows.into_iter().map(RawOutboxRow::into_row).collect()
     }
 
@@ -252,9 +274,15 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] for a status this version does not know; database errors.
     pub async fn counts(&self) -> Result<OutboxCounts, StoreError> {
-        let rows = DB::outbox_counts(&self.pool)
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())?;
+        let rows = async {
+            let mut conn = self.pool.acquire().await?;
+            let rows = DB::fetch_all(&mut conn, &DB::sql().outbox_counts, &[]).await?;
+            rows.iter()
+                .map(|row| Ok((DB::text(row, 0)?, DB::int(row, 1)?, DB::opt_int(row, 2)?)))
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+        }
+        .await
+        .map_err(|e| StoreError::from(e).refine::<DB>())?;
         let mut counts = OutboxCounts::default();
         for (status, n, oldest) in rows {
             let status = status.parse::<OutboxStatus>().map_err(|_| {
@@ -281,9 +309,8 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// Database errors.
     pub async fn retry_dead(&self, dedup_id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        DB::outbox_retry_dead(&self.pool, dedup_id, now_ms)
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())
+        let args = [Arg::Text(dedup_id), Arg::Int(now_ms)];
+        Ok(self.execute(&DB::sql().retry_dead, &args).await? == 1)
     }
 
     /// Deletes up to `batch` messages (at least 1) delivered at or before `before_ms`, in one
@@ -294,8 +321,30 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// Database errors.
     pub async fn sweep_delivered(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
-        DB::outbox_sweep_delivered(&self.pool, before_ms, i64::from(batch.max(1)))
-            .await
-            .map_err(|e| StoreError::from(e).refine::<DB>())
+        let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
+        self.execute(&DB::sql().sweep_delivered, &args).await
+    }
+
+    /// The rows `sql` returns, on a connection of the pool.
+    async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<RawOutboxRow>, StoreError> {
+        async {
+            let mut conn = self.pool.acquire().await?;
+            let rows = DB::fetch_all(&mut conn, sql, args).await?;
+            rows.iter()
+                .map(RawOutboxRow::read::<DB>)
+                .collect::<Result<Vec<_>, _>>()
+        }
+        .await
+        .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
+    }
+
+    /// Runs `sql` on a connection of the pool; how many rows it changed.
+    async fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        async {
+            let mut conn = self.pool.acquire().await?;
+            DB::execute(&mut conn, sql, args).await
+        }
+        .await
+        .map_err(|e| StoreError::from(e).refine::<DB>())
     }
 }

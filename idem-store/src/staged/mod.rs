@@ -9,15 +9,8 @@
 
 use std::future::Future;
 
-use sqlx::Database;
-
+use crate::dialect::{Arg, Dialect};
 use crate::key::KeyRef;
-use crate::sealed::Sealed;
-
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 
 /// A new staged key ([`StagedSql::reserve`]).
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +95,7 @@ pub struct Ending<'a> {
 /// recovery point commit together.
 ///
 /// Implemented for every [`crate::Backend`]; sealed like it.
-pub trait StagedSql: Database + Sealed {
+pub trait StagedSql: Dialect {
     /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
     /// when the key has a row already (unless it is a completed row that had expired and
     /// [`Reservation::replace_expired`]: a processing row never expires, see
@@ -236,231 +229,197 @@ pub trait StagedSql: Database + Sealed {
 /// `RELEASE`, `STUCK`, and `HOLD` / `LET_GO` / `OWNER_GONE`: `None` where the backend has no
 /// holds) and a `hold_id(namespace, key, attempt) -> i64`, which the invocation's paths
 /// resolve to.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-macro_rules! impl_staged_sql {
-    ($db:ty) => {
-        fn by_key<'q>(
-            statement: &'q str,
-            key: $crate::KeyRef<'q>,
-        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
-            sqlx::query(statement)
-                .bind(key.scope)
-                .bind(key.operation)
-                .bind(key.key)
+/// Staged mode's statements on every database, written once on its [`Dialect`]'s.
+impl<DB: Dialect> StagedSql for DB {
+    async fn reserve(conn: &mut DB::Connection, r: Reservation<'_>) -> Result<bool, sqlx::Error> {
+        let sql = DB::sql();
+        let statement = if r.replace_expired {
+            &sql.reserve_or_replace_expired
+        } else {
+            &sql.reserve
+        };
+        let args = Arg::on_key(r.key, &reservation_args(&r));
+        Ok(DB::execute(conn, statement, &args).await? == 1)
+    }
+
+    async fn take_over(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+        seen_attempt: i64,
+        now_ms: i64,
+        locked_until_ms: i64,
+    ) -> Result<Option<Lease>, sqlx::Error> {
+        let rest = [
+            Arg::Int(seen_attempt),
+            Arg::Int(now_ms),
+            Arg::Int(locked_until_ms),
+        ];
+        let args = Arg::on_key(key, &rest);
+        let row = DB::fetch_optional(conn, &DB::sql().take_over, &args).await?;
+        row.map(|row| {
+            Ok(Lease {
+                attempt: DB::int(&row, 0)?,
+                journal: DB::opt_text(&row, 1)?,
+                request: DB::opt_text(&row, 2)?,
+                fingerprint: DB::bytes(&row, 3)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn renew(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        locked_until_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let args = Arg::on_key(key, &[Arg::Int(attempt), Arg::Int(locked_until_ms)]);
+        Ok(DB::execute(conn, &DB::sql().renew, &args).await? == 1)
+    }
+
+    async fn journal(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        step: &str,
+        journal: &str,
+        locked_until_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let rest = [
+            Arg::Int(attempt),
+            Arg::Text(step),
+            Arg::Text(journal),
+            Arg::Int(locked_until_ms),
+        ];
+        let args = Arg::on_key(key, &rest);
+        Ok(DB::execute(conn, &DB::sql().step, &args).await? == 1)
+    }
+
+    async fn finish(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        ending: Ending<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let rest = [
+            Arg::Int(attempt),
+            Arg::Int32(i32::from(ending.status)),
+            Arg::Text(ending.headers_json),
+            Arg::Bytes(ending.body),
+            Arg::Int(ending.completed_ms),
+            Arg::Int(ending.expires_ms),
+        ];
+        let args = Arg::on_key(key, &rest);
+        Ok(DB::execute(conn, &DB::sql().finish, &args).await? == 1)
+    }
+
+    async fn release(
+        conn: &mut DB::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let args = Arg::on_key(key, &[Arg::Int(attempt), Arg::Int(now_ms)]);
+        Ok(DB::execute(conn, &DB::sql().give_back, &args).await? == 1)
+    }
+
+    const HOLDS: bool = DB::TEMPLATES.hold.is_some();
+
+    async fn hold(
+        conn: &mut DB::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> Result<bool, sqlx::Error> {
+        match &DB::sql().hold {
+            Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
+            None => Ok(true),
         }
+    }
 
-        /// A hold statement on `key`'s attempt `attempt`: one boolean.
-        async fn by_hold(
-            statement: &'static str,
-            namespace: &str,
-            key: $crate::KeyRef<'_>,
-            attempt: i64,
-            conn: &mut <$db as sqlx::Database>::Connection,
-        ) -> Result<bool, sqlx::Error> {
-            sqlx::query_scalar(statement)
-                .bind(hold_id(namespace, key, attempt))
-                .fetch_one(conn)
-                .await
+    async fn reserve_held(
+        conn: &mut DB::Connection,
+        namespace: &str,
+        r: Reservation<'_>,
+    ) -> Result<(bool, bool), sqlx::Error> {
+        debug_assert!(!r.replace_expired, "reserve_held never replaces");
+        let Some(statement) = &DB::sql().reserve_held else {
+            return Ok((true, Self::reserve(conn, r).await?));
+        };
+        let mut rest = reservation_args(&r).to_vec();
+        rest.push(Arg::Int(DB::hold_id(namespace, r.key, 1)));
+        let args = Arg::on_key(r.key, &rest);
+        let row = DB::fetch_optional(conn, statement, &args).await?;
+        let row = row.ok_or(sqlx::Error::RowNotFound)?;
+        Ok((DB::flag(&row, 0)?, DB::int(&row, 1)? == 1))
+    }
+
+    async fn let_go(
+        conn: &mut DB::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> Result<bool, sqlx::Error> {
+        match &DB::sql().let_go {
+            Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
+            None => Ok(true),
         }
+    }
 
-        impl $crate::staged::StagedSql for $db {
-            async fn reserve(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                r: $crate::staged::Reservation<'_>,
-            ) -> Result<bool, sqlx::Error> {
-                let statement = if r.replace_expired {
-                    sql::RESERVE_OR_REPLACE_EXPIRED
-                } else {
-                    sql::RESERVE
-                };
-                let done = by_key(statement, r.key)
-                    .bind(r.fingerprint)
-                    .bind(r.request)
-                    .bind(r.created_ms)
-                    .bind(r.expires_ms)
-                    .bind(r.locked_until_ms)
-                    .execute(conn)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
+    async fn owner_gone(
+        conn: &mut DB::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> Result<bool, sqlx::Error> {
+        match &DB::sql().owner_gone {
+            Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
+            None => Ok(false),
+        }
+    }
 
-            async fn take_over(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                key: $crate::KeyRef<'_>,
-                seen_attempt: i64,
-                now_ms: i64,
-                locked_until_ms: i64,
-            ) -> Result<Option<$crate::staged::Lease>, sqlx::Error> {
-                let row = by_key(sql::TAKE_OVER, key)
-                    .bind(seen_attempt)
-                    .bind(now_ms)
-                    .bind(locked_until_ms)
-                    .fetch_optional(conn)
-                    .await?;
-                row.map(|row| {
-                    Ok($crate::staged::Lease {
-                        attempt: sqlx::Row::try_get(&row, 0)?,
-                        journal: sqlx::Row::try_get(&row, 1)?,
-                        request: sqlx::Row::try_get(&row, 2)?,
-                        fingerprint: sqlx::Row::try_get(&row, 3)?,
-                    })
+    async fn stuck(
+        conn: &mut DB::Connection,
+        operation: &str,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<StuckKey>, sqlx::Error> {
+        let args = [Arg::Text(operation), Arg::Int(now_ms), Arg::Int(limit)];
+        let rows = DB::fetch_all(conn, &DB::sql().stuck, &args).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StuckKey {
+                    scope: DB::text(row, 0)?,
+                    operation: DB::text(row, 1)?,
+                    key: DB::text(row, 2)?,
+                    attempt: DB::int(row, 3)?,
                 })
-                .transpose()
-            }
-
-            async fn renew(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-                locked_until_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = by_key(sql::RENEW, key)
-                    .bind(attempt)
-                    .bind(locked_until_ms)
-                    .execute(conn)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn journal(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-                step: &str,
-                journal: &str,
-                locked_until_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = by_key(sql::JOURNAL, key)
-                    .bind(attempt)
-                    .bind(step)
-                    .bind(journal)
-                    .bind(locked_until_ms)
-                    .execute(conn)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn finish(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-                ending: $crate::staged::Ending<'_>,
-            ) -> Result<bool, sqlx::Error> {
-                let done = by_key(sql::FINISH, key)
-                    .bind(attempt)
-                    .bind(i32::from(ending.status))
-                    .bind(ending.headers_json)
-                    .bind(ending.body)
-                    .bind(ending.completed_ms)
-                    .bind(ending.expires_ms)
-                    .execute(conn)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn release(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-                now_ms: i64,
-            ) -> Result<bool, sqlx::Error> {
-                let done = by_key(sql::RELEASE, key)
-                    .bind(attempt)
-                    .bind(now_ms)
-                    .execute(conn)
-                    .await?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            const HOLDS: bool = sql::HOLD.is_some();
-
-            async fn hold(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                namespace: &str,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-            ) -> Result<bool, sqlx::Error> {
-                match sql::HOLD {
-                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
-                    None => Ok(true),
-                }
-            }
-
-            async fn reserve_held(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                namespace: &str,
-                r: $crate::staged::Reservation<'_>,
-            ) -> Result<(bool, bool), sqlx::Error> {
-                debug_assert!(!r.replace_expired, "reserve_held never replaces");
-                let Some(statement) = sql::RESERVE_HELD else {
-                    return Ok((
-                        true,
-                        <$db as $crate::staged::StagedSql>::reserve(conn, r).await?,
-                    ));
-                };
-                let row = by_key(statement, r.key)
-                    .bind(r.fingerprint)
-                    .bind(r.request)
-                    .bind(r.created_ms)
-                    .bind(r.expires_ms)
-                    .bind(r.locked_until_ms)
-                    .bind(hold_id(namespace, r.key, 1))
-                    .fetch_one(conn)
-                    .await?;
-                let held: bool = sqlx::Row::try_get(&row, 0)?;
-                let reserved: i64 = sqlx::Row::try_get(&row, 1)?;
-                Ok((held, reserved == 1))
-            }
-
-            async fn let_go(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                namespace: &str,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-            ) -> Result<bool, sqlx::Error> {
-                match sql::LET_GO {
-                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
-                    None => Ok(true),
-                }
-            }
-
-            async fn owner_gone(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                namespace: &str,
-                key: $crate::KeyRef<'_>,
-                attempt: i64,
-            ) -> Result<bool, sqlx::Error> {
-                match sql::OWNER_GONE {
-                    Some(statement) => by_hold(statement, namespace, key, attempt, conn).await,
-                    None => Ok(false),
-                }
-            }
-
-            async fn stuck(
-                conn: &mut <$db as sqlx::Database>::Connection,
-                operation: &str,
-                now_ms: i64,
-                limit: i64,
-            ) -> Result<Vec<$crate::staged::StuckKey>, sqlx::Error> {
-                let rows = sqlx::query(sql::STUCK)
-                    .bind(operation)
-                    .bind(now_ms)
-                    .bind(limit)
-                    .fetch_all(conn)
-                    .await?;
-                rows.iter()
-                    .map(|row| {
-                        Ok($crate::staged::StuckKey {
-                            scope: sqlx::Row::try_get(row, 0)?,
-                            operation: sqlx::Row::try_get(row, 1)?,
-                            key: sqlx::Row::try_get(row, 2)?,
-                            attempt: sqlx::Row::try_get(row, 3)?,
-                        })
-                    })
-                    .collect()
-            }
-        }
-    };
+            })
+            .collect()
+    }
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use impl_staged_sql;
+
+/// A reservation's parameters after the key's: `$4` to `$8`.
+fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 5] {
+    [
+        Arg::Bytes(r.fingerprint),
+        Arg::Text(r.request),
+        Arg::Int(r.created_ms),
+        Arg::Int(r.expires_ms),
+        Arg::Int(r.locked_until_ms),
+    ]
+}
+
+/// Runs a statement on the hold of `key`'s attempt `attempt` (its one parameter), answering
+/// its one boolean.
+async fn on_hold<DB: Dialect>(
+    conn: &mut DB::Connection,
+    statement: &str,
+    namespace: &str,
+    key: KeyRef<'_>,
+    attempt: i64,
+) -> Result<bool, sqlx::Error> {
+    let id = [Arg::Int(DB::hold_id(namespace, key, attempt))];
+    let row = DB::fetch_optional(conn, statement, &id).await?;
+    row.map_or(Ok(false), |row| DB::flag(&row, 0))
+}

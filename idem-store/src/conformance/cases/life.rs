@@ -6,7 +6,6 @@
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
 use crate::key::KeyRef;
 use crate::list::KeyFilter;
@@ -15,6 +14,7 @@ use crate::operator::{Action, Actor};
 use crate::row::{KeyStatus, StoredResponse, StoredStatus};
 use crate::staged::{Ending, Reservation};
 use crate::table::KeyTable;
+use crate::{Backend, NewRow};
 
 /// A staged key reserved 30 hours ago with a TTL of a day (its `expires_at` six hours
 /// past), its first attempt's lease until `lease_ms`: a payment killed mid-charge whose TTL

@@ -6,7 +6,6 @@
 use serde_json::json;
 
 use super::staged::{JOURNAL, staged_key};
-use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, settings};
 use crate::error::StoreError;
 use crate::key::KeyRef;
@@ -15,6 +14,7 @@ use crate::operations::Registration;
 use crate::operator::{Acted, Action, Actor, AuditFilter};
 use crate::row::{KeyRow, KeyStatus, StoredResponse};
 use crate::table::KeyTable;
+use crate::{Backend, NewRow};
 
 fn key(key: &str) -> KeyRef<'_> {
     KeyRef {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 use sqlx::Pool;
 
-use crate::backend::Backend;
+use crate::Backend;
 use crate::conformance::{ConformanceSql, Harness, Must as _, NOW, connect, fresh, settings};
 use crate::error::StoreError;
 use crate::outbox::{Outbox, OutboxMessage, OutboxStatus, enqueue};

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::conformance::{
     ConformanceSql, HEADERS, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
 };
@@ -13,6 +12,7 @@ use crate::key::KeyRef;
 use crate::outbox::{Outbox, OutboxMessage, enqueue};
 use crate::row::{StoredResponse, StoredStatus};
 use crate::staged::Reservation;
+use crate::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 
 /// A completed row of `key`, created at `created_ms`.
 fn new_row<'a>(

@@ -3,7 +3,7 @@
 
 use sqlx::{Connection as _, Pool};
 
-use crate::backend::Backend;
+use crate::Backend;
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
 use crate::key::KeyRef;
 use crate::outbox::{Outbox, OutboxMessage, enqueue};
@@ -545,7 +545,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
         "the next attempt's hold waited for the attempt it replaces"
     );
     // The key's transaction lock (the atomic protocol's) is another lock.
-    let lock = crate::backend::KeyLock {
+    let lock = crate::KeyLock {
         namespace: ns,
         key: k,
         expired_by_ms: None,

@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, NewRow};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, put, settings};
 use crate::error::StoreError;
 use crate::key::KeyRef;
@@ -13,6 +12,7 @@ use crate::list::{Cursor, KeyFilter, Page, StatusCounts};
 use crate::row::{KeyRow, KeyStatus};
 use crate::staged::Reservation;
 use crate::table::KeyTable;
+use crate::{Backend, NewRow};
 
 fn kr<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
     KeyRef {

@@ -1,0 +1,552 @@
+//! What differs between the databases idem keeps keys in ([`Dialect`]), and the typed calls
+//! into sqlx the rest of the crate makes on any of them ([`Glue`]).
+//!
+//! A backend is its SQL (its words for the templates of [`crate::sql`], the statements it
+//! says better, its migrations) plus the few functions that really differ: opening a pool,
+//! beginning a transaction that holds a key, the merged insert-and-commit where a database
+//! offers one, classifying errors, probing a key's lock, locking migrations, measuring the
+//! table. Everything else is written once, generic over this trait.
+
+use std::future::Future;
+
+use sqlx::pool::PoolOptions;
+use sqlx::{
+    ColumnIndex, Connection, Database, Decode, Encode, Executor, IntoArguments, Pool, Row as _,
+    Transaction, Type,
+};
+
+use crate::key::KeyRef;
+use crate::migration::Migration;
+use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
+use crate::sql::{KEY_COLUMNS, OUTBOX_COLUMNS, Sql};
+
+/// A value bound to a statement's parameter, in the SQL type idem's columns hold it in.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// `text`.
+    Text(&'a str),
+    /// `text` or `NULL`.
+    OptText(Option<&'a str>),
+    /// `bigint`.
+    Int(i64),
+    /// `bigint` or `NULL`.
+    OptInt(Option<i64>),
+    /// `integer`.
+    Int32(i32),
+    /// `bytea` / `blob`.
+    Bytes(&'a [u8]),
+    /// `boolean`.
+    Bool(bool),
+}
+
+impl<'a> Arg<'a> {
+    /// The key's three parts, the first three parameters of statements on one key.
+    pub(crate) fn key(key: KeyRef<'a>) -> [Self; 3] {
+        [
+            Self::Text(key.scope),
+            Self::Text(key.operation),
+            Self::Text(key.key),
+        ]
+    }
+}
+
+/// The calls into sqlx the crate makes generically: run a statement with [`Arg`]s, read a
+/// column. Implemented once, for every database sqlx can bind and read idem's types on; the
+/// bounds that takes are written here and nowhere else.
+pub trait Glue: Database {
+    /// Every row `sql` returns.
+    fn fetch_all<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// The row `sql` returns, if any.
+    fn fetch_optional<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// Runs `sql`; how many rows it changed.
+    fn execute<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a;
+
+    /// Runs `sql`, several statements and no parameters, as one batch (PostgreSQL's simple
+    /// query protocol: one round trip).
+    fn batch<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a;
+
+    /// Column `i` of `row`.
+    fn text(row: &Self::Row, i: usize) -> Result<String, sqlx::Error>;
+    /// Column `i` of `row`, which may be `NULL`.
+    fn opt_text(row: &Self::Row, i: usize) -> Result<Option<String>, sqlx::Error>;
+    /// Column `i` of `row`.
+    fn int(row: &Self::Row, i: usize) -> Result<i64, sqlx::Error>;
+    /// Column `i` of `row`, which may be `NULL`.
+    fn opt_int(row: &Self::Row, i: usize) -> Result<Option<i64>, sqlx::Error>;
+    /// Column `i` of `row`, which may be `NULL`.
+    fn opt_int32(row: &Self::Row, i: usize) -> Result<Option<i32>, sqlx::Error>;
+    /// Column `i` of `row`.
+    fn bytes(row: &Self::Row, i: usize) -> Result<Vec<u8>, sqlx::Error>;
+    /// Column `i` of `row`, which may be `NULL`.
+    fn opt_bytes(row: &Self::Row, i: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    /// Column `i` of `row`.
+    fn flag(row: &Self::Row, i: usize) -> Result<bool, sqlx::Error>;
+}
+
+/// How many rows a statement changed: each database's `QueryResult` tells, none through a
+/// trait of sqlx's.
+pub trait RowsAffected {
+    /// How many rows the statement changed.
+    fn rows_affected(&self) -> u64;
+}
+
+#[cfg(feature = "postgres")]
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// `sql` with `args` bound in order.
+fn query<'a, DB>(
+    sql: &'a str,
+    args: &'a [Arg<'a>],
+) -> sqlx::query::Query<'a, DB, <DB as Database>::Arguments<'a>>
+where
+    DB: Database,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    Option<i64>: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    bool: Encode<'a, DB> + Type<DB>,
+{
+    args.iter().fold(sqlx::query(sql), |query, arg| match *arg {
+        Arg::Text(v) => query.bind(v),
+        Arg::OptText(v) => query.bind(v),
+        Arg::Int(v) => query.bind(v),
+        Arg::OptInt(v) => query.bind(v),
+        Arg::Int32(v) => query.bind(v),
+        Arg::Bytes(v) => query.bind(v),
+        Arg::Bool(v) => query.bind(v),
+    })
+}
+
+impl<DB> Glue for DB
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i32: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: RowsAffected,
+{
+    async fn fetch_all<'a>(
+        conn: &'a mut DB::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> Result<Vec<DB::Row>, sqlx::Error> {
+        query(sql, args).fetch_all(conn).await
+    }
+
+    async fn fetch_optional<'a>(
+        conn: &'a mut DB::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> Result<Option<DB::Row>, sqlx::Error> {
+        query(sql, args).fetch_optional(conn).await
+    }
+
+    async fn execute<'a>(
+        conn: &'a mut DB::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> Result<u64, sqlx::Error> {
+        let done = query(sql, args).execute(conn).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn batch<'a>(conn: &'a mut DB::Connection, sql: &'a str) -> Result<(), sqlx::Error> {
+        conn.execute(sql).await.map(drop)
+    }
+
+    fn text(row: &DB::Row, i: usize) -> Result<String, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn opt_text(row: &DB::Row, i: usize) -> Result<Option<String>, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn int(row: &DB::Row, i: usize) -> Result<i64, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn opt_int(row: &DB::Row, i: usize) -> Result<Option<i64>, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn opt_int32(row: &DB::Row, i: usize) -> Result<Option<i32>, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn bytes(row: &DB::Row, i: usize) -> Result<Vec<u8>, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn opt_bytes(row: &DB::Row, i: usize) -> Result<Option<Vec<u8>>, sqlx::Error> {
+        row.try_get(i)
+    }
+    fn flag(row: &DB::Row, i: usize) -> Result<bool, sqlx::Error> {
+        row.try_get(i)
+    }
+}
+
+/// A database idem keeps keys in: its words for the statement templates, its migrations, and
+/// the few functions that really differ between databases. Private to the crate, which seals
+/// [`crate::Backend`]: every backend passes the store's conformance suite.
+pub trait Dialect: Glue {
+    /// The migrations that create and evolve the key table, in order.
+    const MIGRATIONS: &'static [Migration];
+
+    /// The statement templates: [`Sql::STANDARD`], with this database's own statements where
+    /// it has better ones.
+    const TEMPLATES: Sql<&'static str>;
+
+    /// `idem_schema_migrations`, created if missing.
+    const HISTORY: &'static str;
+
+    /// Whether idem 0.1's migration history (sqlx's `_sqlx_migrations`) is where unqualified
+    /// names go.
+    const HAS_SQLX_HISTORY: &'static str;
+
+    /// How a transaction that writes begins where plain `BEGIN` would take its write locks
+    /// too late (SQLite: `BEGIN IMMEDIATE`); `None`: `BEGIN`, rows read with `{for_update}`.
+    const BEGIN_WRITE: Option<&'static str>;
+
+    /// The rendered statements, rendered once per process: `render::<Self>()` behind a
+    /// `OnceLock`.
+    fn sql() -> &'static Sql<String>;
+
+    /// `{ms COLUMN}`: a timestamp column (or an expression of columns) in milliseconds since
+    /// the Unix epoch, `NULL` staying `NULL`.
+    fn ms(column: &str) -> String;
+
+    /// `{ts EXPR}`: milliseconds since the Unix epoch as a timestamp column's value.
+    fn ts(ms: &str) -> String;
+
+    /// `{cmp COLUMN OP EXPR}`: a timestamp column compared with milliseconds.
+    fn cmp(column: &str, op: &str, ms: &str) -> String {
+        format!("{} {op} {ms}", Self::ms(column))
+    }
+
+    /// `{greatest A, B}`.
+    fn greatest(pair: &str) -> String;
+
+    /// `{pick SUBQUERY}`: the rows of a batch, skipping rows other transactions hold where
+    /// the database can.
+    fn pick(subquery: &str) -> String {
+        format!("IN ({subquery})")
+    }
+
+    /// `{for_update}`: the end of a `SELECT` that reads a row to change it.
+    const FOR_UPDATE: &'static str;
+
+    /// A listing's condition on keys starting with `prefix`, with a `$n` for `pattern`: the
+    /// condition's text before and after the parameter, and the pattern bound to it.
+    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String);
+
+    /// The connection options of `url` with the protocol's settings (see
+    /// [`crate::Backend::connect`]).
+    fn connect_options(
+        url: &str,
+        settings: &TxSettings,
+    ) -> Result<<Self::Connection as Connection>::Options, sqlx::Error>;
+
+    /// The pool's options beyond its size and acquire timeout.
+    fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {
+        options
+    }
+
+    /// See [`crate::Backend::namespace`].
+    fn lock_namespace(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
+
+    /// See [`crate::Backend::begin`].
+    fn begin_locked<'c>(
+        conn: &'c mut Self::Connection,
+        settings: &TxSettings,
+        lock: Option<KeyLock<'_>>,
+    ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
+
+    /// See [`crate::Backend::begin_statement`].
+    fn begin_sql(settings: &TxSettings) -> String;
+
+    /// See [`crate::Backend::abandon_begin`].
+    fn after_failed_begin(conn: &mut Self::Connection) -> impl Future<Output = ()> + Send {
+        let _ = conn;
+        async {}
+    }
+
+    /// The completed row's `INSERT` and `COMMIT` as one batch, where that saves round trips
+    /// (PostgreSQL: `INSERT …; COMMIT; BEGIN`, one simple query); `None`: a bound `INSERT`,
+    /// then `COMMIT`.
+    fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
+        let _ = row;
+        None
+    }
+
+    /// Whether `error` is the key table's primary key refusing the batch of
+    /// [`Dialect::insert_and_commit`]: another execution's row.
+    fn is_key_taken(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
+
+    /// See [`crate::Backend::classify`].
+    fn failure_of(error: &sqlx::Error) -> Failure;
+
+    /// See [`crate::Backend::key_lock_taken`]. Default: cannot tell, `false`.
+    fn probe_key_lock(
+        conn: &mut Self::Connection,
+        lock: KeyLock<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        let _ = (conn, lock);
+        async { Ok(false) }
+    }
+
+    /// Takes the lock that makes one process at a time migrate, on `conn`, for the session
+    /// (PostgreSQL: an advisory lock, and no timeouts meanwhile). Default: none, each
+    /// migration's [`Dialect::BEGIN_WRITE`] transaction locking the database.
+    fn lock_migrations(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = conn;
+        async { Ok(()) }
+    }
+
+    /// Lets go of [`Dialect::lock_migrations`]'s lock and resets the session.
+    fn unlock_migrations(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = conn;
+        async { Ok(()) }
+    }
+
+    /// The key table's size on disk with its indexes, where the database can tell.
+    fn table_bytes(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
+
+    /// The advisory lock id of `key`'s attempt `attempt`, where staged mode's holds exist
+    /// ([`Sql::hold`]). Default: no holds, never asked.
+    fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
+        let _ = (namespace, key, attempt);
+        0
+    }
+}
+
+/// `template` in `DB`'s words: every word in braces replaced, innermost first (see
+/// [`crate::sql`]).
+///
+/// # Panics
+/// On a word the templates do not use: a template of this crate is wrong, which the tests
+/// that render every statement find.
+pub(crate) fn render<DB: Dialect>(template: &str) -> String {
+    let mut sql = template.to_owned();
+    while let Some(end) = sql.find('}') {
+        let Some(start) = sql[..end].rfind('{') else {
+            panic!("unbalanced braces in {template:?}");
+        };
+        let word = &sql[start + 1..end];
+        let (name, rest) = word.split_once(' ').unwrap_or((word, ""));
+        let rendered = match name {
+            "key_columns" => KEY_COLUMNS.to_owned(),
+            "outbox_columns" => OUTBOX_COLUMNS.to_owned(),
+            "for_update" => DB::FOR_UPDATE.to_owned(),
+            "ms" => DB::ms(rest),
+            "ts" => DB::ts(rest),
+            "greatest" => DB::greatest(rest),
+            "pick" => DB::pick(rest),
+            "cmp" => {
+                let mut parts = rest.splitn(3, ' ');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(column), Some(op), Some(ms)) => DB::cmp(column, op, ms),
+                    _ => panic!("{{cmp COLUMN OP EXPR}} expected in {template:?}"),
+                }
+            }
+            other => panic!("unknown word {other:?} in {template:?}"),
+        };
+        sql.replace_range(start..=end, &rendered);
+    }
+    sql
+}
+
+/// Every statement of [`Dialect::TEMPLATES`] rendered for `DB`.
+pub(crate) fn render_all<DB: Dialect>() -> Sql<String> {
+    DB::TEMPLATES.map(render::<DB>)
+}
+
+/// A pattern matching keys that start with `prefix`: each character through `push` (which
+/// escapes the pattern language's wildcards its own way), then `any`, the wildcard for the
+/// rest.
+pub(crate) fn prefix_pattern(prefix: &str, any: char, push: impl Fn(char, &mut String)) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 8);
+    for c in prefix.chars() {
+        push(c, &mut pattern);
+    }
+    pattern.push(any);
+    pattern
+}
+
+/// Opens a pool on `url` (see [`crate::Backend::connect`]).
+pub(crate) async fn connect<DB: Dialect>(
+    url: &str,
+    max_connections: u32,
+    settings: &TxSettings,
+) -> Result<Pool<DB>, sqlx::Error> {
+    let options = DB::connect_options(url, settings)?;
+    let pool = PoolOptions::<DB>::new()
+        .max_connections(max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        // A dead connection fails its query (answered 503, retry with the same key) instead
+        // of costing every request a ping round trip.
+        .test_before_acquire(false);
+    DB::pool_options(pool).connect_with(options).await
+}
+
+/// `Transaction::begin` with [`Dialect::BEGIN_WRITE`].
+pub(crate) async fn begin_write<DB: Dialect>(
+    conn: &mut DB::Connection,
+) -> Result<Transaction<'_, DB>, sqlx::Error> {
+    Transaction::begin(conn, DB::BEGIN_WRITE.map(Into::into)).await
+}
+
+impl<'a> Arg<'a> {
+    /// The key's three parts, then `rest`: the parameters of a statement on one key.
+    pub(crate) fn on_key(key: KeyRef<'a>, rest: &[Self]) -> Vec<Self> {
+        let mut args = Vec::with_capacity(3 + rest.len());
+        args.extend(Self::key(key));
+        args.extend_from_slice(rest);
+        args
+    }
+}
+
+/// A statement put together at run time (a listing and its filters), its parameters
+/// numbered as they are bound.
+#[derive(Debug)]
+pub(crate) struct Statement<'a> {
+    pub(crate) sql: String,
+    pub(crate) args: Vec<Arg<'a>>,
+}
+
+impl<'a> Statement<'a> {
+    pub(crate) fn new(start: &str) -> Self {
+        Self {
+            sql: start.to_owned(),
+            args: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    /// Binds `arg` to the next parameter, and returns its name (`$n`) to write where it goes.
+    pub(crate) fn param(&mut self, arg: Arg<'a>) -> String {
+        self.args.push(arg);
+        format!("${}", self.args.len())
+    }
+
+    /// Binds `arg` where the statement ends now.
+    pub(crate) fn bind(&mut self, arg: Arg<'a>) -> &mut Self {
+        let name = self.param(arg);
+        self.push(&name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of `DB`, rendered: no word in braces is left.
+    fn rendered<DB: Dialect>() -> Vec<String> {
+        let mut all = Vec::new();
+        let _ = render_all::<DB>().map(|statement| all.push(statement));
+        all
+    }
+
+    fn assert_rendered<DB: Dialect>() {
+        let all = rendered::<DB>();
+        assert!(all.len() >= 38, "{}", all.len());
+        for statement in all {
+            assert!(
+                !statement.contains('{') && !statement.contains('}'),
+                "{statement}"
+            );
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn every_postgres_statement_renders() {
+        assert_rendered::<sqlx::Postgres>();
+        let sql = render_all::<sqlx::Postgres>();
+        assert!(sql.sweep.contains("SKIP LOCKED"), "{}", sql.sweep);
+        assert!(sql.claim.contains("SKIP LOCKED"), "{}", sql.claim);
+        assert!(sql.hold.is_some());
+        assert!(
+            sql.count_sweepable
+                .ends_with("expires_at <= to_timestamp(($1)::float8 / 1000)"),
+            "{}",
+            sql.count_sweepable
+        );
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn every_sqlite_statement_renders() {
+        assert_rendered::<sqlx::Sqlite>();
+        let sql = render_all::<sqlx::Sqlite>();
+        assert!(!sql.claim.contains("SKIP LOCKED"), "{}", sql.claim);
+        assert!(sql.get_for_update == sql.get, "{}", sql.get_for_update);
+        assert!(sql.hold.is_none());
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn words_render_innermost_first() {
+        let complete = render::<sqlx::Sqlite>("{ts $7 + {greatest {ms a} - {ms b}, 0}}");
+        assert!(
+            complete.starts_with("strftime('%Y-%m-%d %H:%M:%f', ($7 + max("),
+            "{complete}"
+        );
+        assert!(complete.contains("julianday(a)") && complete.contains("julianday(b)"));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    #[should_panic(expected = "unknown word")]
+    fn an_unknown_word_is_a_bug() {
+        let _ = render::<sqlx::Sqlite>("SELECT {nonsense}");
+    }
+}
