@@ -28,9 +28,6 @@ use crate::staged::{Attempt, Finished, StepError};
 use crate::store::Backend;
 use crate::telemetry::Execution;
 
-/// Response header set on every replay.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
-
 /// Compile-time scope, chosen by the attribute.
 #[doc(hidden)]
 pub trait ScopeMarker: Send + Sync + 'static {

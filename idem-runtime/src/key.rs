@@ -113,53 +113,6 @@ impl IdempotencyKey {
     }
 }
 
-/// The request's `Idempotency-Key`, for hand-written handlers: required, `400`
-/// problem+json when it is missing, repeated or malformed (`Option<IdempotencyKey>` for an
-/// optional key: `None` without the header, `400` when it is malformed). Read in the format a
-/// [`KeyFormat`] in the request's extensions says (`.layer(Extension(KeyFormat::Strict))`),
-/// else [`KeyFormat::Lenient`], the default of [`crate::Config::key_format`].
-///
-/// ```
-/// use axum::routing::post;
-/// use idem_runtime::IdempotencyKey;
-///
-/// async fn send(key: IdempotencyKey) -> String {
-///     format!("key {key}")
-/// }
-/// let app: axum::Router = axum::Router::new().route("/send", post(send));
-/// ```
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
-    type Rejection = crate::Error;
-
-    async fn from_request_parts(
-        parts: &mut http::request::Parts,
-        _: &S,
-    ) -> Result<Self, crate::Error> {
-        let format = parts
-            .extensions
-            .get::<KeyFormat>()
-            .copied()
-            .unwrap_or_default();
-        Self::from_headers(&parts.headers, format)?.ok_or(crate::Error::MissingKey)
-    }
-}
-
-impl<S: Send + Sync> axum::extract::OptionalFromRequestParts<S> for IdempotencyKey {
-    type Rejection = crate::Error;
-
-    async fn from_request_parts(
-        parts: &mut http::request::Parts,
-        _: &S,
-    ) -> Result<Option<Self>, crate::Error> {
-        let format = parts
-            .extensions
-            .get::<KeyFormat>()
-            .copied()
-            .unwrap_or_default();
-        Ok(Self::from_headers(&parts.headers, format)?)
-    }
-}
-
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("IdempotencyKey").field(&self.0).finish()

@@ -41,12 +41,12 @@ pub use crate::config::Config;
 pub use crate::error::Error;
 pub use crate::extract::{Check, Checked, JsonBody};
 pub use crate::fingerprint::Input;
-pub use crate::handler::REPLAYED_HEADER;
 pub use crate::key::IdempotencyKey;
 pub use crate::once::{Done, OnceError};
 pub use crate::principal::{Anonymous, IdemState, Principal};
 pub use crate::problem::Problem;
 pub use crate::protocol::Idem;
+pub use crate::record::REPLAYED_HEADER;
 
 #[doc = include_str!("../docs/idempotent.md")]
 pub use idem_macros::idempotent;

@@ -7,6 +7,9 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use idem_store::StoredResponse;
 
+/// Response header set on every replay.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
 /// A response as the protocol stores and replays it: status, headers and body.
 ///
 /// Only the headers in the configured allow-list are stored; a replay answers with those.
@@ -154,7 +157,7 @@ impl IntoResponse for Outcome {
         if replayed {
             response
                 .headers_mut()
-                .insert(crate::REPLAYED_HEADER, HeaderValue::from_static("true"));
+                .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
         }
         response
     }

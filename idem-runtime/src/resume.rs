@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::protocol::Outcome;
+use crate::record::Outcome;
 use crate::store::staged::Lease;
 
 /// The request an attribute handler's staged key was reserved with: what the reconciler

@@ -1,5 +1,9 @@
 //! [`StoreError`]: everything that can go wrong in this crate.
 
+use crate::dialect::Dialect;
+use crate::protocol::Failure;
+use crate::row::KeyRow;
+
 /// What went wrong with the key table or the outbox: the one error type of
 /// [`crate::KeyTable`], [`crate::Outbox`] and the migration runner.
 ///
@@ -47,7 +51,7 @@ pub enum StoreError {
     #[error("the key changed since it was read: look at it again")]
     Changed {
         /// The row as it is now, read under the same lock; `None` when it was deleted.
-        current: Option<Box<crate::KeyRow>>,
+        current: Option<Box<KeyRow>>,
     },
     /// [`crate::KeyTable::act`]: the action does not apply to the key in its current state
     /// (releasing a completed key, expiring an expired one, …). Nothing was changed and
@@ -63,7 +67,7 @@ pub enum StoreError {
         /// The action refused ([`crate::Action::name`]).
         action: &'static str,
         /// Why.
-        hazard: crate::Hazard,
+        hazard: Hazard,
     },
     /// A string that is not an [`crate::OutboxStatus`] (`pending`, `delivered`, `dead`).
     #[error("unknown outbox status `{0}`: expected pending, delivered or dead")]
@@ -129,9 +133,9 @@ impl StoreError {
     }
 
     /// Tells lock timeouts apart from other database errors, the way `DB` reports them.
-    pub(crate) fn refine<DB: crate::Backend>(self) -> Self {
+    pub(crate) fn refine<DB: Dialect>(self) -> Self {
         match self {
-            Self::Database(error) if DB::classify(&error) == crate::Failure::LockTimeout => {
+            Self::Database(error) if DB::failure_of(&error) == Failure::LockTimeout => {
                 Self::LockTimeout(error)
             }
             other => other,
@@ -144,5 +148,68 @@ impl StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         Self::Database(error)
+    }
+}
+
+/// Why an action that applies to a key could do harm now: [`crate::KeyTable::act`] refuses it
+/// ([`StoreError::NeedsForce`]) unless the actor forces it ([`crate::Actor::force`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hazard {
+    /// The key is processing and its lease is live: an attempt is running, and the work it
+    /// does (a call to a provider, say) goes on whatever is done to the key's row; completing,
+    /// failing, releasing or deleting the key under it can leave that work's effect with no
+    /// record. Stuck keys (the lease ran out) are not refused. Forced, the action fences the
+    /// running attempt out: its later writes change nothing.
+    LeaseLive {
+        /// The lease's end (`locked_until`), in milliseconds since the Unix epoch; `None`
+        /// for a processing row without a lease (written by hand), which counts as held.
+        locked_until_ms: Option<i64>,
+    },
+    /// [`crate::Action::Delete`] of a completed staged key (`attempt` above 0, or a recovery point
+    /// recorded): its steps' effects exist, and a new execution of the same key, which a
+    /// delete lets the next request start, would run them again (colliding with the rows they
+    /// wrote, or calling a provider twice).
+    EffectsExist {
+        /// The key's `attempt`.
+        attempt: i64,
+        /// The key's last journaled step.
+        recovery_point: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Hazard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::LeaseLive { locked_until_ms } => {
+                match locked_until_ms {
+                    Some(until) => write!(
+                        f,
+                        "the key's lease is live until {until} (ms since the Unix epoch)"
+                    )?,
+                    None => f.write_str("the key is processing with no lease end")?,
+                }
+                f.write_str(
+                    ": an attempt is running, and its work goes on whatever is done to the key; \
+                     wait until the lease runs out (the key is stuck then), or force the \
+                     action, which fences the attempt out (it can commit nothing more)",
+                )
+            }
+            Self::EffectsExist {
+                attempt,
+                recovery_point,
+            } => {
+                write!(f, "the key completed in staged mode (attempt {attempt}")?;
+                if let Some(step) = recovery_point {
+                    write!(f, ", recovery point {step:?}")?;
+                }
+                f.write_str(
+                    "): its steps' effects exist, and a new execution of the key would run \
+                     them again; retries replay its stored response as it is, a client that \
+                     needs a new execution sends a new key, and expire ends the key as its TTL \
+                     would",
+                )
+            }
+        }
     }
 }

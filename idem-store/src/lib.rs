@@ -213,13 +213,13 @@ pub mod staged;
 mod table;
 
 pub use crate::backend::Backend;
-pub use crate::error::StoreError;
+pub use crate::error::{Hazard, StoreError};
 pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, migrate};
 pub use crate::migration::Migration;
 pub use crate::operations::{OperationInfo, Registration};
-pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Hazard, Journal};
+pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};
 pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
 };
@@ -263,7 +263,7 @@ pub mod __fuzz {
         locked_until_ms: Option<i64>,
         now_ms: i64,
     ) -> Result<KeyRow, StoreError> {
-        crate::row::RawRow {
+        crate::list::RawRow {
             scope: "global".to_owned(),
             operation: "op:v1".to_owned(),
             key: "k".to_owned(),

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::error::StoreError;
 use crate::key::KeyRef;
-use crate::row::{KeyRow, KeyStatus, RawRow};
+use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 
 /// Which keys [`crate::KeyTable::list`] returns, and how many.
 ///
@@ -318,6 +318,81 @@ impl Counts {
             .entry(operation)
             .or_default()
             .add(status, n);
+    }
+}
+
+/// Parses `completed`, `processing`, `stuck` or `expired`.
+///
+/// ```
+/// use idem_store::KeyStatus;
+///
+/// assert_eq!("stuck".parse::<KeyStatus>().ok(), Some(KeyStatus::Stuck));
+/// assert!("done".parse::<KeyStatus>().is_err());
+/// ```
+impl FromStr for KeyStatus {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| StoreError::InvalidStatus(s.to_owned()))
+    }
+}
+
+/// A key row's columns as every backend reads them, before they are checked.
+pub(crate) struct RawRow {
+    pub(crate) scope: String,
+    pub(crate) operation: String,
+    pub(crate) key: String,
+    pub(crate) fingerprint: Vec<u8>,
+    pub(crate) status: String,
+    pub(crate) response_status: Option<i32>,
+    pub(crate) response_headers: Option<String>,
+    pub(crate) response_body: Option<Vec<u8>>,
+    pub(crate) created_at_ms: i64,
+    pub(crate) completed_at_ms: Option<i64>,
+    pub(crate) expires_at_ms: i64,
+    pub(crate) locked_until_ms: Option<i64>,
+    pub(crate) attempt: i64,
+    pub(crate) recovery_point: Option<String>,
+}
+
+impl RawRow {
+    /// The row at `now_ms`, or [`StoreError::Corrupt`] naming the key.
+    pub(crate) fn into_row(self, now_ms: i64) -> Result<KeyRow, StoreError> {
+        let corrupt = |what: String| {
+            StoreError::Corrupt(format!(
+                "({:?}, {:?}, {:?}): {what}",
+                self.scope, self.operation, self.key
+            ))
+        };
+        let stored = match self.status.as_str() {
+            "completed" => StoredStatus::Completed,
+            "processing" => StoredStatus::Processing,
+            other => return Err(corrupt(format!("unknown status {other:?}"))),
+        };
+        let response = match self.response_status {
+            Some(code) if stored == StoredStatus::Completed => Some(
+                StoredResponse::strict(code, self.response_headers.as_deref(), self.response_body)
+                    .map_err(corrupt)?,
+            ),
+            _ => None,
+        };
+        Ok(KeyRow {
+            status: KeyStatus::at(stored, self.expires_at_ms, self.locked_until_ms, now_ms),
+            scope: self.scope,
+            operation: self.operation,
+            key: self.key,
+            fingerprint: self.fingerprint,
+            response,
+            created_at_ms: self.created_at_ms,
+            completed_at_ms: self.completed_at_ms,
+            expires_at_ms: self.expires_at_ms,
+            locked_until_ms: self.locked_until_ms,
+            attempt: self.attempt,
+            recovery_point: self.recovery_point,
+        })
     }
 }
 

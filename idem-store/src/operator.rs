@@ -21,7 +21,7 @@ use sqlx::Pool;
 
 use crate::backend::Backend;
 use crate::dialect::{Arg, Dialect, Statement, begin_write};
-use crate::error::StoreError;
+use crate::error::{Hazard, StoreError};
 use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 use crate::table::{KeyTable, key_row};
@@ -131,69 +131,6 @@ impl Action {
             Self::Fail(_) => "fail",
             Self::Expire => "expire",
             Self::Delete => "delete",
-        }
-    }
-}
-
-/// Why an action that applies to a key could do harm now: [`KeyTable::act`] refuses it
-/// ([`StoreError::NeedsForce`]) unless the actor forces it ([`Actor::force`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Hazard {
-    /// The key is processing and its lease is live: an attempt is running, and the work it
-    /// does (a call to a provider, say) goes on whatever is done to the key's row; completing,
-    /// failing, releasing or deleting the key under it can leave that work's effect with no
-    /// record. Stuck keys (the lease ran out) are not refused. Forced, the action fences the
-    /// running attempt out: its later writes change nothing.
-    LeaseLive {
-        /// The lease's end (`locked_until`), in milliseconds since the Unix epoch; `None`
-        /// for a processing row without a lease (written by hand), which counts as held.
-        locked_until_ms: Option<i64>,
-    },
-    /// [`Action::Delete`] of a completed staged key (`attempt` above 0, or a recovery point
-    /// recorded): its steps' effects exist, and a new execution of the same key, which a
-    /// delete lets the next request start, would run them again (colliding with the rows they
-    /// wrote, or calling a provider twice).
-    EffectsExist {
-        /// The key's `attempt`.
-        attempt: i64,
-        /// The key's last journaled step.
-        recovery_point: Option<String>,
-    },
-}
-
-impl std::fmt::Display for Hazard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::LeaseLive { locked_until_ms } => {
-                match locked_until_ms {
-                    Some(until) => write!(
-                        f,
-                        "the key's lease is live until {until} (ms since the Unix epoch)"
-                    )?,
-                    None => f.write_str("the key is processing with no lease end")?,
-                }
-                f.write_str(
-                    ": an attempt is running, and its work goes on whatever is done to the key; \
-                     wait until the lease runs out (the key is stuck then), or force the \
-                     action, which fences the attempt out (it can commit nothing more)",
-                )
-            }
-            Self::EffectsExist {
-                attempt,
-                recovery_point,
-            } => {
-                write!(f, "the key completed in staged mode (attempt {attempt}")?;
-                if let Some(step) = recovery_point {
-                    write!(f, ", recovery point {step:?}")?;
-                }
-                f.write_str(
-                    "): its steps' effects exist, and a new execution of the key would run \
-                     them again; retries replay its stored response as it is, a client that \
-                     needs a new execution sends a new key, and expire ends the key as its TTL \
-                     would",
-                )
-            }
         }
     }
 }

@@ -6,8 +6,9 @@ use crate::backend::Backend;
 use crate::dialect::{Arg, Glue, Statement, begin_write};
 use crate::error::StoreError;
 use crate::key::KeyRef;
+use crate::list::RawRow;
 use crate::list::{self, Counts, KeyFilter, Page};
-use crate::row::{KeyRow, KeyStatus, RawRow};
+use crate::row::{KeyRow, KeyStatus};
 use crate::sql::IN_PROCESSING;
 
 /// The key table of one database, for tools: the operator CLI, tests, the runtime's sweeper.

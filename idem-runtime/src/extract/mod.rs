@@ -15,6 +15,7 @@
 //! an input as well).
 
 mod body;
+mod key;
 
 #[cfg(feature = "garde")]
 pub use body::Garde;

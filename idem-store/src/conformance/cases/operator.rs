@@ -652,7 +652,7 @@ pub async fn act_live_lease_needs_force<DB: ConformanceSql>(harness: &impl Harne
                 assert_eq!(refused, action.name());
                 assert_eq!(
                     hazard,
-                    crate::operator::Hazard::LeaseLive {
+                    crate::Hazard::LeaseLive {
                         locked_until_ms: Some(lease)
                     }
                 );
@@ -763,7 +763,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness
             assert_eq!(action, "delete");
             assert_eq!(
                 hazard,
-                crate::operator::Hazard::EffectsExist {
+                crate::Hazard::EffectsExist {
                     attempt: 1,
                     recovery_point: Some("charge".to_owned())
                 }
