@@ -86,13 +86,10 @@
 //! times, leases and backoff follow a [`ManualClock`](crate::clock::ManualClock) in tests.
 //! Only the pause between idle polls ([`Dispatcher::poll_interval`]) is real time.
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::{FutureExt as _, StreamExt as _, stream};
@@ -257,7 +254,6 @@ pub struct Dispatcher<DB: Backend, S: Sink> {
     backoff_max: Duration,
     poll_interval: Duration,
     concurrency: usize,
-    jitter: Jitter,
 }
 
 impl<DB: Backend, S: Sink> fmt::Debug for Dispatcher<DB, S> {
@@ -292,7 +288,6 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             backoff_max: Duration::from_secs(300),
             poll_interval: Duration::from_millis(500),
             concurrency: 1,
-            jitter: Jitter::new(),
         }
     }
 
@@ -503,10 +498,14 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     /// The delay before the next attempt after `attempts` failures: uniform in
     /// `[0, min(max, base × 2^(attempts − 1))]`.
     fn backoff_delay(&self, attempts: u32) -> Duration {
-        let cap = backoff_cap(self.backoff_base, self.backoff_max, attempts);
-        let cap_ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(self.jitter.below_or_at(cap_ms))
+        backoff_delay_within(backoff_cap(self.backoff_base, self.backoff_max, attempts))
     }
+}
+
+/// A delay drawn uniformly from `[0, cap]`, in whole milliseconds.
+fn backoff_delay_within(cap: Duration) -> Duration {
+    let cap_ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(fastrand::u64(0..=cap_ms))
 }
 
 /// `min(max, base × 2^(attempts − 1))`, without overflow.
@@ -526,34 +525,6 @@ enum Outcome {
     Failed,
     Dead,
     Skipped,
-}
-
-/// Random numbers for the jitter: SplitMix64 over a per-dispatcher random seed. Not for
-/// anything that needs unpredictability.
-struct Jitter(AtomicU64);
-
-impl Jitter {
-    fn new() -> Self {
-        Self(AtomicU64::new(RandomState::new().hash_one(0_u8)))
-    }
-
-    fn next(&self) -> u64 {
-        let mut z = self
-            .0
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-            .wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, max]` (the modulo's bias is negligible for delays in milliseconds).
-    fn below_or_at(&self, max: u64) -> u64 {
-        match max.checked_add(1) {
-            Some(bound) => self.next() % bound,
-            None => self.next(),
-        }
-    }
 }
 
 /// A [`Dispatcher`] running on a task of its own ([`Dispatcher::spawn`]).
@@ -875,21 +846,15 @@ mod tests {
     }
 
     #[test]
-    fn jitter_spreads_over_the_whole_range() {
-        let jitter = Jitter::new();
-        let mut seen = [false; 11];
-        for _ in 0..10_000 {
-            let n = jitter.below_or_at(10);
-            assert!(n <= 10);
-            seen[usize::try_from(n).unwrap_or(0)] = true;
-        }
-        assert!(seen.iter().all(|s| *s), "{seen:?}");
-        assert_eq!(jitter.below_or_at(0), 0);
-        let _ = jitter.below_or_at(u64::MAX);
-        // Two dispatchers do not draw the same delays.
-        let other = Jitter::new();
-        let a: Vec<u64> = (0..8).map(|_| jitter.next()).collect();
-        let b: Vec<u64> = (0..8).map(|_| other.next()).collect();
-        assert_ne!(a, b);
+    fn backoff_delays_spread_over_the_whole_range() {
+        let seen: std::collections::BTreeSet<u64> = (0..10_000)
+            .map(|_| {
+                let delay = backoff_delay_within(Duration::from_millis(10));
+                u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+            })
+            .collect();
+        assert_eq!(seen, (0..=10).collect(), "{seen:?}");
+        assert_eq!(backoff_delay_within(Duration::ZERO), Duration::ZERO);
+        let _ = backoff_delay_within(Duration::MAX);
     }
 }
