@@ -181,17 +181,17 @@ where
 }
 
 /// One `#[tokio::test]` (multi-threaded, two workers) per generic test body, on the backend
-/// `$db`: `tests_on!(Db, path: name, …)` defines `async fn name()` running
-/// `path::name::<Db>()`. `path` is the module of the bodies, `super` or `common` say.
+/// `$db`: `tests_on!(Db, module: name, …)` defines `async fn name()` running
+/// `module::name::<Db>()`. `module` is where the bodies are, `super` or `common` say.
 ///
 /// The invoking crate needs `tokio` (features `macros`, `rt-multi-thread`).
 #[macro_export]
 macro_rules! tests_on {
-    ($db:ty, $($module:ident)::+: $($name:ident),* $(,)?) => {
+    ($db:ty, $module:ident: $($name:ident),* $(,)?) => {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                $($module::)+$name::<$db>().await;
+                $module::$name::<$db>().await;
             }
         )*
     };

@@ -195,7 +195,7 @@ pub(crate) fn key(key: &str) -> KeyRef<'_> {
 
 /// The headers [`put`] stores: a quote, a semicolon and a comment marker in a value, a name
 /// twice, and text beyond ASCII.
-pub(crate) const HEADERS: [(&str, &str); 4] = [
+pub const HEADERS: [(&str, &str); 4] = [
     ("content-type", "application/json"),
     ("location", "/things/'; --"),
     ("set-cookie", "a=1"),
@@ -205,7 +205,7 @@ pub(crate) const HEADERS: [(&str, &str); 4] = [
 /// Stores a completed key through the protocol's primitives, as the runtime does: `begin`
 /// without a lock, then [`Backend::insert_completed_and_commit`]. Fingerprint `[7; 32]`,
 /// status 201, [`HEADERS`], completed 5 ms after `created_ms`.
-pub(crate) async fn put<DB: Backend>(
+pub async fn put<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
     created_ms: i64,
