@@ -17,12 +17,18 @@
 //! them into `#[tokio::test]`s.
 //!
 //! ```ignore
-//! async fn a_key_is_stored<DB: TestBackend>() {
-//!     let table = KeyTable::new(DB::connect(&DB::fresh_url().await, 4, &settings()).await?);
+//! use idem_store::KeyTable;
+//! use idem_testkit::harness::{TestBackend, settings};
+//!
+//! async fn a_new_table_is_empty<DB: TestBackend>() {
+//!     let url = DB::fresh_url().await;
+//!     let table = KeyTable::new(DB::connect(&url, 4, &settings()).await.unwrap());
+//!     table.migrate().await.unwrap();
 //!     // …
 //! }
 //!
-//! idem_testkit::on_both_backends!(a_key_is_stored);
+//! // `postgres::a_new_table_is_empty` and `sqlite::a_new_table_is_empty`.
+//! idem_testkit::on_both_backends!(a_new_table_is_empty);
 //! ```
 
 use std::future::Future;
