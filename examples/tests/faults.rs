@@ -28,10 +28,7 @@ struct PrivatePostgres {
 impl PrivatePostgres {
     fn start() -> Self {
         let bin = postgres_bin();
-        let dir = std::env::temp_dir()
-            .join("idem-example-tests")
-            .join(format!("pg_{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = idem_testkit::harness::new_dir("pg");
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

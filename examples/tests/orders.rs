@@ -304,10 +304,7 @@ mod concurrency {
 /// `DATABASE_URL` unset: an SQLite file `orders.db` in the working directory.
 #[tokio::test]
 async fn default_database_is_a_sqlite_file_in_the_working_directory() {
-    let dir = std::env::temp_dir()
-        .join("idem-example-tests")
-        .join(format!("default_{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = idem_testkit::harness::new_dir("default");
     let file = dir.join("orders.db");
     let db = Db::sqlite_at(format!("sqlite://{}", file.display()), dir);
     let server = Server::start_with(&db, &[]);

@@ -603,10 +603,7 @@ async fn chaos_two_processes_on_postgres() {
 /// `DATABASE_URL` unset: an SQLite file `payments.db` in the working directory.
 #[tokio::test]
 async fn default_database_is_a_sqlite_file_in_the_working_directory() {
-    let dir = std::env::temp_dir()
-        .join("idem-example-tests")
-        .join(format!("payments_{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = idem_testkit::harness::new_dir("payments");
     let file = dir.join("payments.db");
     let db = Db::sqlite_at(format!("sqlite://{}", file.display()), dir);
     let provider = Provider::start(&db);

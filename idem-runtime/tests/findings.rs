@@ -26,6 +26,7 @@ use idem_runtime::store::KeyRef;
 use idem_runtime::{
     Check, Checked, Config, Idem, IdemState, Input, JsonBody, Principal, Problem, idempotent,
 };
+use idem_testkit::on_both_backends;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

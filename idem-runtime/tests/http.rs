@@ -17,6 +17,7 @@ use idem_runtime::fingerprint::{Fingerprint, FingerprintError, InputWriter, part
 use idem_runtime::key::KeyFormat;
 use idem_runtime::sqlx::Transaction;
 use idem_runtime::{Config, Idem, IdemState, Input, JsonBody, Principal, Problem, idempotent};
+use idem_testkit::on_both_backends;
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt as _;
 

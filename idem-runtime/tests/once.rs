@@ -16,6 +16,7 @@ use idem_runtime::spec::{OperationSpec, Scope, ScopeKind};
 use idem_runtime::sqlx::{self, Postgres, Sqlite, Transaction};
 use idem_runtime::store::KeyRef;
 use idem_runtime::{Config, Done, Error, IdempotencyKey, OnceError, Principal};
+use idem_testkit::on_both_backends;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

@@ -19,6 +19,7 @@ use idem_runtime::key::KeyFormat;
 use idem_runtime::outbox::{
     Claimed, DeliveryError, Dispatcher, OutboxMessage, OutboxStatus, Sink, WebhookSink,
 };
+use idem_testkit::on_both_backends;
 use serde_json::{Value, json};
 
 fn message(id: &str) -> OutboxMessage {

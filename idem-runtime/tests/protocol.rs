@@ -15,6 +15,7 @@ use idem_runtime::spec::{ExpiryPolicy, OperationSpec};
 use idem_runtime::sqlx::Transaction;
 use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
+use idem_testkit::on_both_backends;
 use serde_json::json;
 
 /// A `201` record with `body` and no headers.
@@ -529,7 +530,7 @@ async fn waiting_duplicate_never_runs_and_replays<DB: TestDb>() {
 /// A side store outside every key's transaction, a stand-in for an email or a card charge:
 /// a table in a database of its own, written with its own connection.
 async fn side_store() -> idem_runtime::sqlx::SqlitePool {
-    let path = common::temp_file(&format!("side-{}", uuid::Uuid::new_v4().simple()));
+    let path = idem_testkit::harness::temp_file(&format!("side-{}", uuid::Uuid::new_v4().simple()));
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let pool = idem_runtime::sqlx::SqlitePool::connect(&url).await.unwrap();
     idem_runtime::sqlx::query("CREATE TABLE sent (key TEXT NOT NULL)")
@@ -1065,7 +1066,9 @@ async fn postgres_dead_pooled_connections_cost_no_request() {
         .await
         .unwrap();
     assert!(application.starts_with("idem_test_"), "{application}");
-    let admin = PgPool::connect(&common::postgres_url()).await.unwrap();
+    let admin = PgPool::connect(&idem_testkit::harness::postgres_url())
+        .await
+        .unwrap();
     let killed: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
          WHERE application_name = $1) t",

@@ -16,6 +16,7 @@ use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
+use idem_testkit::on_both_backends;
 use serde_json::json;
 
 /// An hour: no heartbeat fires during a test; leases run out only when the test's clock

@@ -13,8 +13,6 @@
 //! | `sqlite` (default) | [`sqlx::Sqlite`], the embedded default for one process |
 //! | `postgres` | [`sqlx::Postgres`], for several instances sharing one database |
 //!
-//! The feature `conformance` adds the store conformance kit ([`conformance`]), for tests.
-//!
 //! # Example
 //!
 //! Expired keys, page by page:
@@ -174,10 +172,11 @@
 //!
 //! # The conformance kit
 //!
-//! With the feature `conformance`, [`conformance`] holds the contract of [`Backend`] and
-//! [`KeyTable`] as cases generic over the backend, and [`conformance_tests!`] runs each as a
-//! `#[tokio::test]` on a database a harness hands out. idem's PostgreSQL and SQLite stores
-//! run every case; a new backend added to this crate is accepted when it passes them all.
+//! The contract of [`Backend`] and [`KeyTable`] is written down as a conformance kit: cases
+//! generic over the backend, using this crate's public API only, each run as a test on a new
+//! database. It lives in the repository's test kit (`idem-testkit`, not published). idem's
+//! PostgreSQL and SQLite stores pass every case; a new backend added to this crate is
+//! accepted when it passes them all.
 //!
 //! # Errors
 //!
@@ -190,9 +189,6 @@
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 
 mod backend;
-#[cfg(feature = "conformance")]
-#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
-pub mod conformance;
 mod dialect;
 mod error;
 mod key;

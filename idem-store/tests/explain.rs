@@ -9,19 +9,18 @@
 //! prints its time; the tool runs it off the drawing path.
 //!
 //! PostgreSQL from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`), a
-//! schema `idem_test_<uuid>` of its own; `LOAD 'auto_explain'` needs a superuser.
+//! schema `idem_test_<uuid>` of its own (`idem_testkit::harness`); `LOAD 'auto_explain'`
+//! needs a superuser.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
-
-mod common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::{HOUR, NOW};
 use idem_store::sqlx::postgres::PgPoolOptions;
-use idem_store::sqlx::{self, Executor as _};
+use idem_store::sqlx::{self, Executor as _, Postgres};
 use idem_store::{AuditFilter, KeyFilter, KeyRef, KeyStatus, KeyTable};
+use idem_testkit::harness::{HOUR, NOW, TestBackend as _};
 
 const KEYS: i64 = 1_000_000;
 
@@ -56,17 +55,7 @@ async fn the_tools_queries_use_indexes_on_a_million_keys() {
         .finish();
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
-    let url = common::postgres_url();
-    let schema = common::unique("idem_test");
-    let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL is required for this test and is unreachable at {url}: {e}")
-    });
-    admin
-        .execute(format!("CREATE SCHEMA {schema}").as_str())
-        .await
-        .unwrap();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    let url = Postgres::fresh_url().await;
     let table = KeyTable::new(sqlx::PgPool::connect(&url).await.unwrap());
     table.migrate().await.unwrap();
 

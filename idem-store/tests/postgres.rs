@@ -7,26 +7,12 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{TestDb, settings, unique};
+use common::TestDb;
 use idem_store::sqlx::{self, Postgres};
 use idem_store::{Backend, KeyTable, MIGRATION_LOCK_ID, TxSettings};
+use idem_testkit::harness::{TestBackend as _, settings};
 
 impl TestDb for Postgres {
-    async fn fresh_url() -> String {
-        let url = common::postgres_url();
-        let schema = unique("idem_test");
-        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-        });
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        let separator = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
-    }
-
     fn legacy_dir() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/postgres")
     }

@@ -5,18 +5,13 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{HOUR, NOW, TestDb, unique};
+use common::TestDb;
 use idem_store::sqlx::{self, Sqlite};
 use idem_store::{KeyFilter, KeyRef, KeyStatus};
+use idem_testkit::conformance::put;
+use idem_testkit::harness::{HOUR, NOW};
 
 impl TestDb for Sqlite {
-    async fn fresh_url() -> String {
-        format!(
-            "sqlite://{}",
-            common::temp_file(&unique("idem_test")).display()
-        )
-    }
-
     fn legacy_dir() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/sqlite")
     }
@@ -45,7 +40,7 @@ async fn hand_written_numeric_expiry() {
         operation: "op:v1",
         key: "k",
     };
-    assert!(common::put(table.pool(), k, NOW - HOUR, NOW + HOUR, b"").await);
+    assert!(put(table.pool(), k, NOW - HOUR, NOW + HOUR, b"").await);
     let seconds = (NOW - HOUR) / 1000;
     sqlx::query("UPDATE idempotency_keys SET expires_at = ?1")
         .bind(seconds.to_string())

@@ -7,8 +7,10 @@ mod common;
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
-use common::{BINARY_BODY, ORDERS, Seeded, TestDb, idem};
+use common::{BINARY_BODY, ORDERS, Seeded, idem};
 use idem_runtime::store::{AuditFilter, KeyStatus};
+use idem_testkit::harness::TestBackend;
+use idem_testkit::on_both_backends;
 use serde_json::Value;
 
 const EXIT_USAGE: i32 = 2;
@@ -31,7 +33,7 @@ fn with<'a>(head: &[&'a str], key: Vec<&'a str>, tail: &[&'a str]) -> Vec<&'a st
 }
 
 /// Listing with each filter, the listing's shape, pagination through `next`, `stuck`.
-async fn lists_filter_and_paginate<DB: TestDb>() {
+async fn lists_filter_and_paginate<DB: TestBackend>() {
     let s = Seeded::<DB>::new().await;
     let all = s.run(&["keys", "list", "--json"]);
     let doc = all.code(0).json();
@@ -156,7 +158,7 @@ async fn lists_filter_and_paginate<DB: TestDb>() {
 }
 
 /// `keys show`: every column, text and binary bodies, journal and request, audit history.
-async fn show_tells_everything<DB: TestDb>() {
+async fn show_tells_everything<DB: TestBackend>() {
     let s = Seeded::<DB>::new().await;
     let a1 = s
         .run(&[
@@ -290,7 +292,7 @@ async fn show_tells_everything<DB: TestDb>() {
 
 /// Every action: applied and checked in the database, audited with operator and reason;
 /// refused ones exit 4, missing keys 3, usage errors 2.
-async fn actions_are_fenced_and_audited<DB: TestDb>() {
+async fn actions_are_fenced_and_audited<DB: TestBackend>() {
     let mut s = Seeded::<DB>::new().await;
     let pay = |k: &'static str| -> Vec<&'static str> {
         vec![
@@ -324,9 +326,8 @@ async fn actions_are_fenced_and_audited<DB: TestDb>() {
     assert_eq!(row.status, KeyStatus::Stuck);
 
     // complete a stuck key with a body file and headers.
-    let body = std::env::temp_dir()
-        .join("idem-tests")
-        .join(format!("body-{}.json", uuid::Uuid::new_v4().simple()));
+    let body = idem_testkit::harness::temp_dir()
+        .join(format!("{}.json", idem_testkit::harness::unique("body")));
     std::fs::write(&body, br#"{"settled":"by hand"}"#).unwrap();
     let body_path = body.to_str().unwrap();
     let completed = s
@@ -576,7 +577,7 @@ async fn actions_are_fenced_and_audited<DB: TestDb>() {
 }
 
 /// `stats`, `sweep` (dry run, then for real) and `operations`.
-async fn stats_sweep_and_operations<DB: TestDb>() {
+async fn stats_sweep_and_operations<DB: TestBackend>() {
     let s = Seeded::<DB>::new().await;
     let stats = s.run(&["stats", "--json"]).code(0).json();
     assert_eq!(
@@ -638,7 +639,7 @@ async fn stats_sweep_and_operations<DB: TestDb>() {
 }
 
 /// `docs` renders the contracts services registered, from the database alone.
-async fn docs_from_the_database<DB: TestDb>() {
+async fn docs_from_the_database<DB: TestBackend>() {
     let s = Seeded::<DB>::new().await;
     // Registered without a route (`Idem::register`): listed beside the paths.
     let api = s.run(&["docs", "--format", "openapi"]).code(0).json();

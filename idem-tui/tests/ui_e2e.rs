@@ -3,9 +3,10 @@
 //! the dialog is open (refused), quit; then the database and the audit trail tell what
 //! happened.
 //!
-//! The same on PostgreSQL, in a schema of its own (`idem_test_ui_<uuid>`, named by the URL's
+//! The same on PostgreSQL, in a schema of its own (`idem_test_<uuid>`, named by the URL's
 //! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/test`); an unreachable server fails the test.
+//! `postgres://postgres@127.0.0.1:5432/test`); an unreachable server fails the test. Both
+//! databases come from idem-testkit's harness.
 //!
 //! The binary gets the database from `DATABASE_URL` and the operator from `USER`, which both
 //! the minimal main and the command line's read.
@@ -22,8 +23,8 @@ use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
     Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse,
-    TxSettings,
 };
+use idem_testkit::harness::{Location, TestBackend as _, settings};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 
 const OPERATION: &str = "create_order:v1";
@@ -40,10 +41,11 @@ async fn seeded_sqlite() -> (PathBuf, KeyTable<Sqlite>) {
 
 /// A new SQLite file with the key table and a completed key of each of `keys`.
 async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
-    let dir = std::env::temp_dir().join("idem-tui-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("ui_e2e_{}.db", uuid::Uuid::new_v4().simple()));
-    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+    let db = Sqlite::fresh().await;
+    let Location::File(path) = db.location else {
+        panic!("an SQLite database is a file: {db:?}")
+    };
+    let options = SqliteConnectOptions::from_str(&db.url)
         .unwrap()
         .create_if_missing(true);
     let pool = SqlitePoolOptions::new()
@@ -57,27 +59,11 @@ async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
     (path, table)
 }
 
-/// A new schema `idem_test_ui_<uuid>` on the PostgreSQL of `DATABASE_URL` (default
+/// A new schema `idem_test_<uuid>` on the PostgreSQL of `DATABASE_URL` (default
 /// `postgres://postgres@127.0.0.1:5432/test`) with the key table and three completed keys,
 /// and a URL whose sessions resolve names in it.
 async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
-    let base = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let schema = format!("idem_test_ui_{}", uuid::Uuid::new_v4().simple());
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&base)
-        .await
-        .unwrap();
-    idem_store::sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let separator = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{separator}options=-c%20search_path%3D{schema}");
+    let url = Postgres::fresh_url().await;
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .connect(&url)
@@ -92,11 +78,7 @@ async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
 /// Completed keys of [`OPERATION`], stored as the runtime stores them.
 async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
     let now = now_ms();
-    let settings = TxSettings {
-        lock_timeout: Duration::from_secs(2),
-        statement_timeout: Duration::from_secs(30),
-        acquire_timeout: Duration::from_secs(30),
-    };
+    let settings = settings();
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
     for &key in keys {
         let mut conn = table.pool().acquire().await.unwrap();

@@ -1,8 +1,9 @@
 //! Harness for the examples' HTTP tests: real server processes on real databases.
 //!
-//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
-//! each test creates its own database. An unreachable server fails the test: nothing is
-//! skipped. SQLite tests use a fresh file.
+//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`,
+//! idem-testkit's harness); each test creates its own database `idem_orders_<uuid>`, for
+//! its server processes. An unreachable server fails the test: nothing is skipped. SQLite
+//! tests use a fresh file, in a new directory of the harness's.
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};
@@ -12,10 +13,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use idem_runtime::sqlx::{self, PgPool, SqlitePool};
+use idem_testkit::harness::{new_dir, postgres_url, unique};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
-
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -35,22 +35,12 @@ enum Pool {
     Lite(SqlitePool),
 }
 
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
 impl Db {
     pub async fn fresh(kind: Kind) -> Self {
-        let dir = std::env::temp_dir()
-            .join("idem-example-tests")
-            .join(unique("run"));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = new_dir("run");
         match kind {
             Kind::Postgres => {
-                let admin_url = std::env::var("DATABASE_URL")
-                    .ok()
-                    .filter(|u| u.starts_with("postgres"))
-                    .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned());
+                let admin_url = postgres_url();
                 let admin = PgPool::connect(&admin_url).await.unwrap_or_else(|e| {
                     panic!("PostgreSQL is required for these tests and is unreachable at {admin_url}: {e}")
                 });

@@ -1,4 +1,4 @@
-//! Test harness: a fresh store on a real database per test.
+//! Test harness: a fresh store on a real database per test, from idem-testkit's harness.
 //!
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
 //! each test gets its own schema, so runs never collide. An unreachable server fails the
@@ -6,31 +6,15 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
 use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
-use idem_runtime::store::Backend;
 use idem_runtime::{Config, Idem};
+use idem_testkit::harness::TestBackend;
 
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-pub fn postgres_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// A database of one backend, fresh for one test.
-pub trait TestDb: Backend {
-    /// A URL to a new, empty database (PostgreSQL: a new schema; SQLite: a new file).
-    fn fresh_url() -> impl Future<Output = String> + Send;
+/// What the tests do on a backend's database besides the protocol.
+pub trait TestDb: TestBackend {
     /// Creates the `effects` table the tests' work writes to.
     fn create_effects(pool: &Pool<Self>) -> impl Future<Output = ()> + Send;
     /// One business write in the key's transaction.
@@ -51,9 +35,6 @@ pub trait TestDb: Backend {
 macro_rules! test_db {
     ($db:ty, $create:literal) => {
         impl TestDb for $db {
-            fn fresh_url() -> impl Future<Output = String> + Send {
-                fresh_url_of::<$db>()
-            }
             async fn create_effects(pool: &Pool<Self>) {
                 sqlx::query($create).execute(pool).await.unwrap();
                 sqlx::query("CREATE TABLE deferred_parent (id INTEGER PRIMARY KEY)")
@@ -106,44 +87,6 @@ test_db!(
     "CREATE TABLE effects (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"
 );
 
-trait FreshUrl {
-    fn fresh() -> impl Future<Output = String> + Send;
-}
-
-impl FreshUrl for Postgres {
-    async fn fresh() -> String {
-        let url = postgres_url();
-        let schema = unique("idem_test");
-        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-        });
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        let separator = if url.contains('?') { '&' } else { '?' };
-        // The schema's name doubles as the application name, so a test can find its sessions.
-        format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
-    }
-}
-
-impl FreshUrl for Sqlite {
-    async fn fresh() -> String {
-        format!("sqlite://{}", temp_file(&unique("idem_test")).display())
-    }
-}
-
-async fn fresh_url_of<DB: FreshUrl>() -> String {
-    DB::fresh().await
-}
-
-pub fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join("idem-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{name}.db"))
-}
-
 /// A store on a fresh database, with a manual clock starting at the real time.
 pub struct Harness<DB: TestDb> {
     pub idem: Idem<DB>,
@@ -187,27 +130,4 @@ impl<DB: TestDb> Harness<DB> {
     pub fn advance(&self, by: Duration) {
         self.clock.advance(by);
     }
-}
-
-/// Runs one generic test body on both backends.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Postgres>().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Sqlite>().await;
-                }
-            )*
-        }
-    };
 }

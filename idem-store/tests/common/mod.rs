@@ -1,83 +1,21 @@
-//! The key table on real databases, beyond the conformance kit: every case runs on PostgreSQL
-//! (`tests/postgres.rs`) and SQLite (`tests/sqlite.rs`).
-//!
-//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
-//! each test gets its own schema `idem_test_<uuid>`. An unreachable server fails the test:
-//! nothing is skipped. SQLite uses a new file under the system's temporary directory.
+//! The key table on real databases, beyond the conformance kit (`idem-testkit`): every case
+//! runs on PostgreSQL (`tests/postgres.rs`) and SQLite (`tests/sqlite.rs`), each on a new
+//! database from the test harness (`idem_testkit::harness`: PostgreSQL from `DATABASE_URL`,
+//! default `postgres://postgres@127.0.0.1:5432/test`, a schema `idem_test_<uuid>` per test;
+//! SQLite, a new file).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use idem_store::sqlx::Pool;
 use idem_store::sqlx::migrate::MigrateError;
-use idem_store::{
-    Backend, KeyFilter, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse, StoredStatus,
-    TxSettings,
-};
+use idem_store::{KeyFilter, KeyRef, KeyStatus, KeyTable, StoredStatus};
+use idem_testkit::conformance::{HEADERS, put};
+use idem_testkit::harness::{HOUR, NOW, TestBackend, new_dir, settings};
 
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-/// A fixed "now": the store never reads the clock, so tests need none.
-pub const NOW: i64 = 1_800_000_000_000;
-pub const HOUR: i64 = 3_600_000;
-
-pub fn postgres_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-/// A new schema `idem_test_<uuid>` on the PostgreSQL of [`postgres_url`], as a URL whose
-/// `search_path` is that schema.
-#[cfg(feature = "postgres")]
-pub async fn fresh_postgres_url() -> String {
-    let url = postgres_url();
-    let schema = unique("idem_test");
-    let admin = idem_store::sqlx::PgPool::connect(&url)
-        .await
-        .unwrap_or_else(|e| {
-            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-        });
-    idem_store::sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}")
-}
-
-/// A new SQLite file under the system's temporary directory, as a URL.
-#[cfg(feature = "sqlite")]
-pub async fn fresh_sqlite_url() -> String {
-    format!("sqlite://{}", temp_file(&unique("idem_test")).display())
-}
-
-pub fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
-pub fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join("idem-tests");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{name}.db"))
-}
-
-pub fn settings() -> TxSettings {
-    TxSettings {
-        lock_timeout: Duration::from_secs(2),
-        statement_timeout: Duration::from_secs(30),
-        acquire_timeout: Duration::from_secs(30),
-    }
-}
-
-/// A database of one backend, fresh for one test, and what the tests do on it in SQL.
-pub trait TestDb: Backend {
-    /// A URL to a new, empty database (PostgreSQL: a new schema; SQLite: a new file).
-    fn fresh_url() -> impl Future<Output = String> + Send;
+/// What the tests do on a backend's database in SQL.
+pub trait TestDb: TestBackend {
     /// Where idem 0.1's migration lies (as sqlx applied it).
     fn legacy_dir() -> PathBuf;
     /// Runs sqlx's migrator from `dir`, as idem 0.1 and applications do.
@@ -182,42 +120,6 @@ pub async fn fresh<DB: TestDb>() -> (String, KeyTable<DB>) {
     (url, table)
 }
 
-/// Stores a completed key through the protocol's primitives, as the runtime does.
-pub async fn put<DB: TestDb>(
-    pool: &Pool<DB>,
-    key: KeyRef<'_>,
-    created_ms: i64,
-    expires_ms: i64,
-    body: &[u8],
-) -> bool {
-    let mut conn = pool.acquire().await.unwrap();
-    let tx = DB::begin(&mut conn, &settings(), None)
-        .await
-        .unwrap()
-        .free()
-        .unwrap();
-    let headers = StoredResponse::encode_headers([
-        ("content-type", "application/json"),
-        ("location", "/things/'; --"),
-    ]);
-    DB::insert_completed_and_commit(
-        tx,
-        NewRow {
-            key,
-            fingerprint: &[7; 32],
-            status: 201,
-            headers_json: &headers,
-            body,
-            created_ms,
-            completed_ms: created_ms + 5,
-            expires_ms,
-            replace_expired: false,
-        },
-    )
-    .await
-    .unwrap()
-}
-
 fn key<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
     KeyRef {
         scope,
@@ -234,7 +136,7 @@ fn key<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
 pub async fn upgrade_from_sqlx_layout<DB: TestDb>() {
     let url = DB::fresh_url().await;
     let pool = DB::connect(&url, 4, &settings()).await.unwrap();
-    let app = tempdir("app-migrations");
+    let app = new_dir("app-migrations");
     std::fs::write(
         app.join("20250101000000_things.sql"),
         "CREATE TABLE things (id BIGINT PRIMARY KEY, name TEXT NOT NULL);",
@@ -289,10 +191,7 @@ pub async fn upgrade_from_sqlx_layout<DB: TestDb>() {
     assert_eq!(response.body.as_ref(), b"{\"id\":1}");
     assert_eq!(
         response.headers,
-        [
-            ("content-type".to_owned(), "application/json".to_owned()),
-            ("location".to_owned(), "/things/'; --".to_owned())
-        ]
+        HEADERS.map(|(name, value)| (name.to_owned(), value.to_owned()))
     );
     let row = table.get(old, NOW).await.unwrap().unwrap();
     assert_eq!(row.status, KeyStatus::Completed);
@@ -318,30 +217,11 @@ pub async fn table_size_is_reported<DB: TestDb>() {
     assert!(counts.table_bytes.is_some_and(|b| b > 0), "{counts:?}");
 }
 
-pub fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join("idem-tests").join(unique(name));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// One `#[tokio::test]` per case, on `$db`.
-#[macro_export]
-macro_rules! cases {
-    ($db:ty: $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                common::$name::<$db>().await;
-            }
-        )*
-    };
-}
-
-/// The cases of this file; the generic ones are the conformance kit's
-/// (`tests/conformance_*.rs`).
+/// The cases of this file, one `#[tokio::test]` each on `$db`; the generic ones are the
+/// conformance kit's (`idem-testkit/tests/conformance_*.rs`).
 #[macro_export]
 macro_rules! all_cases {
     ($db:ty) => {
-        $crate::cases!($db: upgrade_from_sqlx_layout, table_size_is_reported);
+        idem_testkit::tests_on!($db, common: upgrade_from_sqlx_layout, table_size_is_reported);
     };
 }

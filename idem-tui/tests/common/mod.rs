@@ -1,13 +1,12 @@
-//! Test harness: a fresh database per test, seeded through idem's runtime, and the `idem`
-//! binary run as a process against it.
+//! Test harness: a fresh database per test (idem-testkit's harness), seeded through idem's
+//! runtime, and the `idem` binary run as a process against it.
 //!
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
-//! each test gets its own schema `idem_test_cli_<uuid>`, passed to the tool with `--schema`.
+//! each test gets its own schema `idem_test_<uuid>`, passed to the tool with `--schema`.
 //! An unreachable server fails the test: nothing is skipped. SQLite uses a new file under
 //! the system's temporary directory.
 #![allow(dead_code, clippy::unwrap_used, clippy::missing_panics_doc)]
 
-use std::future::Future;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -18,13 +17,11 @@ use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
 use idem_runtime::fingerprint::Fingerprint;
 use idem_runtime::protocol::{Call, Record, work_fn};
 use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
-use idem_runtime::sqlx::{self, Postgres, Sqlite};
 use idem_runtime::staged::{Finished, StepError};
-use idem_runtime::store::{Backend, KeyRef, KeyRow, KeyTable};
+use idem_runtime::store::{KeyRef, KeyRow, KeyTable};
 use idem_runtime::{Config, Idem, IdempotencyKey};
+use idem_testkit::harness::{Location, TestBackend, postgres_url};
 use serde_json::{Value, json};
-
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Completed keys' operation, 24 hours.
 pub const ORDERS: OperationSpec = OperationSpec::new("orders:v1");
@@ -42,50 +39,22 @@ pub const UNUSED: OperationSpec = OperationSpec::new("unused:v2").ttl(Duration::
 /// The binary body of `bin-1`: not UTF-8.
 pub const BINARY_BODY: &[u8] = &[0xff, 0xfe, 0x00, 0x01, 0x80];
 
-pub fn postgres_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres"))
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// A database of one backend, fresh for one test.
-pub trait TestDb: Backend {
-    /// A new empty database: the runtime's URL, and the tool's connection arguments.
-    fn fresh() -> impl Future<Output = (String, Vec<String>)> + Send;
-}
-
-impl TestDb for Postgres {
-    async fn fresh() -> (String, Vec<String>) {
-        let url = postgres_url();
-        let schema = unique("idem_test_cli");
-        let admin = sqlx::PgPool::connect(&url).await.unwrap_or_else(|e| {
-            panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-        });
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        let separator = if url.contains('?') { '&' } else { '?' };
-        let runtime = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-        let args = vec!["--database-url".into(), url, "--schema".into(), schema];
-        (runtime, args)
-    }
-}
-
-impl TestDb for Sqlite {
-    async fn fresh() -> (String, Vec<String>) {
-        let dir = std::env::temp_dir().join("idem-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.db", unique("idem_test_cli")));
-        let url = format!("sqlite://{}", path.display());
-        (url.clone(), vec!["--database-url".into(), url])
-    }
+/// A new empty database ([`TestBackend::fresh`]): the runtime's URL, and the tool's
+/// connection arguments (on PostgreSQL the server's URL and `--schema`).
+async fn fresh<DB: TestBackend>() -> (String, Vec<String>) {
+    let db = DB::fresh().await;
+    let args = match db.location {
+        Location::Schema(schema) => {
+            vec![
+                "--database-url".into(),
+                postgres_url(),
+                "--schema".into(),
+                schema,
+            ]
+        }
+        Location::File(_) => vec!["--database-url".into(), db.url.clone()],
+    };
+    (db.url, args)
 }
 
 /// What one run of the tool gave.
@@ -151,16 +120,16 @@ pub fn idem(args: &[String], stdin: Option<&[u8]>) -> Run {
 /// | `s-running` | tenant:acme | pay:v1 | processing: an attempt holds it (lease of an hour) |
 ///
 /// `orders:v1`, `pay:v1` and `unused:v2` (no keys) are registered.
-pub struct Seeded<DB: TestDb> {
+pub struct Seeded<DB: TestBackend> {
     pub idem: Idem<DB>,
     pub args: Vec<String>,
     running: tokio::task::JoinHandle<Result<(), idem_runtime::Error>>,
     gate: Arc<tokio::sync::Notify>,
 }
 
-impl<DB: TestDb> Seeded<DB> {
+impl<DB: TestBackend> Seeded<DB> {
     pub async fn new() -> Self {
-        let (url, args) = DB::fresh().await;
+        let (url, args) = fresh::<DB>().await;
         let start = SystemClock.now_millis() - 10 * 86_400_000;
         let clock = ManualClock::new(start);
         let idem = Idem::<DB>::connect(&url, Config::default())
@@ -265,7 +234,7 @@ fn json_record(n: usize) -> Record {
 }
 
 /// Runs an atomic execution that stores `record`.
-async fn atomic<DB: TestDb>(
+async fn atomic<DB: TestBackend>(
     idem: &Idem<DB>,
     spec: &OperationSpec,
     scope: &str,
@@ -297,7 +266,7 @@ enum Then {
 }
 
 /// Runs a staged execution of `pay:v1` that records `charge`, then does `then`.
-async fn staged<DB: TestDb>(
+async fn staged<DB: TestBackend>(
     idem: &Idem<DB>,
     key: &str,
     then: Then,
@@ -332,27 +301,4 @@ async fn staged<DB: TestDb>(
     )
     .await
     .map(|_| ())
-}
-
-/// Runs one generic test body on both backends.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Postgres>().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Sqlite>().await;
-                }
-            )*
-        }
-    };
 }

@@ -1,13 +1,14 @@
 //! The store conformance kit: the contract of [`Backend`] and [`KeyTable`] as a test suite
-//! that runs on any backend (feature `conformance`).
+//! that runs on any backend.
 //!
 //! Every semantic case of the store — migrations and their history, the protocol's
 //! primitives (lookup, `begin` with the key's lock, lock waits that run out, inserting the
 //! completed row, replacing expired rows, savepoints, responses stored byte for byte), staged
 //! mode's fenced writes, the outbox, and the tools' API (get, list with every filter, keyset
 //! pagination, counts, sweeps, operator actions and their audit trail, the operation
-//! registry) — is a public `async fn` in [`cases`], generic over the backend. idem's own
-//! PostgreSQL and SQLite stores run every one of them; a new backend is accepted when it
+//! registry) — is a public `async fn` in [`cases`], generic over the backend. It uses the
+//! store's public API only. idem's own PostgreSQL and SQLite stores run every one of them
+//! (this crate's `tests/conformance_{postgres,sqlite}.rs`); a new backend is accepted when it
 //! passes them all.
 //!
 //! # Running the kit
@@ -16,45 +17,41 @@
 //! named after it, so that a failure names its case:
 //!
 //! ```ignore
-//! // tests/conformance_sqlite.rs, with `idem-store = { features = ["sqlite", "conformance"] }`
-//! // and `tokio = { features = ["macros", "rt"] }` among the dev-dependencies.
-//! async fn fresh_database() -> String {
-//!     let file = std::env::temp_dir().join(format!("idem-{}.db", uuid::Uuid::new_v4()));
-//!     format!("sqlite://{}", file.display())
-//! }
-//!
-//! idem_store::conformance_tests!(idem_store::sqlx::Sqlite, fresh_database);
+//! // tests/conformance_sqlite.rs, with `idem-testkit = { features = ["sqlite"] }` and
+//! // `tokio = { features = ["macros", "rt"] }` among the dev-dependencies.
+//! idem_testkit::conformance_tests!(idem_store::sqlx::Sqlite);
 //! ```
 //!
 //! The expansion uses `#[::tokio::test]`: the crate invoking it needs `tokio` (features
 //! `macros` and `rt`) among its dev-dependencies. [`run`] runs every case in turn instead and
-//! returns a [`Report`], for a harness of one's own.
+//! returns a [`Report`].
 //!
-//! # The harness
+//! # Where the databases come from
 //!
-//! A [`Harness`] hands out the URL of a new, empty database for each case: on PostgreSQL a
-//! new schema (`options=-c search_path=…` in the URL), on SQLite a new file. The kit opens its
-//! pools itself through [`Backend::connect`], with the [`TxSettings`] a case needs (a short
-//! lock timeout to time a lock wait, say), and sometimes several pools on one database (one
-//! per instance, for instances migrating or claiming at once); it migrates the database
-//! itself, since some cases look at what migrating does. The kit never drops what it
-//! created: clean up schemas or files the way the harness names them.
+//! A [`Harness`] hands out the URL of a new, empty database for each case: by default the
+//! test harness's ([`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url): on
+//! PostgreSQL a new schema, `options=-c search_path=…` in the URL, on SQLite a new file), or
+//! any closure or `async fn` returning a URL. The kit opens its pools itself through
+//! [`Backend::connect`], with the [`TxSettings`] a case needs (a short lock timeout to time a
+//! lock wait, say), and sometimes several pools on one database (one per instance, for
+//! instances migrating or claiming at once); it migrates the database itself, since some
+//! cases look at what migrating does. The kit never drops what it created.
 //!
 //! Times are fixed ([`NOW`]): the store never reads the clock, so no case waits for time to
 //! pass, except the one that times a lock wait.
 //!
 //! # A new backend
 //!
-//! [`Backend`] is sealed: the protocol's guarantees are proven per backend in this crate,
-//! so a store for another database (MySQL, say) is added to this crate, not implemented
-//! outside it. Such a backend implements [`Backend`] (and the crate's private traits behind
-//! it: the tools' statements, staged mode's, the outbox's), [`ConformanceSql`] (the few
+//! [`Backend`] is sealed: the protocol's guarantees are proven per backend in `idem-store`,
+//! so a store for another database (MySQL, say) is added to that crate, not implemented
+//! outside it. Such a backend implements [`Backend`] (and the store's private traits behind
+//! it: the tools' statements, staged mode's, the outbox's), [`ConformanceSql`] here (the few
 //! statements the kit runs beside the store's API, to read the migration history and to spoil
-//! rows on purpose), and adds a test file that invokes
-//! [`conformance_tests!`](crate::conformance_tests) with its database type and a harness.
-//! The kit is its acceptance test: every case passes, unchanged. What is specific to one
-//! database (its lock ids, its layout of the history table, query plans, numeric timestamps
-//! written by hand) stays in that backend's own tests.
+//! rows on purpose), is added to the [harness](crate::harness), and gets a test file that
+//! invokes [`conformance_tests!`](crate::conformance_tests) with its database type. The kit is
+//! its acceptance test: every case passes, unchanged. What is specific to one database (its
+//! lock ids, its layout of the history table, query plans, numeric timestamps written by hand)
+//! stays in that backend's own tests in `idem-store/tests`.
 
 use std::any::Any;
 use std::fmt;
@@ -64,27 +61,21 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sqlx::Pool;
+use idem_store::sqlx::{self, Pool};
+use idem_store::{Backend, KeyRef, KeyTable, NewRow, StoredResponse, TxSettings};
 
-use crate::key::KeyRef;
-use crate::row::StoredResponse;
-use crate::table::KeyTable;
-use crate::{Backend, NewRow, TxSettings};
+/// The fixed "now" of every case, and an hour: the harness's.
+pub use crate::harness::{HOUR, NOW};
 
 pub mod cases;
 mod sql;
-
-/// The fixed "now" of every case, in milliseconds since the Unix epoch (2027-01-15).
-pub const NOW: i64 = 1_800_000_000_000;
-/// An hour, in milliseconds.
-pub const HOUR: i64 = 3_600_000;
 
 /// The few statements the kit runs on a backend beside the store's API: reading the
 /// migration history and spoiling rows on purpose (a tampered checksum, headers or a payload
 /// that is not JSON), to check how the store answers them.
 ///
-/// Implemented for every backend of this crate (the SQL is in this module's `sql.rs`); a new
-/// backend implements it next to [`Backend`].
+/// Implemented for idem's backends, with this crate's features `postgres` and `sqlite` (the
+/// SQL is in this module's `sql.rs`); a new backend implements it here.
 pub trait ConformanceSql: Backend {
     /// `idem_schema_migrations` in version order: (version, description, checksum).
     fn history(
@@ -122,7 +113,8 @@ pub trait ConformanceSql: Backend {
 /// [`Backend::connect`].
 ///
 /// Any `Fn() -> impl Future<Output = String>` is one: a closure or an `async fn` without
-/// arguments.
+/// arguments, such as the test harness's
+/// [`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url).
 pub trait Harness {
     /// The URL of a new, empty database (PostgreSQL: a new schema, set as the URL's
     /// `search_path`; SQLite: a new file). The kit connects and migrates.
@@ -139,14 +131,15 @@ where
     }
 }
 
-/// The settings the kit's pools use: a lock timeout long enough for the cases that contend
-/// on purpose (concurrent migrations, operators, dispatchers) on a loaded machine.
+/// The settings the kit's pools use: the harness's
+/// ([`harness::settings`](crate::harness::settings)) with a lock timeout long enough for the
+/// cases that contend on purpose (concurrent migrations, operators, dispatchers) on a loaded
+/// machine.
 #[must_use]
 pub fn settings() -> TxSettings {
     TxSettings {
         lock_timeout: Duration::from_secs(5),
-        statement_timeout: Duration::from_secs(30),
-        acquire_timeout: Duration::from_secs(30),
+        ..crate::harness::settings()
     }
 }
 
@@ -202,7 +195,7 @@ pub(crate) fn key(key: &str) -> KeyRef<'_> {
 
 /// The headers [`put`] stores: a quote, a semicolon and a comment marker in a value, a name
 /// twice, and text beyond ASCII.
-pub(crate) const HEADERS: [(&str, &str); 4] = [
+pub const HEADERS: [(&str, &str); 4] = [
     ("content-type", "application/json"),
     ("location", "/things/'; --"),
     ("set-cookie", "a=1"),
@@ -212,7 +205,7 @@ pub(crate) const HEADERS: [(&str, &str); 4] = [
 /// Stores a completed key through the protocol's primitives, as the runtime does: `begin`
 /// without a lock, then [`Backend::insert_completed_and_commit`]. Fingerprint `[7; 32]`,
 /// status 201, [`HEADERS`], completed 5 ms after `created_ms`.
-pub(crate) async fn put<DB: Backend>(
+pub async fn put<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
     created_ms: i64,
@@ -434,23 +427,25 @@ macro_rules! __idem_conformance_cases {
 }
 
 /// One `#[tokio::test]` per case of the store conformance kit ([`conformance`](crate::conformance)),
-/// on the backend `$db`, each case on a new database from `$harness` (a
-/// [`Harness`](crate::conformance::Harness): a closure or `async fn` returning a database
-/// URL). The tests are named after the cases; invoke it once per module.
+/// on the backend `$db`, each case on a new database: from the test harness
+/// ([`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url)), or from `$harness`
+/// when given (a [`Harness`](crate::conformance::Harness): a closure or `async fn` returning
+/// a database URL). The tests are named after the cases; invoke it once per module.
 ///
 /// The tests are `#[::tokio::test]`s: the invoking crate needs `tokio` with features `macros`
 /// and `rt` (as a dev-dependency).
 ///
 /// ```ignore
-/// async fn fresh_database() -> String {
-///     let file = std::env::temp_dir().join(format!("idem-{}.db", uuid::Uuid::new_v4()));
-///     format!("sqlite://{}", file.display())
-/// }
-///
-/// idem_store::conformance_tests!(idem_store::sqlx::Sqlite, fresh_database);
+/// idem_testkit::conformance_tests!(idem_store::sqlx::Sqlite);
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
+    ($db:ty $(,)?) => {
+        $crate::conformance_tests!(
+            $db,
+            <$db as $crate::harness::TestBackend>::fresh_url
+        );
+    };
     ($db:ty, $harness:expr $(,)?) => {
         $crate::__idem_conformance_cases!([$crate::__idem_conformance_tests] $db, $harness;);
     };

@@ -1,17 +1,18 @@
 //! The store conformance kit on SQLite: every case in a new file under the system's
 //! temporary directory.
 
-mod common;
+use idem_store::sqlx::Sqlite;
+use idem_testkit::conformance::{self, CASES};
+use idem_testkit::harness::TestBackend;
 
-idem_store::conformance_tests!(idem_store::sqlx::Sqlite, common::fresh_sqlite_url);
+idem_testkit::conformance_tests!(Sqlite);
 
 /// The runner without the macro: every case, in order, each reported.
 #[tokio::test]
 async fn the_runner_reports_every_case() {
-    let report =
-        idem_store::conformance::run::<idem_store::sqlx::Sqlite>(common::fresh_sqlite_url).await;
+    let report = conformance::run::<Sqlite>(Sqlite::fresh_url).await;
     let cases: Vec<&str> = report.outcomes.iter().map(|o| o.case).collect();
-    assert_eq!(cases, idem_store::conformance::CASES);
+    assert_eq!(cases, CASES);
     assert!(report.passed(), "{report}");
 }
 
@@ -19,13 +20,9 @@ async fn the_runner_reports_every_case() {
 #[tokio::test]
 async fn the_runner_reports_failures() {
     let unreachable = || async { "sqlite:///nonexistent-directory/idem/x.db".to_owned() };
-    let report = idem_store::conformance::run::<idem_store::sqlx::Sqlite>(unreachable).await;
+    let report = conformance::run::<Sqlite>(unreachable).await;
     assert!(!report.passed());
-    assert_eq!(
-        report.failures().count(),
-        idem_store::conformance::CASES.len(),
-        "{report}"
-    );
+    assert_eq!(report.failures().count(), CASES.len(), "{report}");
     let first = &report.outcomes[0];
     assert!(
         first

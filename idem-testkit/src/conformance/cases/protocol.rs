@@ -1,18 +1,18 @@
-//! The protocol's primitives on [`crate::Backend`]: lookup, `begin` with the key's lock,
+//! The protocol's primitives on [`idem_store::Backend`]: lookup, `begin` with the key's lock,
 //! inserting the completed row, replacing an expired one, savepoints.
 
 use std::time::{Duration, Instant};
 
-use sqlx::Pool;
+use idem_store::sqlx::{self, Pool};
+use idem_store::staged::Reservation;
+use idem_store::{
+    Backend, Begun, Failure, KeyLock, KeyRef, NewRow, Outbox, OutboxMessage, StoredResponse,
+    StoredStatus, TxSettings, enqueue,
+};
 
 use crate::conformance::{
     ConformanceSql, HEADERS, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
 };
-use crate::key::KeyRef;
-use crate::outbox::{Outbox, OutboxMessage, enqueue};
-use crate::row::{StoredResponse, StoredStatus};
-use crate::staged::Reservation;
-use crate::{Backend, Begun, Failure, KeyLock, NewRow, TxSettings};
 
 /// A completed row of `key`, created at `created_ms`.
 fn new_row<'a>(
@@ -194,7 +194,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>(harness: &impl Ha
 
 /// Responses come back byte for byte, through [`Backend::insert_completed_and_commit`] and
 /// [`Backend::insert_completed`] alike, read by [`Backend::lookup`] and
-/// [`crate::KeyTable::get`]: empty and binary bodies (NUL, invalid UTF-8, every byte value),
+/// [`idem_store::KeyTable::get`]: empty and binary bodies (NUL, invalid UTF-8, every byte value),
 /// bodies with quotes, backslashes and SQL, a large body, headers in order with a repeated
 /// name and text beyond ASCII, no headers at all; keys, scopes and operations with quotes and
 /// text beyond ASCII.
@@ -456,7 +456,7 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>(harness: &impl Harness) {
         ..settings()
     };
     let pool = connect::<DB>(&url, &quick).await;
-    crate::migrate(&pool).await.must("migrate");
+    idem_store::migrate(&pool).await.must("migrate");
     let k = key("k");
     let mut holder = pool.acquire().await.must("acquiring a connection");
     let mut waiter = pool.acquire().await.must("acquiring a second connection");

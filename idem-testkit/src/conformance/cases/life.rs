@@ -4,17 +4,14 @@
 //! the lease ran out; only a completed row past its `expires_at` is expired, swept and
 //! replaceable; and a key's TTL counts from its completion.
 
-use sqlx::Pool;
+use idem_store::sqlx::Pool;
+use idem_store::staged::{Ending, Reservation};
+use idem_store::{
+    Action, Actor, Backend, KeyFilter, KeyRef, KeyStatus, KeyTable, NewRow, Registration,
+    StoredResponse, StoredStatus,
+};
 
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
-use crate::key::KeyRef;
-use crate::list::KeyFilter;
-use crate::operations::Registration;
-use crate::operator::{Action, Actor};
-use crate::row::{KeyStatus, StoredResponse, StoredStatus};
-use crate::staged::{Ending, Reservation};
-use crate::table::KeyTable;
-use crate::{Backend, NewRow};
 
 /// A staged key reserved 30 hours ago with a TTL of a day (its `expires_at` six hours
 /// past), its first attempt's lease until `lease_ms`: a payment killed mid-charge whose TTL
@@ -58,7 +55,7 @@ async fn listed<DB: Backend>(table: &KeyTable<DB>, status: KeyStatus) -> Vec<Str
 /// A processing key past its `expires_at` reads `Processing` while its lease is live and
 /// `Stuck` once it ran out — in `get`, the protocol's lookup, every listing filter and the
 /// counts — and never `Expired`; the stuck one is listed by
-/// [`crate::staged::StagedSql::stuck`] and can be taken over, the live one cannot. Only the
+/// [`idem_store::staged::StagedSql::stuck`] and can be taken over, the live one cannot. Only the
 /// completed key past its `expires_at` is `Expired`.
 pub async fn unfinished_keys_never_expire<DB: ConformanceSql>(harness: &impl Harness) {
     let table = fresh::<DB>(harness).await;
@@ -234,7 +231,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>(harness: &im
     tx.commit().await.must("commit");
 }
 
-/// [`crate::staged::StagedSql::finish`] sets `expires_at` from [`Ending::expires_ms`]: a key
+/// [`idem_store::staged::StagedSql::finish`] sets `expires_at` from [`Ending::expires_ms`]: a key
 /// completed after its reservation's `expires_at` passed has its whole TTL from its
 /// completion — completed (replayed) until then, expired and swept after.
 pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>(harness: &impl Harness) {

@@ -1,15 +1,14 @@
 //! Migrations: applied once, recorded in `idem_schema_migrations`, checked on every run.
 
+use idem_store::{KeyTable, Outbox, OutboxMessage, StoreError, enqueue};
+
 use crate::conformance::{
     ConformanceSql, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
 };
-use crate::error::StoreError;
-use crate::outbox::{Outbox, OutboxMessage, enqueue};
-use crate::table::KeyTable;
 
-/// Migrating a new database applies every migration of [`crate::Backend::migrations`] in
+/// Migrating a new database applies every migration of [`idem_store::Backend::migrations`] in
 /// order and records each (version, description, checksum); migrating again, through
-/// [`KeyTable::migrate`] or [`crate::migrate`], changes nothing.
+/// [`KeyTable::migrate`] or [`idem_store::migrate`], changes nothing.
 pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &impl Harness) {
     let url = harness.fresh_database().await;
     let pool = connect::<DB>(&url, &settings()).await;
@@ -17,7 +16,9 @@ pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &i
         DB::history(&pool).await.is_err(),
         "a new database has no idem_schema_migrations table"
     );
-    crate::migrate(&pool).await.must("migrating a new database");
+    idem_store::migrate(&pool)
+        .await
+        .must("migrating a new database");
     let expected: Vec<(i64, String, Vec<u8>)> = DB::migrations()
         .iter()
         .map(|m| (m.version, m.description.to_owned(), m.checksum().to_vec()))
@@ -44,7 +45,9 @@ pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &i
 
     let table = KeyTable::new(pool.clone());
     table.migrate().await.must("migrating again");
-    crate::migrate(&pool).await.must("migrating a third time");
+    idem_store::migrate(&pool)
+        .await
+        .must("migrating a third time");
     let again = DB::history(&pool).await.must("reading the history");
     assert_eq!(again, expected, "the history after migrating again");
     let counts = table.counts(NOW).await.must("counting keys");

@@ -3,18 +3,14 @@
 //!
 //! Staged keys are written through staged mode's own statements ([`super::staged`]).
 
+use idem_store::{
+    Acted, Action, Actor, AuditFilter, Backend, KeyFilter, KeyRef, KeyRow, KeyStatus, KeyTable,
+    NewRow, Registration, StoreError, StoredResponse,
+};
 use serde_json::json;
 
 use super::staged::{JOURNAL, staged_key};
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, settings};
-use crate::error::StoreError;
-use crate::key::KeyRef;
-use crate::list::KeyFilter;
-use crate::operations::Registration;
-use crate::operator::{Acted, Action, Actor, AuditFilter};
-use crate::row::{KeyRow, KeyStatus, StoredResponse};
-use crate::table::KeyTable;
-use crate::{Backend, NewRow};
 
 fn key(key: &str) -> KeyRef<'_> {
     KeyRef {
@@ -592,7 +588,7 @@ pub async fn act_fenced_refusals<DB: ConformanceSql>(harness: &impl Harness) {
 async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt: i64) {
     let before = table.get(k, NOW).await.must("get");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let ending = crate::staged::Ending {
+    let ending = idem_store::staged::Ending {
         status: 201,
         headers_json: "[]",
         body: b"{\"charged\":true}",
@@ -652,7 +648,7 @@ pub async fn act_live_lease_needs_force<DB: ConformanceSql>(harness: &impl Harne
                 assert_eq!(refused, action.name());
                 assert_eq!(
                     hazard,
-                    crate::Hazard::LeaseLive {
+                    idem_store::Hazard::LeaseLive {
                         locked_until_ms: Some(lease)
                     }
                 );
@@ -740,7 +736,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness
     let staged = key("staged");
     staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
     let mut conn = table.pool().acquire().await.must("acquire");
-    let ending = crate::staged::Ending {
+    let ending = idem_store::staged::Ending {
         status: 201,
         headers_json: "[]",
         body: b"{\"id\":7}",
@@ -763,7 +759,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness
             assert_eq!(action, "delete");
             assert_eq!(
                 hazard,
-                crate::Hazard::EffectsExist {
+                idem_store::Hazard::EffectsExist {
                     attempt: 1,
                     recovery_point: Some("charge".to_owned())
                 }
@@ -1077,7 +1073,7 @@ pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
     );
     let counts = table.counts(NOW).await.must("counts");
     assert_eq!(
-        crate::operations::OperationInfo::merge(&counts, registrations),
+        idem_store::OperationInfo::merge(&counts, registrations),
         table.operations(NOW).await.must("operations"),
         "OperationInfo::merge of the counts and registrations is KeyTable::operations"
     );
@@ -1105,7 +1101,7 @@ pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
 /// key (also one replacing an expired key), and finishing, an operator's complete, fail or
 /// delete take it out; the sweep never sees it (a processing key does not expire).
 pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &impl Harness) {
-    use crate::staged::{Ending, Reservation};
+    use idem_store::staged::{Ending, Reservation};
 
     let table = fresh::<DB>(harness).await;
     let mut conn = table.pool().acquire().await.must("acquire");

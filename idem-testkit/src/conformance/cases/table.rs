@@ -3,16 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use sqlx::Pool;
+use idem_store::sqlx::Pool;
+use idem_store::staged::Reservation;
+use idem_store::{
+    Backend, Cursor, KeyFilter, KeyRef, KeyRow, KeyStatus, KeyTable, NewRow, Page, StatusCounts,
+    StoreError,
+};
 
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, put, settings};
-use crate::error::StoreError;
-use crate::key::KeyRef;
-use crate::list::{Cursor, KeyFilter, Page, StatusCounts};
-use crate::row::{KeyRow, KeyStatus};
-use crate::staged::Reservation;
-use crate::table::KeyTable;
-use crate::{Backend, NewRow};
 
 fn kr<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
     KeyRef {

@@ -2,6 +2,4 @@
 //! `postgres://postgres@127.0.0.1:5432/test`): every case in a schema `idem_test_<uuid>` of
 //! its own.
 
-mod common;
-
-idem_store::conformance_tests!(idem_store::sqlx::Postgres, common::fresh_postgres_url);
+idem_testkit::conformance_tests!(idem_store::sqlx::Postgres);

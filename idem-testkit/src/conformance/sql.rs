@@ -1,5 +1,8 @@
-//! [`ConformanceSql`] for idem's backends: statements both PostgreSQL and SQLite read alike
-//! (`$n` parameters work on both).
+//! [`ConformanceSql`] for idem's backends (features `postgres` and `sqlite`): statements both
+//! PostgreSQL and SQLite read alike (`$n` parameters work on both).
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use idem_store::sqlx;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use super::ConformanceSql;
@@ -50,7 +53,7 @@ macro_rules! impl_conformance_sql {
 
             async fn corrupt_headers(
                 pool: &sqlx::Pool<Self>,
-                key: $crate::KeyRef<'_>,
+                key: idem_store::KeyRef<'_>,
             ) -> Result<(), sqlx::Error> {
                 sqlx::query(
                     "UPDATE idempotency_keys SET response_headers = 'not json' \

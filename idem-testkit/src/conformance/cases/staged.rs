@@ -1,14 +1,13 @@
-//! Staged mode's statements ([`crate::staged::StagedSql`]): reservation, leases and
+//! Staged mode's statements ([`idem_store::staged::StagedSql`]): reservation, leases and
 //! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
 
-use sqlx::{Connection as _, Pool};
+use idem_store::sqlx::{Connection as _, Pool};
+use idem_store::staged::{Ending, Lease, Reservation, StuckKey};
+use idem_store::{
+    Backend, KeyRef, KeyStatus, Outbox, OutboxMessage, StoredResponse, StoredStatus, enqueue,
+};
 
-use crate::Backend;
 use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
-use crate::key::KeyRef;
-use crate::outbox::{Outbox, OutboxMessage, enqueue};
-use crate::row::{KeyStatus, StoredResponse, StoredStatus};
-use crate::staged::{Ending, Lease, Reservation, StuckKey};
 
 /// The journal [`staged_key`] records: two steps.
 pub(crate) const JOURNAL: &str = r#"{"reserve":{"hold":"h-1"},"charge":{"payment":"p-9"}}"#;
@@ -55,7 +54,7 @@ pub(crate) async fn staged_key<DB: Backend>(
     assert!(journaled, "journaling the running attempt");
 }
 
-/// [`crate::staged::StagedSql::reserve`] inserts the key as processing, attempt 1, with its
+/// [`idem_store::staged::StagedSql::reserve`] inserts the key as processing, attempt 1, with its
 /// lease, fingerprint and request; a second reservation (replacing expired rows or not)
 /// finds the key taken and changes nothing.
 pub async fn reserve_once<DB: ConformanceSql>(harness: &impl Harness) {
@@ -209,10 +208,10 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl
     }
 }
 
-/// [`crate::staged::StagedSql::take_over`] takes a key whose lease ran out (at or before
+/// [`idem_store::staged::StagedSql::take_over`] takes a key whose lease ran out (at or before
 /// now) and whose attempt is the one seen, as the next attempt, returning the journal,
 /// request and fingerprint; a lease still running, a stale attempt number or a renewed
-/// lease refuse it. [`crate::staged::StagedSql::renew`] works for the current attempt only.
+/// lease refuse it. [`idem_store::staged::StagedSql::renew`] works for the current attempt only.
 pub async fn lease_takeover_and_renewal<DB: ConformanceSql>(harness: &impl Harness) {
     let table = fresh::<DB>(harness).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
@@ -292,8 +291,8 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>(harness: &impl Harne
     );
 }
 
-/// [`crate::staged::StagedSql::journal`] records the recovery point and the journal and
-/// renews the lease, for the running attempt only; [`crate::staged::StagedSql::finish`]
+/// [`idem_store::staged::StagedSql::journal`] records the recovery point and the journal and
+/// renews the lease, for the running attempt only; [`idem_store::staged::StagedSql::finish`]
 /// completes the key with its response, for the running attempt only, after which no write
 /// of any attempt applies.
 pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Harness) {
@@ -442,7 +441,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Ha
     );
 }
 
-/// [`crate::staged::StagedSql::release`] ends the running attempt's lease at once, leaving
+/// [`idem_store::staged::StagedSql::release`] ends the running attempt's lease at once, leaving
 /// the key processing — stuck from then on — for the next attempt to take over; a stale
 /// attempt cannot release it.
 pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness) {
@@ -494,9 +493,9 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness
     );
 }
 
-/// [`crate::staged::StagedSql::hold`]: where the backend [`HOLDS`](crate::staged::StagedSql::HOLDS),
+/// [`idem_store::staged::StagedSql::hold`]: where the backend [`HOLDS`](idem_store::staged::StagedSql::HOLDS),
 /// one session at a time holds a key's attempt, and a session holds one attempt at a time
-/// (a new hold or probe lets go of the old one); [`crate::staged::StagedSql::owner_gone`]
+/// (a new hold or probe lets go of the old one); [`idem_store::staged::StagedSql::owner_gone`]
 /// answers `false` while the attempt is held and `true` once its owner let go or its
 /// connection ended (a process killed with its attempt running), holding nothing itself;
 /// the next attempt's hold and the key's transaction lock are other locks. Elsewhere holds
@@ -545,7 +544,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
         "the next attempt's hold waited for the attempt it replaces"
     );
     // The key's transaction lock (the atomic protocol's) is another lock.
-    let lock = crate::KeyLock {
+    let lock = idem_store::KeyLock {
         namespace: ns,
         key: k,
         expired_by_ms: None,
@@ -607,7 +606,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
     assert!(gone, "the hold of a closed session outlived it");
 }
 
-/// [`crate::staged::StagedSql::reserve_held`] reserves a free key holding its attempt 1, in
+/// [`idem_store::staged::StagedSql::reserve_held`] reserves a free key holding its attempt 1, in
 /// one round trip; it reserves nothing while another session holds attempt 1, and finds a
 /// reserved key taken. Without holds it is `reserve`.
 pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>(harness: &impl Harness) {
@@ -705,7 +704,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>(harness: &
     }
 }
 
-/// [`crate::staged::StagedSql::stuck`] lists the processing keys of one operation whose
+/// [`idem_store::staged::StagedSql::stuck`] lists the processing keys of one operation whose
 /// lease ran out by now (a lease ending exactly now has), the longest stuck first, at most
 /// `limit`.
 pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>(harness: &impl Harness) {

@@ -3,13 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use idem_store::sqlx::Pool;
+use idem_store::{Backend, Outbox, OutboxMessage, OutboxStatus, StoreError, enqueue};
 use serde_json::json;
-use sqlx::Pool;
 
-use crate::Backend;
 use crate::conformance::{ConformanceSql, Harness, Must as _, NOW, connect, fresh, settings};
-use crate::error::StoreError;
-use crate::outbox::{Outbox, OutboxMessage, OutboxStatus, enqueue};
 
 fn message(id: &str) -> OutboxMessage {
     OutboxMessage::new(
@@ -360,7 +358,7 @@ pub async fn outbox_concurrent_claimers_never_share_a_message<DB: ConformanceSql
 ) {
     let url = harness.fresh_database().await;
     let pool = connect::<DB>(&url, &settings()).await;
-    crate::migrate(&pool).await.must("migrate");
+    idem_store::migrate(&pool).await.must("migrate");
     let outbox = Outbox::new(pool);
     let mut tx = outbox.pool().begin().await.must("begin");
     for i in 0..200 {

@@ -1,0 +1,221 @@
+//! The test harness: a new, empty database for each test, on PostgreSQL or SQLite, and one
+//! generic test body run on each backend.
+//!
+//! - PostgreSQL comes from `DATABASE_URL` (default [`DEFAULT_POSTGRES_URL`]): each test gets
+//!   a new schema `idem_test_<uuid>`, named by the URL's `options=-c search_path=…` and as
+//!   its `application_name` (so that a test can find its own sessions). An unreachable server
+//!   fails the test: nothing is skipped.
+//! - SQLite: a new file `idem_test_<uuid>.db` in [`temp_dir`], `idem-tests` under the
+//!   system's temporary directory.
+//!
+//! Nothing is dropped when a test ends: a failed test leaves its data to look at. Schemas
+//! starting `idem_test_` and the directory `idem-tests` are what CI clears before a run.
+//!
+//! [`TestBackend`] is implemented for every [`Backend`] the test's crate enables, so the
+//! harness needs no feature of its own: generic test bodies take `DB: TestBackend`, and
+//! [`on_both_backends!`](crate::on_both_backends) or [`tests_on!`](crate::tests_on) turn
+//! them into `#[tokio::test]`s.
+//!
+//! ```ignore
+//! use idem_store::KeyTable;
+//! use idem_testkit::harness::{TestBackend, settings};
+//!
+//! async fn a_new_table_is_empty<DB: TestBackend>() {
+//!     let url = DB::fresh_url().await;
+//!     let table = KeyTable::new(DB::connect(&url, 4, &settings()).await.unwrap());
+//!     table.migrate().await.unwrap();
+//!     // …
+//! }
+//!
+//! // `postgres::a_new_table_is_empty` and `sqlite::a_new_table_is_empty`.
+//! idem_testkit::on_both_backends!(a_new_table_is_empty);
+//! ```
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use idem_store::sqlx::{Database, Executor};
+use idem_store::{Backend, TxSettings};
+
+/// The PostgreSQL server tests use when `DATABASE_URL` names none.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A fixed "now", in milliseconds since the Unix epoch (2027-01-15): the store never reads
+/// the clock, so its tests need none.
+pub const NOW: i64 = 1_800_000_000_000;
+/// An hour, in milliseconds.
+pub const HOUR: i64 = 3_600_000;
+
+/// The PostgreSQL server of the tests: `DATABASE_URL` when it names a PostgreSQL database,
+/// [`DEFAULT_POSTGRES_URL`] otherwise.
+#[must_use]
+pub fn postgres_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// `<prefix>_<uuid>`: a name no other test uses.
+#[must_use]
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `idem-tests` under the system's temporary directory, created if need be: where the
+/// tests' SQLite files and other files go.
+///
+/// # Panics
+/// When the directory cannot be created.
+#[must_use]
+pub fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("idem-tests");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// `<name>.db` in [`temp_dir`].
+#[must_use]
+pub fn temp_file(name: &str) -> PathBuf {
+    temp_dir().join(format!("{name}.db"))
+}
+
+/// A new, empty directory `<name>_<uuid>` in [`temp_dir`].
+///
+/// # Panics
+/// When the directory cannot be created.
+#[must_use]
+pub fn new_dir(name: &str) -> PathBuf {
+    let dir = temp_dir().join(unique(name));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// The settings of the tests' pools: a short lock timeout, generous statement and acquire
+/// timeouts for a loaded machine.
+#[must_use]
+pub fn settings() -> TxSettings {
+    TxSettings {
+        lock_timeout: Duration::from_secs(2),
+        statement_timeout: Duration::from_secs(30),
+        acquire_timeout: Duration::from_secs(30),
+    }
+}
+
+/// A new, empty database for one test ([`TestBackend::fresh`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestDatabase {
+    /// Its URL: on PostgreSQL the server's ([`postgres_url`]) with the schema as
+    /// `search_path` and `application_name`; on SQLite `sqlite://` and the file.
+    pub url: String,
+    /// Where it lives.
+    pub location: Location,
+}
+
+/// Where a [`TestDatabase`] lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// PostgreSQL: this schema on the server of [`postgres_url`].
+    Schema(String),
+    /// SQLite: this file.
+    File(PathBuf),
+}
+
+/// A backend the tests run on: a new, empty database for each test.
+///
+/// Implemented for every [`Backend`]: PostgreSQL and SQLite, told apart by
+/// [`Database::NAME`].
+pub trait TestBackend: Backend {
+    /// A new, empty database: on PostgreSQL a new schema `idem_test_<uuid>`, on SQLite a new
+    /// file. Nothing is created in it: tests connect and migrate.
+    fn fresh() -> impl Future<Output = TestDatabase> + Send;
+
+    /// The URL of a new, empty database ([`TestBackend::fresh`]).
+    fn fresh_url() -> impl Future<Output = String> + Send {
+        async { Self::fresh().await.url }
+    }
+}
+
+impl<DB> TestBackend for DB
+where
+    DB: Backend,
+    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
+{
+    async fn fresh() -> TestDatabase {
+        match DB::NAME {
+            "PostgreSQL" => fresh_schema::<DB>().await,
+            "SQLite" => {
+                let file = temp_file(&unique("idem_test"));
+                TestDatabase {
+                    url: format!("sqlite://{}", file.display()),
+                    location: Location::File(file),
+                }
+            }
+            other => panic!("the test harness knows no database {other}"),
+        }
+    }
+}
+
+/// A new schema on the server of [`postgres_url`].
+async fn fresh_schema<DB>() -> TestDatabase
+where
+    DB: Backend,
+    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
+{
+    let url = postgres_url();
+    let schema = unique("idem_test");
+    let admin = DB::connect(&url, 1, &settings()).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+    });
+    let mut conn = admin
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    conn.execute(format!("CREATE SCHEMA {schema}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("CREATE SCHEMA {schema}: {e}"));
+    drop(conn);
+    admin.close().await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    TestDatabase {
+        url: format!(
+            "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
+        ),
+        location: Location::Schema(schema),
+    }
+}
+
+/// One `#[tokio::test]` (multi-threaded, two workers) per generic test body, on the backend
+/// `$db`: `tests_on!(Db, module: name, …)` defines `async fn name()` running
+/// `module::name::<Db>()`. `module` is where the bodies are, `super` or `common` say.
+///
+/// The invoking crate needs `tokio` (features `macros`, `rt-multi-thread`).
+#[macro_export]
+macro_rules! tests_on {
+    ($db:ty, $module:ident: $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $module::$name::<$db>().await;
+            }
+        )*
+    };
+}
+
+/// Every generic test body `name::<DB>()` of the invoking module as two `#[tokio::test]`s,
+/// `postgres::name` and `sqlite::name` ([`tests_on!`](crate::tests_on)).
+///
+/// The invoking crate enables both backends (sqlx's `postgres` and `sqlite`) and needs
+/// `tokio` (features `macros`, `rt-multi-thread`).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $crate::tests_on!($crate::__private::sqlx::Postgres, super: $($name),*);
+        }
+        mod sqlite {
+            $crate::tests_on!($crate::__private::sqlx::Sqlite, super: $($name),*);
+        }
+    };
+}
