@@ -104,9 +104,9 @@ impl<DB: Backend> Idem<DB> {
             .iter()
             .map(|doc| Registration {
                 operation: doc.id.clone(),
-                scope: doc.scope.as_str().to_owned(),
+                scope: doc.scope,
                 ttl_ms: millis(doc.ttl),
-                mode: doc.mode.as_str().to_owned(),
+                mode: doc.mode,
                 lease_ms: matches!(doc.mode, Mode::Staged).then(|| millis(doc.lease)),
                 registered_at_ms: now,
                 doc: serde_json::to_string(doc).ok(),
@@ -153,7 +153,7 @@ impl<DB: Backend> Idem<DB> {
             .registrations()
             .await?
             .into_iter()
-            .filter(|registration| registration.mode == Mode::Staged.as_str())
+            .filter(|registration| registration.mode == Mode::Staged)
             .map(|registration| (registration.operation, 0))
             .collect();
         let mut filter = KeyFilter::new()

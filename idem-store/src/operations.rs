@@ -1,6 +1,7 @@
 //! The operations a database knows: registered by the services that run them
 //! ([`KeyTable::register`]) and seen in the key table ([`KeyTable::operations`]).
 
+use idem_spec::{Mode, ScopeKind};
 use sqlx::Transaction;
 
 use crate::backend::Backend;
@@ -15,12 +16,12 @@ use crate::table::KeyTable;
 pub struct Registration {
     /// The operation id, `<name>:v<version>`.
     pub operation: String,
-    /// How keys are scoped: `global`, `tenant` or `user`.
-    pub scope: String,
+    /// How keys are scoped.
+    pub scope: ScopeKind,
     /// How long a stored response is replayed, in milliseconds.
     pub ttl_ms: i64,
-    /// `atomic` or `staged`.
-    pub mode: String,
+    /// How it executes.
+    pub mode: Mode,
     /// Staged mode: the lease of a running attempt, in milliseconds.
     pub lease_ms: Option<i64>,
     /// When the service last registered it (milliseconds since the Unix epoch).
@@ -48,20 +49,13 @@ impl<DB: Backend> KeyTable<DB> {
     /// start (`idem-runtime`'s `Idem::register`); the operator tool shows it.
     ///
     /// # Errors
-    /// [`StoreError::InvalidArgument`] for an empty operation id or a mode other than
-    /// `atomic` or `staged`; the database's errors.
+    /// [`StoreError::InvalidArgument`] for an empty operation id; the database's errors.
     pub async fn register(&self, registrations: &[Registration]) -> Result<(), StoreError> {
         for registration in registrations {
             if registration.operation.is_empty() {
                 return Err(StoreError::InvalidArgument(
                     "a registration needs an operation id".into(),
                 ));
-            }
-            if !matches!(registration.mode.as_str(), "atomic" | "staged") {
-                return Err(StoreError::InvalidArgument(format!(
-                    "mode `{}`: expected atomic or staged",
-                    registration.mode
-                )));
             }
         }
         async {
@@ -70,9 +64,9 @@ impl<DB: Backend> KeyTable<DB> {
             for r in registrations {
                 let args = [
                     Arg::Text(&r.operation),
-                    Arg::Text(&r.scope),
+                    Arg::Text(r.scope.as_str()),
                     Arg::Int(r.ttl_ms),
-                    Arg::Text(&r.mode),
+                    Arg::Text(r.mode.as_str()),
                     Arg::OptInt(r.lease_ms),
                     Arg::Int(r.registered_at_ms),
                     Arg::OptText(r.doc.as_deref()),
@@ -111,9 +105,9 @@ impl<DB: Backend> KeyTable<DB> {
                 .map(|row| {
                     Ok(Registration {
                         operation: DB::text(row, 0)?,
-                        scope: DB::text(row, 1)?,
+                        scope: word(DB::text(row, 1)?)?,
                         ttl_ms: DB::int(row, 2)?,
-                        mode: DB::text(row, 3)?,
+                        mode: word(DB::text(row, 3)?)?,
                         lease_ms: DB::opt_int(row, 4)?,
                         doc: DB::opt_text(row, 5)?,
                         registered_at_ms: DB::int(row, 6)?,
@@ -165,4 +159,13 @@ impl OperationInfo {
         all.sort_by(|a, b| a.operation.cmp(&b.operation));
         all
     }
+}
+
+/// A word of idem-spec's vocabulary as a registration stored it; one this version does not
+/// know (written by a newer version) fails the reading as a decoding error.
+fn word<W: std::str::FromStr<Err = idem_spec::UnknownWord>>(
+    text: String,
+) -> Result<W, sqlx::Error> {
+    text.parse()
+        .map_err(|e: idem_spec::UnknownWord| sqlx::Error::Decode(Box::new(e)))
 }

@@ -43,8 +43,8 @@ pub(super) async fn operations(context: &Context) -> Result<Report, Failure> {
     for info in &operations {
         let (mode, scope, ttl, lease) = match &info.registered {
             Some(r) => (
-                r.mode.clone(),
-                r.scope.clone(),
+                r.mode.to_string(),
+                r.scope.to_string(),
                 span(r.ttl_ms),
                 r.lease_ms.map(span).unwrap_or_default(),
             ),
@@ -76,10 +76,10 @@ pub(super) async fn operations(context: &Context) -> Result<Report, Failure> {
 /// How a service registered an operation.
 fn registration_json(registration: &Registration) -> Value {
     json!({
-        "scope": registration.scope,
+        "scope": registration.scope.as_str(),
         "ttl_ms": registration.ttl_ms,
         "ttl": span(registration.ttl_ms),
-        "mode": registration.mode,
+        "mode": registration.mode.as_str(),
         "lease_ms": registration.lease_ms,
         "registered_at": format::rfc3339(registration.registered_at_ms),
     })

@@ -118,9 +118,9 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
     {
         line.registered = Some(Registration {
             operation: line.operation.clone(),
-            scope: "tenant".into(),
+            scope: idem_spec::ScopeKind::Tenant,
             ttl_ms: 24 * HOUR,
-            mode: "staged".into(),
+            mode: idem_spec::Mode::Staged,
             lease_ms: Some(30_000),
             registered_at_ms: NOW - HOUR,
             doc: None,
@@ -131,9 +131,9 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
         counts: StatusCounts::default(),
         registered: Some(Registration {
             operation: "payout:v1".into(),
-            scope: "global".into(),
+            scope: idem_spec::ScopeKind::Global,
             ttl_ms: 7 * 24 * HOUR,
-            mode: "atomic".into(),
+            mode: idem_spec::Mode::Atomic,
             lease_ms: None,
             registered_at_ms: NOW - HOUR,
             doc: None,

@@ -231,11 +231,11 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let rows = app.operations.iter().map(|line| {
         let (scope, ttl, mode) = match &line.registered {
             Some(r) => (
-                r.scope.clone(),
+                r.scope.to_string(),
                 format::span(r.ttl_ms),
                 match r.lease_ms {
                     Some(lease) => format!("{} ({})", r.mode, format::span(lease)),
-                    None => r.mode.clone(),
+                    None => r.mode.to_string(),
                 },
             ),
             None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),

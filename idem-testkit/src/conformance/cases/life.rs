@@ -4,6 +4,7 @@
 //! the lease ran out; only a completed row past its `expires_at` is expired, swept and
 //! replaceable; and a key's TTL counts from its completion.
 
+use idem_spec::{Mode, ScopeKind};
 use idem_store::sqlx::Pool;
 use idem_store::staged::{Ending, Reservation};
 use idem_store::{
@@ -288,9 +289,9 @@ pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>(harne
     table
         .register(&[Registration {
             operation: "op:v1".into(),
-            scope: "global".into(),
+            scope: ScopeKind::Global,
             ttl_ms: 2 * HOUR,
-            mode: "staged".into(),
+            mode: Mode::Staged,
             lease_ms: Some(30_000),
             registered_at_ms: NOW - HOUR,
             doc: None,
