@@ -13,32 +13,30 @@ use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::StagedSql;
 
 /// A database idem keeps keys in: [`sqlx::Postgres`] (feature `postgres`) or [`sqlx::Sqlite`]
-/// (feature `sqlite`).
+/// (feature `sqlite`); the bound of [`crate::KeyTable`], [`crate::Outbox`] and
+/// [`crate::migrate`].
 ///
-/// The methods are the primitives of the execution protocol, which `idem-runtime` composes:
+/// Its methods are the primitives of the execution protocol, which `idem-runtime` composes
+/// (look the key up; begin a transaction holding the key's lock; the application's work;
+/// insert the completed row and commit). They are the runtime's, not an API of this crate:
+/// hidden from these docs, changed between versions at will, and the runtime depends on
+/// exactly the version of this crate it was built with (`=`). They return [`sqlx::Error`]:
+/// the runtime keeps the raw error, and what it means depends on the step (a failed
+/// `COMMIT` leaves the outcome unknown).
 ///
-/// 1. [`Backend::lookup`] the key (one `SELECT`, outside any transaction);
-/// 2. [`Backend::begin`] a transaction holding the key's lock; on error
-///    [`Backend::abandon_begin`], and [`Backend::classify`] the error (a lock wait that ran
-///    out is a duplicate in flight);
-/// 3. optionally [`Backend::savepoint`], the application's work, and
-///    [`Backend::rollback_to_savepoint`] for a failure that is stored anyway;
-/// 4. [`Backend::insert_completed_and_commit`] (or [`Backend::insert_completed`] then
-///    `COMMIT`); `false` means another execution of the key committed first.
-///
-/// They return [`sqlx::Error`], not [`crate::StoreError`]: the runtime keeps the raw error,
-/// and what it means depends on the step (a failed `COMMIT` leaves the outcome unknown).
-///
-/// Sealed: the protocol's guarantees are proven per backend by idem's tests.
+/// Sealed: every database is written once over the crate's private dialect trait, and its
+/// guarantees are proven by the store's conformance suite.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
 )]
 pub trait Backend: Dialect + StagedSql {
+    #[doc(hidden)]
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];
 
+    #[doc(hidden)]
     /// Opens a pool on `url` with settings suited to the protocol.
     ///
     /// - PostgreSQL: `application_name` `idem` unless the URL sets one; no session-wide
@@ -61,12 +59,14 @@ pub trait Backend: Dialect + StagedSql {
         settings: &TxSettings,
     ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key.
     fn lookup(
         conn: &mut <Self as Database>::Connection,
         key: KeyRef<'_>,
     ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// What tells this key table's locks from those of other key tables the database may hold
     /// (PostgreSQL: `current_schema()`; SQLite: nothing, the empty string). Ask once per
     /// process and pass it in every [`KeyLock`].
@@ -74,6 +74,7 @@ pub trait Backend: Dialect + StagedSql {
         conn: &mut <Self as Database>::Connection,
     ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
     /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
     /// of the namespace and key in the same round trip as `BEGIN` (with the `SET LOCAL`
@@ -93,30 +94,35 @@ pub trait Backend: Dialect + StagedSql {
         lock: Option<KeyLock<'_>>,
     ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// The statement that begins a transaction without a key's lock with the timeouts of
     /// `settings` (PostgreSQL: `BEGIN` and `SET LOCAL`, one round trip; SQLite: `BEGIN`, the
     /// connection's `busy_timeout` bounding its waits), for
     /// [`sqlx::Pool::begin_with`].
     fn begin_statement(settings: &TxSettings) -> String;
 
+    #[doc(hidden)]
     /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
     /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
     /// transaction that sqlx does not know about. Never fails: a connection this cannot
     /// repair is broken, and its next use says so.
     fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send;
 
+    #[doc(hidden)]
     /// `SAVEPOINT idem_handler`: separates the application's writes from the key row, for a
     /// failure that is stored while its writes are undone.
     fn savepoint(
         tx: &mut Transaction<'_, Self>,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// `ROLLBACK TO SAVEPOINT idem_handler`: undoes the application's writes since
     /// [`Backend::savepoint`], keeping the transaction (and the key's lock).
     fn rollback_to_savepoint(
         tx: &mut Transaction<'_, Self>,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Inserts the completed key row with its response, in `tx`. Returns `false`, changing
     /// nothing, when the row exists already (and, with [`NewRow::replace_expired`], had not
     /// expired by [`NewRow::created_ms`]): another execution of the key committed first.
@@ -125,6 +131,7 @@ pub trait Backend: Dialect + StagedSql {
         row: NewRow<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Inserts the completed key row and commits, in as few round trips as the backend
     /// allows (PostgreSQL: one simple query `INSERT …; COMMIT; BEGIN`). Returns `false` when
     /// the key's row exists already; the transaction is rolled back then. An error leaves the
@@ -138,11 +145,13 @@ pub trait Backend: Dialect + StagedSql {
         row: NewRow<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// What a database error means for the protocol: a lock wait that ran out
     /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; SQLite
     /// `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is gone, or anything else.
     fn classify(error: &sqlx::Error) -> Failure;
 
+    #[doc(hidden)]
     /// After [`Backend::begin`] failed with [`Failure::LockTimeout`] (and
     /// [`Backend::abandon_begin`]): whether another transaction holds the key's lock now, that
     /// is, whether the wait was for a duplicate of the request (PostgreSQL: the key's advisory
@@ -155,7 +164,7 @@ pub trait Backend: Dialect + StagedSql {
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 }
 
-/// Every database with a [`Dialect`] is a [`Backend`]: the primitives are written once, on
+/// Every database with a dialect is a [`Backend`]: the primitives are written once, on
 /// the dialect's statements and functions.
 impl<DB: Dialect + StagedSql> Backend for DB {
     fn migrations() -> &'static [Migration] {

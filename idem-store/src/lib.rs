@@ -205,6 +205,7 @@ mod row;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[doc(hidden)]
 pub mod staged;
 mod table;
 
@@ -219,8 +220,12 @@ pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal
 pub use crate::outbox::{
     Claimed, Outbox, OutboxCounts, OutboxMessage, OutboxRow, OutboxStatus, enqueue,
 };
+// The vocabulary of the protocol's primitives: the runtime's (see `Backend`).
+#[doc(hidden)]
 pub use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
-pub use crate::row::{KeyRow, KeyStatus, StoredKey, StoredResponse, StoredStatus};
+#[doc(hidden)]
+pub use crate::row::StoredKey;
+pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 
 /// The decoding of a key row's columns, for the fuzz targets (`fuzz/` in the repository) and
 /// the property tests. Not a public API: it changes between versions.
