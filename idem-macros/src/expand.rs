@@ -271,7 +271,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 .on_in_flight(#rt::InFlightPolicy::#on_in_flight);
             // Registered at link time, for the generated documentation (`idem_runtime::docs`).
             #rt::inventory::submit! {
-                #rt::Registration {
+                #rt::AnnotatedHandler {
                     spec: &__IDEM_SPEC,
                     method: #method,
                     path: #path,

@@ -1,5 +1,5 @@
 //! Canonical JSON: RFC 8785 (JSON Canonicalization Scheme), written by a `serde::Serializer`
-//! of our own straight into a [`Sink`] (a hasher or a buffer).
+//! of our own straight into a [`Feed`] (a hasher or a buffer).
 //!
 //! The form:
 //! - no whitespace anywhere;
@@ -43,19 +43,19 @@ use serde::ser::{self, Impossible, Serialize};
 type R<T = ()> = Result<T, CanonicalError>;
 
 /// Where canonical bytes go (a hasher, a buffer).
-pub(crate) trait Sink {
+pub(crate) trait Feed {
     /// Appends `bytes`.
     fn write(&mut self, bytes: &[u8]);
 }
 
-impl Sink for sha2::Sha256 {
+impl Feed for sha2::Sha256 {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         sha2::Digest::update(self, bytes);
     }
 }
 
-impl Sink for Vec<u8> {
+impl Feed for Vec<u8> {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
@@ -122,18 +122,18 @@ impl ser::Error for CanonicalError {
 /// # Errors
 /// For a non-finite float, a map key of a kind the module docs do not list, or an error of
 /// `value`'s `Serialize` implementation. Part of the output may have been written by then.
-pub(crate) fn write<T: Serialize + ?Sized, S: Sink>(
+pub(crate) fn write<T: Serialize + ?Sized, S: Feed>(
     value: &T,
     exclude: &Exclude<'_>,
     sink: &mut S,
 ) -> Result<(), CanonicalError> {
-    let ctx = &mut Ctx::default();
+    let ctx = &mut Serialisation::default();
     ctx.exclude = *exclude;
     value.serialize(ctx.ser(sink, exclude.below(&[])))
 }
 
 /// Writes `s` as a JSON string literal, escaped canonically.
-pub(crate) fn write_str<S: Sink>(s: &str, sink: &mut S) {
+pub(crate) fn write_str<S: Feed>(s: &str, sink: &mut S) {
     write_escaped(s.as_bytes(), sink);
 }
 
@@ -148,7 +148,7 @@ pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Canoni
 }
 
 /// Writes the string literal of `s`, which is UTF-8 (escaping only concerns ASCII bytes).
-fn write_escaped<S: Sink>(s: &[u8], sink: &mut S) {
+fn write_escaped<S: Feed>(s: &[u8], sink: &mut S) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     sink.write(b"\"");
     let mut rest = s;
@@ -180,7 +180,7 @@ fn write_escaped<S: Sink>(s: &[u8], sink: &mut S) {
 }
 
 /// Appends the decimal digits of `n`, after a minus sign when `negative`.
-fn write_int<S: Sink>(mut n: u128, negative: bool, sink: &mut S) {
+fn write_int<S: Feed>(mut n: u128, negative: bool, sink: &mut S) {
     let mut buf = [b'-'; 40];
     let mut i = buf.len();
     loop {
@@ -200,7 +200,7 @@ fn write_int<S: Sink>(mut n: u128, negative: bool, sink: &mut S) {
 }
 
 /// Appends `v` in the ECMAScript `Number::toString` form.
-fn write_f64<S: Sink>(v: f64, sink: &mut S) -> R {
+fn write_f64<S: Feed>(v: f64, sink: &mut S) -> R {
     if !v.is_finite() {
         return Err(CanonicalError::NonFinite(v));
     }
@@ -218,7 +218,7 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// Appends the JSON number `text` (from `arbitrary_precision`) canonically: an integer digit
 /// for digit, anything else through `f64`.
-fn write_number_text<S: Sink>(text: &[u8], sink: &mut S) -> R {
+fn write_number_text<S: Feed>(text: &[u8], sink: &mut S) -> R {
     let digits = text.strip_prefix(b"-").unwrap_or(text);
     if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) {
         sink.write(if digits == b"0" { digits } else { text });
@@ -255,7 +255,7 @@ fn cmp_utf16(a: &[u8], b: &[u8]) -> Ordering {
 
 /// State shared by the whole serialisation of one value.
 #[derive(Default)]
-struct Ctx<'e> {
+struct Serialisation<'e> {
     exclude: Exclude<'e>,
     /// The path of the current member, `.a.b`, as far as it is addressable by `exclude`.
     path: Vec<u8>,
@@ -263,9 +263,9 @@ struct Ctx<'e> {
     pool: Vec<Members>,
 }
 
-impl<'e> Ctx<'e> {
+impl<'e> Serialisation<'e> {
     /// A serializer of a value into `out`, addressable by `exclude` when `live`.
-    fn ser<'a, S: Sink>(&'a mut self, out: &'a mut S, live: bool) -> Ser<'a, 'e, S> {
+    fn ser<'a, S: Feed>(&'a mut self, out: &'a mut S, live: bool) -> Ser<'a, 'e, S> {
         Ser {
             out,
             ctx: self,
@@ -302,11 +302,11 @@ struct Members {
 /// The value serializer; `live` when the value is addressable by `exclude`, at `ctx.path`.
 struct Ser<'a, 'e, S> {
     out: &'a mut S,
-    ctx: &'a mut Ctx<'e>,
+    ctx: &'a mut Serialisation<'e>,
     live: bool,
 }
 
-impl<'a, 'e, S: Sink> Ser<'a, 'e, S> {
+impl<'a, 'e, S: Feed> Ser<'a, 'e, S> {
     /// Opens `{"variant":`, the wrapper object of an enum variant: `None` when the variant's
     /// member is excluded (nothing written), else whether its content is addressable.
     fn variant(&mut self, variant: &str) -> Option<bool> {
@@ -380,7 +380,7 @@ macro_rules! ints {
     };
 }
 
-impl<'a, 'e, S: Sink> ser::Serializer for Ser<'a, 'e, S> {
+impl<'a, 'e, S: Feed> ser::Serializer for Ser<'a, 'e, S> {
     type Ok = ();
     type Error = CanonicalError;
     type SerializeSeq = Array<'a, 'e, S>;
@@ -493,7 +493,7 @@ impl<'a, 'e, S: Sink> ser::Serializer for Ser<'a, 'e, S> {
 /// An array, written straight through; `skip` when it is an excluded variant's content.
 struct Array<'a, 'e, S> {
     out: &'a mut S,
-    ctx: &'a mut Ctx<'e>,
+    ctx: &'a mut Serialisation<'e>,
     first: bool,
     skip: bool,
     close: &'static [u8],
@@ -502,7 +502,7 @@ struct Array<'a, 'e, S> {
 /// The element methods of [`Array`]: elements are written straight through, never addressable.
 macro_rules! array_impls {
     ($($trait:ident::$method:ident),+) => {$(
-        impl<S: Sink> ser::$trait for Array<'_, '_, S> {
+        impl<S: Feed> ser::$trait for Array<'_, '_, S> {
             type Ok = ();
             type Error = CanonicalError;
             fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> R {
@@ -543,7 +543,7 @@ enum Kind {
 /// A map or struct: members collected in `members`, written sorted at the end.
 struct Object<'a, 'e, S> {
     out: &'a mut S,
-    ctx: &'a mut Ctx<'e>,
+    ctx: &'a mut Serialisation<'e>,
     members: Members,
     kind: Kind,
     /// Members are addressable by `exclude`, below `ctx.path[..base]`.
@@ -556,7 +556,7 @@ struct Object<'a, 'e, S> {
     key: Option<(usize, Option<bool>)>,
 }
 
-impl<S: Sink> Object<'_, '_, S> {
+impl<S: Feed> Object<'_, '_, S> {
     /// Starts the next member, whose raw name `name` appends to the buffer.
     fn key(&mut self, name: impl FnOnce(KeySer<'_>) -> R) -> R {
         let (start, buf) = (self.members.buf.len(), &mut self.members.buf);
@@ -622,7 +622,7 @@ impl<S: Sink> Object<'_, '_, S> {
     }
 }
 
-impl<S: Sink> ser::SerializeMap for Object<'_, '_, S> {
+impl<S: Feed> ser::SerializeMap for Object<'_, '_, S> {
     type Ok = ();
     type Error = CanonicalError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> R {
@@ -642,7 +642,7 @@ impl<S: Sink> ser::SerializeMap for Object<'_, '_, S> {
 /// The field methods of [`Object`] for structs and struct variants.
 macro_rules! struct_impls {
     ($($trait:ident),+) => {$(
-        impl<S: Sink> ser::$trait for Object<'_, '_, S> {
+        impl<S: Feed> ser::$trait for Object<'_, '_, S> {
             type Ok = ();
             type Error = CanonicalError;
             fn serialize_field<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> R {

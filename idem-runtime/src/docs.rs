@@ -36,7 +36,7 @@ pub use idem_docs::{OperationDoc, contract, markdown, openapi};
 /// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct Registration {
+pub struct AnnotatedHandler {
     /// The handler's spec.
     pub spec: &'static OperationSpec,
     /// `path = "POST /orders"`: the method.
@@ -51,9 +51,9 @@ pub struct Registration {
     pub line: u32,
 }
 
-inventory::collect!(Registration);
+inventory::collect!(AnnotatedHandler);
 
-impl Registration {
+impl AnnotatedHandler {
     fn doc(&self) -> OperationDoc {
         let mut doc = OperationDoc::from_spec(self.spec)
             .handler(self.handler)
@@ -114,7 +114,7 @@ impl Operations {
     /// # Errors
     /// [`DuplicateOperation`] when two handlers have the same operation id.
     pub fn from_registry() -> Result<Self, DuplicateOperation> {
-        inventory::iter::<Registration>
+        inventory::iter::<AnnotatedHandler>
             .into_iter()
             .try_fold(Self::new(), |operations, registration| {
                 operations.with(registration.doc())

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::canonical::{self, CanonicalError, Exclude, Sink};
+use crate::canonical::{self, CanonicalError, Exclude, Feed};
 
 /// A SHA-256 fingerprint of one request's operation and input.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -85,7 +85,7 @@ pub mod __fuzz {
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::docs::Registration;
+    pub use crate::docs::AnnotatedHandler;
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
         Ctx, GlobalScope, Handler, ResumablePrincipal, Reuse, StagedCtx, TenantScope, UserScope,

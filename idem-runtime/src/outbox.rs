@@ -370,10 +370,10 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             .buffer_unordered(self.concurrency);
         while let Some(outcome) = outcomes.next().await {
             match outcome? {
-                Outcome::Delivered => report.delivered += 1,
-                Outcome::Failed => report.failed += 1,
-                Outcome::Dead => report.dead += 1,
-                Outcome::Skipped => report.skipped += 1,
+                Delivery::Delivered => report.delivered += 1,
+                Delivery::Failed => report.failed += 1,
+                Delivery::Dead => report.dead += 1,
+                Delivery::Skipped => report.skipped += 1,
             }
         }
         Ok(report)
@@ -445,9 +445,9 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     }
 
     /// Delivers one claimed message and records the outcome.
-    async fn dispatch(&self, message: Claimed) -> Result<Outcome, StoreError> {
+    async fn dispatch(&self, message: Claimed) -> Result<Delivery, StoreError> {
         if self.idem.now_millis() >= message.locked_until_ms {
-            return Ok(Outcome::Skipped);
+            return Ok(Delivery::Skipped);
         }
         let result = AssertUnwindSafe(self.sink.deliver(&message))
             .catch_unwind()
@@ -462,7 +462,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
                         "outbox message delivered after its lease ended; another dispatcher recorded it"
                     );
                 }
-                return Ok(Outcome::Delivered);
+                return Ok(Delivery::Delivered);
             }
             Err(error) => error,
         };
@@ -481,7 +481,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
                 %error,
                 "outbox message is dead"
             );
-            Ok(Outcome::Dead)
+            Ok(Delivery::Dead)
         } else {
             tracing::info!(
                 message_id = message.id,
@@ -491,7 +491,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
                 %error,
                 "outbox delivery failed; will retry"
             );
-            Ok(Outcome::Failed)
+            Ok(Delivery::Failed)
         }
     }
 
@@ -520,7 +520,7 @@ fn backoff_cap(base: Duration, max: Duration, attempts: u32) -> Duration {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum Delivery {
     Delivered,
     Failed,
     Dead,

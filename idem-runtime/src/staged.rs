@@ -1002,7 +1002,7 @@ impl<DB: Backend> Reconciler<DB> {
     /// the router answers without reaching its handler is logged and the key stays stuck.
     #[must_use]
     pub fn router(mut self, router: axum::Router) -> Self {
-        for registration in inventory::iter::<crate::docs::Registration> {
+        for registration in inventory::iter::<crate::docs::AnnotatedHandler> {
             let spec = registration.spec;
             if spec.mode == crate::spec::Mode::Staged {
                 let spec = self.idem.config().spec(spec);

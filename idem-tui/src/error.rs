@@ -6,8 +6,8 @@ use serde_json::Value;
 /// A command's failure: the exit code, one line for the operator, and, for a refused
 /// action on a key that changed, the key as it is now.
 #[derive(Debug)]
-pub struct Failure {
-    /// The process's exit code ([`Failure::ERROR`], [`Failure::USAGE`], …).
+pub struct CommandError {
+    /// The process's exit code ([`CommandError::ERROR`], [`CommandError::USAGE`], …).
     pub code: i32,
     /// What went wrong, in one line.
     pub message: String,
@@ -16,7 +16,7 @@ pub struct Failure {
     pub current: Option<Value>,
 }
 
-impl Failure {
+impl CommandError {
     /// Anything else: the database failed, a file could not be read, a row is unreadable.
     pub const ERROR: i32 = 1;
     /// The command line is wrong (also clap's own code).
@@ -67,7 +67,7 @@ impl Failure {
     }
 }
 
-impl From<StoreError> for Failure {
+impl From<StoreError> for CommandError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Changed { current } => Self {
@@ -123,19 +123,19 @@ mod tests {
 
     #[test]
     fn store_errors_map_to_exit_codes() {
-        let changed = Failure::from(StoreError::Changed { current: None });
-        assert_eq!(changed.code, Failure::REFUSED);
+        let changed = CommandError::from(StoreError::Changed { current: None });
+        assert_eq!(changed.code, CommandError::REFUSED);
         assert_eq!(changed.current, Some(Value::Null));
-        let not_applicable = Failure::from(StoreError::NotApplicable("expired".into()));
-        assert_eq!(not_applicable.code, Failure::REFUSED);
+        let not_applicable = CommandError::from(StoreError::NotApplicable("expired".into()));
+        assert_eq!(not_applicable.code, CommandError::REFUSED);
         assert!(not_applicable.message.contains("expired"));
-        let live = Failure::from(StoreError::NeedsForce {
+        let live = CommandError::from(StoreError::NeedsForce {
             action: "complete",
             hazard: Hazard::LeaseLive {
                 locked_until_ms: Some(1_800_000_000_000),
             },
         });
-        assert_eq!(live.code, Failure::REFUSED);
+        assert_eq!(live.code, CommandError::REFUSED);
         assert!(
             live.message.contains("live until 2027-01-15T08:00:00.000Z"),
             "{}",
@@ -143,12 +143,12 @@ mod tests {
         );
         assert!(live.message.contains("--force"), "{}", live.message);
         assert_eq!(
-            Failure::from(StoreError::InvalidCursor).code,
-            Failure::USAGE
+            CommandError::from(StoreError::InvalidCursor).code,
+            CommandError::USAGE
         );
         assert_eq!(
-            Failure::from(StoreError::Corrupt("x".into())).code,
-            Failure::ERROR
+            CommandError::from(StoreError::Corrupt("x".into())).code,
+            CommandError::ERROR
         );
     }
 }

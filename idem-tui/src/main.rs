@@ -36,7 +36,7 @@ use clap::{CommandFactory as _, Parser as _};
 use crate::cli::Cli;
 use crate::commands::Context;
 use crate::db::Db;
-use crate::error::Failure;
+use crate::error::CommandError;
 
 fn main() {
     let cli = Cli::parse();
@@ -52,17 +52,16 @@ fn main() {
 }
 
 /// Runs the command line; the exit code.
-fn run(cli: Cli) -> Result<i32, Failure> {
+fn run(cli: Cli) -> Result<i32, CommandError> {
     if cli.command.is_none() && !std::io::stdout().is_terminal() {
         // Not a terminal, no command: nothing to open.
         let help = Cli::command().render_help();
         eprintln!("{help}");
-        return Ok(Failure::USAGE);
+        return Ok(CommandError::USAGE);
     }
-    let url = cli
-        .database_url
-        .clone()
-        .ok_or_else(|| Failure::usage("no database: pass --database-url or set DATABASE_URL"))?;
+    let url = cli.database_url.clone().ok_or_else(|| {
+        CommandError::usage("no database: pass --database-url or set DATABASE_URL")
+    })?;
     check_url(&url, cli.schema.as_deref())?;
     let operator = operator(cli.operator.as_deref())?;
     // Two workers: the UI draws on one while its database calls run on the other.
@@ -70,11 +69,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| Failure::error(format!("cannot start: {e}")))?;
+        .map_err(|e| CommandError::error(format!("cannot start: {e}")))?;
     runtime.block_on(async move {
         let db = Db::connect(&url, cli.schema.as_deref())
             .await
-            .map_err(|e| Failure::error(e.to_string()))?;
+            .map_err(|e| CommandError::error(e.to_string()))?;
         let Some(command) = cli.command else {
             let options = ui::Options {
                 database: db::redact(&url),
@@ -96,16 +95,16 @@ fn run(cli: Cli) -> Result<i32, Failure> {
 }
 
 /// Refuses, as usage errors, a URL of an unknown scheme and `--schema` with SQLite.
-fn check_url(url: &str, schema: Option<&str>) -> Result<(), Failure> {
+fn check_url(url: &str, schema: Option<&str>) -> Result<(), CommandError> {
     let sqlite = url.starts_with("sqlite:");
     if !sqlite && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
-        return Err(Failure::usage(format!(
+        return Err(CommandError::usage(format!(
             "{}: unknown database URL: expected postgres://… or sqlite:…",
             db::redact(url)
         )));
     }
     if sqlite && schema.is_some() {
-        return Err(Failure::usage(
+        return Err(CommandError::usage(
             "--schema applies to PostgreSQL only; SQLite has no schemas",
         ));
     }
@@ -113,7 +112,7 @@ fn check_url(url: &str, schema: Option<&str>) -> Result<(), Failure> {
 }
 
 /// `--operator`, else the OS user (`USER`, `USERNAME`), else `unknown`.
-fn operator(given: Option<&str>) -> Result<String, Failure> {
+fn operator(given: Option<&str>) -> Result<String, CommandError> {
     let name = match given {
         Some(name) => name.trim().to_owned(),
         None => ["USER", "USERNAME"]
@@ -122,7 +121,7 @@ fn operator(given: Option<&str>) -> Result<String, Failure> {
             .unwrap_or_else(|| "unknown".to_owned()),
     };
     if name.is_empty() {
-        return Err(Failure::usage("--operator is empty: name who acts"));
+        return Err(CommandError::usage("--operator is empty: name who acts"));
     }
     Ok(name)
 }
@@ -133,7 +132,7 @@ async fn open_ui(db: Db, options: ui::Options) -> i32 {
         Ok(()) => 0,
         Err(error) => {
             eprintln!("idem: the terminal UI failed: {error}");
-            Failure::ERROR
+            CommandError::ERROR
         }
     }
 }

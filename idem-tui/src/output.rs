@@ -5,7 +5,7 @@ use std::io::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::error::Failure;
+use crate::error::CommandError;
 
 /// What a command produced: the JSON document and the text for people, one of which is
 /// printed.
@@ -34,7 +34,7 @@ pub fn print(report: &Report, as_json: bool) {
 
 /// Prints a failure: one line on stderr; with `--json`, also `{"error", "code"}` (and
 /// `current`, the key as it is now, when it changed) on stdout.
-pub fn print_failure(failure: &Failure, as_json: bool) {
+pub fn print_failure(failure: &CommandError, as_json: bool) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "idem: {}", failure.message);
     if as_json {

@@ -239,18 +239,18 @@ pub async fn put<DB: Backend>(
 
 /// The outcome of one case ([`run`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Verdict {
     /// The case's name: its function in [`cases`].
     pub case: &'static str,
     /// `None` when it passed; what failed otherwise (the panic's message).
     pub failure: Option<String>,
 }
 
-/// What [`run`] found: one [`Outcome`] per case, in the order of [`CASES`].
+/// What [`run`] found: one [`Verdict`] per case, in the order of [`CASES`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     /// Every case's outcome.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: Vec<Verdict>,
 }
 
 impl Report {
@@ -261,7 +261,7 @@ impl Report {
     }
 
     /// The cases that failed.
-    pub fn failures(&self) -> impl Iterator<Item = &Outcome> {
+    pub fn failures(&self) -> impl Iterator<Item = &Verdict> {
         self.outcomes.iter().filter(|o| o.failure.is_some())
     }
 }
@@ -338,7 +338,7 @@ pub async fn run<DB: ConformanceSql>(harness: impl Harness) -> Report {
     let mut report = Report::default();
     for &case in CASES {
         let outcome = CatchUnwind(Box::pin(run_case::<DB>(case, &harness))).await;
-        report.outcomes.push(Outcome {
+        report.outcomes.push(Verdict {
             case,
             failure: outcome.err(),
         });

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::Context;
 use super::keys::row_text;
 use crate::cli::{ActionArgs, ResponseArgs};
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::format;
 use crate::output::Report;
 
@@ -29,14 +29,14 @@ pub(super) async fn act(
     context: &Context,
     kind: Kind,
     args: ActionArgs,
-) -> Result<Report, Failure> {
+) -> Result<Report, CommandError> {
     let action = match kind {
         Kind::Expire => Action::Expire,
         Kind::Release => Action::Release,
         Kind::Delete => Action::Delete,
         // (Reached through `respond` only.)
         Kind::Complete | Kind::Fail => {
-            return Err(Failure::usage("complete and fail need --status"));
+            return Err(CommandError::usage("complete and fail need --status"));
         }
     };
     perform(context, &args, action).await
@@ -47,9 +47,9 @@ pub(super) async fn respond(
     context: &Context,
     kind: Kind,
     args: ResponseArgs,
-) -> Result<Report, Failure> {
+) -> Result<Report, CommandError> {
     if kind == Kind::Fail && args.status < 400 {
-        return Err(Failure::usage(format!(
+        return Err(CommandError::usage(format!(
             "fail needs a failure status (400 or more), not {}; use complete for a success",
             args.status
         )));
@@ -82,7 +82,11 @@ pub(super) async fn respond(
 }
 
 /// Reads the row, acts with it as the expected one, and reports the row before and after.
-async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result<Report, Failure> {
+async fn perform(
+    context: &Context,
+    args: &ActionArgs,
+    action: Action,
+) -> Result<Report, CommandError> {
     context.writable(action.name())?;
     let key = &args.key;
     let now = format::now_ms();
@@ -90,7 +94,7 @@ async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result
         .db
         .get(key.key_ref(), now)
         .await?
-        .ok_or_else(|| Failure::not_found(key))?;
+        .ok_or_else(|| CommandError::not_found(key))?;
     let mut actor = Actor::new(context.operator.clone());
     if let Some(reason) = &args.reason {
         actor = actor.reason(reason.clone());
@@ -129,8 +133,8 @@ async fn perform(context: &Context, args: &ActionArgs, action: Action) -> Result
 
 /// `Name: value` into a stored header: a name of token characters (lowercased, as the
 /// runtime stores them) and a value without control characters.
-fn parse_header(line: &str) -> Result<(String, String), Failure> {
-    let bad = |why: &str| Failure::usage(format!("invalid --header {line:?}: {why}"));
+fn parse_header(line: &str) -> Result<(String, String), CommandError> {
+    let bad = |why: &str| CommandError::usage(format!("invalid --header {line:?}: {why}"));
     let (name, value) = line
         .split_once(':')
         .ok_or_else(|| bad("expected `Name: value`"))?;
@@ -152,17 +156,17 @@ fn parse_header(line: &str) -> Result<(String, String), Failure> {
 }
 
 /// The body from `path`, or from stdin for `-`.
-fn read_body(path: &Path) -> Result<Vec<u8>, Failure> {
+fn read_body(path: &Path) -> Result<Vec<u8>, CommandError> {
     if path == Path::new("-") {
         let mut body = Vec::new();
         std::io::stdin()
             .lock()
             .read_to_end(&mut body)
-            .map_err(|e| Failure::error(format!("cannot read the body from stdin: {e}")))?;
+            .map_err(|e| CommandError::error(format!("cannot read the body from stdin: {e}")))?;
         Ok(body)
     } else {
         std::fs::read(path).map_err(|e| {
-            Failure::error(format!("cannot read the body from {}: {e}", path.display()))
+            CommandError::error(format!("cannot read the body from {}: {e}", path.display()))
         })
     }
 }

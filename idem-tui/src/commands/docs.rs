@@ -7,12 +7,12 @@ use serde_json::json;
 
 use super::Context;
 use crate::cli::{DocsArgs, DocsFormat};
-use crate::error::Failure;
+use crate::error::CommandError;
 
 use crate::output::Report;
 
 /// The documents of the registered operations.
-pub(super) async fn docs(context: &Context, args: DocsArgs) -> Result<Report, Failure> {
+pub(super) async fn docs(context: &Context, args: DocsArgs) -> Result<Report, CommandError> {
     let registrations = context.db.registrations().await?;
     let mut docs = Vec::new();
     for registration in registrations {
@@ -20,7 +20,7 @@ pub(super) async fn docs(context: &Context, args: DocsArgs) -> Result<Report, Fa
             continue;
         };
         let doc: OperationDoc = serde_json::from_str(&text).map_err(|e| {
-            Failure::error(format!(
+            CommandError::error(format!(
                 "the registered document of {} is unreadable: {e}",
                 registration.operation
             ))
@@ -28,8 +28,8 @@ pub(super) async fn docs(context: &Context, args: DocsArgs) -> Result<Report, Fa
         docs.push(doc);
     }
     if docs.is_empty() {
-        return Err(Failure::new(
-            Failure::NOT_FOUND,
+        return Err(CommandError::new(
+            CommandError::NOT_FOUND,
             "no operation in this database has a registered document: services record them \
              at start (Idem::register_docs)",
         ));

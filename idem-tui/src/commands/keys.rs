@@ -6,16 +6,16 @@ use serde_json::{Value, json};
 
 use super::Context;
 use crate::cli::{KeyArgs, ListArgs};
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::format::{self, relative, short_time};
 use crate::output::{Report, Table, fields};
 
 /// One page of keys.
-pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, Failure> {
+pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, CommandError> {
     let mut filter = KeyFilter::new().limit(args.filter.limit);
     if let Some(status) = &args.status {
         let status: KeyStatus = status.parse().map_err(|_| {
-            Failure::usage(format!(
+            CommandError::usage(format!(
                 "unknown --status {status:?}: expected completed, processing, stuck or expired"
             ))
         })?;
@@ -32,7 +32,7 @@ pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, Fa
     }
     if let Some(after) = &args.filter.after {
         let cursor: Cursor = after.parse().map_err(|_| {
-            Failure::usage(format!(
+            CommandError::usage(format!(
                 "invalid --after {after:?}: not a cursor a listing returned as `next`"
             ))
         })?;
@@ -84,13 +84,13 @@ fn keys_table(keys: &[KeyRow], now: i64) -> String {
 }
 
 /// Everything about one key.
-pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Failure> {
+pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, CommandError> {
     let now = format::now_ms();
     let row = context
         .db
         .get(key.key_ref(), now)
         .await?
-        .ok_or_else(|| Failure::not_found(key))?;
+        .ok_or_else(|| CommandError::not_found(key))?;
     let journal = context.db.journal(key.key_ref()).await?;
     let audit = context
         .db

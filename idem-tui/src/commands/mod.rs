@@ -1,5 +1,5 @@
 //! The commands: each reads (or acts on) the database and returns a [`Report`], or a
-//! [`Failure`] with its exit code.
+//! [`CommandError`] with its exit code.
 
 mod actions;
 mod docs;
@@ -10,7 +10,7 @@ mod sweep;
 
 use crate::cli::{Command, KeyArgs, KeysCommand, ListArgs};
 use crate::db::Db;
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::output::Report;
 use idem_store::KeyRef;
 
@@ -31,10 +31,10 @@ impl Context {
     /// Refuses `what` when the tool runs `--read-only`.
     ///
     /// # Errors
-    /// [`Failure::REFUSED`] under `--read-only`.
-    pub fn writable(&self, what: &str) -> Result<(), Failure> {
+    /// [`CommandError::REFUSED`] under `--read-only`.
+    pub fn writable(&self, what: &str) -> Result<(), CommandError> {
         if self.read_only {
-            Err(Failure::read_only(what))
+            Err(CommandError::read_only(what))
         } else {
             Ok(())
         }
@@ -44,8 +44,8 @@ impl Context {
 /// Runs `command`.
 ///
 /// # Errors
-/// The command's [`Failure`].
-pub async fn run(context: &Context, command: Command) -> Result<Report, Failure> {
+/// The command's [`CommandError`].
+pub async fn run(context: &Context, command: Command) -> Result<Report, CommandError> {
     match command {
         Command::Keys(KeysCommand::List(args)) => keys::list(context, args).await,
         Command::Keys(KeysCommand::Show(key)) => keys::show(context, &key).await,

@@ -5,12 +5,12 @@ use idem_store::Registration;
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::format::{self, counts_json, span};
 use crate::output::{Report, Table};
 
 /// Every operation, with its counts and registration.
-pub(super) async fn operations(context: &Context) -> Result<Report, Failure> {
+pub(super) async fn operations(context: &Context) -> Result<Report, CommandError> {
     let now = format::now_ms();
     let operations = context.db.operations(now).await?;
     let json = json!({

@@ -5,12 +5,12 @@ use serde_json::{Value, json};
 
 use super::Context;
 use crate::cli::AuditArgs;
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::format::{self, counts_json, short_time, span};
 use crate::output::{Report, Table, fields};
 
 /// Counts by status and operation, the oldest stuck key, the table's size.
-pub(super) async fn stats(context: &Context) -> Result<Report, Failure> {
+pub(super) async fn stats(context: &Context) -> Result<Report, CommandError> {
     let now = format::now_ms();
     let counts = context.db.counts(now).await?;
     let oldest = counts.oldest_stuck_created_at_ms.map(|at| {
@@ -83,7 +83,7 @@ pub(super) async fn stats(context: &Context) -> Result<Report, Failure> {
 }
 
 /// The audit trail, newest first.
-pub(super) async fn audit(context: &Context, args: AuditArgs) -> Result<Report, Failure> {
+pub(super) async fn audit(context: &Context, args: AuditArgs) -> Result<Report, CommandError> {
     let mut filter = AuditFilter::new().limit(args.limit);
     filter.scope = args.scope;
     filter.operation = args.operation;

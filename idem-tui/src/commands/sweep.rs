@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Context;
 use crate::cli::SweepArgs;
-use crate::error::Failure;
+use crate::error::CommandError;
 use crate::format::{self, rfc3339};
 use crate::output::Report;
 
@@ -16,7 +16,7 @@ use crate::output::Report;
 const PAUSE: Duration = Duration::from_millis(10);
 
 /// Sweeps (or, with `--dry-run`, counts) the keys that expired before now − grace.
-pub(super) async fn sweep(context: &Context, args: SweepArgs) -> Result<Report, Failure> {
+pub(super) async fn sweep(context: &Context, args: SweepArgs) -> Result<Report, CommandError> {
     let grace = grace(&args.grace)?;
     if !args.dry_run {
         context.writable("sweep")?;
@@ -90,11 +90,13 @@ fn keys(n: u64) -> &'static str {
 }
 
 /// `--grace`: `7d`, `12h`, `30m`, `90s`, `1d12h`; `0s` sweeps every expired key.
-fn grace(text: &str) -> Result<Duration, Failure> {
+fn grace(text: &str) -> Result<Duration, CommandError> {
     match parse_duration(text) {
         Ok(grace) => Ok(grace),
         Err(DurationError::Zero) => Ok(Duration::ZERO),
-        Err(e) => Err(Failure::usage(format!("invalid --grace {text:?}: {e}"))),
+        Err(e) => Err(CommandError::usage(format!(
+            "invalid --grace {text:?}: {e}"
+        ))),
     }
 }
 
