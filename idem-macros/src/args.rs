@@ -7,8 +7,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use idem_spec::{
-    ExpiryPolicy, InFlightPolicy, KeyRequirement, MAX_TTL, Mode, ScopeKind, UnknownWord,
-    describe_duration, operation_id, parse_duration,
+    KeyRequirement, MAX_TTL, Mode, OperationSpec, UnknownWord, describe_duration, operation_id,
+    parse_duration,
 };
 use proc_macro2::{Span, TokenStream};
 use syn::parse::discouraged::Speculative as _;
@@ -22,19 +22,11 @@ const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `
 
 /// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
-    pub ttl: Duration,
-    pub scope: ScopeKind,
-    /// `<operation>:v<version>`.
-    pub id: String,
-    pub on_expired: ExpiryPolicy,
-    pub key: KeyRequirement,
-    pub mode: Mode,
-    /// Staged mode's lease.
-    pub lease: Duration,
-    /// Staged mode: what a retry gets while the key runs.
-    pub on_in_flight: InFlightPolicy,
-    pub store_client_errors: bool,
-    pub exclude: Vec<String>,
+    /// The operation as the attribute describes it, built once: the expansion writes it out
+    /// as the handler's `static` spec and describes it in the handler's rustdoc. Its id
+    /// (`<operation>:v<version>`) and excluded paths are leaked into `'static` strings, a few
+    /// bytes per annotated handler in the compiler's process.
+    pub spec: OperationSpec,
     /// The application state, when named (`state = AppState`): enables the checks that need
     /// it.
     pub state: Option<Type>,
@@ -194,16 +186,7 @@ impl Args {
             }
         };
         let mut args = Self {
-            ttl: Duration::from_secs(24 * 3600),
-            scope: ScopeKind::Global,
-            id: String::new(),
-            on_expired: ExpiryPolicy::default(),
-            key: KeyRequirement::default(),
-            mode: Mode::default(),
-            lease: Duration::from_secs(30),
-            on_in_flight: InFlightPolicy::default(),
-            store_client_errors: false,
-            exclude: Vec::new(),
+            spec: OperationSpec::new(""),
             state: None,
             route: None,
         };
@@ -228,26 +211,30 @@ impl Args {
             let value = &arg.value;
             let result = match name.as_str() {
                 "ttl" => ttl(value).map(|t| {
-                    args.ttl = t;
+                    args.spec = args.spec.ttl(t);
                     ttl_given = true;
                 }),
-                "scope" => word(value, "scope").map(|s| args.scope = s),
-                "on_expired" => word(value, "on_expired").map(|p| args.on_expired = p),
-                "key" => word(value, "key").map(|k| args.key = k),
-                "mode" => word(value, "mode").map(|m| args.mode = m),
+                "scope" => word(value, "scope").map(|s| args.spec = args.spec.scope(s)),
+                "on_expired" => {
+                    word(value, "on_expired").map(|p| args.spec = args.spec.on_expired(p))
+                }
+                "key" => word(value, "key").map(|k| args.spec = args.spec.key(k)),
+                "mode" => word(value, "mode").map(|m| args.spec = args.spec.mode(m)),
                 "lease" => lease(value).map(|(l, span)| {
-                    args.lease = l;
+                    args.spec = args.spec.lease(l);
                     lease_span = Some(span);
                 }),
                 "path" => route(value).map(|r| args.route = Some(r)),
-                "on_in_flight" => word(value, "on_in_flight").map(|p| args.on_in_flight = p),
+                "on_in_flight" => {
+                    word(value, "on_in_flight").map(|p| args.spec = args.spec.on_in_flight(p))
+                }
                 "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
                 "version" => parse_version(value).map(|v| version = Some(v)),
                 "store_client_errors" => match value {
                     Expr::Lit(ExprLit {
                         lit: Lit::Bool(b), ..
                     }) => {
-                        args.store_client_errors = b.value;
+                        args.spec = args.spec.store_client_errors(b.value);
                         Ok(())
                     }
                     other => Err(syn::Error::new_spanned(
@@ -255,7 +242,10 @@ impl Args {
                         "`store_client_errors` takes `true` or `false`",
                     )),
                 },
-                "exclude" => parse_exclude(value).map(|v| args.exclude = v),
+                "exclude" => parse_exclude(value).map(|paths| {
+                    let paths: Vec<&'static str> = paths.into_iter().map(leak).collect();
+                    args.spec = args.spec.fingerprint_exclude(paths.leak());
+                }),
                 "state" => match arg.ty {
                     Some(ty) => {
                         args.state = Some(ty);
@@ -282,17 +272,17 @@ impl Args {
                 .find(|(n, _)| n == name)
                 .map_or_else(Span::call_site, |(_, span)| *span)
         };
-        if args.mode == Mode::Staged {
+        if args.spec.mode == Mode::Staged {
             let refused = [
                 (
                     "key",
-                    args.key == KeyRequirement::Optional,
+                    args.spec.key == KeyRequirement::Optional,
                     "`key = \"optional\"` does not go with `mode = \"staged\"`: a staged \
                      operation keeps its progress in its key's row",
                 ),
                 (
                     "store_client_errors",
-                    args.store_client_errors,
+                    args.spec.store_client_errors,
                     "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
                      operation stores a failure by returning `StepError::permanent(…)`",
                 ),
@@ -303,15 +293,15 @@ impl Args {
                 }
             }
             if let Some(span) = lease_span
-                && args.lease > args.ttl
+                && args.spec.lease > args.spec.ttl
             {
                 errors.push(syn::Error::new(
                     span,
                     format!(
                         "`lease` ({}) is longer than `ttl` ({}{}): the key would expire while an \
                          attempt still holds it; shorten the lease or lengthen the ttl",
-                        describe_duration(args.lease),
-                        describe_duration(args.ttl),
+                        describe_duration(args.spec.lease),
+                        describe_duration(args.spec.ttl),
                         if ttl_given { "" } else { ", the default" },
                     ),
                 ));
@@ -339,7 +329,7 @@ impl Args {
         let span = operation.as_ref().map_or(fn_name.span(), LitStr::span);
         let version_number = version.map_or(1, |(v, _)| v);
         match operation_id(&name, version_number) {
-            Ok(id) => args.id = id,
+            Ok(id) => args.spec.id = leak(id),
             Err(reason) => {
                 let span = match (reason, version) {
                     (idem_spec::OperationIdError::VersionZero, Some((_, span))) => span,
@@ -404,4 +394,9 @@ fn parse_exclude(value: &Expr) -> syn::Result<Vec<String>> {
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// `text` for the life of the compiler's process: the spec's strings are `'static`.
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
 }

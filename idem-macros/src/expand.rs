@@ -13,7 +13,7 @@ use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token};
 
 use idem_docs::{OperationDoc, contract};
-use idem_spec::{Mode, OperationSpec, ScopeKind};
+use idem_spec::{Mode, ScopeKind};
 
 use crate::args::{Args, Errors};
 use crate::signature::{self, Role};
@@ -32,7 +32,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut errors = Errors::default();
     let args = Args::parse(args, &item.sig.ident, &mut errors);
-    let staged = args.as_ref().is_some_and(|a| a.mode == Mode::Staged);
+    let staged = args.as_ref().is_some_and(|a| a.spec.mode == Mode::Staged);
     let signature = signature::analyse(&mut item, &mut errors, staged);
     match (errors.finish(), args, signature) {
         (Ok(()), Some(args), Some(signature)) => emit(&args, &signature, item),
@@ -105,21 +105,22 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let generics = wrapper_generics(&sig.generics);
     let where_clause = &generics.where_clause;
 
-    let id = LitStr::new(&args.id, Span::call_site());
-    let ttl = args.ttl.as_secs();
-    let (scope_kind, scope_marker) = match args.scope {
+    let spec = &args.spec;
+    let id = LitStr::new(spec.id, Span::call_site());
+    let ttl = spec.ttl.as_secs();
+    let (scope_kind, scope_marker) = match spec.scope {
         ScopeKind::Tenant => (quote!(Tenant), quote!(TenantScope)),
         ScopeKind::User => (quote!(User), quote!(UserScope)),
         _ => (quote!(Global), quote!(GlobalScope)),
     };
-    let on_expired = format_ident!("{}", variant(args.on_expired.as_str()));
-    let key = format_ident!("{}", variant(args.key.as_str()));
-    let mode = format_ident!("{}", variant(args.mode.as_str()));
-    let store_client_errors = args.store_client_errors;
-    let exclude = &args.exclude;
-    let staged = args.mode == Mode::Staged;
-    let lease = u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX);
-    let on_in_flight = format_ident!("{}", variant(args.on_in_flight.as_str()));
+    let on_expired = format_ident!("{}", variant(spec.on_expired.as_str()));
+    let key = format_ident!("{}", variant(spec.key.as_str()));
+    let mode = format_ident!("{}", variant(spec.mode.as_str()));
+    let store_client_errors = spec.store_client_errors;
+    let exclude = spec.fingerprint_exclude;
+    let staged = spec.mode == Mode::Staged;
+    let lease = u64::try_from(spec.lease.as_millis()).unwrap_or(u64::MAX);
+    let on_in_flight = format_ident!("{}", variant(spec.on_in_flight.as_str()));
 
     let tx_ty = &signature.transaction;
     let db = if staged {
@@ -184,7 +185,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         // item is evaluated by `cargo check` too; it cannot name a generic backend, so a
         // handler generic over its types is not checked.
         if sig.generics.type_params().next().is_none() {
-            match args.scope {
+            match spec.scope {
                 ScopeKind::Tenant => checks.push(quote_spanned!(state.span()=>
                     const _: () = #rt::principal_names_tenant::<#state, #db>();
                 )),
@@ -298,20 +299,9 @@ fn variant(word: &str) -> String {
 /// The "Idempotency" section appended to the handler's rustdoc, in the words of the
 /// generated documents (`idem_docs::contract`).
 fn rustdoc(args: &Args) -> String {
-    // The spec is only described here, at compile time; `'static` ids cost a leak of a few
-    // bytes per annotated handler in the compiler's process.
-    let id: &'static str = Box::leak(args.id.clone().into_boxed_str());
-    let spec = OperationSpec::new(id)
-        .ttl(args.ttl)
-        .scope(args.scope)
-        .on_expired(args.on_expired)
-        .key(args.key)
-        .mode(args.mode)
-        .lease(args.lease)
-        .on_in_flight(args.on_in_flight)
-        .store_client_errors(args.store_client_errors);
-    let mut operation = OperationDoc::from_spec(&spec);
-    operation.fingerprint_exclude.clone_from(&args.exclude);
+    let spec = &args.spec;
+    let id = spec.id;
+    let mut operation = OperationDoc::from_spec(spec);
     if let Some((method, path)) = &args.route {
         operation = operation.path(method, path);
     }
@@ -328,8 +318,12 @@ fn rustdoc(args: &Args) -> String {
         contract::summary(&operation),
         contract::window(&operation),
     );
-    if !args.exclude.is_empty() {
-        let paths: Vec<String> = args.exclude.iter().map(|p| format!("`{p}`")).collect();
+    if !spec.fingerprint_exclude.is_empty() {
+        let paths: Vec<String> = spec
+            .fingerprint_exclude
+            .iter()
+            .map(|p| format!("`{p}`"))
+            .collect();
         doc.push_str(&format!(
             " These parts of the request do not count when comparing a retry with the first \
              request: {}.",
