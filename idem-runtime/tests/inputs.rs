@@ -1,6 +1,6 @@
-//! One regression test (or a few) per finding of the first user trial, over HTTP in process
-//! (`tower::ServiceExt::oneshot`), on PostgreSQL and SQLite. Each test is named after what
-//! it proves, and fails on the version before the fix.
+//! The attribute's inputs over HTTP in process (`tower::ServiceExt::oneshot`), on PostgreSQL
+//! and SQLite: which extractors count in the fingerprint, the canonical form of bodies, body
+//! limits, validation, and the principal. Each test is named after what it proves.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -581,7 +581,7 @@ const BOB: &str = r#"{"to":"bob","cents":100}"#;
 const MALLORY: &str = r#"{"to":"mallory","cents":999999}"#;
 
 // ---------------------------------------------------------------------------------------
-// Finding 1: the fingerprint is decided by the extractor's type, not its spelling.
+// The fingerprint is decided by the extractor's type, not its spelling.
 
 /// Same key with another body → 422 and one effect; the identical retry replays.
 async fn assert_body_is_fingerprinted<DB: TestDb>(s: &Setup<DB>, app: &Router, uri: &str) {
@@ -670,7 +670,7 @@ async fn parts_of_the_same_kind_do_not_overwrite_each_other<DB: TestDb>() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Finding 2: the canonical form does not depend on serde_json's features or map order.
+// The canonical form does not depend on serde_json's features or map order.
 
 fn assert_preserve_order_is_on() {
     let mut map = serde_json::Map::new();
@@ -840,7 +840,7 @@ fn pinned_fingerprint_of_a_nested_value() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Finding 7: every body limit answers 413 problem+json, and burns no key.
+// Every body limit answers 413 problem+json, and burns no key.
 
 fn big_transfer() -> String {
     let body = format!(r#"{{"to":"{}","cents":1}}"#, "b".repeat(181));
@@ -936,7 +936,7 @@ async fn broken_body_is_400_body_unreadable<DB: TestDb>() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Finding 8: validation is optional, and each flavour refuses before anything is stored.
+// Validation is optional, and each flavour refuses before anything is stored.
 
 async fn json_value_body_needs_no_trait<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
@@ -1004,7 +1004,7 @@ async fn json_body_is_a_json_response<DB: TestDb>() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Finding 9: the principal is extracted once per request, and the handler gets its value.
+// The principal is extracted once per request, and the handler gets its value.
 
 async fn principal_runs_once_per_request<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
