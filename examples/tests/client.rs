@@ -168,6 +168,22 @@ fn replayed(response: &reqwest::Response) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// Polls `count` (a `count(*)`) on `conn` until it is 1 or more, for at most 10 s.
+async fn until(conn: &mut sqlx::PgConnection, count: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: i64 = sqlx::query_scalar(count)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        if n >= 1 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The response to the first attempt is lost after the server committed; the middleware
 /// retries with the same key and gets the stored response. One order.
 async fn a_lost_answer_is_replayed(kind: Kind) {
@@ -293,30 +309,55 @@ async fn sqlite_store_busy_is_retried_after_retry_after() {
 
 /// A duplicate while the first request is still running: the server answers `409`
 /// in-flight with `Retry-After` after waiting 2 s; the middleware comes back, waits for the
-/// first to commit and gets its response. The first request is slowed down by a trigger
-/// that sleeps 4 s in the `INSERT` into `orders`.
+/// first to commit and gets its response. The first request is held in its `INSERT` into
+/// `orders` by a trigger until the test opens a gate (an advisory lock it holds), once the
+/// retry waits for the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_in_flight_duplicate_is_retried_until_replayed() {
     let db = Db::fresh(Kind::Postgres).await;
     let server = Server::start(&db);
-    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // The trigger polls the gate rather than waiting for it: a lock wait in idem's
+    // transaction would end at its `lock_timeout`.
     sqlx::raw_sql(
-        "CREATE FUNCTION slow_insert() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN PERFORM pg_sleep(4); RETURN NEW; END $$; \
-         CREATE TRIGGER slow_insert BEFORE INSERT ON orders \
-         FOR EACH ROW EXECUTE FUNCTION slow_insert()",
+        "CREATE FUNCTION held_insert() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN \
+         WHILE NOT pg_try_advisory_xact_lock(4242, 1) LOOP PERFORM pg_sleep(0.01); END LOOP; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER held_insert BEFORE INSERT ON orders \
+         FOR EACH ROW EXECUTE FUNCTION held_insert(); \
+         SELECT pg_advisory_lock(4242, 1)",
     )
-    .execute(&mut conn)
+    .execute(&mut gate)
     .await
     .unwrap();
-    conn.close().await.unwrap();
     let proxy = Proxy::start(&server.base, vec![Act::Forward]).await;
 
     let direct = Client::new(&server);
     let first =
         tokio::spawn(async move { direct.post(Some("acme"), Some("\"order-1\""), ORDER).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let duplicate = post(&proxy.base, Some("\"order-1\""), ORDER).await;
+    // At the gate, the first holds the key.
+    let at_the_gate = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE datname = current_database() AND wait_event = 'PgSleep'";
+    until(&mut gate, at_the_gate, "the first request is at the gate").await;
+    let duplicate = {
+        let base = proxy.base.clone();
+        tokio::spawn(async move { post(&base, Some("\"order-1\""), ORDER).await })
+    };
+    // The duplicate's first attempt answered `409`, and its retry waits for the key.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while proxy.seen().len() < 2 {
+        assert!(Instant::now() < deadline, "no retry: {:?}", proxy.seen());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    until(&mut gate, waiting, "the retry waits for the key").await;
+    sqlx::query("SELECT pg_advisory_unlock(4242, 1)")
+        .execute(&mut gate)
+        .await
+        .unwrap();
+    let duplicate = duplicate.await.unwrap();
     let first = first.await.unwrap();
 
     assert_eq!(first.status, 201, "{}", first.body);

@@ -310,17 +310,21 @@ async fn postgres_tables_locked_from_outside() {
         let c = c.clone();
         tokio::spawn(async move { c.post(Some("acme"), Some("table-locked"), ORDER).await })
     };
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert_eq!(db.scalar(waiting).await, 1, "the lookup waits for the lock");
+    while db.scalar(waiting).await != 1 {
+        assert!(!post.is_finished(), "the lookup waits for the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let reply = post.await.unwrap();
     assert_retry_later(&reply, "urn:idem:problem:store-busy");
     assert!(started.elapsed() < Duration::from_secs(10));
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(
-        db.scalar(waiting).await,
-        0,
-        "the abandoned lookup still waits"
-    );
+    let answered = Instant::now();
+    while db.scalar(waiting).await != 0 {
+        assert!(
+            answered.elapsed() < Duration::from_millis(2500),
+            "the abandoned lookup still waits"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     release(lock).await;
 
     // The application's table locked: the handler's INSERT times out inside idem's
@@ -368,12 +372,29 @@ async fn slow_statements_log_no_secrets() {
             .await
         })
     };
-    // Longer than sqlx's slow-statement threshold (1 s), shorter than `in_flight_wait`.
-    tokio::time::sleep(Duration::from_millis(1400)).await;
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    while db.scalar(waiting).await != 1 {
+        assert!(!post.is_finished(), "the INSERT waits for the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // From its start, longer than sqlx's slow-statement threshold (1 s), shorter than
+    // `in_flight_wait` (2 s).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     release(lock).await;
     let reply = post.await.unwrap();
     assert_eq!(reply.status, 201, "{}", reply.body);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The request's lines are in the log once its last one is (the warm-up's came first).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server
+        .logged()
+        .matches("idempotent request finished")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "{}", server.logged());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let log = server.logged();
     assert!(log.contains("listening on"), "the log is captured");

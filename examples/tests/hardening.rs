@@ -95,6 +95,23 @@ async fn stall_in_head(server: &Server) -> TcpStream {
     stream
 }
 
+/// The server's `http_open_connections` (`GET /metrics` on `http`, whose connection counts).
+async fn open_connections(http: &reqwest::Client, server: &Server) -> u64 {
+    let metrics = http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("http_open_connections "))
+        .unwrap_or_else(|| panic!("no http_open_connections: {metrics}"));
+    gauge.trim().parse().unwrap()
+}
+
 fn start(db: &Db, env: &[(&str, &str)]) -> Server {
     let mut all = vec![("DATABASE_URL", db.url.as_str())];
     all.extend_from_slice(env);
@@ -397,10 +414,22 @@ async fn sigterm_with_stalled_clients_exits_at_the_deadline_and_loses_nothing() 
     let done = c.post(Some("acme"), Some("\"done\""), ORDER).await;
     assert_eq!(done.status, 201, "{}", done.body);
 
+    let metrics = reqwest::Client::new();
+    let open = open_connections(&metrics, &server).await;
     let _in_head = stall_in_head(&server).await;
     let _in_body = stall_in_body(&server, "\"stalled\"").await;
-    // Let the server take both connections and start the handler waiting for the body.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The server took both connections: graceful shutdown waits for a connection it took
+    // until it finished a request (hyper closes only idle keep-alive ones), whether or not
+    // the handler started waiting for the body by then; one left in the listen backlog
+    // would just be refused.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_connections(&metrics, &server).await < open + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the server took the stalled connections"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let since = Instant::now();
     server.terminate();

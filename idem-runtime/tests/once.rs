@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod signals;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -409,23 +410,26 @@ async fn concurrent_calls_on_one_key_commit_once<DB: Sql>() {
     let handles = [h.idem.clone(), other];
     let runs = Arc::new(AtomicUsize::new(0));
     let input = json!({"invoice": 9});
+    let lookups = signals::Lookups::default();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..16 {
         let idem = handles[i % 2].clone();
         let runs = Arc::clone(&runs);
         let input = input.clone();
-        tasks.spawn(async move {
+        let everyone = lookups.clone();
+        tasks.spawn(lookups.watch(async move {
             idem.once(&SPEC, &Scope::global(), &key("shared"), &input, move |tx| {
                 Box::pin(async move {
                     runs.fetch_add(1, Ordering::SeqCst);
                     DB::insert(tx, "concurrent").await?;
-                    // Long enough for every other call to arrive while this one holds the key.
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    // Every call arrives while this one holds the key: all 16 looked it up
+                    // and found nothing.
+                    everyone.until("none", 16).await;
                     Ok::<_, sqlx::Error>(Receipt::new(9))
                 })
             })
             .await
-        });
+        }));
     }
     let mut done = Vec::new();
     while let Some(result) = tasks.join_next().await {

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod signals;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,8 @@ use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
 use idem_testkit::on_both_backends;
 use serde_json::json;
+use signals::Lookups;
+use tokio::sync::oneshot;
 
 /// A `201` record with `body` and no headers.
 fn raw_record(body: &'static [u8]) -> Record {
@@ -45,16 +48,24 @@ fn fp(input: &serde_json::Value) -> Fingerprint {
     Fingerprint::of(SPEC.id, input, &[]).unwrap()
 }
 
-/// Work that writes one effect, optionally waits, and answers `status` with a unique body.
+/// Work that writes one effect and answers `status` with a unique body.
 fn work<DB: TestDb>(
     note: &'static str,
     status: u16,
-    delay: Duration,
+) -> impl for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send {
+    work_pausing::<DB>(note, status, std::future::ready(()))
+}
+
+/// [`work`] that awaits `pause` after its write, holding the key's lock.
+fn work_pausing<DB: TestDb>(
+    note: &'static str,
+    status: u16,
+    pause: impl Future<Output = ()> + Send + 'static,
 ) -> impl for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send {
     work_fn::<DB, _>(move |tx| {
         Box::pin(async move {
             DB::write_effect(&mut **tx, note).await;
-            tokio::time::sleep(delay).await;
+            pause.await;
             let mut record = Record::json(
                 StatusCode::from_u16(status).unwrap(),
                 &json!({"note": note, "nonce": uuid::Uuid::new_v4().to_string()}),
@@ -74,7 +85,7 @@ fn work<DB: TestDb>(
 fn ok<DB: TestDb>(
     note: &'static str,
 ) -> impl for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send {
-    work::<DB>(note, 201, Duration::ZERO)
+    work::<DB>(note, 201)
 }
 
 async fn sequential_replay<DB: TestDb>() {
@@ -242,7 +253,7 @@ async fn failure_is_rolled_back_and_frees_the_key<DB: TestDb>() {
     for status in [400, 409, 500] {
         let failed = h
             .idem
-            .execute(&SPEC, call, work::<DB>("failing", status, Duration::ZERO))
+            .execute(&SPEC, call, work::<DB>("failing", status))
             .await
             .unwrap();
         assert_eq!(failed.kind, OutcomeKind::Failed);
@@ -262,7 +273,7 @@ async fn client_errors_can_be_stored_without_their_writes<DB: TestDb>() {
     let call = global(&k);
     let first = h
         .idem
-        .execute(&STORING, call, work::<DB>("declined", 402, Duration::ZERO))
+        .execute(&STORING, call, work::<DB>("declined", 402))
         .await
         .unwrap();
     assert_eq!(first.kind, OutcomeKind::Executed);
@@ -283,7 +294,7 @@ async fn client_errors_can_be_stored_without_their_writes<DB: TestDb>() {
     let call = Call { key: &k5, ..call };
     let failed = h
         .idem
-        .execute(&STORING, call, work::<DB>("broken", 503, Duration::ZERO))
+        .execute(&STORING, call, work::<DB>("broken", 503))
         .await
         .unwrap();
     assert_eq!(failed.kind, OutcomeKind::Failed);
@@ -404,24 +415,26 @@ async fn concurrent_duplicates_execute_once<DB: TestDb>() {
     let handles = [h.idem.clone(), second_process];
     let k = Arc::new(key("k-race"));
     let f = fp(&json!({"race": true}));
+    let lookups = Lookups::default();
     let mut tasks = Vec::new();
     for i in 0..16 {
         let idem = handles[i % 2].clone();
         let k = Arc::clone(&k);
-        tasks.push(tokio::spawn(async move {
+        // The work holds the key until all 16 looked it up and found nothing.
+        let everyone = {
+            let lookups = lookups.clone();
+            async move { lookups.until("none", 16).await }
+        };
+        tasks.push(tokio::spawn(lookups.watch(async move {
             let call = Call {
                 scope: "global",
                 key: &k,
                 fingerprint: f,
             };
-            idem.execute(
-                &SPEC,
-                call,
-                work::<DB>("race", 201, Duration::from_millis(300)),
-            )
-            .await
-            .unwrap()
-        }));
+            idem.execute(&SPEC, call, work_pausing::<DB>("race", 201, everyone))
+                .await
+                .unwrap()
+        })));
     }
     let mut executed = 0;
     let mut bodies = Vec::new();
@@ -442,25 +455,53 @@ async fn concurrent_duplicates_execute_once<DB: TestDb>() {
     assert_eq!(h.effects().await, 1);
 }
 
-/// Starts a first execution of `k` that answers `status` after `delay`, holding the key.
-fn spawn_first<DB: TestDb>(
+/// Starts a first execution of `k` and returns once its work runs, holding the key's lock,
+/// with the sender that lets it go on and answer `status`.
+async fn hold_first<DB: TestDb>(
     idem: &idem_runtime::Idem<DB>,
     k: &Arc<IdempotencyKey>,
     f: Fingerprint,
     status: u16,
-    delay: Duration,
-) -> tokio::task::JoinHandle<idem_runtime::protocol::Outcome> {
+) -> (
+    tokio::task::JoinHandle<idem_runtime::protocol::Outcome>,
+    oneshot::Sender<()>,
+) {
+    let (started, running) = oneshot::channel();
+    let (release, released) = oneshot::channel::<()>();
     let (idem, k) = (idem.clone(), Arc::clone(k));
-    tokio::spawn(async move {
+    let first = tokio::spawn(async move {
         let call = Call {
             scope: "global",
             key: &k,
             fingerprint: f,
         };
-        idem.execute(&SPEC, call, work::<DB>("first", status, delay))
+        let pause = async move {
+            started.send(()).unwrap();
+            // (A dropped sender lets it go on too.)
+            let _ = released.await;
+        };
+        idem.execute(&SPEC, call, work_pausing::<DB>("first", status, pause))
             .await
             .unwrap()
-    })
+    });
+    if running.await.is_err() {
+        panic!(
+            "the first execution ended before its work ran: {:?}",
+            first.await
+        );
+    }
+    (first, release)
+}
+
+/// Waits until `n` duplicates of a key that a first execution holds are at its lock: they
+/// looked the key up and found nothing (`lookups` watches them), and on PostgreSQL (`url`)
+/// they wait for the key's advisory lock. On SQLite a wait for the write lock shows nowhere:
+/// from its lookup a duplicate goes straight into `BEGIN IMMEDIATE`, awaiting nothing else.
+async fn until_at_the_lock<DB: TestDb>(url: &str, lookups: &Lookups, n: usize) {
+    lookups.until("none", n).await;
+    if <DB as idem_runtime::sqlx::Database>::NAME == "PostgreSQL" {
+        signals::until_advisory_lock_waits(url, n).await;
+    }
 }
 
 async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
@@ -468,15 +509,32 @@ async fn waiting_duplicate_runs_when_the_first_rolls_back<DB: TestDb>() {
         Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
     let k = Arc::new(key("k-rollback"));
     let f = fp(&json!({}));
-    let first = spawn_first::<DB>(&h.idem, &k, f, 500, Duration::from_millis(600));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (first, release) = hold_first::<DB>(&h.idem, &k, f, 500).await;
     let call = global(&k);
-    let second = h
-        .idem
-        .execute(&SPEC, call, ok::<DB>("second"))
-        .await
-        .unwrap();
-    assert_eq!(first.await.unwrap().kind, OutcomeKind::Failed);
+    // The second's work goes on once the first answered: after its rollback the first looks
+    // the key up again, and a record the second committed meanwhile would be its answer.
+    let (answered, first_answer) = oneshot::channel();
+    let after_the_first = async move {
+        let first = tokio::time::timeout(signals::DEADLINE, first)
+            .await
+            .expect("the first answers while the second runs");
+        answered.send(first.unwrap()).unwrap();
+    };
+    let lookups = Lookups::default();
+    // The first rolls back once the second waits for the key.
+    let (second, ()) = tokio::join!(
+        lookups.watch(h.idem.execute(
+            &SPEC,
+            call,
+            work_pausing::<DB>("second", 201, after_the_first)
+        )),
+        async {
+            until_at_the_lock::<DB>(&h.url, &lookups, 1).await;
+            release.send(()).unwrap();
+        }
+    );
+    let second = second.unwrap();
+    assert_eq!(first_answer.await.unwrap().kind, OutcomeKind::Failed);
     assert_eq!(second.kind, OutcomeKind::Executed);
     assert_eq!(h.effects().await, 1);
 }
@@ -489,16 +547,15 @@ async fn waiting_duplicate_never_runs_and_replays<DB: TestDb>() {
         Harness::<DB>::with_config(Config::default().in_flight_wait(Duration::from_secs(20))).await;
     let k = Arc::new(key("k-waited"));
     let f = fp(&json!({}));
-    // Long enough that the duplicate surely looks the key up before the first commits.
-    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (first, release) = hold_first::<DB>(&h.idem, &k, f, 201).await;
     let call = global(&k);
     let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = Arc::clone(&ran);
+    let lookups = Lookups::default();
     let started = std::time::Instant::now();
-    let second = h
-        .idem
-        .execute(
+    // The first commits once the duplicate looked the key up and waits for its lock.
+    let (second, ()) = tokio::join!(
+        lookups.watch(h.idem.execute(
             &SPEC,
             call,
             work_fn::<DB, _>(move |tx| {
@@ -508,9 +565,13 @@ async fn waiting_duplicate_never_runs_and_replays<DB: TestDb>() {
                     Record::json(StatusCode::CREATED, &json!({"second": true})).unwrap()
                 })
             }),
-        )
-        .await
-        .unwrap();
+        )),
+        async {
+            until_at_the_lock::<DB>(&h.url, &lookups, 1).await;
+            release.send(()).unwrap();
+        }
+    );
+    let second = second.unwrap();
     let waited = started.elapsed();
     let first = first.await.unwrap();
     assert_eq!(first.kind, OutcomeKind::Executed);
@@ -520,8 +581,7 @@ async fn waiting_duplicate_never_runs_and_replays<DB: TestDb>() {
     );
     assert_eq!(second.kind, OutcomeKind::Replayed);
     assert_eq!(second.record.body, first.record.body);
-    // Answered when the first committed (about 1.35 s from here), not at the end of the
-    // 20 s wait.
+    // Answered when the first committed, not at the end of the 20 s wait.
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     assert_eq!(h.effects().await, 1);
     assert_eq!(h.keys().await, 1);
@@ -554,11 +614,17 @@ async fn duplicates_never_run_the_work_twice<DB: TestDb>(spread: bool) {
     let side = side_store().await;
     let keys: [&'static str; 3] = ["dup-a", "dup-b", "dup-c"];
     let runs: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    // Each key's work holds it until its duplicates arrived: all 32, or, spread, the first
+    // half (the others arrive while it commits or after, and replay from the lookup).
+    let hold_until = if spread { 16 } else { 32 };
+    let arrived: Arc<[tokio::sync::watch::Sender<usize>; 3]> =
+        Arc::new(std::array::from_fn(|_| tokio::sync::watch::Sender::new(0)));
     let mut tasks = Vec::new();
     for (k, name) in keys.into_iter().enumerate() {
         for i in 0..32_u64 {
             let idem = handles[(i % 2) as usize].clone();
             let runs = Arc::clone(&runs);
+            let arrived = Arc::clone(&arrived);
             let side = side.clone();
             let offset = if spread {
                 (i * 97 + k as u64 * 31) % 301
@@ -567,6 +633,7 @@ async fn duplicates_never_run_the_work_twice<DB: TestDb>(spread: bool) {
             };
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(offset)).await;
+                arrived[k].send_modify(|n| *n += 1);
                 let key = key(name);
                 let call = Call {
                     scope: "global",
@@ -586,7 +653,12 @@ async fn duplicates_never_run_the_work_twice<DB: TestDb>(spread: bool) {
                                     .await
                                     .unwrap();
                                 DB::write_effect(&mut **tx, name).await;
-                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                let mut seen = arrived[k].subscribe();
+                                let held = seen.wait_for(|n| *n >= hold_until);
+                                tokio::time::timeout(signals::DEADLINE, held)
+                                    .await
+                                    .expect("the duplicates arrive")
+                                    .unwrap();
                                 Record::json(StatusCode::CREATED, &json!({"key": name})).unwrap()
                             })
                         }),
@@ -647,8 +719,7 @@ async fn connection_is_clean_after_giving_up<DB: TestDb>() {
         .await;
     let k = Arc::new(key("k-held"));
     let f = fp(&json!({}));
-    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (first, release) = hold_first::<DB>(&h.idem, &k, f, 201).await;
     let call = global(&k);
     let err = single
         .execute(&SPEC, call, ok::<DB>("dup"))
@@ -656,6 +727,7 @@ async fn connection_is_clean_after_giving_up<DB: TestDb>() {
         .unwrap_err();
     assert_gave_up_waiting::<DB>(&err);
     // (After the first: on SQLite any other write waits for it too.)
+    release.send(()).unwrap();
     assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
     let other = key("k-other");
     let next = single
@@ -676,17 +748,24 @@ async fn drop_a_waiting_duplicate<DB: TestDb>() -> (Harness<DB>, idem_runtime::I
     let single = h.reopen(config.max_connections(1)).await;
     let k = Arc::new(key("k-cancelled"));
     let f = fp(&json!({}));
-    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1000));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (first, release) = hold_first::<DB>(&h.idem, &k, f, 201).await;
     let call = global(&k);
-    let dropped = tokio::time::timeout(
-        Duration::from_millis(300),
-        single.execute(&SPEC, call, ok::<DB>("dropped")),
+    let lookups = Lookups::default();
+    // Dropped as soon as it waits for the key's lock.
+    tokio::select! {
+        done = lookups.watch(single.execute(&SPEC, call, ok::<DB>("dropped"))) => {
+            panic!("the duplicate answered while the first held the key: {done:?}");
+        }
+        () = until_at_the_lock::<DB>(&h.url, &lookups, 1) => {}
+    }
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
+    let pool = single.pool();
+    signals::eventually(
+        "the dropped duplicate's connection is closed or pooled again",
+        || async { pool.size() as usize == pool.num_idle() },
     )
     .await;
-    assert!(dropped.is_err(), "the duplicate was still waiting");
-    assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     (h, single)
 }
 
@@ -723,14 +802,20 @@ async fn dropped_duplicate_leaves_no_lock<DB: TestDb>() {
 async fn postgres_dropped_duplicate_holds_no_advisory_lock() {
     use idem_runtime::sqlx::{self, Postgres};
     let (h, single) = drop_a_waiting_duplicate::<Postgres>().await;
-    let held: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
-         WHERE l.locktype = 'advisory' AND a.application_name = current_setting('application_name')",
-    )
-    .fetch_one(h.idem.pool())
-    .await
-    .unwrap();
-    assert_eq!(held, 0);
+    // (The dropped duplicate's closed session takes the key's lock when the first commits,
+    // and ends when it reads that it was closed.)
+    signals::eventually("no session of the test holds an advisory lock", || async {
+        let held: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+             WHERE l.locktype = 'advisory' \
+             AND a.application_name = current_setting('application_name')",
+        )
+        .fetch_one(h.idem.pool())
+        .await
+        .unwrap();
+        held == 0
+    })
+    .await;
     writes_go_on_after_a_dropped_duplicate(&h, &single).await;
 }
 
@@ -740,8 +825,7 @@ async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
             .await;
     let k = Arc::new(key("k-slow"));
     let f = fp(&json!({}));
-    let first = spawn_first::<DB>(&h.idem, &k, f, 201, Duration::from_millis(1500));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (first, release) = hold_first::<DB>(&h.idem, &k, f, 201).await;
     let call = global(&k);
     let err = h
         .idem
@@ -749,6 +833,7 @@ async fn duplicate_past_the_wait_is_in_flight<DB: TestDb>() {
         .await
         .unwrap_err();
     assert_gave_up_waiting::<DB>(&err);
+    release.send(()).unwrap();
     let first = first.await.unwrap();
     assert_eq!(first.kind, OutcomeKind::Executed);
     let replay = h.idem.execute(&SPEC, call, ok::<DB>("late")).await.unwrap();
@@ -872,7 +957,7 @@ async fn unkeyed_work_runs_each_time<DB: TestDb>() {
     }
     let failed = h
         .idem
-        .execute_unkeyed(work::<DB>("bad", 422, Duration::ZERO))
+        .execute_unkeyed(work::<DB>("bad", 422))
         .await
         .unwrap();
     assert_eq!(failed.kind, OutcomeKind::Failed);
@@ -960,14 +1045,14 @@ async fn postgres_pool_from_the_application_still_bounds_lock_waits() {
         idem_runtime::Idem::<Postgres>::from_pool(PgPool::connect(&h.url).await.unwrap(), config);
     let k = Arc::new(key("k-own-pool"));
     let f = fp(&json!({}));
-    let first = spawn_first::<Postgres>(&idem, &k, f, 201, Duration::from_millis(1500));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (first, release) = hold_first::<Postgres>(&idem, &k, f, 201).await;
     let call = global(&k);
     let err = idem
         .execute(&SPEC, call, ok::<Postgres>("dup"))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InFlight { .. }), "{err:?}");
+    release.send(()).unwrap();
     assert_eq!(first.await.unwrap().kind, OutcomeKind::Executed);
     assert_eq!(h.effects().await, 1);
 }
@@ -1043,7 +1128,20 @@ async fn postgres_timeouts_bind_only_idems_transactions() {
                 .await
         })
     };
+    signals::eventually("the reader waits for the table's lock", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND application_name = current_setting('application_name')",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        waiting == 1
+    })
+    .await;
+    // Still waiting well past `in_flight_wait` (a wait for wall-clock time).
     tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!reader.is_finished(), "cut short: {:?}", reader.await);
     locker.rollback().await.unwrap();
     assert_eq!(reader.await.unwrap().unwrap(), 0);
 }
@@ -1078,7 +1176,16 @@ async fn postgres_dead_pooled_connections_cost_no_request() {
     .await
     .unwrap();
     assert!(killed >= 1);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    signals::eventually("the killed sessions are gone", || async {
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(&application)
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+        left == 0
+    })
+    .await;
     // Every pooled connection is dead: the lookup finds out, closes them and goes on with a
     // new one. No request fails.
     for _ in 0..3 {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod signals;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -223,11 +224,16 @@ async fn waiting_duplicate_gets_the_response<DB: TestDb, H: Holding>() {
     while work.provider.calls() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let duplicate = {
+    let lookups = signals::Lookups::default();
+    let mut duplicate = {
         let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
-        tokio::spawn(async move { run(&idem, &spec, &work, &k, 100).await })
+        tokio::spawn(lookups.watch(async move { run(&idem, &spec, &work, &k, 100).await }))
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // It found the first processing, paused and looked again: it waits rather than answering.
+    tokio::select! {
+        () = lookups.until("processing", 2) => {}
+        answered = &mut duplicate => panic!("the duplicate answered at once: {answered:?}"),
+    }
     assert!(!duplicate.is_finished());
     work.gate.notify_one();
     let first = first.await.unwrap().unwrap();
@@ -352,23 +358,21 @@ async fn one_of_two_racing_takeovers_wins<DB: TestDb, H: Holding>() {
     assert!(run(&h.idem, &SPEC, &work, &k, 100).await.is_err());
     work.set(After::Wait);
     let other = h.reopen(H::config()).await;
-    let racers: Vec<_> = [h.idem.clone(), other]
-        .into_iter()
-        .map(|idem| {
-            let (work, k) = (Arc::clone(&work), k.clone());
-            tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
-        })
-        .collect();
-    // One racer runs and waits at the gate; the other has answered 409 by then.
-    while work.runs.load(Ordering::SeqCst) < 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
+    for idem in [h.idem.clone(), other] {
+        let (work, k, answers) = (Arc::clone(&work), k.clone(), answers.clone());
+        tokio::spawn(async move { answers.send(run(&idem, &SPEC, &work, &k, 100).await) });
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // One racer runs and waits at the gate; the gate opens once the other answered.
+    let first = tokio::time::timeout(signals::DEADLINE, answered.recv())
+        .await
+        .expect("a racer answers while the other runs");
     work.gate.notify_one();
+    let second = answered.recv().await;
     let mut executed = 0;
     let mut in_flight = 0;
-    for racer in racers {
-        match racer.await.unwrap() {
+    for answer in [first, second] {
+        match answer.unwrap() {
             Ok(outcome) if outcome.kind == OutcomeKind::Executed => executed += 1,
             Err(Error::InFlight { .. }) => in_flight += 1,
             other => panic!("{other:?}"),

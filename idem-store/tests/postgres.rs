@@ -43,6 +43,21 @@ async fn migration_locks_held(pool: &sqlx::PgPool) -> i64 {
     .unwrap()
 }
 
+/// Sessions of this test (its `application_name`) waiting for [`MIGRATION_LOCK_ID`].
+async fn migration_lock_waits(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+         WHERE l.locktype = 'advisory' AND NOT l.granted \
+         AND a.application_name = current_setting('application_name') \
+         AND l.classid::int8 = $1 AND l.objid::int8 = $2 AND l.objsubid = 1",
+    )
+    .bind(MIGRATION_LOCK_ID >> 32)
+    .bind(MIGRATION_LOCK_ID & 0xffff_ffff)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
 /// A migration run leaves its connection as it found it: lock released, the session's
 /// timeouts (here set by the application's URL) back in force.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,8 +124,20 @@ async fn migration_waits_for_the_lock() {
         let table = table.clone();
         async move { table.migrate().await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The migration waits for the lock...
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while migration_lock_waits(&mut other).await == 0 {
+        assert!(!run.is_finished(), "the migration ended: {:?}", run.await);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the migration did not wait for the lock within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ... and still waits after several times the pool's `lock_timeout` (50 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!run.is_finished(), "the migration ran without the lock");
+    assert_eq!(migration_lock_waits(&mut other).await, 1);
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(MIGRATION_LOCK_ID)
         .execute(&mut other)
