@@ -47,7 +47,8 @@
 //! # The key table
 //!
 //! `idempotency_keys`, primary key (`scope`, `operation`, `idempotency_key`) and an index on
-//! `expires_at` for the sweeper; next to it `idempotency_processing`, the keys staged mode
+//! `expires_at` for the sweeper, and no other: every index on the key table is paid by every
+//! first execution of atomic mode. Next to it `idempotency_processing`, the keys staged mode
 //! holds (`processing`), which listings of processing and stuck keys start from, and the
 //! audit trail `idempotency_audit`. Created and evolved by [`migrate`], which keeps its own
 //! history in `idem_schema_migrations` (never sqlx's `_sqlx_migrations`, so an application's
@@ -65,7 +66,7 @@
 //! | `response_body` | bytea | blob | stored body |
 //! | `created_at` | timestamptz | text | when the execution that stored the row began |
 //! | `completed_at` | timestamptz | text | when the response was stored |
-//! | `expires_at` | timestamptz | text | completed rows: after this, `410` or run again (completion + TTL); a processing row never expires ([`KeyStatus::at`]) |
+//! | `expires_at` | timestamptz | text | completed rows: after this, `410` or run again; atomic mode: the start of the execution that stored the row + TTL, staged mode and operator actions: completion + TTL; a processing row never expires ([`KeyStatus::at`]) |
 //! | `locked_until` | timestamptz | text | staged mode: the running attempt's lease; past it, the key is stuck |
 //! | `attempt` | bigint | integer | staged mode: the fencing number, 1 for the first attempt, one more at every takeover or release (0 for atomic mode's rows) |
 //! | `recovery_point` | text | text | staged mode: the last step journaled |
@@ -80,6 +81,22 @@
 //! functions; an `expires_at` set to a plain number by hand is read as Unix seconds. All times
 //! cross the API as milliseconds since the Unix epoch, passed in by the caller: the store
 //! never reads the clock.
+//!
+//! ## Migrations
+//!
+//! Embedded in the crate (`migrations/postgres`, `migrations/sqlite`), applied in order by
+//! [`migrate`], each with its history row in one transaction:
+//!
+//! | version | what it does |
+//! |---|---|
+//! | 1 | `idempotency_keys` and its `expires_at` index, `IF NOT EXISTS`: a table idem 0.1 created through sqlx is adopted as it is |
+//! | 2 | staged mode's columns (`locked_until`, `attempt`, `recovery_point`, `journal`, `request`); the audit trail `idempotency_audit` (who, when, which key, the action, the reason, the row before and after as JSON); on PostgreSQL the function `idem_lock_key`, which takes a key's advisory lock and raises `IK001` when the key's row exists |
+//! | 3 | the outbox, `idempotency_outbox` |
+//! | 4 | the operation registry, `idempotency_operations` |
+//! | 5 | `idempotency_processing`, one row per processing key, in place of migration 2's partial index on the key table (which every atomic insert maintained). On PostgreSQL staged mode's reservation inserts its row in the same statement, and triggers on `UPDATE OF status` and `DELETE` remove it: no trigger fires on an `INSERT`, so atomic mode's path is untouched. On SQLite triggers do both |
+//! | 6 | `idempotency_operations.doc`: the operation's generated documentation as JSON |
+//! | 7 | PostgreSQL only: `idem_lock_key` takes a free lock without a query of its own (the same signature, so processes of the previous version call it unchanged); SQLite has no version 7 |
+//! | 8 | `idempotency_audit.forced`: set when an action was applied only because the operator forced it |
 //!
 //! # Operator actions
 //!
@@ -173,7 +190,7 @@
 //! # The conformance kit
 //!
 //! The contract of [`Backend`] and [`KeyTable`] is written down as a conformance kit: cases
-//! generic over the backend, using this crate's public API only, each run as a test on a new
+//! generic over the backend, using this crate's public items only, each run as a test on a new
 //! database. It lives in the repository's test kit (`idem-testkit`, not published). idem's
 //! PostgreSQL and SQLite stores pass every case; a new backend added to this crate is
 //! accepted when it passes them all.
