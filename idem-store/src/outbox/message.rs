@@ -1,5 +1,5 @@
-//! The outbox's rows and statements: messages as they are enqueued, claimed and read, and
-//! [`OutboxSql`], their statements per backend.
+//! The outbox's rows: messages as they are enqueued, claimed and read (their statements are
+//! the templates of `crate::sql`).
 
 use std::fmt;
 use std::str::FromStr;

@@ -89,7 +89,8 @@ pub struct Ending<'a> {
     pub expires_ms: i64,
 }
 
-/// Staged mode's statements, per backend. Each runs on a connection, which may be a
+/// Staged mode's statements, on every database (written once over its dialect, like the
+/// protocol's primitives). Each runs on a connection, which may be a
 /// transaction's (`&mut *tx`): [`StagedSql::journal`] and [`StagedSql::finish`] run in the
 /// transaction of the application's writes when a step has any, so the step's writes and its
 /// recovery point commit together.
