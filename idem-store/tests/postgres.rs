@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::TestDb;
@@ -13,10 +12,6 @@ use idem_store::{Backend, KeyTable, MIGRATION_LOCK_ID, TxSettings};
 use idem_testkit::harness::{TestBackend as _, settings};
 
 impl TestDb for Postgres {
-    fn legacy_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/postgres")
-    }
-
     // A processing row, and its row in `idempotency_processing` as staged mode's
     // reservation writes both (on SQLite a trigger writes the second).
     crate::test_db_sql!(

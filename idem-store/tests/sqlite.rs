@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 
 use common::TestDb;
 use idem_store::sqlx::{self, Sqlite};
@@ -12,10 +11,6 @@ use idem_testkit::conformance::put;
 use idem_testkit::harness::{HOUR, NOW};
 
 impl TestDb for Sqlite {
-    fn legacy_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy/sqlite")
-    }
-
     crate::test_db_sql!(
         "INSERT INTO idempotency_keys \
          (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \

@@ -16,8 +16,14 @@ use idem_testkit::harness::{HOUR, NOW, TestBackend, new_dir, settings};
 
 /// What the tests do on a backend's database in SQL.
 pub trait TestDb: TestBackend {
-    /// Where idem 0.1's migration lies (as sqlx applied it).
-    fn legacy_dir() -> PathBuf;
+    /// Where idem 0.1's migration lies (as sqlx applied it): `tests/legacy/<backend>`.
+    fn legacy_dir() -> PathBuf {
+        let backend = match <Self as idem_store::sqlx::Database>::NAME {
+            "PostgreSQL" => "postgres",
+            _ => "sqlite",
+        };
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy").join(backend)
+    }
     /// Runs sqlx's migrator from `dir`, as idem 0.1 and applications do.
     fn run_sqlx(
         pool: &Pool<Self>,
