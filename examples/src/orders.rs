@@ -24,7 +24,7 @@ use idem_runtime::docs::{DuplicateOperation, Operations};
 use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
 use serde::{Deserialize, Serialize};
-use sqlx::{Pool, Postgres, Sqlite, Transaction};
+use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::extract::ProblemPath;
@@ -209,6 +209,12 @@ orders_db!(
     "migrations/sqlite",
     "INSERT INTO orders (id, tenant, sku, quantity) VALUES (?1, ?2, ?3, ?4)",
     "SELECT sku, quantity FROM orders WHERE id = ?1 AND tenant = ?2"
+);
+orders_db!(
+    MySql,
+    "migrations/mysql",
+    "INSERT INTO orders (id, tenant, sku, quantity) VALUES (?, ?, ?, ?)",
+    "SELECT sku, quantity FROM orders WHERE id = ? AND tenant = ?"
 );
 
 /// A database error of the example's own queries: `503` with `Retry-After` for what passes

@@ -80,7 +80,7 @@ use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::{Pool, Postgres, Sqlite};
+use sqlx::{MySql, Pool, Postgres, Sqlite};
 use uuid::Uuid;
 
 use crate::extract::ProblemPath;
@@ -309,6 +309,12 @@ payments_db!(
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
     "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2"
+);
+payments_db!(
+    MySql,
+    "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
+     VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id",
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ? AND tenant = ?"
 );
 
 const SUCCEEDED: &str = "succeeded";

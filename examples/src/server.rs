@@ -93,6 +93,8 @@ pub enum Store {
     Postgres,
     /// `sqlite:`.
     Sqlite,
+    /// `mysql:` or `mariadb:` (MySQL 8, MariaDB 10.6 or later).
+    MySql,
 }
 
 impl Store {
@@ -105,8 +107,13 @@ impl Store {
             Ok(Self::Postgres)
         } else if url.starts_with("sqlite:") {
             Ok(Self::Sqlite)
+        } else if url.starts_with("mysql:") || url.starts_with("mariadb:") {
+            Ok(Self::MySql)
         } else {
-            Err("DATABASE_URL must start with sqlite:, postgres: or postgresql:".into())
+            Err(
+                "DATABASE_URL must start with sqlite:, postgres:, postgresql:, mysql: or mariadb:"
+                    .into(),
+            )
         }
     }
 }

@@ -243,24 +243,7 @@ async fn persistence_across_restart(kind: Kind) {
     assert_eq!(db.orders().await, 1);
 }
 
-macro_rules! on_both {
-    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
-            })*
-        }
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
-            })*
-        }
-    };
-}
-
-on_both!(
+common::on_every_store!(
     contract,
     expired_key_is_gone,
     crash_after_commit,
@@ -286,6 +269,14 @@ mod faults {
     async fn sqlite_after_response_write() {
         injected_fault(Kind::Sqlite, "after_record").await;
     }
+    #[tokio::test]
+    async fn mysql_after_business_write() {
+        injected_fault(Kind::MySql, "after_handler").await;
+    }
+    #[tokio::test]
+    async fn mysql_after_response_write() {
+        injected_fault(Kind::MySql, "after_record").await;
+    }
 }
 
 mod concurrency {
@@ -298,6 +289,10 @@ mod concurrency {
     #[tokio::test]
     async fn sqlite_one_process() {
         concurrent_same_key(Kind::Sqlite, 1).await;
+    }
+    #[tokio::test]
+    async fn mysql_two_processes() {
+        concurrent_same_key(Kind::MySql, 2).await;
     }
 }
 

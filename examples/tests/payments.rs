@@ -620,24 +620,7 @@ async fn default_database_is_a_sqlite_file_in_the_working_directory() {
     assert!(server.stop().success());
 }
 
-macro_rules! on_both {
-    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
-            })*
-        }
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
-            })*
-        }
-    };
-}
-
-on_both!(contract, declined, provider_failure);
+common::on_every_store!(contract, declined, provider_failure);
 
 mod crash {
     use super::{Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease};

@@ -499,8 +499,13 @@ async fn hold_first<DB: TestDb>(
 /// from its lookup a duplicate goes straight into `BEGIN IMMEDIATE`, awaiting nothing else.
 async fn until_at_the_lock<DB: TestDb>(url: &str, lookups: &Lookups, n: usize) {
     lookups.until("none", n).await;
-    if <DB as idem_runtime::sqlx::Database>::NAME == "PostgreSQL" {
-        signals::until_advisory_lock_waits(url, n).await;
+    match <DB as idem_runtime::sqlx::Database>::NAME {
+        "PostgreSQL" => {
+            signals::until_advisory_lock_waits(url, n).await;
+        }
+        #[cfg(feature = "mysql")]
+        "MySQL" => signals::until_row_lock_waits(url, n).await,
+        _ => {}
     }
 }
 
@@ -1028,6 +1033,35 @@ on_both_backends!(
     unkeyed_work_runs_each_time,
     failed_commit_answers_503_and_keeps_nothing,
 );
+
+/// The same on MySQL / MariaDB, but for the failed `COMMIT` (MySQL checks no constraint at
+/// commit, so nothing makes one fail on purpose).
+#[cfg(feature = "mysql")]
+mod mysql {
+    idem_testkit::tests_on!(
+        idem_runtime::sqlx::MySql,
+        super: sequential_replay,
+        awkward_values_round_trip,
+        replay_survives_a_new_process,
+        mismatch_runs_nothing,
+        scopes_and_operations_are_independent,
+        failure_is_rolled_back_and_frees_the_key,
+        client_errors_can_be_stored_without_their_writes,
+        panic_rolls_back,
+        expired_key_is_gone,
+        expired_key_reexecutes,
+        concurrent_duplicates_execute_once,
+        waiting_duplicate_runs_when_the_first_rolls_back,
+        duplicate_past_the_wait_is_in_flight,
+        waiting_duplicate_never_runs_and_replays,
+        simultaneous_duplicates_never_run_twice,
+        spread_duplicates_never_run_twice,
+        connection_is_clean_after_giving_up,
+        dropped_duplicate_leaves_no_lock,
+        sweeper_deletes_only_expired_keys,
+        unkeyed_work_runs_each_time,
+    );
+}
 
 #[cfg(feature = "failpoints")]
 mod faults {

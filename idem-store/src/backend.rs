@@ -237,10 +237,15 @@ impl<DB: Dialect + StagedSql> Backend for DB {
         row: NewRow<'_>,
     ) -> Result<bool, sqlx::Error> {
         let sql = DB::sql();
-        let statement = if row.replace_expired {
-            &sql.insert_completed_or_replace_expired
-        } else {
-            &sql.insert_completed
+        let statement = match (&sql.clear_expired, row.replace_expired) {
+            (_, false) => &sql.insert_completed,
+            (None, true) => &sql.insert_completed_or_replace_expired,
+            // The expired row deleted first, where the insert cannot replace it.
+            (Some(clear), true) => {
+                let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
+                DB::execute(tx, clear, &args).await?;
+                &sql.insert_completed
+            }
         };
         let args = [
             Arg::Text(row.key.scope),
@@ -254,7 +259,12 @@ impl<DB: Dialect + StagedSql> Backend for DB {
             Arg::Int(row.completed_ms),
             Arg::Int(row.expires_ms),
         ];
-        Ok(DB::execute(tx, statement, &args).await? == 1)
+        match DB::execute(tx, statement, &args).await {
+            Ok(inserted) => Ok(inserted == 1),
+            // Without `ON CONFLICT … DO NOTHING`: the row exists.
+            Err(error) if DB::is_duplicate(&error) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn insert_completed_and_commit(

@@ -15,6 +15,8 @@ use sqlx::{
     Transaction, Type,
 };
 
+use sha2::{Digest as _, Sha256};
+
 use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
@@ -121,6 +123,61 @@ impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
     }
 }
 
+#[cfg(feature = "mysql")]
+impl RowsAffected for sqlx::mysql::MySqlQueryResult {
+    fn rows_affected(&self) -> u64 {
+        self.rows_affected()
+    }
+}
+
+/// What sqlx's drivers do differently below the SQL.
+pub trait Quirks {
+    /// Whether parameters are `?` in order rather than numbered: the templates write `$1`,
+    /// `$2`, …, which PostgreSQL and SQLite read as they are; MySQL takes `?` in order, so a
+    /// parameter used twice is bound twice.
+    const POSITIONAL: bool = false;
+    /// Whether text is read without sqlx's type check: MySQL reports a column of a binary
+    /// collation (`utf8mb4_bin`, which idem's keys use to compare byte for byte) as bytes.
+    const TEXT_UNCHECKED: bool = false;
+}
+
+#[cfg(feature = "postgres")]
+impl Quirks for sqlx::Postgres {}
+
+#[cfg(feature = "sqlite")]
+impl Quirks for sqlx::Sqlite {}
+
+#[cfg(feature = "mysql")]
+impl Quirks for sqlx::MySql {
+    const POSITIONAL: bool = true;
+    const TEXT_UNCHECKED: bool = true;
+}
+
+/// `sql` with its `$n` written `?`, and `args` in the order the `?` stand in. Parameters
+/// never stand inside the templates' string literals, which hold no `$`.
+fn positional<'a>(sql: &str, args: &[Arg<'a>]) -> (String, Vec<Arg<'a>>) {
+    let mut out = String::with_capacity(sql.len());
+    let mut order = Vec::with_capacity(args.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        let digits = rest[at + 1..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        out.push_str(&rest[..at]);
+        match rest[at + 1..at + 1 + digits].parse::<usize>() {
+            Ok(n) if (1..=args.len()).contains(&n) => {
+                out.push('?');
+                order.push(args[n - 1]);
+            }
+            _ => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    (out, order)
+}
+
 /// `sql` with `args` bound in order.
 fn query<'a, DB>(
     sql: &'a str,
@@ -163,12 +220,17 @@ where
     for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
     usize: ColumnIndex<DB::Row>,
     DB::QueryResult: RowsAffected,
+    DB: Quirks,
 {
     async fn fetch_all<'a>(
         conn: &'a mut DB::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<Vec<DB::Row>, sqlx::Error> {
+        if DB::POSITIONAL {
+            let (sql, args) = positional(sql, args);
+            return query(&sql, &args).fetch_all(conn).await;
+        }
         query(sql, args).fetch_all(conn).await
     }
 
@@ -177,6 +239,10 @@ where
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<Option<DB::Row>, sqlx::Error> {
+        if DB::POSITIONAL {
+            let (sql, args) = positional(sql, args);
+            return query(&sql, &args).fetch_optional(conn).await;
+        }
         query(sql, args).fetch_optional(conn).await
     }
 
@@ -185,7 +251,12 @@ where
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<u64, sqlx::Error> {
-        let done = query(sql, args).execute(conn).await?;
+        let done = if DB::POSITIONAL {
+            let (sql, args) = positional(sql, args);
+            query(&sql, &args).execute(conn).await?
+        } else {
+            query(sql, args).execute(conn).await?
+        };
         Ok(done.rows_affected())
     }
 
@@ -194,9 +265,15 @@ where
     }
 
     fn text(row: &DB::Row, i: usize) -> Result<String, sqlx::Error> {
+        if DB::TEXT_UNCHECKED {
+            return row.try_get_unchecked(i);
+        }
         row.try_get(i)
     }
     fn opt_text(row: &DB::Row, i: usize) -> Result<Option<String>, sqlx::Error> {
+        if DB::TEXT_UNCHECKED {
+            return row.try_get_unchecked(i);
+        }
         row.try_get(i)
     }
     fn int(row: &DB::Row, i: usize) -> Result<i64, sqlx::Error> {
@@ -257,6 +334,11 @@ pub trait Dialect: Glue {
         format!("{} {op} {ms}", Self::ms(column))
     }
 
+    /// `{quoted NAME}`: a column whose name is a reserved word somewhere (`before`).
+    fn quote(name: &str) -> String {
+        format!("\"{name}\"")
+    }
+
     /// `{greatest A, B}`.
     fn greatest(pair: &str) -> String;
 
@@ -268,6 +350,21 @@ pub trait Dialect: Glue {
 
     /// `{for_update}`: the end of a `SELECT` that reads a row to change it.
     const FOR_UPDATE: &'static str;
+
+    /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
+    /// `{returning …}` renders as nothing and the generic code reads the rows again.
+    const RETURNING: bool = true;
+
+    /// Where writes return nothing: the statement that reads the id the last `INSERT`
+    /// generated (the audit entry's).
+    const LAST_INSERT_ID: &'static str = "";
+
+    /// Whether `error` is a unique key refusing a row: where inserts have no
+    /// `ON CONFLICT … DO NOTHING` (MySQL), the generic code takes it for "exists already".
+    fn is_duplicate(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
 
     /// A listing's condition on keys starting with `prefix`, with a `$n` for `pattern`: the
     /// condition's text before and after the parameter, and the pattern bound to it.
@@ -382,6 +479,9 @@ pub(crate) fn render<DB: Dialect>(template: &str) -> String {
             "key_columns" => KEY_COLUMNS.to_owned(),
             "outbox_columns" => OUTBOX_COLUMNS.to_owned(),
             "for_update" => DB::FOR_UPDATE.to_owned(),
+            "quoted" => DB::quote(rest),
+            "returning" if DB::RETURNING => format!(" RETURNING {rest}"),
+            "returning" => String::new(),
             "ms" => DB::ms(rest),
             "ts" => DB::ts(rest),
             "greatest" => DB::greatest(rest),
@@ -417,6 +517,38 @@ pub(crate) fn prefix_pattern(prefix: &str, any: char, push: impl Fn(char, &mut S
     pattern
 }
 
+/// A `LIKE` pattern for keys starting with `prefix`, with `!` escaping the wildcards.
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    prefix_pattern(prefix, '%', |c, pattern| {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    })
+}
+
+/// The lock id that stands for a key while an execution of it runs (PostgreSQL's advisory
+/// lock, MySQL's lock row): the first eight
+/// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
+/// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
+/// 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
+pub(crate) fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
+    advisory_id(&[namespace, key.scope, key.operation, key.key])
+}
+
+/// An advisory lock id: the first eight bytes of SHA-256 over the length-prefixed `parts`.
+pub(crate) fn advisory_id(parts: &[&str]) -> i64 {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_le_bytes(first)
+}
+
 /// Opens a pool on `url` (see [`crate::Backend::connect`]).
 pub(crate) async fn connect<DB: Dialect>(
     url: &str,
@@ -431,6 +563,26 @@ pub(crate) async fn connect<DB: Dialect>(
         // of costing every request a ping round trip.
         .test_before_acquire(false);
     DB::pool_options(pool).connect_with(options).await
+}
+
+/// The end of a `begin` that holds the key's lock in a transaction (SQLite's write lock,
+/// MySQL's lock row): the key looked at again, under the lock. A row committed while the
+/// lock was awaited (or not expired by [`KeyLock::expired_by_ms`]) rolls the transaction
+/// back: [`Begun::Taken`].
+pub(crate) async fn look_again<'c, DB: Dialect>(
+    mut tx: Transaction<'c, DB>,
+    lock: KeyLock<'_>,
+) -> Result<Begun<'c, DB>, sqlx::Error> {
+    let row = DB::fetch_optional(&mut tx, &DB::sql().expires_at, &Arg::key(lock.key)).await?;
+    let expires = row.map(|row| DB::int(&row, 0)).transpose()?;
+    match (expires, lock.expired_by_ms) {
+        (None, _) => Ok(Begun::Free(tx)),
+        (Some(expires), Some(by)) if expires <= by => Ok(Begun::Free(tx)),
+        (Some(_), _) => {
+            tx.rollback().await?;
+            Ok(Begun::Taken)
+        }
+    }
 }
 
 /// `Transaction::begin` with [`Dialect::BEGIN_WRITE`].
@@ -541,6 +693,16 @@ mod tests {
             "{complete}"
         );
         assert!(complete.contains("julianday(a)") && complete.contains("julianday(b)"));
+    }
+
+    #[test]
+    fn numbered_parameters_become_positional() {
+        let args = [Arg::Int(1), Arg::Text("b"), Arg::Int(3)];
+        let (sql, order) = positional("a = $1 AND b = $2 AND c <= $1 AND d = $3 AND e = $9", &args);
+        assert_eq!(sql, "a = ? AND b = ? AND c <= ? AND d = ? AND e = $9");
+        let order: Vec<String> = order.iter().map(|a| format!("{a:?}")).collect();
+        assert_eq!(order, ["Int(1)", "Text(\"b\")", "Int(1)", "Int(3)"]);
+        assert_eq!(positional("no parameters", &args).0, "no parameters");
     }
 
     #[cfg(feature = "sqlite")]

@@ -212,6 +212,8 @@ mod key;
 mod list;
 mod migrate;
 mod migration;
+#[cfg(feature = "mysql")]
+mod mysql;
 mod operations;
 mod operator;
 mod outbox;

@@ -24,7 +24,7 @@ use crate::dialect::{Arg, Dialect, Statement, begin_write};
 use crate::error::{Hazard, StoreError};
 use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
-use crate::table::{KeyTable, key_row};
+use crate::table::{KeyTable, key_row, write_key};
 
 /// Who acts on a key, and why: recorded with every action in the audit trail.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -698,9 +698,9 @@ async fn act<DB: Dialect>(
     };
     let after = match statement {
         Some(statement) => {
-            let row = DB::fetch_optional(&mut tx, statement, &Arg::on_key(key, &rest)).await?;
-            let row = row.ok_or(sqlx::Error::RowNotFound)?;
-            Some(key_row::<DB>(&row, now_ms)?)
+            let args = Arg::on_key(key, &rest);
+            let row = write_key::<DB>(&mut tx, statement, &args, key, now_ms).await?;
+            Some(row.ok_or(sqlx::Error::RowNotFound)?)
         }
         None => {
             DB::execute(&mut tx, &sql.delete_only, &Arg::key(key)).await?;
@@ -721,7 +721,12 @@ async fn act<DB: Dialect>(
         Arg::OptText(after_json.as_deref()),
         Arg::Bool(forced),
     ];
-    let row = DB::fetch_optional(&mut tx, &sql.insert_audit, &audit).await?;
+    let row = if DB::RETURNING {
+        DB::fetch_optional(&mut tx, &sql.insert_audit, &audit).await?
+    } else {
+        DB::execute(&mut tx, &sql.insert_audit, &audit).await?;
+        DB::fetch_optional(&mut tx, DB::LAST_INSERT_ID, &[]).await?
+    };
     let audit_id = DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)?;
     tx.commit().await?;
     Ok(Acted {

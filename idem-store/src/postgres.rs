@@ -11,17 +11,16 @@ use std::fmt::Write as _;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-use sha2::{Digest as _, Sha256};
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, prefix_pattern, render_all};
+use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, like_prefix, lock_id, render_all};
 use crate::key::KeyRef;
 use crate::migrate::MIGRATION_LOCK_ID;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
-use crate::sql::{Sql, reopen, reserve};
+use crate::sql::{Sql, on_key_conflict, reopen, reserve};
 
 /// The migrations of the key table on PostgreSQL.
 static MIGRATIONS: [Migration; 8] = [
@@ -70,27 +69,6 @@ static MIGRATIONS: [Migration; 8] = [
 /// How long a pooled connection may sit idle before it is pinged on its next use.
 const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The advisory lock that stands for a key while an execution of it runs: the first eight
-/// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
-/// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
-/// 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
-fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
-    advisory_id(&[namespace, key.scope, key.operation, key.key])
-}
-
-/// An advisory lock id: the first eight bytes of SHA-256 over the length-prefixed `parts`.
-fn advisory_id(parts: &[&str]) -> i64 {
-    let mut hash = Sha256::new();
-    for part in parts {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part.as_bytes());
-    }
-    let digest = hash.finalize();
-    let mut first = [0; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_le_bytes(first)
-}
-
 /// Staged mode's reservation, and its row in `idempotency_processing` (which the key table's
 /// triggers remove once the key stops processing), in one statement. One row affected:
 /// reserved.
@@ -99,6 +77,7 @@ macro_rules! reserve_and_list {
         concat!(
             "WITH reserved AS (",
             reserve!(),
+            on_key_conflict!(),
             $on_conflict,
             " RETURNING scope, operation, idempotency_key) \
              INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
@@ -363,16 +342,6 @@ impl Dialect for Postgres {
             &attempt,
         ])
     }
-}
-
-/// A `LIKE` pattern for keys starting with `prefix`, with `!` escaping the wildcards.
-fn like_prefix(prefix: &str) -> String {
-    prefix_pattern(prefix, '%', |c, pattern| {
-        if matches!(c, '%' | '_' | '!') {
-            pattern.push('!');
-        }
-        pattern.push(c);
-    })
 }
 
 /// `INSERT` of the completed row, `COMMIT`, `BEGIN`, as one simple query: one round trip

@@ -15,6 +15,12 @@
 //! | `{greatest A, B}` | the larger of two values | `GREATEST` | `max` |
 //! | `{pick SUBQUERY}` | rows a batch takes, skipping rows others hold | `= ANY(ARRAY(… FOR UPDATE SKIP LOCKED))` | `IN (…)` (one writer) |
 //! | `{for_update}` | read a row to change it in this transaction | `FOR UPDATE` | nothing (`BEGIN IMMEDIATE` holds the database) |
+//! | `{returning COLUMNS}` | the rows a write changed | `RETURNING COLUMNS` | `RETURNING COLUMNS` |
+//! | `{quoted NAME}` | a column named with a word some database reserves | `"NAME"` | `"NAME"` |
+//!
+//! MySQL has no `RETURNING` (`{returning …}` renders as nothing there) and no
+//! `ON CONFLICT`: the generic code reads the rows again, and takes a duplicate key's error
+//! for "exists already"; its statements that differ are in its own file.
 
 /// The statements of the store: templates (`Sql<&'static str>`), or rendered for one
 /// database (`Sql<String>`). Staged mode's holds exist only where sessions can vouch for
@@ -55,6 +61,14 @@ pub struct Sql<S> {
     pub hold: Option<S>,
     pub let_go: Option<S>,
     pub owner_gone: Option<S>,
+    // Where the database cannot replace an expired row in the inserting statement itself
+    // (MySQL): deleting the expired completed row first, and a staged key's reopening.
+    pub clear_expired: Option<S>,
+    pub reopen_expired: Option<S>,
+    // Where writes return nothing (MySQL): a staged key's lease, read after a takeover, and
+    // the outbox's claimable rows, picked before they are leased.
+    pub lease_of: S,
+    pub claimable: S,
     pub take_over: S,
     pub renew: S,
     pub step: S,
@@ -94,7 +108,14 @@ macro_rules! insert_completed {
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
          response_status, response_headers, response_body, created_at, completed_at, \
          expires_at) VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, {ts $8}, {ts $9}, \
-         {ts $10}) ON CONFLICT (scope, operation, idempotency_key) DO "
+         {ts $10})"
+    };
+}
+
+/// What the key's row existing already makes of an insert (PostgreSQL, SQLite).
+macro_rules! on_key_conflict {
+    () => {
+        " ON CONFLICT (scope, operation, idempotency_key) DO "
     };
 }
 
@@ -103,8 +124,7 @@ macro_rules! reserve {
     () => {
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
          request, created_at, expires_at, locked_until, attempt) \
-         VALUES ($1, $2, $3, $4, 'processing', $5, {ts $6}, {ts $7}, {ts $8}, 1) \
-         ON CONFLICT (scope, operation, idempotency_key) DO "
+         VALUES ($1, $2, $3, $4, 'processing', $5, {ts $6}, {ts $7}, {ts $8}, 1)"
     };
 }
 
@@ -121,8 +141,12 @@ macro_rules! reopen {
          AND idempotency_keys.expires_at <= excluded.created_at"
     };
 }
+#[cfg(feature = "mysql")]
+pub(crate) use insert_completed;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use reserve;
 #[cfg(feature = "postgres")]
-pub(crate) use {reopen, reserve};
+pub(crate) use {on_key_conflict, reopen};
 
 impl Sql<&'static str> {
     /// The statements as every database idem supports reads them, up to the words in braces.
@@ -133,11 +157,12 @@ impl Sql<&'static str> {
             by_key!()
         ),
         expires_at: concat!("SELECT {ms expires_at} FROM idempotency_keys", by_key!()),
-        insert_completed: concat!(insert_completed!(), "NOTHING"),
+        insert_completed: concat!(insert_completed!(), on_key_conflict!(), "NOTHING"),
         // A processing row is never replaced (`KeyStatus::at`: a key that is not final never
         // expires).
         insert_completed_or_replace_expired: concat!(
             insert_completed!(),
+            on_key_conflict!(),
             "UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', \
              response_status = excluded.response_status, \
              response_headers = excluded.response_headers, \
@@ -159,12 +184,12 @@ impl Sql<&'static str> {
         expire: concat!(
             "UPDATE idempotency_keys SET expires_at = {ts $4}",
             by_key!(),
-            " AND {ms expires_at} > $4 RETURNING {key_columns}"
+            " AND {ms expires_at} > $4{returning {key_columns}}"
         ),
         delete: concat!(
             "DELETE FROM idempotency_keys",
             by_key!(),
-            " RETURNING {key_columns}"
+            "{returning {key_columns}}"
         ),
         // Expired keys only (`KeyStatus::at`): completed rows past `expires_at`, never a
         // processing row.
@@ -187,7 +212,7 @@ impl Sql<&'static str> {
         release: concat!(
             "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = {ts $4}",
             by_key!(),
-            " RETURNING {key_columns}"
+            "{returning {key_columns}}"
         ),
         // Completed with the operator's response, the running attempt fenced out, its TTL
         // counted from now: the operation's registered `ttl_ms`, or for an operation not in
@@ -200,15 +225,16 @@ impl Sql<&'static str> {
              {greatest {ms expires_at} - {ms created_at}, 0})}, \
              locked_until = NULL, attempt = attempt + 1",
             by_key!(),
-            " RETURNING {key_columns}"
+            "{returning {key_columns}}"
         ),
         delete_only: concat!("DELETE FROM idempotency_keys", by_key!()),
         insert_audit: "INSERT INTO idempotency_audit (at, operator, scope, operation, \
-                       idempotency_key, action, reason, before, after, forced) \
-                       VALUES ({ts $1}, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+                       idempotency_key, action, reason, {quoted before}, {quoted after}, forced) \
+                       VALUES ({ts $1}, $2, $3, $4, $5, $6, $7, $8, $9, $10){returning id}",
         // The filters follow as `AND …`.
         audit: "SELECT id, {ms at}, operator, scope, operation, idempotency_key, action, \
-                reason, before, after, forced FROM idempotency_audit WHERE 1 = 1",
+                reason, {quoted before}, {quoted after}, forced FROM idempotency_audit \
+                WHERE 1 = 1",
         journal: concat!(
             "SELECT recovery_point, journal, request FROM idempotency_keys",
             by_key!()
@@ -225,19 +251,29 @@ impl Sql<&'static str> {
                         {ms registered_at} FROM idempotency_operations ORDER BY operation",
 
         // The key table's triggers keep `idempotency_processing` in step.
-        reserve: concat!(reserve!(), "NOTHING"),
+        reserve: concat!(reserve!(), on_key_conflict!(), "NOTHING"),
         // Replacing a completed row that had expired by the reservation's start; a
         // processing row, whatever its `expires_at`, is never replaced (`KeyStatus::at`).
-        reserve_or_replace_expired: concat!(reserve!(), reopen!()),
+        reserve_or_replace_expired: concat!(reserve!(), on_key_conflict!(), reopen!()),
         reserve_held: None,
         hold: None,
         let_go: None,
         owner_gone: None,
+        clear_expired: None,
+        reopen_expired: None,
+        lease_of: concat!(
+            "SELECT attempt, journal, request, fingerprint FROM idempotency_keys",
+            by_key!()
+        ),
+        claimable: "SELECT id FROM idempotency_outbox WHERE status = 'pending' \
+                    AND next_attempt_at <= {ts $1} \
+                    AND (locked_until IS NULL OR locked_until <= {ts $1}) \
+                    ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED",
         take_over: concat!(
             "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = {ts $6}",
             by_attempt!(),
-            " AND (locked_until IS NULL OR locked_until <= {ts $5}) \
-             RETURNING attempt, journal, request, fingerprint"
+            " AND (locked_until IS NULL OR locked_until <= {ts $5})\
+             {returning attempt, journal, request, fingerprint}"
         ),
         renew: concat!(
             "UPDATE idempotency_keys SET locked_until = {ts $5}",
@@ -276,8 +312,8 @@ impl Sql<&'static str> {
         claim: "UPDATE idempotency_outbox SET locked_until = {ts $2} WHERE id {pick \
                 SELECT id FROM idempotency_outbox WHERE status = 'pending' \
                 AND next_attempt_at <= {ts $1} \
-                AND (locked_until IS NULL OR locked_until <= {ts $1}) ORDER BY id LIMIT $3} \
-                RETURNING {outbox_columns}",
+                AND (locked_until IS NULL OR locked_until <= {ts $1}) ORDER BY id LIMIT $3}\
+                {returning {outbox_columns}}",
         mark_delivered: "UPDATE idempotency_outbox SET status = 'delivered', \
                          delivered_at = {ts $2}, locked_until = NULL \
                          WHERE id = $1 AND status = 'pending'",
@@ -314,6 +350,26 @@ pub(crate) const OUTBOX_COLUMNS: &str = "id, dedup_id, topic, payload, status, a
 /// mode's processing keys only, instead of among all keys.
 pub(crate) const IN_PROCESSING: &str = " AND (scope, operation, idempotency_key) IN \
      (SELECT scope, operation, idempotency_key FROM idempotency_processing)";
+
+/// A completed row that had expired by `$4` (the new execution's start), deleted so that
+/// the new execution inserts its own: where an insert cannot replace it (MySQL).
+pub(crate) const CLEAR_EXPIRED: &str = concat!(
+    "DELETE FROM idempotency_keys",
+    by_key!(),
+    " AND status = 'completed' AND expires_at <= {ts $4}"
+);
+
+/// A completed row that had expired by the reservation's start (`$6`) reserved again by
+/// staged mode, its attempt moved on (fencing out anything of its earlier life): where an
+/// insert cannot do it (MySQL). One row changed: reserved.
+pub(crate) const REOPEN_EXPIRED: &str = concat!(
+    "UPDATE idempotency_keys SET fingerprint = $4, request = $5, created_at = {ts $6}, \
+     locked_until = {ts $8}, attempt = attempt + 1, journal = NULL, recovery_point = NULL, \
+     response_status = NULL, response_headers = NULL, response_body = NULL, \
+     completed_at = NULL, status = 'processing', expires_at = {ts $7}",
+    by_key!(),
+    " AND status = 'completed' AND expires_at <= {ts $6}"
+);
 
 pub(crate) const SAVEPOINT: &str = "SAVEPOINT idem_handler";
 pub(crate) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT idem_handler";
@@ -359,6 +415,10 @@ impl<S> Sql<S> {
             hold: self.hold.map(&mut f),
             let_go: self.let_go.map(&mut f),
             owner_gone: self.owner_gone.map(&mut f),
+            clear_expired: self.clear_expired.map(&mut f),
+            reopen_expired: self.reopen_expired.map(&mut f),
+            lease_of: f(self.lease_of),
+            claimable: f(self.claimable),
             take_over: f(self.take_over),
             renew: f(self.renew),
             step: f(self.step),

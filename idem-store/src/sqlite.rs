@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions as _, Sqlite, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, prefix_pattern, render_all};
+use crate::dialect::{Dialect, Glue as _, look_again, prefix_pattern, render_all};
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::Sql;
@@ -122,22 +122,12 @@ impl Dialect for Sqlite {
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // The write lock, taken now rather than at the first write: it is the key's lock.
-        let mut tx = Transaction::begin(conn, Self::BEGIN_WRITE.map(Into::into)).await?;
+        let tx = Transaction::begin(conn, Self::BEGIN_WRITE.map(Into::into)).await?;
         let Some(lock) = lock else {
             return Ok(Begun::Free(tx));
         };
         // Look again, under the lock: in-process, no round trip.
-        let row =
-            Self::fetch_optional(&mut tx, &Self::sql().expires_at, &Arg::key(lock.key)).await?;
-        let expires = row.map(|row| Self::int(&row, 0)).transpose()?;
-        match (expires, lock.expired_by_ms) {
-            (None, _) => Ok(Begun::Free(tx)),
-            (Some(expires), Some(by)) if expires <= by => Ok(Begun::Free(tx)),
-            (Some(_), _) => {
-                tx.rollback().await?;
-                Ok(Begun::Taken)
-            }
-        }
+        look_again(tx, lock).await
     }
 
     fn begin_sql(_settings: &TxSettings) -> String {

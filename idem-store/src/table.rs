@@ -3,7 +3,7 @@
 use sqlx::Pool;
 
 use crate::backend::Backend;
-use crate::dialect::{Arg, Glue, Statement, begin_write};
+use crate::dialect::{Arg, Dialect, Glue, Statement, begin_write};
 use crate::error::StoreError;
 use crate::key::KeyRef;
 use crate::list::RawRow;
@@ -165,11 +165,9 @@ impl<DB: Backend> KeyTable<DB> {
             };
             let before = key_row::<DB>(&before, now_ms)?;
             let args = Arg::on_key(key, &[Arg::Int(now_ms)]);
-            let after = match DB::fetch_optional(&mut tx, &sql.expire, &args).await? {
-                Some(after) => key_row::<DB>(&after, now_ms)?,
-                // It had expired already: unchanged.
-                None => before.clone(),
-            };
+            let after = write_key::<DB>(&mut tx, &sql.expire, &args, key, now_ms).await?;
+            // None: it had expired already, unchanged.
+            let after = after.unwrap_or_else(|| before.clone());
             tx.commit().await?;
             Ok(Some((before, after)))
         }
@@ -201,8 +199,19 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`].
     pub async fn delete(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
+            let sql = DB::sql();
             let mut conn = self.pool.acquire().await?;
-            let row = DB::fetch_optional(&mut conn, &DB::sql().delete, &Arg::key(key)).await?;
+            if DB::RETURNING {
+                let row = DB::fetch_optional(&mut conn, &sql.delete, &Arg::key(key)).await?;
+                return row.map(|row| key_row::<DB>(&row, now_ms)).transpose();
+            }
+            // The row read, then deleted, in one transaction holding it.
+            let mut tx = begin_write::<DB>(&mut conn).await?;
+            let row = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
+            DB::execute(&mut tx, &sql.delete_only, &Arg::key(key)).await?;
+            tx.commit().await?;
+            // Read after the commit, as `RETURNING` does: a row tools cannot read is deleted
+            // all the same.
             row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
         }
         .await
@@ -347,6 +356,27 @@ pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
         attempt: DB::int(row, 12)?,
         recovery_point: DB::opt_text(row, 13)?,
     })
+}
+
+/// Runs `statement`, a write of `key`'s row that ends in `{returning {key_columns}}`, and
+/// reads the row as the write left it: from the statement, or where writes return nothing
+/// (MySQL), read again on the same connection (the caller's transaction holds the row).
+/// `None`: the write changed no row.
+pub(crate) async fn write_key<DB: Dialect>(
+    conn: &mut DB::Connection,
+    statement: &str,
+    args: &[Arg<'_>],
+    key: KeyRef<'_>,
+    now_ms: i64,
+) -> Result<Option<KeyRow>, StoreError> {
+    let row = if DB::RETURNING {
+        DB::fetch_optional(conn, statement, args).await?
+    } else if DB::execute(conn, statement, args).await? > 0 {
+        DB::fetch_optional(conn, &DB::sql().get, &Arg::key(key)).await?
+    } else {
+        None
+    };
+    row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
 }
 
 /// A key row as tools read it at `now_ms`.

@@ -3,7 +3,6 @@
 
 mod common;
 
-
 use common::TestDb;
 use idem_store::sqlx::{self, Sqlite};
 use idem_store::{KeyFilter, KeyRef, KeyStatus};

@@ -1,5 +1,5 @@
-//! The test harness: a new, empty database for each test, on PostgreSQL or SQLite, and one
-//! generic test body run on each backend.
+//! The test harness: a new, empty database for each test, on PostgreSQL, SQLite or MySQL,
+//! and one generic test body run on each backend.
 //!
 //! - PostgreSQL comes from `DATABASE_URL` (default [`DEFAULT_POSTGRES_URL`]): each test gets
 //!   a new schema `idem_test_<uuid>`, named by the URL's `options=-c search_path=…` and as
@@ -7,9 +7,12 @@
 //!   fails the test: nothing is skipped.
 //! - SQLite: a new file `idem_test_<uuid>.db` in [`temp_dir`], `idem-tests` under the
 //!   system's temporary directory.
+//! - MySQL (or MariaDB) comes from `MYSQL_URL` (default [`DEFAULT_MYSQL_URL`]): each test
+//!   gets a new database `idem_test_<uuid>`; an unreachable server fails the test.
 //!
 //! Nothing is dropped when a test ends: a failed test leaves its data to look at. Schemas
-//! starting `idem_test_` and the directory `idem-tests` are what CI clears before a run.
+//! and databases starting `idem_test_` and the directory `idem-tests` are what CI clears
+//! before a run.
 //!
 //! [`TestBackend`] is implemented for every [`Backend`] the test's crate enables, so the
 //! harness needs no feature of its own: generic test bodies take `DB: TestBackend`, and
@@ -55,6 +58,19 @@ pub fn postgres_url() -> String {
         .ok()
         .filter(|u| u.starts_with("postgres"))
         .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// The MySQL or MariaDB server tests use when `MYSQL_URL` names none.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306";
+
+/// The MySQL server of the tests (no database in the URL): `MYSQL_URL`, or
+/// [`DEFAULT_MYSQL_URL`].
+#[must_use]
+pub fn mysql_url() -> String {
+    std::env::var("MYSQL_URL")
+        .ok()
+        .filter(|u| u.starts_with("mysql") || u.starts_with("mariadb"))
+        .unwrap_or_else(|| DEFAULT_MYSQL_URL.to_owned())
 }
 
 /// `<prefix>_<uuid>`: a name no other test uses.
@@ -120,6 +136,8 @@ pub enum Location {
     Schema(String),
     /// SQLite: this file.
     File(PathBuf),
+    /// MySQL: this database on the server of [`mysql_url`].
+    Database(String),
 }
 
 /// A backend the tests run on: a new, empty database for each test.
@@ -152,6 +170,7 @@ where
                     location: Location::File(file),
                 }
             }
+            "MySQL" => fresh_database::<DB>().await,
             other => panic!("the test harness knows no database {other}"),
         }
     }
@@ -183,6 +202,35 @@ where
             "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
         ),
         location: Location::Schema(schema),
+    }
+}
+
+/// A new database on the server of [`mysql_url`].
+async fn fresh_database<DB>() -> TestDatabase
+where
+    DB: Backend,
+    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
+{
+    let server = mysql_url();
+    let server = server.trim_end_matches('/');
+    let name = unique("idem_test");
+    let admin = DB::connect(server, 1, &settings())
+        .await
+        .unwrap_or_else(|e| {
+            panic!("MySQL is required for these tests and is unreachable at {server}: {e}")
+        });
+    let mut conn = admin
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {server}: {e}"));
+    conn.execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    drop(conn);
+    admin.close().await;
+    TestDatabase {
+        url: format!("{server}/{name}"),
+        location: Location::Database(name),
     }
 }
 

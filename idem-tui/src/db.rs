@@ -1,12 +1,13 @@
-//! The database the tool works on: one [`KeyTable`] on PostgreSQL or SQLite, chosen by the
-//! URL, with the same methods whichever it is.
+//! The database the tool works on: one [`KeyTable`] on PostgreSQL, SQLite or MySQL, chosen
+//! by the URL, with the same methods whichever it is.
 
 use std::str::FromStr;
 use std::time::Duration;
 
+use idem_store::sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use idem_store::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
-use idem_store::sqlx::{Postgres, Sqlite};
+use idem_store::sqlx::{MySql, Postgres, Sqlite};
 use idem_store::{
     Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
     KeyTable, OperationInfo, Page, Registration, StoreError,
@@ -31,6 +32,8 @@ pub enum Db {
     Postgres(KeyTable<Postgres>),
     /// `sqlite:…`.
     Sqlite(KeyTable<Sqlite>),
+    /// `mysql://…` or `mariadb://…`.
+    MySql(KeyTable<MySql>),
 }
 
 /// Calls the same method on whichever table `self` holds.
@@ -39,13 +42,14 @@ macro_rules! on_table {
         match $self {
             Db::Postgres($table) => $call,
             Db::Sqlite($table) => $call,
+            Db::MySql($table) => $call,
         }
     };
 }
 
 impl Db {
-    /// Opens the database at `url` (`postgres://…`, `postgresql://…` or `sqlite:…`); on
-    /// PostgreSQL, names resolve in `schema` when given. Never creates a database: a SQLite
+    /// Opens the database at `url` (`postgres://…`, `postgresql://…`, `mysql://…`,
+    /// `mariadb://…` or `sqlite:…`); on PostgreSQL, names resolve in `schema` when given. Never creates a database: a SQLite
     /// file that does not exist is an error.
     ///
     /// # Errors
@@ -82,19 +86,35 @@ impl Db {
                 .await
                 .map_err(failed)?;
             Ok(Self::Sqlite(KeyTable::new(pool)))
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            if schema.is_some() {
+                return Err(ConnectError(
+                    "--schema applies to PostgreSQL only; on MySQL name the database in the URL"
+                        .into(),
+                ));
+            }
+            let options = MySqlConnectOptions::from_str(url).map_err(failed)?;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .map_err(failed)?;
+            Ok(Self::MySql(KeyTable::new(pool)))
         } else {
             Err(ConnectError(format!(
-                "{shown}: unknown database URL: expected postgres://… or sqlite:…"
+                "{shown}: unknown database URL: expected postgres://…, mysql://… or sqlite:…"
             )))
         }
     }
 
-    /// `postgres` or `sqlite`.
+    /// `postgres`, `sqlite` or `mysql`.
     #[must_use]
     pub fn backend(&self) -> &'static str {
         match self {
             Self::Postgres(_) => "postgres",
             Self::Sqlite(_) => "sqlite",
+            Self::MySql(_) => "mysql",
         }
     }
 

@@ -94,19 +94,24 @@ fn run(cli: Cli) -> Result<i32, CommandError> {
     })
 }
 
-/// Refuses, as usage errors, a URL of an unknown scheme and `--schema` with SQLite.
+/// Refuses, as usage errors, a URL of an unknown scheme and `--schema` with SQLite or
+/// MySQL.
 fn check_url(url: &str, schema: Option<&str>) -> Result<(), CommandError> {
+    let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    let mysql = url.starts_with("mysql://") || url.starts_with("mariadb://");
     let sqlite = url.starts_with("sqlite:");
-    if !sqlite && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+    if !(postgres || mysql || sqlite) {
         return Err(CommandError::usage(format!(
-            "{}: unknown database URL: expected postgres://… or sqlite:…",
+            "{}: unknown database URL: expected postgres://…, mysql://… or sqlite:…",
             db::redact(url)
         )));
     }
-    if sqlite && schema.is_some() {
-        return Err(CommandError::usage(
-            "--schema applies to PostgreSQL only; SQLite has no schemas",
-        ));
+    if !postgres && schema.is_some() {
+        return Err(CommandError::usage(if sqlite {
+            "--schema applies to PostgreSQL only; SQLite has no schemas"
+        } else {
+            "--schema applies to PostgreSQL only; on MySQL name the database in the URL"
+        }));
     }
     Ok(())
 }

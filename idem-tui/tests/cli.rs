@@ -681,6 +681,18 @@ on_both_backends!(
     stats_sweep_and_operations,
 );
 
+/// The same on MySQL / MariaDB (`MYSQL_URL`): the tool reads and acts on its key table too.
+mod mysql {
+    idem_testkit::tests_on!(
+        idem_store::sqlx::MySql,
+        super: docs_from_the_database,
+        lists_filter_and_paginate,
+        show_tells_everything,
+        actions_are_fenced_and_audited,
+        stats_sweep_and_operations,
+    );
+}
+
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|a| (*a).to_owned()).collect()
 }
@@ -728,7 +740,7 @@ fn usage_errors_exit_2() {
         ]
         .concat(),
         &db[..],
-        &["--database-url", "mysql://root:pw@localhost/db", "stats"],
+        &["--database-url", "mongodb://root:pw@localhost/db", "stats"],
         &[&db[..], &["--schema", "app", "stats"]].concat(),
     ] {
         idem(&args(bad), None).code(EXIT_USAGE);

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use idem_examples::orders::{self, OrdersDb};
 use idem_examples::server;
-use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
 use idem_runtime::{Config, Idem};
 use tokio::net::TcpListener;
 
@@ -38,6 +38,7 @@ async fn main() -> ExitCode {
     let result = match server::Store::of(&url) {
         Ok(server::Store::Postgres) => serve::<Postgres>(&url).await,
         Ok(server::Store::Sqlite) => serve::<Sqlite>(&url).await,
+        Ok(server::Store::MySql) => serve::<MySql>(&url).await,
         Err(error) => Err(error),
     };
     server::exit("orders", result)

@@ -39,7 +39,7 @@ use idem_examples::payments::{self, AppState, PaymentsCtx, PaymentsDb};
 use idem_examples::server;
 use idem_runtime::outbox::{Dispatcher, WebhookSink};
 use idem_runtime::spec::parse_duration;
-use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
 use idem_runtime::{Config, Idem};
 use tokio::net::TcpListener;
 
@@ -53,6 +53,7 @@ async fn main() -> ExitCode {
     let result = match server::Store::of(&url) {
         Ok(server::Store::Postgres) => serve::<Postgres>(&url).await,
         Ok(server::Store::Sqlite) => serve::<Sqlite>(&url).await,
+        Ok(server::Store::MySql) => serve::<MySql>(&url).await,
         Err(error) => Err(error),
     };
     server::exit("payments", result)

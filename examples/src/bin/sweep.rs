@@ -13,7 +13,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use idem_runtime::sqlx::{Postgres, Sqlite};
+use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
 use idem_runtime::store::Backend;
 use idem_runtime::{Config, Idem};
 
@@ -36,6 +36,8 @@ async fn run() -> Result<(), Box<dyn Error>> {
     let pause = Duration::from_millis(args.next().map_or(Ok(20), |a| a.parse())?);
     if url.starts_with("postgres") {
         sweep::<Postgres>(&url, grace, batch, pause).await
+    } else if url.starts_with("mysql") || url.starts_with("mariadb") {
+        sweep::<MySql>(&url, grace, batch, pause).await
     } else {
         sweep::<Sqlite>(&url, grace, batch, pause).await
     }

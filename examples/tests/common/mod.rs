@@ -3,7 +3,8 @@
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`,
 //! idem-testkit's harness); each test creates its own database `idem_orders_<uuid>`, for
 //! its server processes. An unreachable server fails the test: nothing is skipped. SQLite
-//! tests use a fresh file, in a new directory of the harness's.
+//! tests use a fresh file, in a new directory of the harness's. MySQL comes from `MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306`), a database `idem_orders_<uuid>` per test.
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};
@@ -12,8 +13,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use idem_runtime::sqlx::{self, PgPool, SqlitePool};
-use idem_testkit::harness::{new_dir, postgres_url, unique};
+use idem_runtime::sqlx::{self, MySqlPool, PgPool, SqlitePool};
+use idem_testkit::harness::{mysql_url, new_dir, postgres_url, unique};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
@@ -21,6 +22,7 @@ use serde_json::Value;
 pub enum Kind {
     Postgres,
     Sqlite,
+    MySql,
 }
 
 /// A fresh database and a direct connection to it, for assertions.
@@ -33,6 +35,7 @@ pub struct Db {
 enum Pool {
     Pg(PgPool),
     Lite(SqlitePool),
+    My(MySqlPool),
 }
 
 impl Db {
@@ -66,6 +69,26 @@ impl Db {
                 let url = format!("sqlite://{}", file.display());
                 Self::sqlite_at(url, dir)
             }
+            Kind::MySql => {
+                let server = mysql_url();
+                let server = server.trim_end_matches('/');
+                let admin = MySqlPool::connect(server).await.unwrap_or_else(|e| {
+                    panic!("MySQL is required for these tests and is unreachable at {server}: {e}")
+                });
+                let name = unique("idem_orders");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let url = format!("{server}/{name}");
+                let pool = MySqlPool::connect_lazy(&url).unwrap();
+                Self {
+                    url,
+                    pool: Pool::My(pool),
+                    dir,
+                }
+            }
         }
     }
 
@@ -92,6 +115,7 @@ impl Db {
         match &self.pool {
             Pool::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
             Pool::Lite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Pool::My(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
         }
     }
 
@@ -99,6 +123,10 @@ impl Db {
         match &self.pool {
             Pool::Pg(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
             Pool::Lite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Pool::My(p) => {
+                let text: Vec<u8> = sqlx::query_scalar(sql).fetch_one(p).await.unwrap();
+                String::from_utf8(text).unwrap()
+            }
         }
     }
 
@@ -119,6 +147,10 @@ impl Db {
             ),
             Pool::Lite(_) => format!(
                 "SELECT CAST(round((julianday(expires_at) - julianday('now')) * 86400) AS INTEGER) \
+                 FROM idempotency_keys WHERE idempotency_key = '{key}'"
+            ),
+            Pool::My(_) => format!(
+                "SELECT CAST(round((expires_at - UNIX_TIMESTAMP(NOW(3)) * 1000) / 1000) AS SIGNED) \
                  FROM idempotency_keys WHERE idempotency_key = '{key}'"
             ),
         };
@@ -149,6 +181,15 @@ impl Db {
             Pool::Lite(p) => {
                 sqlx::query(
                     "UPDATE idempotency_keys SET expires_at = datetime('now', '-1 second')",
+                )
+                .execute(p)
+                .await
+                .unwrap();
+            }
+            Pool::My(p) => {
+                sqlx::query(
+                    "UPDATE idempotency_keys \
+                     SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 1000",
                 )
                 .execute(p)
                 .await
@@ -397,3 +438,32 @@ impl Client {
 pub fn exists(path: &Path) -> bool {
     path.try_exists().unwrap_or(false)
 }
+
+/// One `#[tokio::test]` per store (`postgres::name`, `sqlite::name`, `mysql::name`) for
+/// each test body `name(kind, args…)` of the invoking module. (Not every test file of the
+/// examples uses it.)
+#[allow(unused_macros)]
+macro_rules! on_every_store {
+    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
+            })*
+        }
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
+            })*
+        }
+        mod mysql {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Kind::MySql $($(, $arg)*)?).await;
+            })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store;

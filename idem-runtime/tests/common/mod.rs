@@ -2,13 +2,16 @@
 //!
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
 //! each test gets its own schema, so runs never collide. An unreachable server fails the
-//! test: nothing is skipped. SQLite uses a new file in the system's temporary directory.
+//! test: nothing is skipped. SQLite uses a new file in the system's temporary directory;
+//! MySQL (`MYSQL_URL`, default `mysql://root@127.0.0.1:3306`) a new database.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
 use std::time::Duration;
 
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
+#[cfg(feature = "mysql")]
+use idem_runtime::sqlx::MySql;
 use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
 use idem_runtime::{Config, Idem};
 use idem_testkit::harness::TestBackend;
@@ -33,30 +36,23 @@ pub trait TestDb: TestBackend {
 }
 
 macro_rules! test_db {
-    ($db:ty, $create:literal) => {
+    ($db:ty, $create:literal, $insert:literal, $deferred:expr) => {
         impl TestDb for $db {
             async fn create_effects(pool: &Pool<Self>) {
                 sqlx::query($create).execute(pool).await.unwrap();
-                sqlx::query("CREATE TABLE deferred_parent (id INTEGER PRIMARY KEY)")
-                    .execute(pool)
-                    .await
-                    .unwrap();
-                sqlx::query(
-                    "CREATE TABLE deferred_child (parent_id INTEGER \
-                     REFERENCES deferred_parent (id) DEFERRABLE INITIALLY DEFERRED)",
-                )
-                .execute(pool)
-                .await
-                .unwrap();
+                for statement in $deferred {
+                    sqlx::query(statement).execute(pool).await.unwrap();
+                }
             }
             async fn write_effect(conn: &mut <Self as sqlx::Database>::Connection, note: &str) {
-                sqlx::query("INSERT INTO effects (note) VALUES ($1)")
-                    .bind(note)
-                    .execute(conn)
-                    .await
-                    .unwrap();
+                sqlx::query($insert).bind(note).execute(conn).await.unwrap();
             }
             async fn violate_at_commit(conn: &mut <Self as sqlx::Database>::Connection) {
+                assert!(
+                    !$deferred.is_empty(),
+                    "{} has no constraint checked at commit",
+                    <Self as sqlx::Database>::NAME
+                );
                 sqlx::query("INSERT INTO deferred_child (parent_id) VALUES (99)")
                     .execute(conn)
                     .await
@@ -78,13 +74,32 @@ macro_rules! test_db {
     };
 }
 
+/// A constraint checked at commit: a `COMMIT` that fails (PostgreSQL, SQLite; MySQL has
+/// none).
+const DEFERRED: [&str; 2] = [
+    "CREATE TABLE deferred_parent (id INTEGER PRIMARY KEY)",
+    "CREATE TABLE deferred_child (parent_id INTEGER \
+     REFERENCES deferred_parent (id) DEFERRABLE INITIALLY DEFERRED)",
+];
+
 test_db!(
     Postgres,
-    "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, note TEXT NOT NULL)"
+    "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, note TEXT NOT NULL)",
+    "INSERT INTO effects (note) VALUES ($1)",
+    DEFERRED
 );
 test_db!(
     Sqlite,
-    "CREATE TABLE effects (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"
+    "CREATE TABLE effects (id INTEGER PRIMARY KEY, note TEXT NOT NULL)",
+    "INSERT INTO effects (note) VALUES ($1)",
+    DEFERRED
+);
+#[cfg(feature = "mysql")]
+test_db!(
+    MySql,
+    "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, note TEXT NOT NULL)",
+    "INSERT INTO effects (note) VALUES (?)",
+    [] as [&str; 0]
 );
 
 /// A store on a fresh database, with a manual clock starting at the real time.

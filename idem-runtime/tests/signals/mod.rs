@@ -114,6 +114,33 @@ pub async fn until_advisory_lock_waits(url: &str, n: usize) -> Vec<i32> {
     }
 }
 
+/// Waits until at least `n` sessions of this MySQL test (the database of `url`) wait in the
+/// key's lock: they are executing its upsert of `idempotency_locks`, which returns at once
+/// unless another transaction holds the row.
+#[cfg(feature = "mysql")]
+pub async fn until_row_lock_waits(url: &str, n: usize) {
+    let pool = sqlx::MySqlPool::connect(url).await.unwrap();
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.processlist \
+             WHERE db = DATABASE() AND info LIKE '%INTO idempotency_locks%'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if usize::try_from(waiting).unwrap_or(0) >= n {
+            pool.close().await;
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "not within {DEADLINE:?}: {n} sessions waiting for the key's lock row ({waiting} are)"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Polls `check` until it holds, for at most [`DEADLINE`]; fails the test with `what`
 /// otherwise.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)

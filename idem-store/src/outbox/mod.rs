@@ -21,7 +21,7 @@ mod message;
 use sqlx::{Pool, Transaction};
 
 use crate::backend::Backend;
-use crate::dialect::Arg;
+use crate::dialect::{Arg, Statement, begin_write, render};
 use crate::error::StoreError;
 use crate::outbox::message::RawOutboxRow;
 
@@ -90,10 +90,12 @@ pub async fn enqueue<DB: Backend>(
         Arg::Text(&payload),
         Arg::Int(now_ms),
     ];
-    DB::execute(tx, &DB::sql().enqueue, &args)
-        .await
-        .map(|n| n == 1)
-        .map_err(|e| StoreError::from(e).refine::<DB>())
+    match DB::execute(tx, &DB::sql().enqueue, &args).await {
+        Ok(inserted) => Ok(inserted == 1),
+        // Without `ON CONFLICT … DO NOTHING`: the dedup id exists.
+        Err(error) if DB::is_duplicate(&error) => Ok(false),
+        Err(error) => Err(StoreError::from(error).refine::<DB>()),
+    }
 }
 
 /// The outbox of one database, for dispatchers and tools. Cheap to clone (it holds a
@@ -162,12 +164,18 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let batch = batch.clamp(1, Self::MAX_BATCH);
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
-        let args = [
-            Arg::Int(now_ms),
-            Arg::Int(until_ms),
-            Arg::Int(i64::from(batch)),
-        ];
-        let rows = self.rows(&DB::sql().claim, &args).await?;
+        let rows = if DB::RETURNING {
+            let args = [
+                Arg::Int(now_ms),
+                Arg::Int(until_ms),
+                Arg::Int(i64::from(batch)),
+            ];
+            self.rows(&DB::sql().claim, &args).await?
+        } else {
+            self.claim_then_read(now_ms, until_ms, batch)
+                .await
+                .map_err(|e| StoreError::from(e).refine::<DB>())?
+        };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
             match row.into_claimed(until_ms) {
@@ -323,6 +331,47 @@ impl<DB: Backend> Outbox<DB> {
     pub async fn sweep_delivered(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
         self.execute(&DB::sql().sweep_delivered, &args).await
+    }
+
+    /// [`Outbox::claim`] where writes return nothing (MySQL): in one transaction, the due
+    /// rows picked with `FOR UPDATE SKIP LOCKED`, leased, and read.
+    async fn claim_then_read(
+        &self,
+        now_ms: i64,
+        until_ms: i64,
+        batch: u32,
+    ) -> Result<Vec<RawOutboxRow>, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = begin_write::<DB>(&mut conn).await?;
+        let args = [Arg::Int(now_ms), Arg::Int(i64::from(batch))];
+        let picked = DB::fetch_all(&mut tx, &DB::sql().claimable, &args).await?;
+        let ids = picked
+            .iter()
+            .map(|row| DB::int(row, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.is_empty() {
+            // At once, not when the connection is next used: the rows the pick scanned stay
+            // locked until then, and a claim meanwhile would skip them.
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let mut lease = Statement::new("UPDATE idempotency_outbox SET locked_until = ");
+        let until = lease.param(Arg::Int(until_ms));
+        lease.push(&DB::ts(&until)).push(" WHERE id IN (");
+        let mut read = Statement::new(&render::<DB>(
+            "SELECT {outbox_columns} FROM idempotency_outbox WHERE id IN (",
+        ));
+        for (i, id) in ids.iter().enumerate() {
+            let comma = if i == 0 { "" } else { ", " };
+            lease.push(comma).bind(Arg::Int(*id));
+            read.push(comma).bind(Arg::Int(*id));
+        }
+        lease.push(")");
+        read.push(") ORDER BY id");
+        DB::execute(&mut tx, &lease.sql, &lease.args).await?;
+        let rows = DB::fetch_all(&mut tx, &read.sql, &read.args).await?;
+        tx.commit().await?;
+        rows.iter().map(RawOutboxRow::read::<DB>).collect()
     }
 
     /// The rows `sql` returns, on a connection of the pool.

@@ -234,13 +234,24 @@ pub trait StagedSql: Dialect {
 impl<DB: Dialect> StagedSql for DB {
     async fn reserve(conn: &mut DB::Connection, r: Reservation<'_>) -> Result<bool, sqlx::Error> {
         let sql = DB::sql();
-        let statement = if r.replace_expired {
-            &sql.reserve_or_replace_expired
-        } else {
-            &sql.reserve
-        };
         let args = Arg::on_key(r.key, &reservation_args(&r));
-        Ok(DB::execute(conn, statement, &args).await? == 1)
+        let statement = match (&sql.reopen_expired, r.replace_expired) {
+            (_, false) => &sql.reserve,
+            (None, true) => &sql.reserve_or_replace_expired,
+            // An expired completed row reopened first, where the insert cannot do it.
+            (Some(reopen), true) => {
+                if DB::execute(conn, reopen, &args).await? == 1 {
+                    return Ok(true);
+                }
+                &sql.reserve
+            }
+        };
+        match DB::execute(conn, statement, &args).await {
+            Ok(reserved) => Ok(reserved == 1),
+            // Without `ON CONFLICT … DO NOTHING`: the key has a row.
+            Err(error) if DB::is_duplicate(&error) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn take_over(
@@ -256,7 +267,15 @@ impl<DB: Dialect> StagedSql for DB {
             Arg::Int(locked_until_ms),
         ];
         let args = Arg::on_key(key, &rest);
-        let row = DB::fetch_optional(conn, &DB::sql().take_over, &args).await?;
+        let sql = DB::sql();
+        let row = if DB::RETURNING {
+            DB::fetch_optional(conn, &sql.take_over, &args).await?
+        } else if DB::execute(conn, &sql.take_over, &args).await? == 1 {
+            // Read back under the lease just taken: no other attempt moves it on meanwhile.
+            DB::fetch_optional(conn, &sql.lease_of, &Arg::key(key)).await?
+        } else {
+            None
+        };
         row.map(|row| {
             Ok(Lease {
                 attempt: DB::int(&row, 0)?,

@@ -22,7 +22,9 @@ pub trait TestDb: TestBackend {
             "PostgreSQL" => "postgres",
             _ => "sqlite",
         };
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/legacy").join(backend)
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/legacy")
+            .join(backend)
     }
     /// Runs sqlx's migrator from `dir`, as idem 0.1 and applications do.
     fn run_sqlx(

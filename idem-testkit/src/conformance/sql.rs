@@ -1,15 +1,15 @@
-//! [`ConformanceSql`] for idem's backends (features `postgres` and `sqlite`): statements both
-//! PostgreSQL and SQLite read alike (`$n` parameters work on both).
+//! [`ConformanceSql`] for idem's backends (features `postgres`, `sqlite` and `mysql`): the
+//! same statements, their parameters numbered (`$n`) or, on MySQL, in order (`?`).
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use idem_store::sqlx;
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use super::ConformanceSql;
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! impl_conformance_sql {
-    ($db:ty) => {
+    ($db:ty, $p1:literal, $p2:literal, $p3:literal) => {
         impl ConformanceSql for $db {
             async fn history(
                 pool: &sqlx::Pool<Self>,
@@ -26,12 +26,17 @@ macro_rules! impl_conformance_sql {
                 pool: &sqlx::Pool<Self>,
                 version: i64,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query("UPDATE idem_schema_migrations SET checksum = $1 WHERE version = $2")
-                    .bind(vec![0_u8; 32])
-                    .bind(version)
-                    .execute(pool)
-                    .await
-                    .map(drop)
+                sqlx::query(concat!(
+                    "UPDATE idem_schema_migrations SET checksum = ",
+                    $p1,
+                    " WHERE version = ",
+                    $p2
+                ))
+                .bind(vec![0_u8; 32])
+                .bind(version)
+                .execute(pool)
+                .await
+                .map(drop)
             }
 
             async fn record_unknown_migration(
@@ -39,10 +44,16 @@ macro_rules! impl_conformance_sql {
                 version: i64,
                 description: &str,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(
+                sqlx::query(concat!(
                     "INSERT INTO idem_schema_migrations (version, description, checksum) \
-                     VALUES ($1, $2, $3)",
-                )
+                     VALUES (",
+                    $p1,
+                    ", ",
+                    $p2,
+                    ", ",
+                    $p3,
+                    ")"
+                ))
                 .bind(version)
                 .bind(description)
                 .bind(vec![1_u8; 32])
@@ -55,10 +66,14 @@ macro_rules! impl_conformance_sql {
                 pool: &sqlx::Pool<Self>,
                 key: idem_store::KeyRef<'_>,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "UPDATE idempotency_keys SET response_headers = 'not json' \
-                     WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-                )
+                sqlx::query(concat!(
+                    "UPDATE idempotency_keys SET response_headers = 'not json' WHERE scope = ",
+                    $p1,
+                    " AND operation = ",
+                    $p2,
+                    " AND idempotency_key = ",
+                    $p3
+                ))
                 .bind(key.scope)
                 .bind(key.operation)
                 .bind(key.key)
@@ -71,9 +86,10 @@ macro_rules! impl_conformance_sql {
                 pool: &sqlx::Pool<Self>,
                 dedup_id: &str,
             ) -> Result<(), sqlx::Error> {
-                sqlx::query(
-                    "UPDATE idempotency_outbox SET payload = 'not json' WHERE dedup_id = $1",
-                )
+                sqlx::query(concat!(
+                    "UPDATE idempotency_outbox SET payload = 'not json' WHERE dedup_id = ",
+                    $p1
+                ))
                 .bind(dedup_id)
                 .execute(pool)
                 .await
@@ -84,6 +100,8 @@ macro_rules! impl_conformance_sql {
 }
 
 #[cfg(feature = "postgres")]
-impl_conformance_sql!(sqlx::Postgres);
+impl_conformance_sql!(sqlx::Postgres, "$1", "$2", "$3");
 #[cfg(feature = "sqlite")]
-impl_conformance_sql!(sqlx::Sqlite);
+impl_conformance_sql!(sqlx::Sqlite, "$1", "$2", "$3");
+#[cfg(feature = "mysql")]
+impl_conformance_sql!(sqlx::MySql, "?", "?", "?");

@@ -52,7 +52,9 @@ async fn fresh<DB: TestBackend>() -> (String, Vec<String>) {
                 schema,
             ]
         }
-        Location::File(_) => vec!["--database-url".into(), db.url.clone()],
+        Location::File(_) | Location::Database(_) => {
+            vec!["--database-url".into(), db.url.clone()]
+        }
     };
     (db.url, args)
 }
