@@ -114,7 +114,8 @@ impl<DB: Backend> fmt::Debug for Idem<DB> {
 impl<DB: Backend> Idem<DB> {
     /// Opens a pool on `url` with settings suited to the protocol (SQLite: WAL, created if
     /// missing, `busy_timeout` = [`Config::in_flight_wait`]; PostgreSQL: `lock_timeout` and
-    /// `statement_timeout` on every session).
+    /// `statement_timeout` in each of idem's transactions; MySQL: `utf8mb4`, the key's lock
+    /// wait bounded in the statement that takes it).
     ///
     /// # Errors
     /// When the URL is invalid or the database unreachable.
@@ -127,7 +128,7 @@ impl<DB: Backend> Idem<DB> {
     /// Uses an existing pool, shared with the application. For SQLite, set `busy_timeout`
     /// on it to bound lock waits; on PostgreSQL each transaction sets its `lock_timeout` and
     /// `statement_timeout` with `SET LOCAL` (in the same round trip as `BEGIN`), as on pools
-    /// idem opens.
+    /// idem opens; on MySQL the statement that takes the key's lock bounds its own wait.
     ///
     /// idem's statements carry keys, tenants and response bodies: switch sqlx's statement
     /// logging off on such a pool, or sqlx's slow-statement warning writes them to the log
