@@ -1,5 +1,5 @@
-//! Runnable examples of idem. Each binary in `src/bin` is a thin `main` around a module here,
-//! so tests can drive the same router in process.
+//! Runnable examples of idem. Each server's binary in `src/bin` is a thin `main` around a
+//! module here, so tests can drive the same router in process.
 
 pub mod docs;
 pub mod extract;

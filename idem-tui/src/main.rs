@@ -14,6 +14,7 @@
 //! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
 //! | `sweep --grace 7d [--batch N] [--dry-run]` | deletes keys that expired more than the grace period ago |
 //! | `operations` | every operation seen or registered, with its counts and settings |
+//! | `docs [--format markdown\|openapi]` | the client's contract of the operations whose service registered its document |
 //!
 //! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
 //! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key not found,

@@ -42,10 +42,11 @@
 //!
 //! # A new backend
 //!
-//! [`Backend`] is sealed: the protocol's guarantees are proven per backend in `idem-store`,
+//! [`Backend`] is sealed (its supertrait, the store's `Dialect`, is private to `idem-store`),
 //! so a store for another database (MySQL, say) is added to that crate, not implemented
-//! outside it. Such a backend implements [`Backend`] (and the store's private traits behind
-//! it: the tools' statements, staged mode's, the outbox's), [`ConformanceSql`] here (the few
+//! outside it. Such a backend is a `Dialect` there (its words for the statement templates,
+//! its own statements, its migrations and the few functions that differ; [`Backend`] and
+//! staged mode's statements follow from it), implements [`ConformanceSql`] here (the few
 //! statements the kit runs beside the store's API, to read the migration history and to spoil
 //! rows on purpose), is added to the [harness](crate::harness), and gets a test file that
 //! invokes [`conformance_tests!`](crate::conformance_tests) with its database type. The kit is
