@@ -340,7 +340,9 @@ pub trait Dialect: Glue {
     }
 
     /// `{greatest A, B}`.
-    fn greatest(pair: &str) -> String;
+    fn greatest(pair: &str) -> String {
+        format!("GREATEST({pair})")
+    }
 
     /// `{pick SUBQUERY}`: the rows of a batch, skipping rows other transactions hold where
     /// the database can.
@@ -367,8 +369,16 @@ pub trait Dialect: Glue {
     }
 
     /// A listing's condition on keys starting with `prefix`, with a `$n` for `pattern`: the
-    /// condition's text before and after the parameter, and the pattern bound to it.
-    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String);
+    /// condition's text before and after the parameter, and the pattern bound to it. Default:
+    /// `LIKE` with `!` escaping the wildcards (case-sensitive on PostgreSQL, and on MySQL
+    /// through the key's binary collation).
+    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
+        (
+            " AND idempotency_key LIKE ",
+            " ESCAPE '!'",
+            like_prefix(prefix),
+        )
+    }
 
     /// The connection options of `url` with the protocol's settings (see
     /// [`crate::Backend::connect`]).
@@ -693,6 +703,12 @@ mod tests {
             "{complete}"
         );
         assert!(complete.contains("julianday(a)") && complete.contains("julianday(b)"));
+    }
+
+    #[test]
+    fn like_prefixes_match_wildcards_literally() {
+        assert_eq!(like_prefix("a%b_c!d"), "a!%b!_c!!d%");
+        assert_eq!(like_prefix(""), "%");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `sqlite` (default) | [`sqlx::Sqlite`], the embedded default for one process |
 //! | `postgres` | [`sqlx::Postgres`], for several instances sharing one database |
+//! | `mysql` | [`sqlx::MySql`]: MySQL 8 or MariaDB 10.6 and later, for several instances sharing one database ([what differs](#mysql-and-mariadb)) |
 //!
 //! # Example
 //!
@@ -97,6 +98,38 @@
 //! | 6 | `idempotency_operations.doc`: the operation's generated documentation as JSON |
 //! | 7 | PostgreSQL only: `idem_lock_key` takes a free lock without a query of its own (the same signature, so processes of the previous version call it unchanged); SQLite has no version 7 |
 //! | 8 | `idempotency_audit.forced`: set when an action was applied only because the operator forced it |
+//!
+//! # MySQL and MariaDB
+//!
+//! The same tables and the same guarantees, in InnoDB; what differs:
+//!
+//! - **Columns.** Times are `DATETIME(3)` in UTC, converted to and from milliseconds by
+//!   arithmetic from `1970-01-01` (no session's `time_zone` applies; write UTC when setting
+//!   one by hand, e.g. `UTC_TIMESTAMP(3)`); `scope`, `operation` and `idempotency_key` are
+//!   `VARCHAR(255)` in `utf8mb4_bin`,
+//!   compared byte for byte (keys are case-sensitive), so a scope longer than 255 characters
+//!   is refused by the database. One migration (version 1) creates everything at once.
+//! - **The key's lock.** MySQL has no transaction-scoped advisory lock (`GET_LOCK` belongs
+//!   to the session and outlives a rollback). An execution upserts its key's row in
+//!   `idempotency_locks` (an id derived from the database and the key, as PostgreSQL's lock
+//!   id is) in its own `READ COMMITTED` transaction, and looks at the key again; InnoDB holds
+//!   the row lock until that transaction commits or rolls back, on every path, a dropped
+//!   connection included. A duplicate waits there at most [`TxSettings::lock_timeout`],
+//!   rounded up to whole seconds, set for that one statement only (`SET STATEMENT` on
+//!   MariaDB, the `SET_VAR` hint on MySQL), then is told a duplicate is in flight (a
+//!   `NOWAIT` read of the lock row tells it from other lock waits). Waits that end in a
+//!   deadlock count as lock waits that ran out. Other waits in idem's transactions are
+//!   bounded by the server's `innodb_lock_wait_timeout`, and there is no statement timeout:
+//!   a session setting would outlive idem's transaction on the application's connection.
+//!   The lock rows stay, one per key ever executed, a few bytes each.
+//! - **Statements.** MySQL has neither `RETURNING` nor `ON CONFLICT`: a written row is read
+//!   again in its transaction, a duplicate key's error means "exists already", an expired
+//!   row is deleted (or, in staged mode, reopened with its attempt moved on) before the new
+//!   one is inserted, and the outbox's claim picks its rows with `FOR UPDATE SKIP LOCKED`,
+//!   leases and reads them in one transaction. Sweeps delete with `ORDER BY … LIMIT`.
+//! - **Staged mode's attempt holds** exist on PostgreSQL only: on MySQL the lease decides.
+//! - **Migrations** run under `GET_LOCK('idem-migrations:<database>')`; MySQL commits each
+//!   DDL statement on its own, so every statement of the migration is `IF NOT EXISTS`.
 //!
 //! # Operator actions
 //!

@@ -1,7 +1,8 @@
 //! MySQL 8 and MariaDB 10.6 or later (InnoDB): the store for several application instances
 //! sharing one MySQL database.
 //!
-//! Times are `BIGINT` milliseconds since the Unix epoch, whatever the session's `time_zone`.
+//! Times are `DATETIME(3)` in UTC, converted to and from milliseconds since the Unix epoch
+//! by arithmetic from `1970-01-01`: no session's `time_zone` applies.
 //! MySQL has neither `RETURNING` nor `ON CONFLICT`: the generic code reads a written row
 //! again in its transaction, takes a duplicate key's error for "exists already", and deletes
 //! (or reopens) an expired row before inserting the new one.
@@ -23,7 +24,7 @@ use std::sync::OnceLock;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions as _, MySql, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, like_prefix, lock_id, look_again, render_all};
+use crate::dialect::{Arg, Dialect, Glue as _, lock_id, look_again, render_all};
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{CLEAR_EXPIRED, REOPEN_EXPIRED, Sql, insert_completed, reserve};
@@ -45,19 +46,19 @@ const TEMPLATES: Sql<&str> = Sql {
     reserve_or_replace_expired: reserve!(),
     reopen_expired: Some(REOPEN_EXPIRED),
     // Single-table `DELETE … LIMIT`: MySQL refuses a subquery on the table it deletes from.
-    sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' AND expires_at <= $1 \
-            ORDER BY expires_at LIMIT $2",
+    sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' \
+            AND expires_at <= {ts $1} ORDER BY expires_at LIMIT $2",
     sweep_delivered: "DELETE FROM idempotency_outbox WHERE status = 'delivered' \
-                      AND delivered_at <= $1 ORDER BY delivered_at LIMIT $2",
+                      AND delivered_at <= {ts $1} ORDER BY delivered_at LIMIT $2",
     register: "INSERT INTO idempotency_operations \
                (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
-               VALUES ($1, $2, $3, $4, $5, $7, $6) \
+               VALUES ($1, $2, $3, $4, $5, $7, {ts $6}) \
                ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = VALUES(ttl_ms), \
                mode = VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), \
                registered_at = VALUES(registered_at)",
     enqueue: "INSERT INTO idempotency_outbox \
               (dedup_id, topic, payload, status, attempts, next_attempt_at, created_at) \
-              VALUES ($1, $2, $3, 'pending', 0, $4, $4)",
+              VALUES ($1, $2, $3, 'pending', 0, {ts $4}, {ts $4})",
     ..Sql::STANDARD
 };
 
@@ -84,30 +85,21 @@ impl Dialect for MySql {
         SQL.get_or_init(render_all::<Self>)
     }
 
-    /// The columns are milliseconds already.
     fn ms(column: &str) -> String {
-        column.to_owned()
+        format!("(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {column}) DIV 1000)")
     }
 
     fn ts(ms: &str) -> String {
-        format!("({ms})")
+        format!("DATE_ADD('1970-01-01', INTERVAL (({ms}) * 1000) MICROSECOND)")
     }
 
-    fn greatest(pair: &str) -> String {
-        format!("GREATEST({pair})")
+    /// On the column itself, so that its indexes serve the comparison.
+    fn cmp(column: &str, op: &str, ms: &str) -> String {
+        format!("{column} {op} {}", Self::ts(ms))
     }
 
     fn quote(name: &str) -> String {
         format!("`{name}`")
-    }
-
-    /// `LIKE` on the key's binary collation: case-sensitive.
-    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
-        (
-            " AND idempotency_key LIKE ",
-            " ESCAPE '!'",
-            like_prefix(prefix),
-        )
     }
 
     fn is_duplicate(error: &sqlx::Error) -> bool {

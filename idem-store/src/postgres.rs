@@ -15,7 +15,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, like_prefix, lock_id, render_all};
+use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id, render_all};
 use crate::key::KeyRef;
 use crate::migrate::MIGRATION_LOCK_ID;
 use crate::migration::Migration;
@@ -165,22 +165,10 @@ impl Dialect for Postgres {
         format!("{column} {op} {}", Self::ts(ms))
     }
 
-    fn greatest(pair: &str) -> String {
-        format!("GREATEST({pair})")
-    }
-
     /// Rows other transactions hold are skipped, not waited for: batches at the same moment
     /// take different rows.
     fn pick(subquery: &str) -> String {
         format!("= ANY(ARRAY({subquery} FOR UPDATE SKIP LOCKED))")
-    }
-
-    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
-        (
-            " AND idempotency_key LIKE ",
-            " ESCAPE '!'",
-            like_prefix(prefix),
-        )
     }
 
     fn connect_options(url: &str, _settings: &TxSettings) -> Result<PgConnectOptions, sqlx::Error> {
@@ -491,12 +479,6 @@ mod tests {
             .map(|b| format!("\\x{b:02x}"))
             .collect();
         assert!(sql.contains(&format!("E'{key_escaped}'")), "{sql}");
-    }
-
-    #[test]
-    fn prefixes_match_wildcards_literally() {
-        assert_eq!(like_prefix("a%b_c!d"), "a!%b!_c!!d%");
-        assert_eq!(like_prefix(""), "%");
     }
 
     // Computed independently: SHA-256 over the length-prefixed parts, first 8 bytes LE.

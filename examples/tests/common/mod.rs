@@ -150,7 +150,7 @@ impl Db {
                  FROM idempotency_keys WHERE idempotency_key = '{key}'"
             ),
             Pool::My(_) => format!(
-                "SELECT CAST(round((expires_at - UNIX_TIMESTAMP(NOW(3)) * 1000) / 1000) AS SIGNED) \
+                "SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(3), expires_at) \
                  FROM idempotency_keys WHERE idempotency_key = '{key}'"
             ),
         };
@@ -189,7 +189,7 @@ impl Db {
             Pool::My(p) => {
                 sqlx::query(
                     "UPDATE idempotency_keys \
-                     SET expires_at = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 1000",
+                     SET expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND",
                 )
                 .execute(p)
                 .await

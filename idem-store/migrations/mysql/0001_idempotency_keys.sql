@@ -1,8 +1,8 @@
 -- idem on MySQL / MariaDB (InnoDB): every table at once, as migrations 1 to 8 left them on
 -- PostgreSQL and SQLite. See the crate's docs for the meaning of every column.
 --
--- Times are BIGINT milliseconds since the Unix epoch, UTC by construction: no column depends
--- on a session's `time_zone`. The key's parts compare byte for byte (`utf8mb4_bin`): keys are
+-- Times are DATETIME(3) in UTC: idem converts milliseconds since the Unix epoch to and from
+-- them by arithmetic from 1970-01-01, never through a session's `time_zone`. The key's parts compare byte for byte (`utf8mb4_bin`): keys are
 -- case-sensitive, and `LIKE` on them too. DDL commits on its own in MySQL: every statement
 -- is `IF NOT EXISTS`, so that a run interrupted halfway is finished by the next one.
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -14,10 +14,10 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     response_status  INT,
     response_headers LONGTEXT,
     response_body    LONGBLOB,
-    created_at       BIGINT        NOT NULL,
-    completed_at     BIGINT,
-    expires_at       BIGINT        NOT NULL,
-    locked_until     BIGINT,
+    created_at       DATETIME(3)        NOT NULL,
+    completed_at     DATETIME(3),
+    expires_at       DATETIME(3)        NOT NULL,
+    locked_until     DATETIME(3),
     attempt          BIGINT        NOT NULL DEFAULT 0,
     recovery_point   TEXT,
     journal          LONGTEXT,
@@ -72,7 +72,7 @@ CREATE TRIGGER idempotency_processing_deleted
 
 CREATE TABLE IF NOT EXISTS idempotency_audit (
     id              BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    at              BIGINT       NOT NULL,
+    at              DATETIME(3)       NOT NULL,
     operator        TEXT         NOT NULL,
     scope           VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     operation       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
@@ -92,11 +92,11 @@ CREATE TABLE IF NOT EXISTS idempotency_outbox (
     payload         LONGTEXT     NOT NULL,
     status          VARCHAR(16)  NOT NULL DEFAULT 'pending',
     attempts        INT          NOT NULL DEFAULT 0,
-    next_attempt_at BIGINT       NOT NULL,
-    locked_until    BIGINT,
+    next_attempt_at DATETIME(3)       NOT NULL,
+    locked_until    DATETIME(3),
     last_error      TEXT,
-    created_at      BIGINT       NOT NULL,
-    delivered_at    BIGINT,
+    created_at      DATETIME(3)       NOT NULL,
+    delivered_at    DATETIME(3),
     UNIQUE KEY idempotency_outbox_dedup_id (dedup_id),
     KEY idempotency_outbox_status (status, id),
     KEY idempotency_outbox_delivered (status, delivered_at),
@@ -109,7 +109,7 @@ CREATE TABLE IF NOT EXISTS idempotency_operations (
     ttl_ms        BIGINT       NOT NULL,
     mode          VARCHAR(16)  NOT NULL,
     lease_ms      BIGINT,
-    registered_at BIGINT       NOT NULL,
+    registered_at DATETIME(3)       NOT NULL,
     doc           LONGTEXT,
     CONSTRAINT idempotency_operations_mode CHECK (mode IN ('atomic', 'staged'))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
