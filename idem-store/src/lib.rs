@@ -121,7 +121,8 @@
 //!   deadlock count as lock waits that ran out. Other waits in idem's transactions are
 //!   bounded by the server's `innodb_lock_wait_timeout`, and there is no statement timeout:
 //!   a session setting would outlive idem's transaction on the application's connection.
-//!   The lock rows stay, one per key ever executed, a few bytes each.
+//!   The sweeper ([`KeyTable::sweep_batch`]) deletes the lock rows no execution took since
+//!   its cutoff; the next execution of their key makes one again.
 //! - **Statements.** MySQL has neither `RETURNING` nor `ON CONFLICT`: a written row is read
 //!   again in its transaction, a duplicate key's error means "exists already", an expired
 //!   row is deleted (or, in staged mode, reopened with its attempt moved on) before the new

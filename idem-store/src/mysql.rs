@@ -16,7 +16,7 @@
 //! `innodb_lock_wait_timeout`, which idem sets for that one statement only (MariaDB's
 //! `SET STATEMENT … FOR`, MySQL's `SET_VAR` hint), in whole seconds; it then looks at the key
 //! again (committed meanwhile: [`Begun::Taken`]). Waits that end in a deadlock count as
-//! lock waits that ran out. The lock rows stay, one per key ever executed, a few bytes each.
+//! lock waits that ran out. The sweeper deletes lock rows no execution took since its cutoff.
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -48,6 +48,10 @@ const TEMPLATES: Sql<&str> = Sql {
     // Single-table `DELETE … LIMIT`: MySQL refuses a subquery on the table it deletes from.
     sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' \
             AND expires_at <= {ts $1} ORDER BY expires_at LIMIT $2",
+    // Lock rows no execution took since the sweep's cutoff, in the sweep's batches.
+    sweep_locks: Some(
+        "DELETE FROM idempotency_locks WHERE taken_at <= {ts $1} ORDER BY taken_at LIMIT $2",
+    ),
     sweep_delivered: "DELETE FROM idempotency_outbox WHERE status = 'delivered' \
                       AND delivered_at <= {ts $1} ORDER BY delivered_at LIMIT $2",
     register: "INSERT INTO idempotency_operations \
@@ -145,8 +149,8 @@ impl Dialect for MySql {
         Self::batch(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
         let mut tx = Transaction::begin(conn, None).await?;
         let seconds = settings.lock_timeout.as_secs().max(1);
-        let upsert = "INTO idempotency_locks (lock_id, taken) VALUES ($1, 1) \
-                      ON DUPLICATE KEY UPDATE taken = taken + 1";
+        let upsert = "INTO idempotency_locks (lock_id, taken_at) VALUES ($1, UTC_TIMESTAMP(3)) \
+                      ON DUPLICATE KEY UPDATE taken_at = UTC_TIMESTAMP(3)";
         let statement = if mariadb {
             format!("SET STATEMENT innodb_lock_wait_timeout = {seconds} FOR INSERT {upsert}")
         } else {

@@ -65,6 +65,8 @@ pub struct Sql<S> {
     // (MySQL): deleting the expired completed row first, and a staged key's reopening.
     pub clear_expired: Option<S>,
     pub reopen_expired: Option<S>,
+    // Where a key's lock is a row of its own (MySQL): the lock rows the sweeper deletes.
+    pub sweep_locks: Option<S>,
     // Where writes return nothing (MySQL): a staged key's lease, read after a takeover, and
     // the outbox's claimable rows, picked before they are leased.
     pub lease_of: S,
@@ -261,6 +263,7 @@ impl Sql<&'static str> {
         owner_gone: None,
         clear_expired: None,
         reopen_expired: None,
+        sweep_locks: None,
         lease_of: concat!(
             "SELECT attempt, journal, request, fingerprint FROM idempotency_keys",
             by_key!()
@@ -417,6 +420,7 @@ impl<S> Sql<S> {
             owner_gone: self.owner_gone.map(&mut f),
             clear_expired: self.clear_expired.map(&mut f),
             reopen_expired: self.reopen_expired.map(&mut f),
+            sweep_locks: self.sweep_locks.map(&mut f),
             lease_of: f(self.lease_of),
             claimable: f(self.claimable),
             take_over: f(self.take_over),

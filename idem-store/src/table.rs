@@ -247,8 +247,15 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
         async {
+            let sql = DB::sql();
             let mut conn = self.pool.acquire().await?;
-            Ok(DB::execute(&mut conn, &DB::sql().sweep, &args).await?)
+            let deleted = DB::execute(&mut conn, &sql.sweep, &args).await?;
+            // Where keys are locked through rows of their own (MySQL), the rows no execution
+            // took since `before` go too: the next execution of their key makes one again.
+            if let Some(sweep_locks) = &sql.sweep_locks {
+                DB::execute(&mut conn, sweep_locks, &args).await?;
+            }
+            Ok(deleted)
         }
         .await
         .map_err(StoreError::refine::<DB>)

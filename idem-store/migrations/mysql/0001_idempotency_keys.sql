@@ -28,10 +28,12 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- The key's lock: an execution upserts its key's row here in its own transaction, and holds
--- the row lock until it commits or rolls back (see the crate's docs, "MySQL").
+-- the row lock until it commits or rolls back (see the crate's docs, "MySQL"). The sweeper
+-- deletes rows no execution took since its cutoff.
 CREATE TABLE IF NOT EXISTS idempotency_locks (
-    lock_id BIGINT NOT NULL PRIMARY KEY,
-    taken   BIGINT NOT NULL
+    lock_id  BIGINT      NOT NULL PRIMARY KEY,
+    taken_at DATETIME(3) NOT NULL,
+    KEY idempotency_locks_taken_at (taken_at)
 ) ENGINE = InnoDB;
 
 -- Staged mode's processing keys, kept by the key table's triggers.
