@@ -315,8 +315,9 @@ pub trait Dialect: Glue {
     const HAS_SQLX_HISTORY: &'static str;
 
     /// How a transaction that writes begins where plain `BEGIN` would take its write locks
-    /// too late (SQLite: `BEGIN IMMEDIATE`); `None`: `BEGIN`, rows read with `{for_update}`.
-    const BEGIN_WRITE: Option<&'static str>;
+    /// too late (SQLite: `BEGIN IMMEDIATE`); `None` (the default): `BEGIN`, rows read with
+    /// `{for_update}`.
+    const BEGIN_WRITE: Option<&'static str> = None;
 
     /// The rendered statements, rendered once per process: `render::<Self>()` behind a
     /// `OnceLock`.
@@ -329,9 +330,10 @@ pub trait Dialect: Glue {
     /// `{ts EXPR}`: milliseconds since the Unix epoch as a timestamp column's value.
     fn ts(ms: &str) -> String;
 
-    /// `{cmp COLUMN OP EXPR}`: a timestamp column compared with milliseconds.
+    /// `{cmp COLUMN OP EXPR}`: a timestamp column compared with milliseconds. Default: on
+    /// the column itself, so that its indexes serve the comparison.
     fn cmp(column: &str, op: &str, ms: &str) -> String {
-        format!("{} {op} {ms}", Self::ms(column))
+        format!("{column} {op} {}", Self::ts(ms))
     }
 
     /// `{quoted NAME}`: a column whose name is a reserved word somewhere (`before`).
@@ -351,7 +353,7 @@ pub trait Dialect: Glue {
     }
 
     /// `{for_update}`: the end of a `SELECT` that reads a row to change it.
-    const FOR_UPDATE: &'static str;
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
     /// `{returning …}` renders as nothing and the generic code reads the rows again.

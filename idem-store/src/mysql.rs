@@ -79,8 +79,6 @@ impl Dialect for MySql {
          applied_at  TIMESTAMP(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE = InnoDB";
     const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
          WHERE table_schema = DATABASE() AND table_name = '_sqlx_migrations') = 1";
-    const BEGIN_WRITE: Option<&'static str> = None;
-    const FOR_UPDATE: &'static str = " FOR UPDATE";
     const RETURNING: bool = false;
     const LAST_INSERT_ID: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
 
@@ -95,11 +93,6 @@ impl Dialect for MySql {
 
     fn ts(ms: &str) -> String {
         format!("DATE_ADD('1970-01-01', INTERVAL (({ms}) * 1000) MICROSECOND)")
-    }
-
-    /// On the column itself, so that its indexes serve the comparison.
-    fn cmp(column: &str, op: &str, ms: &str) -> String {
-        format!("{column} {op} {}", Self::ts(ms))
     }
 
     fn quote(name: &str) -> String {

@@ -144,8 +144,6 @@ impl Dialect for Postgres {
          applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())";
     const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
          WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations')";
-    const BEGIN_WRITE: Option<&'static str> = None;
-    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn sql() -> &'static Sql<String> {
         static SQL: OnceLock<Sql<String>> = OnceLock::new();
@@ -158,11 +156,6 @@ impl Dialect for Postgres {
 
     fn ts(ms: &str) -> String {
         format!("to_timestamp(({ms})::float8 / 1000)")
-    }
-
-    /// On the column itself, so that its indexes serve the comparison.
-    fn cmp(column: &str, op: &str, ms: &str) -> String {
-        format!("{column} {op} {}", Self::ts(ms))
     }
 
     /// Rows other transactions hold are skipped, not waited for: batches at the same moment

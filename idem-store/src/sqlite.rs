@@ -89,6 +89,11 @@ impl Dialect for Sqlite {
         format!("strftime('%Y-%m-%d %H:%M:%f', ({ms}) / 1000.0, 'unixepoch')")
     }
 
+    /// On the column's milliseconds: a number written by hand compares as the time it means.
+    fn cmp(column: &str, op: &str, ms: &str) -> String {
+        format!("{} {op} {ms}", Self::ms(column))
+    }
+
     fn greatest(pair: &str) -> String {
         format!("max({pair})")
     }
