@@ -33,7 +33,7 @@ pub struct Config {
     /// `409` with `Retry-After`. Also PostgreSQL's `lock_timeout` in idem's transactions
     /// (`SET LOCAL`: the application's own queries outside them keep theirs), SQLite's
     /// `busy_timeout` on pools idem opens, MySQL's `innodb_lock_wait_timeout` for the
-    /// statement that takes the key's lock (in whole seconds, at least one), and the deadline
+    /// statement that takes the key's lock (rounded up to whole seconds), and the deadline
     /// of the key's lookup. A wait for
     /// anything other than the key (a table locked from outside, SQLite's write lock held by
     /// another writer) answers `503` `store-busy` with `Retry-After`. Default 2 s.

@@ -114,7 +114,7 @@
 //!   `idempotency_locks` (an id derived from the database and the key, as PostgreSQL's lock
 //!   id is) in its own `READ COMMITTED` transaction, and looks at the key again; InnoDB holds
 //!   the row lock until that transaction commits or rolls back, on every path, a dropped
-//!   connection included. A duplicate waits there at most [`TxSettings::lock_timeout`],
+//!   connection included. A duplicate waits there for [`TxSettings::lock_timeout`]
 //!   rounded up to whole seconds, set for that one statement only (`SET STATEMENT` on
 //!   MariaDB, the `SET_VAR` hint on MySQL), then is told a duplicate is in flight (a
 //!   `NOWAIT` read of the lock row tells it from other lock waits). Waits that end in a

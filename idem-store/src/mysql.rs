@@ -141,7 +141,8 @@ impl Dialect for MySql {
         // The next transaction only: its look again sees what committed while it waited.
         Self::batch(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
         let mut tx = Transaction::begin(conn, None).await?;
-        let seconds = settings.lock_timeout.as_secs().max(1);
+        // Whole seconds, rounded up: a duplicate waits at least as long as configured.
+        let seconds = settings.lock_timeout.as_millis().div_ceil(1000).max(1);
         let upsert = "INTO idempotency_locks (lock_id, taken_at) VALUES ($1, UTC_TIMESTAMP(3)) \
                       ON DUPLICATE KEY UPDATE taken_at = UTC_TIMESTAMP(3)";
         let statement = if mariadb {
