@@ -287,21 +287,8 @@ async fn slow_clients_beyond_the_connection_limit_do_not_take_the_server_down() 
     }
 
     // The limit held throughout: the gauge never shows more than 32 open.
-    let metrics = http
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let open: f64 = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("http_open_connections "))
-        .unwrap_or_else(|| panic!("no http_open_connections in {metrics}"))
-        .parse()
-        .unwrap();
-    assert!((1.0..=32.0).contains(&open), "{open} connections open");
+    let open = open_connections(&http, &server).await;
+    assert!((1..=32).contains(&open), "{open} connections open");
     assert!(
         !server.logged().contains("accepting a connection failed"),
         "no descriptor ran out"

@@ -1010,58 +1010,53 @@ async fn fault_after_response_write<DB: TestDb>() {
     injected_fault_rolls_back::<DB>(idem_runtime::failpoint::FailPoint::AfterRecord).await;
 }
 
-on_both_backends!(
-    sequential_replay,
-    awkward_values_round_trip,
-    replay_survives_a_new_process,
-    mismatch_runs_nothing,
-    scopes_and_operations_are_independent,
-    failure_is_rolled_back_and_frees_the_key,
-    client_errors_can_be_stored_without_their_writes,
-    panic_rolls_back,
-    expired_key_is_gone,
-    expired_key_reexecutes,
-    concurrent_duplicates_execute_once,
-    waiting_duplicate_runs_when_the_first_rolls_back,
-    duplicate_past_the_wait_is_in_flight,
-    waiting_duplicate_never_runs_and_replays,
-    simultaneous_duplicates_never_run_twice,
-    spread_duplicates_never_run_twice,
-    connection_is_clean_after_giving_up,
-    dropped_duplicate_leaves_no_lock,
-    sweeper_deletes_only_expired_keys,
-    unkeyed_work_runs_each_time,
-    failed_commit_answers_503_and_keeps_nothing,
-);
-
-/// The same on MySQL / MariaDB, but for the failed `COMMIT` (MySQL checks no constraint at
-/// commit, so nothing makes one fail on purpose).
-#[cfg(feature = "mysql")]
-mod mysql {
-    idem_testkit::tests_on!(
-        idem_runtime::sqlx::MySql,
-        super: sequential_replay,
-        awkward_values_round_trip,
-        replay_survives_a_new_process,
-        mismatch_runs_nothing,
-        scopes_and_operations_are_independent,
-        failure_is_rolled_back_and_frees_the_key,
-        client_errors_can_be_stored_without_their_writes,
-        panic_rolls_back,
-        expired_key_is_gone,
-        expired_key_reexecutes,
-        concurrent_duplicates_execute_once,
-        waiting_duplicate_runs_when_the_first_rolls_back,
-        duplicate_past_the_wait_is_in_flight,
-        waiting_duplicate_never_runs_and_replays,
-        simultaneous_duplicates_never_run_twice,
-        spread_duplicates_never_run_twice,
-        connection_is_clean_after_giving_up,
-        dropped_duplicate_leaves_no_lock,
-        sweeper_deletes_only_expired_keys,
-        unkeyed_work_runs_each_time,
-    );
+/// The cases every store runs, and after them `$extra`, as `$run!(…)`.
+macro_rules! shared_cases {
+    ($run:ident $(, $extra:ident)*) => {
+        $run!(
+            sequential_replay,
+            awkward_values_round_trip,
+            replay_survives_a_new_process,
+            mismatch_runs_nothing,
+            scopes_and_operations_are_independent,
+            failure_is_rolled_back_and_frees_the_key,
+            client_errors_can_be_stored_without_their_writes,
+            panic_rolls_back,
+            expired_key_is_gone,
+            expired_key_reexecutes,
+            concurrent_duplicates_execute_once,
+            waiting_duplicate_runs_when_the_first_rolls_back,
+            duplicate_past_the_wait_is_in_flight,
+            waiting_duplicate_never_runs_and_replays,
+            simultaneous_duplicates_never_run_twice,
+            spread_duplicates_never_run_twice,
+            connection_is_clean_after_giving_up,
+            dropped_duplicate_leaves_no_lock,
+            sweeper_deletes_only_expired_keys,
+            unkeyed_work_runs_each_time,
+            $($extra),*
+        );
+    };
 }
+
+/// The cases as `mysql::name` on MySQL / MariaDB.
+#[cfg(feature = "mysql")]
+macro_rules! on_mysql {
+    ($($name:ident),* $(,)?) => {
+        mod mysql {
+            idem_testkit::tests_on!(idem_runtime::sqlx::MySql, super: $($name),*);
+        }
+    };
+}
+
+shared_cases!(
+    on_both_backends,
+    failed_commit_answers_503_and_keeps_nothing
+);
+// All but the failed `COMMIT`: MySQL checks no constraint at commit, so nothing makes one
+// fail on purpose.
+#[cfg(feature = "mysql")]
+shared_cases!(on_mysql);
 
 #[cfg(feature = "failpoints")]
 mod faults {

@@ -38,21 +38,37 @@ enum Pool {
     My(MySqlPool),
 }
 
+/// Creates a database `idem_orders_<uuid>` on the server of `$url` through a `$pool`, and
+/// evaluates to its name; an unreachable server fails the test.
+macro_rules! create_database {
+    ($pool:ty, $url:expr, $what:literal) => {{
+        let url = $url;
+        let admin = <$pool>::connect(url).await.unwrap_or_else(|e| {
+            panic!(
+                concat!(
+                    $what,
+                    " is required for these tests and is unreachable at {}: {}"
+                ),
+                url, e
+            )
+        });
+        let name = unique("idem_orders");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .unwrap();
+        admin.close().await;
+        name
+    }};
+}
+
 impl Db {
     pub async fn fresh(kind: Kind) -> Self {
         let dir = new_dir("run");
         match kind {
             Kind::Postgres => {
                 let admin_url = postgres_url();
-                let admin = PgPool::connect(&admin_url).await.unwrap_or_else(|e| {
-                    panic!("PostgreSQL is required for these tests and is unreachable at {admin_url}: {e}")
-                });
-                let name = unique("idem_orders");
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await
-                    .unwrap();
-                admin.close().await;
+                let name = create_database!(PgPool, &admin_url, "PostgreSQL");
                 let mut url = reqwest::Url::parse(&admin_url).unwrap();
                 url.set_path(&format!("/{name}"));
                 let url = url.to_string();
@@ -72,15 +88,7 @@ impl Db {
             Kind::MySql => {
                 let server = mysql_url();
                 let server = server.trim_end_matches('/');
-                let admin = MySqlPool::connect(server).await.unwrap_or_else(|e| {
-                    panic!("MySQL is required for these tests and is unreachable at {server}: {e}")
-                });
-                let name = unique("idem_orders");
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&admin)
-                    .await
-                    .unwrap();
-                admin.close().await;
+                let name = create_database!(MySqlPool, server, "MySQL");
                 let url = format!("{server}/{name}");
                 let pool = MySqlPool::connect_lazy(&url).unwrap();
                 Self {
