@@ -138,9 +138,10 @@ impl Dialect for MySql {
                 *MARIADB.get_or_init(|| version.is_some_and(|v| v.contains("MariaDB")))
             }
         };
-        // The next transaction only: its look again sees what committed while it waited.
-        Self::batch(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-        let mut tx = Transaction::begin(conn, None).await?;
+        // READ COMMITTED for this transaction only, so that its look again sees what
+        // committed while it waited; with `BEGIN`, one round trip.
+        let begin = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN";
+        let mut tx = Transaction::begin(conn, Some(begin.into())).await?;
         // Whole seconds, rounded up: a duplicate waits at least as long as configured.
         let seconds = settings.lock_timeout.as_millis().div_ceil(1000).max(1);
         let upsert = "INTO idempotency_locks (lock_id, taken_at) VALUES ($1, UTC_TIMESTAMP(3)) \

@@ -6,8 +6,9 @@ use idem_store::sqlx::{self, MySql};
 use idem_store::{Backend, KeyLock, KeyRef, KeyTable, NewRow};
 use idem_testkit::harness::{HOUR, NOW, TestBackend as _, settings};
 
-/// An execution leaves its key's lock row behind; the sweeper deletes it once no execution
-/// took it since its cutoff, and keeps it otherwise.
+/// An execution takes its key's lock in a `READ COMMITTED` transaction and leaves the lock row
+/// behind; the sweeper deletes it once no execution took it since its cutoff, and keeps it
+/// otherwise.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_rows_are_swept_once_no_execution_took_them() {
     let url = MySql::fresh_url().await;
@@ -26,11 +27,20 @@ async fn lock_rows_are_swept_once_no_execution_took_them() {
         key,
         expired_by_ms: None,
     };
-    let tx = MySql::begin(&mut conn, &settings(), Some(lock))
+    let mut tx = MySql::begin(&mut conn, &settings(), Some(lock))
         .await
         .unwrap()
         .free()
         .unwrap();
+    // The key's transaction reads what others committed while it waited for the lock.
+    let isolation: String = sqlx::query_scalar(
+        "SELECT trx_isolation_level FROM information_schema.innodb_trx \
+         WHERE trx_mysql_thread_id = CONNECTION_ID()",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(isolation, "READ COMMITTED");
     let row = NewRow {
         key,
         fingerprint: &[1; 32],
