@@ -20,12 +20,14 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod duration;
+mod key_source;
 mod operation;
 mod scope;
 
 pub use crate::duration::{
     DurationError, MAX_TTL, describe_duration, format_duration, parse_duration,
 };
+pub use crate::key_source::{KeyPart, KeyPartError, KeySource, check_header_name, check_pointer};
 pub use crate::operation::{OperationIdError, OperationSpec, operation_id, split_operation_id};
 pub use crate::scope::{Scope, ScopeError};
 

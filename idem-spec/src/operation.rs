@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, ScopeKind, describe_duration};
+use crate::{
+    ExpiryPolicy, InFlightPolicy, KeyRequirement, KeySource, Mode, ScopeKind, describe_duration,
+};
 
 /// Why an operation name was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,8 +104,11 @@ pub struct OperationSpec {
     pub scope: ScopeKind,
     /// What a request with an expired key gets.
     pub on_expired: ExpiryPolicy,
-    /// Whether requests without a key are accepted.
+    /// Whether requests without a key are accepted. A key taken from the request
+    /// ([`KeySource::Parts`]) is always required.
     pub key: KeyRequirement,
+    /// Where the key comes from: the `Idempotency-Key` header, or parts of the request.
+    pub key_source: KeySource,
     /// How effects are made exactly-once.
     pub mode: Mode,
     /// Store `4xx` responses (with the handler's writes rolled back) so that retries replay
@@ -130,6 +135,7 @@ impl OperationSpec {
             scope: ScopeKind::Global,
             on_expired: ExpiryPolicy::Gone,
             key: KeyRequirement::Required,
+            key_source: KeySource::IdempotencyKey,
             mode: Mode::Atomic,
             store_client_errors: false,
             fingerprint_exclude: &[],
@@ -177,6 +183,16 @@ impl OperationSpec {
     #[must_use]
     pub const fn key(mut self, key: KeyRequirement) -> Self {
         self.key = key;
+        self
+    }
+
+    /// Sets [`OperationSpec::key_source`]; a key taken from the request is required.
+    #[must_use]
+    pub const fn key_from(mut self, source: KeySource) -> Self {
+        self.key_source = source;
+        if let KeySource::Parts(_) = source {
+            self.key = KeyRequirement::Required;
+        }
         self
     }
 
@@ -240,10 +256,16 @@ impl OperationSpec {
             ScopeKind::Tenant => "tenant",
             ScopeKind::User => "user",
         };
-        let without_key = match self.key {
-            KeyRequirement::Required => "A request without an `Idempotency-Key` is refused (400).",
-            KeyRequirement::Optional => {
+        let without_key = match (self.key_source, self.key) {
+            (KeySource::IdempotencyKey, KeyRequirement::Required) => {
+                "A request without an `Idempotency-Key` is refused (400).".to_owned()
+            }
+            (KeySource::IdempotencyKey, KeyRequirement::Optional) => {
                 "A request without an `Idempotency-Key` runs once, unprotected against retries."
+                    .to_owned()
+            }
+            (source, _) => {
+                format!("The key is {source}; a request without it is refused (400).")
             }
         };
         let failures = if self.store_client_errors {
@@ -321,5 +343,20 @@ mod tests {
         assert!(text.contains("Client errors (4xx) are stored"), "{text}");
         assert!(text.contains("runs anew"), "{text}");
         assert_eq!(spec.name(), "x");
+    }
+
+    #[test]
+    fn a_key_from_the_request_is_required() {
+        let spec = OperationSpec::new("hook:v1")
+            .key(KeyRequirement::Optional)
+            .key_from(KeySource::Parts(&[crate::KeyPart::Header("webhook-id")]));
+        assert_eq!(spec.key, KeyRequirement::Required);
+        let text = spec.describe();
+        assert!(
+            text.contains(
+                "The key is the `webhook-id` header; a request without it is refused (400)."
+            ),
+            "{text}"
+        );
     }
 }
