@@ -7,8 +7,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use idem_spec::{
-    KeyRequirement, MAX_TTL, Mode, OperationSpec, UnknownWord, describe_duration, operation_id,
-    parse_duration,
+    KeyPart, KeyRequirement, KeySource, MAX_TTL, Mode, OperationSpec, UnknownWord,
+    check_header_name, check_pointer, describe_duration, operation_id, parse_duration,
 };
 use proc_macro2::{Span, TokenStream};
 use syn::parse::discouraged::Speculative as _;
@@ -218,7 +218,12 @@ impl Args {
                 "on_expired" => {
                     word(value, "on_expired").map(|p| args.spec = args.spec.on_expired(p))
                 }
-                "key" => word(value, "key").map(|k| args.spec = args.spec.key(k)),
+                "key" => key(value).map(|key| {
+                    args.spec = match key {
+                        Key::Requirement(k) => args.spec.key(k),
+                        Key::From(source) => args.spec.key_from(source),
+                    };
+                }),
                 "mode" => word(value, "mode").map(|m| args.spec = args.spec.mode(m)),
                 "lease" => lease(value).map(|(l, span)| {
                     args.spec = args.spec.lease(l);
@@ -345,6 +350,61 @@ impl Args {
             }
         }
         Some(args)
+    }
+}
+
+/// What `key = …` says: whether the `Idempotency-Key` header is required, or where else
+/// the key comes from.
+enum Key {
+    Requirement(KeyRequirement),
+    From(KeySource),
+}
+
+const KEY_FORMS: &str = "`key` takes `\"required\"`, `\"optional\"`, `header(\"webhook-id\")`, \
+                         `body(\"/id\")` or a list of headers and body fields, such as \
+                         `key = [body(\"/pspReference\"), body(\"/eventCode\")]`";
+
+/// `key = "optional"`, `key = header("webhook-id")`, `key = body("/id")`,
+/// `key = [body("/a"), header("x-b")]`.
+fn key(value: &Expr) -> syn::Result<Key> {
+    match value {
+        Expr::Lit(_) => word(value, "key").map(Key::Requirement),
+        Expr::Call(_) => Ok(Key::From(KeySource::Parts(Vec::leak(vec![key_part(
+            value,
+        )?])))),
+        Expr::Array(ExprArray { elems, .. }) => {
+            if elems.is_empty() {
+                return Err(syn::Error::new_spanned(value, KEY_FORMS));
+            }
+            let parts = elems.iter().map(key_part).collect::<syn::Result<Vec<_>>>()?;
+            Ok(Key::From(KeySource::Parts(parts.leak())))
+        }
+        other => Err(syn::Error::new_spanned(other, KEY_FORMS)),
+    }
+}
+
+/// `header("webhook-id")` or `body("/id")`.
+fn key_part(value: &Expr) -> syn::Result<KeyPart> {
+    let Expr::Call(call) = value else {
+        return Err(syn::Error::new_spanned(value, KEY_FORMS));
+    };
+    let function = match &*call.func {
+        Expr::Path(path) if path.qself.is_none() => path.path.get_ident().map(Ident::to_string),
+        _ => None,
+    };
+    let lit = match (call.args.len(), call.args.first()) {
+        (1, Some(arg)) => string(arg, function.as_deref().unwrap_or("key"))?,
+        _ => return Err(syn::Error::new_spanned(value, KEY_FORMS)),
+    };
+    let text = lit.value();
+    match function.as_deref() {
+        Some("header") => check_header_name(&text)
+            .map(|()| KeyPart::Header(leak(text)))
+            .map_err(|e| syn::Error::new(lit.span(), e.to_string())),
+        Some("body") => check_pointer(&text)
+            .map(|()| KeyPart::Body(leak(text)))
+            .map_err(|e| syn::Error::new(lit.span(), e.to_string())),
+        _ => Err(syn::Error::new_spanned(&call.func, KEY_FORMS)),
     }
 }
 

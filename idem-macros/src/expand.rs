@@ -13,7 +13,7 @@ use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token};
 
 use idem_docs::{OperationDoc, contract};
-use idem_spec::{Mode, ScopeKind};
+use idem_spec::{KeyPart, Mode, ScopeKind};
 
 use crate::args::{Args, Errors};
 use crate::signature::{self, Role};
@@ -121,6 +121,24 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let staged = spec.mode == Mode::Staged;
     let lease = u64::try_from(spec.lease.as_millis()).unwrap_or(u64::MAX);
     let on_in_flight = format_ident!("{}", variant(spec.on_in_flight.as_str()));
+    let key_parts = spec.key_source.parts();
+    let key_from = (!key_parts.is_empty()).then(|| {
+        let parts = key_parts.iter().map(|part| match part {
+            KeyPart::Header(name) => quote!(#rt::KeyPart::Header(#name)),
+            KeyPart::Body(pointer) => quote!(#rt::KeyPart::Body(#pointer)),
+        });
+        quote!(.key_from(#rt::KeySource::Parts(&[#(#parts),*])))
+    });
+    // A key taken from the request: its parts are read by an extractor of their own, before
+    // the body extractor (which it asks to keep the body when a part is in it).
+    let (key_param, key_ctx) = if key_parts.is_empty() {
+        (None, None)
+    } else {
+        (
+            Some(quote!(__idem_key: #rt::KeyParts,)),
+            Some(quote!(let __idem_ctx = __idem_ctx.key_from(__idem_key, &__IDEM_SPEC);)),
+        )
+    };
 
     let tx_ty = &signature.transaction;
     let db = if staged {
@@ -253,6 +271,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         #[doc = #doc]
         #vis async fn #name #generics (
             __idem_ctx: #ctx,
+            #key_param
             #(#params),*
         ) -> #rt::Response #where_clause {
             // `async` is required by the attribute even where the body awaits nothing.
@@ -265,6 +284,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 .scope(#rt::ScopeKind::#scope_kind)
                 .on_expired(#rt::ExpiryPolicy::#on_expired)
                 .key(#rt::KeyRequirement::#key)
+                #key_from
                 .mode(#rt::Mode::#mode)
                 .store_client_errors(#store_client_errors)
                 .fingerprint_exclude(&[#(#exclude),*])
@@ -281,6 +301,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                     line: ::core::line!(),
                 }
             }
+            #key_ctx
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #run
         }

@@ -17,6 +17,18 @@ pub enum Error {
     /// The operation requires a key and the request has none. `400`.
     #[error("this operation requires an Idempotency-Key header")]
     MissingKey,
+    /// The key is taken from the request (`key = header(…)`, `body(…)`) and a part of it is
+    /// missing or cannot be a key. `400`, as [`Error::MissingKey`] (`missing`) or
+    /// [`Error::InvalidKey`].
+    #[error("the idempotency key is {from}: {reason}")]
+    KeyFromRequest {
+        /// Where the key comes from.
+        from: crate::spec::KeySource,
+        /// Whether the part is absent (rather than unusable).
+        missing: bool,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The key is malformed. `400`.
     #[error("invalid Idempotency-Key: {0}")]
     InvalidKey(#[from] KeyError),
@@ -88,7 +100,10 @@ impl Error {
     #[must_use]
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::MissingKey | Self::InvalidKey(_) | Self::Input(_) => StatusCode::BAD_REQUEST,
+            Self::MissingKey
+            | Self::InvalidKey(_)
+            | Self::KeyFromRequest { .. }
+            | Self::Input(_) => StatusCode::BAD_REQUEST,
             Self::NoScope(_) => StatusCode::FORBIDDEN,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::InFlight { .. } => StatusCode::CONFLICT,
@@ -110,6 +125,12 @@ impl Error {
         let (type_uri, title) = match self {
             Self::MissingKey => ("urn:idem:problem:missing-key", "Idempotency-Key required"),
             Self::InvalidKey(_) => ("urn:idem:problem:invalid-key", "invalid Idempotency-Key"),
+            Self::KeyFromRequest { missing: true, .. } => {
+                ("urn:idem:problem:missing-key", "idempotency key required")
+            }
+            Self::KeyFromRequest { .. } => {
+                ("urn:idem:problem:invalid-key", "invalid idempotency key")
+            }
             Self::NoScope(_) => ("urn:idem:problem:no-scope", "no scope for this key"),
             Self::Input(_) => ("urn:idem:problem:invalid-input", "invalid request input"),
             Self::Mismatch => (

@@ -18,7 +18,7 @@ use sqlx::Transaction;
 use crate::error::Error;
 use crate::extract::BodyLimit;
 use crate::fingerprint::{self, DynInput, Fingerprint};
-use crate::key::{IdempotencyKey, KeyError};
+use crate::key::IdempotencyKey;
 use crate::principal::{IdemState, scope_of};
 use crate::protocol::{Call, Idem};
 use crate::record::Record;
@@ -54,7 +54,7 @@ scope_markers!(GlobalScope => Global, TenantScope => Tenant, UserScope => User);
 pub struct Ctx<DB: Backend, K: ScopeMarker> {
     idem: Idem<DB>,
     scope: Scope,
-    key: Result<Option<IdempotencyKey>, KeyError>,
+    key: Result<Option<IdempotencyKey>, Error>,
     request_id: Option<String>,
     _scope: PhantomData<K>,
 }
@@ -92,7 +92,8 @@ impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
         parts
             .extensions
             .insert(BodyLimit(idem.config().max_request_body));
-        let key = IdempotencyKey::from_headers(&parts.headers, idem.config().key_format);
+        let key = IdempotencyKey::from_headers(&parts.headers, idem.config().key_format)
+            .map_err(Error::InvalidKey);
         Self {
             idem,
             scope,
@@ -100,6 +101,59 @@ impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
             request_id: crate::telemetry::request_id_of(parts),
             _scope: PhantomData,
         }
+    }
+}
+
+/// The parts of the request an operation's key is taken from (`key = header(…)`,
+/// `body(…)`): its headers, and its body as the handler's body extractor reads it. Extracted
+/// after the context and before the handler's own extractors; [`Ctx::key_from`] reads the
+/// key once they all ran.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct KeyParts {
+    headers: http::HeaderMap,
+    body: CapturedBody,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyParts {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // A staged handler's context keeps the body already: share its copy.
+        let body = match parts.extensions.get::<CapturedBody>() {
+            Some(body) => body.clone(),
+            None => {
+                let body = CapturedBody::default();
+                parts.extensions.insert(body.clone());
+                body
+            }
+        };
+        Ok(Self {
+            headers: parts.headers.clone(),
+            body,
+        })
+    }
+}
+
+impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
+    /// The key of an operation that takes it from the request, in place of the
+    /// `Idempotency-Key` header's.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn key_from(mut self, parts: KeyParts, spec: &OperationSpec) -> Self {
+        let body = parts.body.peek();
+        self.key = crate::key::from_parts(spec.key_source, &parts.headers, body.as_deref());
+        self
+    }
+}
+
+impl<DB: Backend, K: ScopeMarker> StagedCtx<DB, K> {
+    /// [`Ctx::key_from`].
+    #[doc(hidden)]
+    #[must_use]
+    pub fn key_from(mut self, parts: KeyParts, spec: &OperationSpec) -> Self {
+        self.ctx = self.ctx.key_from(parts, spec);
+        self
     }
 }
 
@@ -309,7 +363,7 @@ where
     let span = execution.span().clone();
     let key = match ctx.key {
         Ok(key) => key,
-        Err(error) => return rejected(execution, Error::InvalidKey(error)),
+        Err(error) => return rejected(execution, error),
     };
     let limit = ctx.idem.config().max_response_body;
     let work = crate::protocol::work_fn(move |tx: &mut Transaction<'_, DB>| {
@@ -388,7 +442,7 @@ where
     let key = match ctx.key {
         Ok(Some(key)) => key,
         Ok(None) => return rejected(execution, Error::MissingKey),
-        Err(error) => return rejected(execution, Error::InvalidKey(error)),
+        Err(error) => return rejected(execution, error),
     };
     let fingerprint = match fingerprint {
         Ok(fingerprint) => fingerprint,

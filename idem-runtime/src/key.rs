@@ -10,6 +10,9 @@
 
 use std::fmt;
 
+use crate::error::Error;
+use crate::spec::{KeyPart, KeySource};
+
 /// Name of the request header that carries the key.
 pub const HEADER: &str = "idempotency-key";
 
@@ -149,9 +152,191 @@ pub enum KeyError {
     Repeated,
 }
 
+/// The key of an operation that takes it from the request ([`KeySource::Parts`]): each part
+/// verbatim (a header's value; a body field's text when it is a string, its JSON text when it
+/// is a number or a boolean), percent-encoded where it is not visible ASCII (and `%`, and
+/// `:` when there are several parts), the parts joined with `:`.
+///
+/// `headers` are the request's; `body` its bytes, when a part is in the body. `Ok(None)`
+/// for [`KeySource::IdempotencyKey`].
+///
+/// # Errors
+/// [`Error::KeyFromRequest`]: a part is missing (a header that is absent or repeated, a field
+/// the body does not have, or `null`), or cannot be a key (not a string, number or boolean;
+/// a body that is not JSON; a key longer than 255 characters).
+pub(crate) fn from_parts(
+    source: KeySource,
+    headers: &http::HeaderMap,
+    body: Option<&[u8]>,
+) -> Result<Option<IdempotencyKey>, Error> {
+    let parts = source.parts();
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let refuse = |missing: bool, reason: &'static str| Error::KeyFromRequest {
+        from: source,
+        missing,
+        reason,
+    };
+    let json = if source.reads_body() {
+        let body = body.ok_or_else(|| refuse(true, "the request has no body"))?;
+        Some(
+            serde_json::from_slice::<serde_json::Value>(body)
+                .map_err(|_| refuse(false, "the body is not JSON"))?,
+        )
+    } else {
+        None
+    };
+    let several = parts.len() > 1;
+    let mut key = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            key.push(':');
+        }
+        match part {
+            KeyPart::Header(name) => {
+                let mut values = headers.get_all(*name).iter();
+                let value = match (values.next(), values.next()) {
+                    (Some(value), None) => value,
+                    (None, _) => return Err(refuse(true, "the request has no such header")),
+                    (Some(_), Some(_)) => {
+                        return Err(refuse(false, "the header appears more than once"));
+                    }
+                };
+                let value = value.as_bytes().trim_ascii();
+                if value.is_empty() {
+                    return Err(refuse(true, "the header is empty"));
+                }
+                encode_into(&mut key, value, several);
+            }
+            KeyPart::Body(pointer) => {
+                let value = json.as_ref().and_then(|json| json.pointer(pointer));
+                match value {
+                    None | Some(serde_json::Value::Null) => {
+                        return Err(refuse(true, "the body has no such field"));
+                    }
+                    Some(serde_json::Value::String(text)) if text.is_empty() => {
+                        return Err(refuse(true, "the field is empty"));
+                    }
+                    Some(serde_json::Value::String(text)) => {
+                        encode_into(&mut key, text.as_bytes(), several);
+                    }
+                    Some(value @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                        encode_into(&mut key, value.to_string().as_bytes(), several);
+                    }
+                    Some(_) => {
+                        return Err(refuse(
+                            false,
+                            "the field is not a string, a number or a boolean",
+                        ));
+                    }
+                }
+            }
+        }
+        if key.len() > MAX_LEN {
+            break;
+        }
+    }
+    IdempotencyKey::new(key)
+        .map(Some)
+        .map_err(|_| refuse(false, "the key is longer than 255 characters"))
+}
+
+/// Appends `bytes` to `key`, percent-encoding what is not visible ASCII, `%`, and `:` with
+/// `colon`.
+fn encode_into(key: &mut String, bytes: &[u8], colon: bool) {
+    for &b in bytes {
+        if b.is_ascii_graphic() && b != b'%' && !(colon && b == b':') {
+            key.push(char::from(b));
+        } else {
+            key.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn from(
+        source: KeySource,
+        headers: &[(&'static str, &'static str)],
+        body: Option<&str>,
+    ) -> Result<Option<String>, String> {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.append(*name, http::HeaderValue::from_static(value));
+        }
+        from_parts(source, &map, body.map(str::as_bytes))
+            .map(|key| key.map(|k| k.as_str().to_owned()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn keys_come_from_headers_and_body_fields() {
+        let hook = KeySource::Parts(&[KeyPart::Header("webhook-id")]);
+        assert_eq!(
+            from(hook, &[("webhook-id", "msg_2KWP:1")], None),
+            Ok(Some("msg_2KWP:1".to_owned()))
+        );
+        assert_eq!(
+            from(hook, &[("webhook-id", "a b%")], None),
+            Ok(Some("a%20b%25".to_owned()))
+        );
+        let id = KeySource::Parts(&[KeyPart::Body("/id")]);
+        assert_eq!(
+            from(id, &[], Some(r#"{"id": "evt_1"}"#)),
+            Ok(Some("evt_1".to_owned()))
+        );
+        assert_eq!(from(id, &[], Some(r#"{"id": 42}"#)), Ok(Some("42".to_owned())));
+        assert_eq!(
+            from(id, &[], Some(r#"{"id": "clé"}"#)),
+            Ok(Some("cl%C3%A9".to_owned()))
+        );
+        let adyen = KeySource::Parts(&[
+            KeyPart::Body("/notification/psp"),
+            KeyPart::Body("/notification/code"),
+            KeyPart::Header("x-account"),
+        ]);
+        assert_eq!(
+            from(
+                adyen,
+                &[("x-account", "acme")],
+                Some(r#"{"notification": {"psp": "a:b", "code": true}}"#)
+            ),
+            Ok(Some("a%3Ab:true:acme".to_owned()))
+        );
+        assert_eq!(from(KeySource::IdempotencyKey, &[], None), Ok(None));
+    }
+
+    #[test]
+    fn missing_and_unusable_parts_are_refused() {
+        let hook = KeySource::Parts(&[KeyPart::Header("webhook-id")]);
+        let id = KeySource::Parts(&[KeyPart::Body("/id")]);
+        let missing = |r: Result<Option<String>, String>| {
+            r.unwrap_err();
+        };
+        missing(from(hook, &[], None));
+        missing(from(hook, &[("webhook-id", "a"), ("webhook-id", "b")], None));
+        missing(from(id, &[], None));
+        missing(from(id, &[], Some("{}")));
+        missing(from(id, &[], Some(r#"{"id": null}"#)));
+        missing(from(id, &[], Some(r#"{"id": ""}"#)));
+        missing(from(id, &[], Some(r#"{"id": {"a": 1}}"#)));
+        missing(from(id, &[], Some("not json")));
+        let long = format!(r#"{{"id": "{}"}}"#, "k".repeat(256));
+        let error = from_parts(id, &http::HeaderMap::new(), Some(long.as_bytes())).unwrap_err();
+        assert!(
+            matches!(error, Error::KeyFromRequest { missing: false, .. }),
+            "{error}"
+        );
+        let error = from_parts(id, &http::HeaderMap::new(), Some(b"{}")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the idempotency key is the body's `/id`: the body has no such field"
+        );
+        assert_eq!(error.problem().status(), http::StatusCode::BAD_REQUEST);
+    }
 
     fn lenient(raw: &str) -> Result<IdempotencyKey, KeyError> {
         IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Lenient)

@@ -88,11 +88,13 @@ pub mod __private {
     pub use crate::docs::AnnotatedHandler;
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
-        Ctx, GlobalScope, Handler, ResumablePrincipal, Reuse, StagedCtx, TenantScope, UserScope,
+        Ctx, GlobalScope, Handler, KeyParts, ResumablePrincipal, Reuse, StagedCtx, TenantScope,
+        UserScope,
         fingerprint, run, run_staged, staged_result,
     };
     pub use crate::spec::{
-        ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind,
+        ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, KeySource, Mode, OperationSpec,
+        ScopeKind,
     };
     pub use axum::response::{IntoResponse, Response};
     pub use core::time::Duration;

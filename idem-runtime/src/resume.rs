@@ -191,6 +191,14 @@ impl CapturedBody {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(bytes);
     }
 
+    /// The body, if the extractor read it, left in place.
+    pub(crate) fn peek(&self) -> Option<Bytes> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     pub(crate) fn take(&self) -> Bytes {
         self.0
             .lock()

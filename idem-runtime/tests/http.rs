@@ -179,6 +179,36 @@ async fn amounts<DB: TestDb>(Amount(n): Amount, tx: &mut Transaction<'_, DB>) ->
     created(format!("{n}:{}", uuid::Uuid::new_v4()))
 }
 
+/// A webhook receiver: the key is the event's `webhook-id` header.
+#[idempotent(scope = "global", key = header("webhook-id"))]
+async fn hook_by_header<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(event): JsonBody<serde_json::Value>,
+) -> Response {
+    effect(tx, "hook").await;
+    created(format!("{}:{}", event["type"], uuid::Uuid::new_v4()))
+}
+
+/// The key is the body's `id`.
+#[idempotent(scope = "global", key = body("/id"))]
+async fn hook_by_body<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(event): JsonBody<serde_json::Value>,
+) -> Response {
+    effect(tx, "hook").await;
+    created(format!("{}:{}", event["type"], uuid::Uuid::new_v4()))
+}
+
+/// Adyen-style: several parts, joined.
+#[idempotent(scope = "tenant", key = [body("/psp"), body("/code"), header("x-merchant")])]
+async fn hook_by_parts<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(event): JsonBody<serde_json::Value>,
+) -> Response {
+    effect(tx, "hook").await;
+    created(format!("{}:{}", event["code"], uuid::Uuid::new_v4()))
+}
+
 async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
     let h = Harness::<DB>::with_config(config).await;
     let router = Router::new()
@@ -188,6 +218,9 @@ async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
         .route("/panics", post(panics::<DB>))
         .route("/huge", post(huge::<DB>))
         .route("/amounts", post(amounts::<DB>))
+        .route("/hooks/header", post(hook_by_header::<DB>))
+        .route("/hooks/body", post(hook_by_body::<DB>))
+        .route("/hooks/parts", post(hook_by_parts::<DB>))
         .with_state(State {
             idem: h.idem.clone(),
         });
@@ -342,6 +375,87 @@ async fn key_rules<DB: TestDb>() {
     assert_eq!(h.keys().await, 1);
 }
 
+async fn keys_from_the_request<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let event = r#"{"id":"evt_1","type":"charge.succeeded"}"#;
+
+    // A header: the event's id. `Idempotency-Key` plays no part.
+    let first = send(
+        &app,
+        "/hooks/header",
+        &[("webhook-id", "msg_1"), ("idempotency-key", "\"other\"")],
+        event,
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let again = send(&app, "/hooks/header", &[("webhook-id", "msg_1")], event).await;
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+    let reused = send(
+        &app,
+        "/hooks/header",
+        &[("webhook-id", "msg_1")],
+        r#"{"id":"evt_1","type":"charge.refunded"}"#,
+    )
+    .await;
+    reused.problem(StatusCode::UNPROCESSABLE_ENTITY);
+    let missing = send(&app, "/hooks/header", &[("idempotency-key", "\"k\"")], event).await;
+    let problem = missing.problem(StatusCode::BAD_REQUEST);
+    assert_eq!(problem["type"], "urn:idem:problem:missing-key");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("`webhook-id` header"),
+        "{problem}"
+    );
+
+    // A body field.
+    let by_body = send(&app, "/hooks/body", &[], event).await;
+    assert_eq!(by_body.status, StatusCode::CREATED, "{}", by_body.body);
+    let replay = send(&app, "/hooks/body", &[], event).await;
+    assert!(replay.replayed());
+    let other = send(&app, "/hooks/body", &[], r#"{"id":"evt_2","type":"x"}"#).await;
+    assert_eq!(other.status, StatusCode::CREATED);
+    assert!(!other.replayed());
+    for (body, kind) in [
+        (r#"{"type":"x"}"#, "urn:idem:problem:missing-key"),
+        (r#"{"id":{"a":1}}"#, "urn:idem:problem:invalid-key"),
+    ] {
+        let refused = send(&app, "/hooks/body", &[], body).await;
+        assert_eq!(refused.problem(StatusCode::BAD_REQUEST)["type"], kind);
+    }
+    let malformed = send(&app, "/hooks/body", &[], "{not json").await;
+    assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
+
+    // Several parts, in the tenant's scope.
+    let parts = |merchant: &'static str, body: &'static str| {
+        let app = app.clone();
+        async move {
+            send(
+                &app,
+                "/hooks/parts",
+                &[("x-tenant", "t"), ("x-merchant", merchant)],
+                body,
+            )
+            .await
+        }
+    };
+    let a = parts("acme", r#"{"psp":"p:1","code":"AUTH"}"#).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    assert!(parts("acme", r#"{"psp":"p:1","code":"AUTH"}"#).await.replayed());
+    assert!(!parts("acme", r#"{"psp":"p:1","code":"CAPTURE"}"#).await.replayed());
+    assert!(!parts("other", r#"{"psp":"p:1","code":"AUTH"}"#).await.replayed());
+
+    // One per new key: a header's, two bodies', three parts'.
+    assert_eq!(h.effects().await, 6);
+    let key = idem_runtime::store::KeyRef {
+        scope: "tenant:t",
+        operation: "hook_by_parts:v1",
+        key: "p%3A1:AUTH:acme",
+    };
+    let keys = h.idem.keys();
+    let stored = keys.get(key, h.idem.now_millis()).await.unwrap();
+    assert!(stored.is_some(), "the joined key is stored");
+}
+
 async fn stored_client_error_is_replayed<DB: TestDb>() {
     let (h, app) = app::<DB>(Config::default()).await;
     let key = [("idempotency-key", "k")];
@@ -459,6 +573,7 @@ on_both_backends!(
     inputs_are_path_query_and_body,
     principal_rules,
     key_rules,
+    keys_from_the_request,
     stored_client_error_is_replayed,
     panic_is_500_and_leaves_nothing,
     oversized_response_rolls_back,
