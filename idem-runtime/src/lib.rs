@@ -28,6 +28,9 @@ mod record;
 pub mod resume;
 pub mod staged;
 pub mod telemetry;
+#[cfg(feature = "standard-webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "standard-webhooks")))]
+pub mod webhooks;
 
 /// The vocabulary of operations ([`idem_spec`]): [`OperationSpec`](spec::OperationSpec),
 /// [`Scope`](spec::Scope), scopes, expiry policies, durations, operation ids.

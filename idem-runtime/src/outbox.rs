@@ -26,8 +26,9 @@
 //! let sink = WebhookSink::new("http://hooks.internal/orders")?;
 //! let dispatcher = Dispatcher::new(&idem, sink)
 //!     .batch(32)
-//!     .max_attempts(10)
-//!     .backoff(Duration::from_secs(1), Duration::from_secs(300))
+//!     .concurrency(8)
+//!     .max_attempts(25)
+//!     .backoff(Duration::from_secs(1), Duration::from_secs(15 * 60))
 //!     .spawn();
 //! // …
 //! dispatcher.shutdown().await?;
@@ -46,39 +47,61 @@
 //! whose database write fails) after the sink accepted a message and before recording it
 //! leaves the message pending, and it is delivered again. Receivers deduplicate on the
 //! message's [`dedup_id`](OutboxMessage::dedup_id), unique in the outbox: the webhook sink
-//! sends it as `Idempotency-Key`, so an idem-powered receiver answers a repeated delivery
-//! with its stored response instead of acting twice.
+//! sends it as `webhook-id` (Standard Webhooks) and as `Idempotency-Key`, so an idem-powered
+//! receiver answers a repeated delivery with its stored response instead of acting twice.
 //!
 //! # Claims, leases and several dispatchers
 //!
 //! A dispatcher claims a batch of due messages in `id` order and leases them for
 //! [`Dispatcher::lease`]: no other claim returns them until the lease ends. On PostgreSQL
-//! the claim picks its rows with `FOR UPDATE SKIP LOCKED`, so any number of dispatchers, in
-//! any number of processes, can share one outbox: they never hold the same message at once.
-//! On SQLite every claim runs under the database's single write lock; several dispatchers
-//! work too, but gain nothing over one.
+//! and MySQL the claim picks its rows with `FOR UPDATE SKIP LOCKED`, so any number of
+//! dispatchers, in any number of processes, can share one outbox: they never hold the same
+//! message at once. On SQLite every claim runs under the database's single write lock;
+//! several dispatchers work too, but gain nothing over one.
 //!
-//! A dispatcher that dies mid-batch only delays its messages until their lease ends; another
-//! dispatcher (or the same one, restarted) then delivers them. Choose a lease longer than a
-//! batch takes to deliver (batch × the sink's timeout ÷ [`Dispatcher::concurrency`] in the
-//! worst case): a delivery is never started once its lease has ended (the message is left
-//! to the next claim), but one still running when its lease ends may overlap with another
+//! A batch's messages are delivered [`Dispatcher::concurrency`] at a time (8 by default), so
+//! a slow receiver holds up one delivery slot, not the batch. A dispatcher that dies
+//! mid-batch only delays its messages until their lease ends; another dispatcher (or the
+//! same one, restarted) then delivers them. The lease must outlast a batch: at worst
+//! ⌈batch ÷ concurrency⌉ × the sink's timeout. By default it is chosen from those (one and a
+//! half times that, at least 30 s); a lease set shorter is warned about when the dispatcher
+//! starts. A delivery is never started once its lease has ended (the message is left to
+//! the next claim), but one still running when its lease ends may overlap with another
 //! dispatcher's delivery of the same message.
+//!
+//! # Order
+//!
+//! **Messages are not delivered in order.** They are claimed in `id` order, but delivered
+//! several at a time, and a message whose delivery failed is retried after its backoff,
+//! after messages enqueued later. Each message must stand on its own: a receiver that needs
+//! the latest state of a thing reads it (or compares a version carried in the payload)
+//! rather than relying on arrival order. The `payments` example's `payment.succeeded` is
+//! such an event: one per payment, final. For a stream that needs order per aggregate, run
+//! a dispatcher with `concurrency(1)` and `max_attempts` high enough never to park a
+//! message, and know that a dead-lettered message still lets later ones pass.
 //!
 //! # Retries, backoff and dead letters
 //!
-//! A failed delivery is retried after a delay drawn at random ("full jitter") between zero
-//! and `min(max, base × 2^(attempts − 1))`, `attempts` counting the failures so far
-//! including this one ([`Dispatcher::backoff`], default base 1 s, max 5 min). The random
-//! spread keeps the retries of many messages that failed together (a receiver's outage)
-//! from arriving together.
+//! A failed delivery — any status but `2xx`, a timeout, a refused connection — is retried
+//! after a delay drawn at random ("full jitter") between zero and
+//! `min(max, base × 2^(attempts − 1))`, `attempts` counting the failures so far including
+//! this one ([`Dispatcher::backoff`], default base 1 s, max 15 min). The random spread keeps
+//! the retries of many messages that failed together (a receiver's outage) from arriving
+//! together.
 //!
-//! After [`Dispatcher::max_attempts`] failures (default 10), or at once for a failure the
-//! sink reports as [permanent](DeliveryError::permanent), the message is *dead*: nothing
-//! delivers it again. Dead messages stay in the table with their `last_error`; list them
-//! with [`Outbox::list`] and put one back with [`Outbox::retry_dead`] once the cause is
-//! fixed. Delivered messages stay too, until [`Outbox::sweep_delivered`] deletes them; while
-//! a delivered message is in the table its dedup id cannot be enqueued again.
+//! After [`Dispatcher::max_attempts`] failures (default 25: hours of an unreachable
+//! receiver), or at once for a failure the sink reports as
+//! [permanent](DeliveryError::permanent), the message is parked as *dead*: it is never
+//! deleted, and nothing delivers it again until an operator puts it back, with
+//! `idem outbox retry ID` (or `--all`) or [`Outbox::retry`], once the cause is fixed. The
+//! operator tool lists them (`idem outbox list --dead`), and the `idem_outbox_dead` gauge
+//! counts them. Delivered messages stay too, until [`Outbox::sweep_delivered`] deletes
+//! them; while a delivered message is in the table its dedup id cannot be enqueued again.
+//!
+//! Each failed attempt is logged at `WARN` with its cause, each message parked as dead at
+//! `ERROR`, and both are counted (`idem_outbox_failed_attempts_total`,
+//! `idem_outbox_dead_lettered_total`; the [`telemetry`](crate::telemetry) module lists
+//! the outbox's metrics).
 //!
 //! # Time
 //!
@@ -212,11 +235,22 @@ impl DeliveryError {
 pub trait Sink: Send + Sync + 'static {
     /// Delivers one message.
     fn deliver(&self, message: &Claimed) -> impl Future<Output = Result<(), DeliveryError>> + Send;
+
+    /// The longest one delivery can take (its timeout), if the sink bounds it: the
+    /// dispatcher's default lease is chosen from it ([`Dispatcher::lease`]). `None` by
+    /// default.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl<S: Sink> Sink for Arc<S> {
     fn deliver(&self, message: &Claimed) -> impl Future<Output = Result<(), DeliveryError>> + Send {
         S::deliver(self, message)
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        S::timeout(self)
     }
 }
 
@@ -248,12 +282,14 @@ pub struct Dispatcher<DB: Backend, S: Sink> {
     outbox: Outbox<DB>,
     sink: S,
     batch: u32,
-    lease: Duration,
+    /// `None`: chosen from the batch, the concurrency and the sink's timeout.
+    lease: Option<Duration>,
     max_attempts: u32,
     backoff_base: Duration,
     backoff_max: Duration,
     poll_interval: Duration,
     concurrency: usize,
+    observe_every: Duration,
 }
 
 impl<DB: Backend, S: Sink> fmt::Debug for Dispatcher<DB, S> {
@@ -261,20 +297,32 @@ impl<DB: Backend, S: Sink> fmt::Debug for Dispatcher<DB, S> {
         f.debug_struct("Dispatcher")
             .field("idem", &self.idem)
             .field("batch", &self.batch)
-            .field("lease", &self.lease)
+            .field("lease", &self.lease_duration())
             .field("max_attempts", &self.max_attempts)
             .field("backoff_base", &self.backoff_base)
             .field("backoff_max", &self.backoff_max)
             .field("poll_interval", &self.poll_interval)
             .field("concurrency", &self.concurrency)
+            .field("observe_every", &self.observe_every)
             .finish_non_exhaustive()
     }
 }
 
 impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
+    /// The default [`Dispatcher::max_attempts`].
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 25;
+    /// The default [`Dispatcher::backoff`] base.
+    pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+    /// The default [`Dispatcher::backoff`] cap.
+    pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
+    /// The default [`Dispatcher::concurrency`].
+    pub const DEFAULT_CONCURRENCY: usize = 8;
+
     /// A dispatcher of `idem`'s outbox (its pool, its clock) to `sink`, with the defaults:
-    /// batches of 32, 30 s leases, 10 attempts, backoff from 1 s to 5 min, a poll every
-    /// 500 ms when idle, one delivery at a time.
+    /// batches of 32, 8 deliveries at once, a lease chosen from those and the sink's timeout,
+    /// 25 attempts with a backoff from 1 s to 15 min (a receiver may be down for hours
+    /// before a message is parked as dead), a poll every 500 ms when idle, the outbox's
+    /// gauges every 10 s.
     #[must_use]
     pub fn new(idem: &Idem<DB>, sink: S) -> Self {
         Self {
@@ -282,12 +330,13 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
             idem: idem.clone(),
             sink,
             batch: 32,
-            lease: Duration::from_secs(30),
-            max_attempts: 10,
-            backoff_base: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(300),
+            lease: None,
+            max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            backoff_base: Self::DEFAULT_BACKOFF_BASE,
+            backoff_max: Self::DEFAULT_BACKOFF_MAX,
             poll_interval: Duration::from_millis(500),
-            concurrency: 1,
+            concurrency: Self::DEFAULT_CONCURRENCY,
+            observe_every: Duration::from_secs(10),
         }
     }
 
@@ -298,15 +347,39 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         self
     }
 
-    /// How long a claim holds its messages: longer than a batch takes to deliver. Default
-    /// 30 s.
+    /// How long a claim holds its messages: longer than a batch takes to deliver, which is
+    /// at worst ⌈batch ÷ concurrency⌉ × the sink's timeout. By default one and a half times
+    /// that, and at least 30 s (30 s for a sink that does not say its timeout). A shorter
+    /// lease is taken as set, with a warning when the dispatcher starts: a delivery whose
+    /// lease has ended before its turn is left to the next claim, never started late.
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = Some(lease);
         self
     }
 
-    /// Failed deliveries after which a message is dead (at least 1). Default 10.
+    /// The lease claims take ([`Dispatcher::lease`]).
+    #[must_use]
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_and_worst().0
+    }
+
+    /// The lease, and the longest a batch can take when the sink says its timeout.
+    fn lease_and_worst(&self) -> (Duration, Option<Duration>) {
+        let rounds = u32::try_from(
+            (self.batch as usize).div_ceil(self.concurrency.max(1)),
+        )
+        .unwrap_or(u32::MAX);
+        let worst = self.sink.timeout().map(|t| t.saturating_mul(rounds));
+        let lease = self.lease.unwrap_or_else(|| {
+            worst
+                .map_or(Duration::ZERO, |w| w.saturating_add(w / 2))
+                .max(Duration::from_secs(30))
+        });
+        (lease, worst)
+    }
+
+    /// Failed deliveries after which a message is parked as dead (at least 1). Default 25.
     #[must_use]
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = max_attempts.max(1);
@@ -314,7 +387,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     }
 
     /// The backoff after a failure: a random delay between zero and
-    /// `min(max, base × 2^(attempts − 1))`. Default 1 s and 5 min.
+    /// `min(max, base × 2^(attempts − 1))`. Default 1 s and 15 min.
     #[must_use]
     pub fn backoff(mut self, base: Duration, max: Duration) -> Self {
         self.backoff_base = base;
@@ -330,12 +403,35 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         self
     }
 
-    /// Deliveries of one batch in flight at once (at least 1). Default 1: one after another,
-    /// in `id` order.
+    /// Deliveries of one batch in flight at once (at least 1). Default 8. Messages are
+    /// started in `id` order, but with more than one at a time they may arrive in any order
+    /// (and a retried one always arrives after later ones): see the
+    /// [module documentation](self) on order.
     #[must_use]
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self
+    }
+
+    /// How often [`Dispatcher::run`] counts the outbox for its gauges (`idem_outbox_pending`,
+    /// `idem_outbox_dead`, `idem_outbox_oldest_pending_age_seconds`; see
+    /// [`telemetry`](crate::telemetry)). Counting reads the whole table. Default 10 s.
+    #[must_use]
+    pub fn observe_every(mut self, every: Duration) -> Self {
+        self.observe_every = every;
+        self
+    }
+
+    /// Counts the outbox and sets its gauges.
+    ///
+    /// # Errors
+    /// When the store fails; no gauge changes then.
+    pub async fn observe(&self) -> Result<OutboxCounts, StoreError> {
+        let counts = self.outbox.counts().await?;
+        let now = self.idem.now_millis();
+        let age = counts.oldest_pending_ms.map_or(0, |oldest| now - oldest);
+        crate::telemetry::outbox::table(counts.pending, counts.dead, age);
+        Ok(counts)
     }
 
     /// The outbox this dispatcher delivers.
@@ -359,7 +455,7 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         let now = self.idem.now_millis();
         let claimed = self
             .outbox
-            .claim(now, self.batch, millis(self.lease))
+            .claim(now, self.batch, millis(self.lease_duration()))
             .await?;
         let mut report = DispatchReport {
             claimed: claimed.len(),
@@ -387,9 +483,30 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     /// deliveries are bounded by the sink's timeout).
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let mut shutdown = std::pin::pin!(shutdown);
+        let (lease, worst) = self.lease_and_worst();
+        if let Some(worst) = worst
+            && lease <= worst
+        {
+            tracing::warn!(
+                ?lease,
+                ?worst,
+                batch = self.batch,
+                concurrency = self.concurrency,
+                "the outbox lease is shorter than a batch can take (batch ÷ concurrency × the \
+                 sink's timeout): messages whose lease ends first are left to the next claim"
+            );
+        }
+        crate::telemetry::outbox::register();
+        let mut observed: Option<std::time::Instant> = None;
         loop {
             if shutdown.as_mut().now_or_never().is_some() {
                 return;
+            }
+            if observed.is_none_or(|at| at.elapsed() >= self.observe_every) {
+                observed = Some(std::time::Instant::now());
+                if let Err(error) = self.observe().await {
+                    tracing::warn!(%error, "counting the outbox failed");
+                }
             }
             let more = match self.run_once().await {
                 Ok(report) => {
@@ -449,13 +566,16 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         if self.idem.now_millis() >= message.locked_until_ms {
             return Ok(Delivery::Skipped);
         }
+        crate::telemetry::outbox::in_flight(1.0);
         let result = AssertUnwindSafe(self.sink.deliver(&message))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(DeliveryError::transient("the sink panicked")));
+        crate::telemetry::outbox::in_flight(-1.0);
         let now = self.idem.now_millis();
         let error = match result {
             Ok(()) => {
+                crate::telemetry::outbox::delivered();
                 if !self.outbox.mark_delivered(message.id, now).await? {
                     tracing::debug!(
                         message_id = message.id,
@@ -472,18 +592,20 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         self.outbox
             .mark_failed(message.id, now, error.message(), next, dead)
             .await?;
+        crate::telemetry::outbox::failed(dead);
         if dead {
-            tracing::warn!(
+            tracing::error!(
                 message_id = message.id,
+                dedup_id = %message.dedup_id,
                 topic = %message.topic,
                 attempts,
                 permanent = error.is_permanent(),
                 %error,
-                "outbox message is dead"
+                "outbox message parked as dead; `idem outbox retry` puts it back"
             );
             Ok(Delivery::Dead)
         } else {
-            tracing::info!(
+            tracing::warn!(
                 message_id = message.id,
                 topic = %message.topic,
                 attempts,
@@ -581,38 +703,50 @@ mod webhook {
 
     use super::{Claimed, DeliveryError, Sink};
     use crate::key::IdempotencyKey;
+    use crate::webhooks::{
+        HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP, WebhookSecret,
+    };
 
     /// How much of an error response's body `last_error` keeps.
     const ERROR_BODY_LIMIT: usize = 512;
 
-    /// A [`Sink`] that POSTs each message to one URL, as JSON:
+    /// A [`Sink`] that POSTs each message to one URL, as JSON, with
+    /// [Standard Webhooks](https://www.standardwebhooks.com/) headers:
     ///
     /// ```text
     /// POST /hooks/orders HTTP/1.1
     /// content-type: application/json
     /// idempotency-key: "order-42/created"
+    /// webhook-id: order-42/created
+    /// webhook-timestamp: 1764672000
+    /// webhook-signature: v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
     ///
     /// {"id":"order-42/created","type":"order.created","data":{"id":42}}
     /// ```
     ///
-    /// `id` is the message's dedup id, `type` its topic, `data` its payload. The dedup id also
-    /// goes in `Idempotency-Key`, as a structured-field string: an idem-powered receiver
-    /// replays its first response to a repeated delivery instead of acting twice. A dedup id
-    /// that cannot be an `Idempotency-Key` (1 to 255 visible ASCII characters) fails
-    /// permanently.
+    /// `id` is the message's dedup id, `type` its topic, `data` its payload. The dedup id is
+    /// what receivers deduplicate on, and it goes out twice: as `webhook-id`, as Standard
+    /// Webhooks receivers expect, and as `Idempotency-Key`, a structured-field string, so
+    /// that an idem-powered receiver replays its first response to a repeated delivery
+    /// instead of acting twice. `webhook-timestamp` is when this attempt was sent (seconds
+    /// since the Unix epoch), and `webhook-signature` is sent when the sink has a
+    /// [`signing_secret`](WebhookSink::signing_secret). A dedup id that cannot be a key
+    /// (1 to 255 visible ASCII characters) fails permanently.
     ///
     /// The outcome, by the response:
     ///
     /// | response | outcome |
     /// |---|---|
     /// | `2xx` | delivered |
-    /// | `408`, `409`, `423`, `425`, `429` | transient: retried (`409` is what idem answers while the same key is in flight) |
-    /// | other `4xx` | permanent: dead at once (the receiver refuses the message itself), unless [`WebhookSink::permanent_client_errors`] is off |
-    /// | `3xx`, `5xx`, no response, timeout | transient: retried |
+    /// | any other status, no response, a timeout, a refused connection | transient: retried with backoff, until the dispatcher's last attempt parks it as dead |
+    /// | `4xx` but `408`, `409`, `423`, `425`, `429`, with [`WebhookSink::permanent_client_errors`] | permanent: parked as dead at once |
     ///
-    /// Redirects are not followed (a client of the application's, [`WebhookSink::with_client`],
-    /// follows its own policy). Each request times out after [`WebhookSink::timeout`]
-    /// (default 10 s), from connecting to the end of the response. Error messages never hold
+    /// Every failure is retried by default, a `404` or `410` too: a receiver that is being
+    /// deployed or misrouted answers them for a while, and a dead-lettered message waits for
+    /// an operator. Redirects are not followed (a client of the application's,
+    /// [`WebhookSink::with_client`], follows its own policy). Each request times out after
+    /// [`WebhookSink::timeout`] (default 10 s), from connecting to the end of the response.
+    /// Error messages say why a request failed (the whole chain of causes), and never hold
     /// the URL, which may carry a secret.
     ///
     /// `https` URLs need one of reqwest's TLS features, which idem does not enable: add
@@ -622,12 +756,12 @@ mod webhook {
     /// ```no_run
     /// use std::time::Duration;
     /// use idem_runtime::outbox::WebhookSink;
-    /// use http::{HeaderName, HeaderValue};
+    /// use idem_runtime::webhooks::WebhookSecret;
     ///
     /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
     /// let sink = WebhookSink::new("http://billing.internal/hooks")?
     ///     .timeout(Duration::from_secs(5))
-    ///     .header(HeaderName::from_static("authorization"), HeaderValue::from_static("Bearer s3cr3t"));
+    ///     .signing_secret(WebhookSecret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?);
     /// # let _ = sink; Ok(()) }
     /// ```
     #[derive(Debug, Clone)]
@@ -637,6 +771,7 @@ mod webhook {
         timeout: Duration,
         headers: HeaderMap,
         permanent_client_errors: bool,
+        secret: Option<WebhookSecret>,
     }
 
     impl WebhookSink {
@@ -669,7 +804,8 @@ mod webhook {
                 url: url.into_url()?,
                 timeout: Self::DEFAULT_TIMEOUT,
                 headers: HeaderMap::new(),
-                permanent_client_errors: true,
+                permanent_client_errors: false,
+                secret: None,
             })
         }
 
@@ -681,19 +817,26 @@ mod webhook {
             self
         }
 
-        /// A header sent with every request (authorization, a signature's key id, …).
-        /// `content-type` and `idempotency-key` are the sink's own.
+        /// A header sent with every request (authorization, …). `content-type`,
+        /// `idempotency-key` and the `webhook-*` headers are the sink's own.
         #[must_use]
         pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
             self.headers.append(name, value);
             self
         }
 
-        /// Whether a `4xx` other than `408`, `409`, `423`, `425` and `429` makes the message
-        /// dead at once (default) or is retried like any failure.
+        /// Whether a `4xx` other than `408`, `409`, `423`, `425` and `429` parks the message
+        /// as dead at once, or is retried like any failure (default).
         #[must_use]
         pub fn permanent_client_errors(mut self, permanent: bool) -> Self {
             self.permanent_client_errors = permanent;
+            self
+        }
+
+        /// Signs every delivery with `secret` (`webhook-signature`, Standard Webhooks).
+        #[must_use]
+        pub fn signing_secret(mut self, secret: WebhookSecret) -> Self {
+            self.secret = Some(secret);
             self
         }
 
@@ -757,7 +900,27 @@ mod webhook {
         text
     }
 
+    /// An error and its causes: reqwest's own message leaves out why a request failed (a
+    /// refused connection, a timeout, a connection closed before the answer).
+    fn causes(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            let line = cause.to_string();
+            if !text.contains(&line) {
+                text.push_str(": ");
+                text.push_str(&line);
+            }
+            source = cause.source();
+        }
+        text
+    }
+
     impl Sink for WebhookSink {
+        fn timeout(&self) -> Option<Duration> {
+            Some(self.timeout)
+        }
+
         async fn deliver(&self, message: &Claimed) -> Result<(), DeliveryError> {
             let key = idempotency_key(&message.dedup_id)?;
             let body = serde_json::to_vec(&Envelope {
@@ -766,17 +929,30 @@ mod webhook {
                 data: &message.payload,
             })
             .map_err(|e| DeliveryError::permanent(format!("the payload cannot be sent: {e}")))?;
-            let response = self
+            let timestamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            let mut request = self
                 .client
                 .post(self.url.clone())
                 .timeout(self.timeout)
                 .headers(self.headers.clone())
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(HeaderName::from_static(crate::key::HEADER), key)
+                // The dedup id is a valid key: visible ASCII, a valid header value.
+                .header(HEADER_WEBHOOK_ID, message.dedup_id.as_str())
+                .header(HEADER_WEBHOOK_TIMESTAMP, timestamp.to_string());
+            if let Some(secret) = &self.secret {
+                let signature = secret
+                    .sign(&message.dedup_id, timestamp, &body)
+                    .ok_or_else(|| DeliveryError::permanent("the payload cannot be signed"))?;
+                request = request.header(HEADER_WEBHOOK_SIGNATURE, signature);
+            }
+            let response = request
                 .body(body)
                 .send()
                 .await
-                .map_err(|e| DeliveryError::transient(e.without_url().to_string()))?;
+                .map_err(|e| DeliveryError::transient(causes(&e.without_url())))?;
             let status = response.status();
             if status.is_success() {
                 return Ok(());
@@ -812,16 +988,19 @@ mod webhook {
         }
 
         #[test]
-        fn client_errors_are_permanent_but_a_few() {
-            let sink = WebhookSink::new("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}"));
+        fn client_errors_are_retried_unless_told_otherwise() {
+            let lenient =
+                WebhookSink::new("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}"));
+            for code in [400, 404, 410, 422, 500] {
+                assert!(!lenient.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
+            }
+            let sink = lenient.permanent_client_errors(true);
             for code in [400, 401, 403, 404, 410, 413, 422] {
                 assert!(sink.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
             }
             for code in [300, 302, 408, 409, 423, 425, 429, 500, 502, 503, 504] {
                 assert!(!sink.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
             }
-            let lenient = sink.permanent_client_errors(false);
-            assert!(!lenient.is_permanent(StatusCode::NOT_FOUND));
         }
     }
 }

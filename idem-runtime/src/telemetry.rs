@@ -68,6 +68,18 @@
 //! | `idem_lock_wait_seconds` | histogram | `operation` | atomic mode: `BEGIN` and the key's lock, waits that ended in a lock timeout included |
 //! | `idem_stored_response_bytes` | histogram | `operation` | the body of each response stored |
 //! | `idem_stuck_keys` | gauge | `operation` | staged keys whose lease ran out, not completed: set by [`Idem::observe_stuck`] |
+//! | `idem_outbox_delivered_total` | counter | | outbox messages delivered (by this process's dispatchers) |
+//! | `idem_outbox_failed_attempts_total` | counter | | failed delivery attempts, retried later or dead-lettered |
+//! | `idem_outbox_dead_lettered_total` | counter | | messages parked as dead by this process's dispatchers |
+//! | `idem_outbox_in_flight` | gauge | | deliveries this process's dispatchers are making now |
+//! | `idem_outbox_pending` | gauge | | pending messages in the outbox (the table; in flight included) |
+//! | `idem_outbox_dead` | gauge | | dead-lettered messages in the outbox (the table) |
+//! | `idem_outbox_oldest_pending_age_seconds` | gauge | | how long the oldest pending message has waited (0 when none) |
+//!
+//! The outbox's table gauges are set by every running dispatcher (`outbox::Dispatcher`)
+//! every [`observe_every`](crate::outbox::Dispatcher::observe_every) (10 s by default):
+//! instances sharing an outbox report the same values, so aggregate them with `max`, and
+//! the counters and `idem_outbox_in_flight` with `sum`.
 //!
 //! The `operation` label is the operation id (`create_order:v1`), as in the span and the key
 //! table, which `idem keys --operation` takes: a handful of values per service.
@@ -123,6 +135,21 @@ pub const LOCK_WAIT_SECONDS: &str = "idem_lock_wait_seconds";
 pub const STORED_RESPONSE_BYTES: &str = "idem_stored_response_bytes";
 /// Gauge: staged keys whose lease ran out and that are not completed, by `operation`.
 pub const STUCK_KEYS: &str = "idem_stuck_keys";
+
+/// Counter: outbox messages delivered.
+pub const OUTBOX_DELIVERED_TOTAL: &str = "idem_outbox_delivered_total";
+/// Counter: failed outbox delivery attempts.
+pub const OUTBOX_FAILED_ATTEMPTS_TOTAL: &str = "idem_outbox_failed_attempts_total";
+/// Counter: outbox messages parked as dead.
+pub const OUTBOX_DEAD_LETTERED_TOTAL: &str = "idem_outbox_dead_lettered_total";
+/// Gauge: outbox deliveries in progress in this process.
+pub const OUTBOX_IN_FLIGHT: &str = "idem_outbox_in_flight";
+/// Gauge: pending outbox messages.
+pub const OUTBOX_PENDING: &str = "idem_outbox_pending";
+/// Gauge: dead outbox messages.
+pub const OUTBOX_DEAD: &str = "idem_outbox_dead";
+/// Gauge: the age of the oldest pending outbox message, in seconds.
+pub const OUTBOX_OLDEST_PENDING_AGE_SECONDS: &str = "idem_outbox_oldest_pending_age_seconds";
 
 /// The longest request id recorded; longer ones are cut.
 const REQUEST_ID_MAX: usize = 128;
@@ -252,6 +279,86 @@ pub fn describe_metrics() {
         Unit::Count,
         "Staged keys whose lease ran out and that are not completed"
     );
+    metrics::describe_counter!(
+        OUTBOX_DELIVERED_TOTAL,
+        Unit::Count,
+        "Outbox messages delivered"
+    );
+    metrics::describe_counter!(
+        OUTBOX_FAILED_ATTEMPTS_TOTAL,
+        Unit::Count,
+        "Failed outbox delivery attempts (retried later, or dead-lettered)"
+    );
+    metrics::describe_counter!(
+        OUTBOX_DEAD_LETTERED_TOTAL,
+        Unit::Count,
+        "Outbox messages parked as dead after their last attempt"
+    );
+    metrics::describe_gauge!(
+        OUTBOX_IN_FLIGHT,
+        Unit::Count,
+        "Outbox deliveries in progress in this process"
+    );
+    metrics::describe_gauge!(OUTBOX_PENDING, Unit::Count, "Pending outbox messages");
+    metrics::describe_gauge!(OUTBOX_DEAD, Unit::Count, "Dead-lettered outbox messages");
+    metrics::describe_gauge!(
+        OUTBOX_OLDEST_PENDING_AGE_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest pending outbox message"
+    );
+}
+
+/// The outbox's metrics ([`crate::outbox::Dispatcher`]).
+pub(crate) mod outbox {
+    use super::{count_by, set};
+
+    /// Registers every outbox metric, so that they show before the first event.
+    pub(crate) fn register() {
+        for name in [
+            super::OUTBOX_DELIVERED_TOTAL,
+            super::OUTBOX_FAILED_ATTEMPTS_TOTAL,
+            super::OUTBOX_DEAD_LETTERED_TOTAL,
+        ] {
+            count_by(name, &[], 0);
+        }
+    }
+
+    /// One delivered message.
+    pub(crate) fn delivered() {
+        count_by(super::OUTBOX_DELIVERED_TOTAL, &[], 1);
+    }
+
+    /// One failed attempt; `dead`: the message's last.
+    pub(crate) fn failed(dead: bool) {
+        count_by(super::OUTBOX_FAILED_ATTEMPTS_TOTAL, &[], 1);
+        if dead {
+            count_by(super::OUTBOX_DEAD_LETTERED_TOTAL, &[], 1);
+        }
+    }
+
+    /// Deliveries in progress in this process, moved by `delta`.
+    pub(crate) fn in_flight(delta: f64) {
+        metrics::with_recorder(|recorder| {
+            recorder
+                .register_gauge(
+                    &metrics::Key::from_static_name(super::OUTBOX_IN_FLIGHT),
+                    &super::METADATA,
+                )
+                .increment(delta);
+        });
+    }
+
+    /// The table's counts.
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn table(pending: u64, dead: u64, oldest_age_ms: i64) {
+        set(super::OUTBOX_PENDING, &[], pending as f64);
+        set(super::OUTBOX_DEAD, &[], dead as f64);
+        set(
+            super::OUTBOX_OLDEST_PENDING_AGE_SECONDS,
+            &[],
+            oldest_age_ms.max(0) as f64 / 1000.0,
+        );
+    }
 }
 
 /// How an execution ended, as the `outcome` field and label spell it.
@@ -372,10 +479,14 @@ static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 fn count(name: &'static str, labels: &'static [Label]) {
+    count_by(name, labels, 1);
+}
+
+fn count_by(name: &'static str, labels: &'static [Label], n: u64) {
     metrics::with_recorder(|recorder| {
         recorder
             .register_counter(&Key::from_static_parts(name, labels), &METADATA)
-            .increment(1);
+            .increment(n);
     });
 }
 

@@ -19,6 +19,7 @@ use idem_runtime::key::KeyFormat;
 use idem_runtime::outbox::{
     Claimed, DeliveryError, Dispatcher, OutboxMessage, OutboxStatus, Sink, WebhookSink,
 };
+use idem_runtime::webhooks::WebhookSecret;
 use idem_testkit::on_both_backends;
 use serde_json::{Value, json};
 
@@ -54,14 +55,16 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 struct Hook {
     idempotency_key: String,
     content_type: String,
+    headers: HeaderMap,
+    raw: axum::body::Bytes,
     body: Value,
 }
 
 #[derive(Debug, Default)]
 struct ReceiverState {
     hooks: Vec<Hook>,
-    /// Per dedup id: how many requests fail with 503 before one succeeds.
-    fail_first: HashMap<String, usize>,
+    /// Per dedup id: how many requests fail, and with which status, before one succeeds.
+    fail_first: HashMap<String, (usize, u16)>,
     /// Per dedup id: the status every request gets (instead of 200).
     always: HashMap<String, u16>,
 }
@@ -83,11 +86,15 @@ impl Receiver {
     }
 
     fn fail_first(&self, id: &str, times: usize) {
+        self.fail_first_with(id, times, 503);
+    }
+
+    fn fail_first_with(&self, id: &str, times: usize, status: u16) {
         self.0
             .lock()
             .unwrap()
             .fail_first
-            .insert(id.to_owned(), times);
+            .insert(id.to_owned(), (times, status));
     }
 
     fn always(&self, id: &str, status: u16) {
@@ -118,12 +125,15 @@ async fn hook(
             .unwrap_or_default()
             .to_owned()
     };
-    let body: Value = serde_json::from_slice(&body).unwrap();
+    let raw = body;
+    let body: Value = serde_json::from_slice(&raw).unwrap();
     let id = body["id"].as_str().unwrap().to_owned();
     let mut state = receiver.0.lock().unwrap();
     state.hooks.push(Hook {
         idempotency_key: text("idempotency-key"),
         content_type: text("content-type"),
+        headers: headers.clone(),
+        raw,
         body,
     });
     if let Some(status) = state.always.get(&id) {
@@ -132,9 +142,9 @@ async fn hook(
             "refused by the test",
         );
     }
-    if let Some(left) = state.fail_first.get_mut(&id).filter(|left| **left > 0) {
+    if let Some((left, status)) = state.fail_first.get_mut(&id).filter(|(left, _)| *left > 0) {
         *left -= 1;
-        return (StatusCode::SERVICE_UNAVAILABLE, "down for the test");
+        return (StatusCode::from_u16(*status).unwrap(), "down for the test");
     }
     (StatusCode::OK, "")
 }
@@ -330,12 +340,16 @@ async fn always_failing_messages_die<DB: TestDb>() {
     receiver.always("refused", 422);
     receiver.always("busy", 429);
     commit(&h, &[message("down"), message("refused"), message("busy")]).await;
-    let dispatcher = Dispatcher::new(&h.idem, WebhookSink::new(url.as_str()).unwrap())
+    let sink = WebhookSink::new(url.as_str())
+        .unwrap()
+        .permanent_client_errors(true);
+    let dispatcher = Dispatcher::new(&h.idem, sink)
         .max_attempts(3)
         .backoff(Duration::from_millis(100), Duration::from_millis(100));
     let outbox = h.idem.outbox();
 
-    // A 422 is permanent: dead at once. 500 and 429 are retried.
+    // With `permanent_client_errors`, a 422 is permanent: dead at once. 500 and 429 are
+    // retried.
     let report = dispatcher.run_once().await.unwrap();
     assert_eq!((report.failed, report.dead), (2, 1), "{report:?}");
     let refused = outbox.get("refused").await.unwrap().unwrap();
@@ -484,7 +498,124 @@ async fn two_dispatchers_deliver_each_message_once<DB: TestDb>() {
     assert_eq!((counts.delivered, counts.pending), (200, 0));
 }
 
+async fn every_failure_is_retried_and_deliveries_are_signed<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let (receiver, url) = Receiver::start().await;
+    // A receiver being redeployed: 404, 410 and 400 for a while, then up.
+    receiver.fail_first_with("gone-for-a-while", 3, 404);
+    receiver.fail_first_with("misrouted", 2, 410);
+    receiver.fail_first_with("odd", 1, 400);
+    commit(
+        &h,
+        &[message("gone-for-a-while"), message("misrouted"), message("odd")],
+    )
+    .await;
+    let secret = WebhookSecret::new("whsec_aWRlbS1leGFtcGxlLXNlY3JldA==").unwrap();
+    let sink = WebhookSink::new(url.as_str())
+        .unwrap()
+        .signing_secret(secret.clone());
+    let dispatcher = Dispatcher::new(&h.idem, sink);
+    for _ in 0..4 {
+        let report = dispatcher.run_once().await.unwrap();
+        assert_eq!(report.dead, 0, "{report:?}");
+        h.advance(Dispatcher::<DB, WebhookSink>::DEFAULT_BACKOFF_MAX);
+    }
+    let outbox = h.idem.outbox();
+    for (id, failures) in [("gone-for-a-while", 3), ("misrouted", 2), ("odd", 1)] {
+        let row = outbox.get(id).await.unwrap().unwrap();
+        assert_eq!(row.status, OutboxStatus::Delivered, "{id}");
+        assert_eq!(row.attempts, failures, "{id}");
+        assert_eq!(receiver.hooks_for(id).len(), failures as usize + 1, "{id}");
+    }
+
+    // Every delivery carries Standard Webhooks headers: the dedup id, the time of the
+    // attempt, a signature that verifies over the body as sent.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for hook in receiver.hooks() {
+        assert_eq!(hook.headers["webhook-id"], hook.body["id"].as_str().unwrap());
+        let sent: u64 = hook.headers["webhook-timestamp"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(sent.abs_diff(now) < 60, "{sent} vs {now}");
+        assert!(
+            hook.headers["webhook-signature"]
+                .to_str()
+                .unwrap()
+                .starts_with("v1,")
+        );
+        assert_eq!(secret.verify(&hook.headers, &hook.raw), Ok(()));
+        let other = WebhookSecret::new("whsec_b3RoZXI=").unwrap();
+        assert!(other.verify(&hook.headers, &hook.raw).is_err());
+    }
+
+    // A refused connection is retried too, and says why it failed.
+    commit(&h, &[message("nobody-home")]).await;
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nowhere = format!("http://{}/hooks", closed.local_addr().unwrap());
+    drop(closed);
+    let dispatcher = Dispatcher::new(&h.idem, WebhookSink::new(nowhere.as_str()).unwrap());
+    let report = dispatcher.run_once().await.unwrap();
+    assert_eq!((report.failed, report.dead), (1, 0), "{report:?}");
+    let row = outbox.get("nobody-home").await.unwrap().unwrap();
+    let error = row.last_error.unwrap();
+    assert!(
+        error.contains("error sending request") && error.len() > "error sending request".len(),
+        "the cause is kept: {error}"
+    );
+    assert!(!error.contains(&nowhere), "no URL in errors: {error}");
+}
+
+/// Holds every delivery until `parties` are in flight at once.
+struct Together(Arc<tokio::sync::Barrier>);
+
+impl Sink for Together {
+    async fn deliver(&self, _: &Claimed) -> Result<(), DeliveryError> {
+        self.0.wait().await;
+        Ok(())
+    }
+}
+
+async fn deliveries_run_concurrently<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let messages: Vec<OutboxMessage> = (0..8).map(|i| message(&format!("c-{i}"))).collect();
+    commit(&h, &messages).await;
+    // Four at a time: the barrier of four opens only if four deliveries run together, so
+    // one at a time would never finish.
+    let dispatcher = Dispatcher::new(&h.idem, Together(Arc::new(tokio::sync::Barrier::new(4))))
+        .concurrency(4);
+    let report = tokio::time::timeout(Duration::from_secs(30), dispatcher.run_once())
+        .await
+        .expect("four deliveries in flight at once")
+        .unwrap();
+    assert_eq!((report.claimed, report.delivered), (8, 8), "{report:?}");
+
+    // The default lease covers a batch of slow deliveries: ⌈32 ÷ 8⌉ × 10 s, and a half.
+    let sink = WebhookSink::new("http://127.0.0.1:9/hooks").unwrap();
+    assert_eq!(
+        Dispatcher::new(&h.idem, sink.clone()).lease_duration(),
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        Dispatcher::new(&h.idem, sink.clone())
+            .concurrency(1)
+            .batch(10)
+            .lease_duration(),
+        Duration::from_secs(150)
+    );
+    assert_eq!(
+        Dispatcher::new(&h.idem, sink).lease(Duration::from_secs(5)).lease_duration(),
+        Duration::from_secs(5)
+    );
+}
+
 on_both_backends!(
+    every_failure_is_retried_and_deliveries_are_signed,
+    deliveries_run_concurrently,
     committed_messages_are_delivered_as_webhooks,
     failures_are_retried_with_growing_backoff,
     always_failing_messages_die,

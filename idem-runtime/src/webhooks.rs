@@ -1,0 +1,260 @@
+//! Webhooks signed per [Standard Webhooks](https://www.standardwebhooks.com/): verifying the
+//! ones a provider sends ([`Verified`]) and signing the ones the outbox sends
+//! ([`WebhookSecret::sign`], used by `outbox::WebhookSink::signing_secret`).
+//!
+//! A Standard Webhooks delivery carries three headers:
+//!
+//! - `webhook-id`: the event's id, the same on every delivery of it — the receiver's
+//!   idempotency key (`#[idempotent(key = header("webhook-id"))]`);
+//! - `webhook-timestamp`: when it was sent, in seconds since the Unix epoch;
+//! - `webhook-signature`: `v1,<base64 HMAC-SHA256>` of `"{webhook-id}.{webhook-timestamp}.{body}"`
+//!   with the shared secret (`whsec_` and the key in base64), several space-separated while a
+//!   secret is rotated.
+//!
+//! The signatures are computed and compared by the `standardwebhooks` crate, the format's
+//! reference implementation (constant-time comparison, a tolerance of 5 minutes either way
+//! on the timestamp, which refuses replays of old deliveries).
+//!
+//! A receiver that applies each event once:
+//!
+//! ```
+//! use axum::extract::FromRef;
+//! use idem_runtime::webhooks::{Verified, WebhookSecret};
+//! use idem_runtime::{Idem, IdemState, JsonBody, idempotent};
+//! use idem_runtime::sqlx::{Sqlite, Transaction};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone)]
+//! struct AppState {
+//!     idem: Idem<Sqlite>,
+//!     provider: WebhookSecret,
+//! }
+//!
+//! impl IdemState<Sqlite> for AppState {
+//!     type Principal = idem_runtime::Anonymous;
+//!     fn idem(&self) -> &Idem<Sqlite> {
+//!         &self.idem
+//!     }
+//! }
+//!
+//! impl FromRef<AppState> for WebhookSecret {
+//!     fn from_ref(state: &AppState) -> Self {
+//!         state.provider.clone()
+//!     }
+//! }
+//!
+//! #[derive(Deserialize, Serialize)]
+//! struct Event {
+//!     id: String,
+//!     #[serde(rename = "type")]
+//!     kind: String,
+//! }
+//!
+//! /// Verified before anything else (401 otherwise), then applied once per `webhook-id`.
+//! #[idempotent(scope = "global", key = header("webhook-id"))]
+//! async fn provider_event(
+//!     tx: &mut Transaction<'_, Sqlite>,
+//!     Verified(JsonBody(event)): Verified<JsonBody<Event>>,
+//! ) -> axum::http::StatusCode {
+//!     // … apply `event` in `tx` …
+//!     axum::http::StatusCode::NO_CONTENT
+//! }
+//!
+//! # fn main() -> Result<(), idem_runtime::webhooks::InvalidSecret> {
+//! let secret = WebhookSecret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?;
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRef, FromRequest, Request};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+
+use crate::fingerprint::{FingerprintError, Input, InputWriter};
+use crate::problem::Problem;
+
+pub use standardwebhooks::{HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP};
+
+/// The problem type of a delivery whose signature does not verify (`401`).
+pub const UNVERIFIED: &str = "urn:idem:problem:webhook-unverified";
+
+/// A Standard Webhooks secret (`whsec_` and the key in base64), or several while one is
+/// rotated: a delivery verifies when its signature matches any of them; the first signs.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct WebhookSecret(Arc<[Arc<standardwebhooks::Webhook>]>);
+
+impl fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the key.
+        write!(f, "WebhookSecret({} key(s))", self.0.len())
+    }
+}
+
+/// The secret is not `whsec_` and base64 (or plain base64).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a webhook secret is `whsec_` followed by the key in base64")]
+pub struct InvalidSecret;
+
+impl WebhookSecret {
+    /// The secret `whsec_…` (the prefix may be left out).
+    ///
+    /// # Errors
+    /// When the key is not base64 or is empty.
+    pub fn new(secret: &str) -> Result<Self, InvalidSecret> {
+        Ok(Self(Arc::new([Arc::new(Self::key(secret)?)])))
+    }
+
+    /// Also accepts deliveries signed with `secret` (rotation: the new secret first, the old
+    /// one until every sender has moved on).
+    ///
+    /// # Errors
+    /// As [`WebhookSecret::new`].
+    pub fn or(self, secret: &str) -> Result<Self, InvalidSecret> {
+        let added = Arc::new(Self::key(secret)?);
+        Ok(Self(self.0.iter().cloned().chain([added]).collect()))
+    }
+
+    fn key(secret: &str) -> Result<standardwebhooks::Webhook, InvalidSecret> {
+        let bare = secret.strip_prefix("whsec_").unwrap_or(secret);
+        if bare.is_empty() {
+            return Err(InvalidSecret);
+        }
+        standardwebhooks::Webhook::new(secret).map_err(|_| InvalidSecret)
+    }
+
+    /// The `webhook-signature` value of a delivery: `v1,<base64 HMAC-SHA256>` of
+    /// `"{id}.{timestamp}.{body}"`, with the first secret.
+    ///
+    /// ```
+    /// use idem_runtime::webhooks::WebhookSecret;
+    ///
+    /// let secret = WebhookSecret::new("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+    /// assert_eq!(
+    ///     secret.sign("msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553,
+    ///                 br#"{"email":"test@example.com","username":"test_user"}"#).as_deref(),
+    ///     Some("v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="),
+    /// );
+    /// ```
+    ///
+    /// `None` when `body` is not UTF-8 (Standard Webhooks signs text).
+    #[must_use]
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+        self.0.first()?.sign(id, timestamp, body).ok()
+    }
+
+    /// Verifies a delivery: its `webhook-id`, `webhook-timestamp` (within 5 minutes of now)
+    /// and `webhook-signature` headers against `body`.
+    ///
+    /// # Errors
+    /// What is wrong, in words (a header missing, the timestamp too old or too far in the
+    /// future, no signature matching).
+    pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
+        let mut last = String::from("no secret");
+        for key in self.0.iter() {
+            match key.verify(body, headers) {
+                Ok(()) => return Ok(()),
+                Err(error) => last = error.to_string(),
+            }
+        }
+        Err(last)
+    }
+}
+
+/// A body extractor `E` (`JsonBody<T>`, `Checked<T>`, …) whose request was verified first as
+/// a Standard Webhooks delivery, with the [`WebhookSecret`] of the application's state
+/// (`WebhookSecret: FromRef<S>`).
+///
+/// A delivery whose signature is missing, wrong or more than 5 minutes old is refused with
+/// `401` `application/problem+json` ([`UNVERIFIED`]) before its body is parsed and before
+/// any idempotency key is looked at: it changes nothing. The body is read within idem's
+/// limits, as idem's body extractors read it. The fingerprint is `E`'s: the signature
+/// headers, different on each delivery, are not part of it, so a repeated delivery of an
+/// event replays the stored response.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Verified<E>(pub E);
+
+impl<S, E> FromRequest<S> for Verified<E>
+where
+    S: Send + Sync,
+    WebhookSecret: FromRef<S>,
+    E: FromRequest<S>,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let (parts, body) = req.into_parts();
+        let mut read = Request::new(body);
+        read.extensions_mut().clone_from(&parts.extensions);
+        *read.headers_mut() = parts.headers.clone();
+        let bytes = crate::extract::read_body(read)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let secret = WebhookSecret::from_ref(state);
+        if let Err(reason) = secret.verify(&parts.headers, &bytes) {
+            tracing::warn!(%reason, "webhook refused: its signature does not verify");
+            return Err(Problem::new(
+                StatusCode::UNAUTHORIZED,
+                UNVERIFIED,
+                "webhook signature not verified",
+            )
+            .with_detail(format!(
+                "{reason}; nothing was applied (Standard Webhooks: `webhook-id`, \
+                 `webhook-timestamp` within 5 minutes, `webhook-signature`)"
+            ))
+            .into_response());
+        }
+        E::from_request(Request::from_parts(parts, Body::from(bytes)), state)
+            .await
+            .map(Self)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+impl<E: Input> Input for Verified<E> {
+    type Part = E::Part;
+
+    fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
+        self.0.write(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_sign_and_verify() {
+        let secret = WebhookSecret::new("whsec_aWRlbS1leGFtcGxlLXNlY3JldA==").unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
+        let body = br#"{"id":"evt_1"}"#;
+        let headers = |ts: i64, signature: &str| {
+            let mut map = HeaderMap::new();
+            map.insert(HEADER_WEBHOOK_ID, "evt_1".parse().unwrap());
+            map.insert(HEADER_WEBHOOK_TIMESTAMP, ts.to_string().parse().unwrap());
+            map.insert(HEADER_WEBHOOK_SIGNATURE, signature.parse().unwrap());
+            map
+        };
+        let good = secret.sign("evt_1", now, body).unwrap();
+        assert_eq!(secret.verify(&headers(now, &good), body), Ok(()));
+        // Several signatures: one matching is enough.
+        let both = format!("v1,AAAA {good}");
+        assert_eq!(secret.verify(&headers(now, &both), body), Ok(()));
+        assert!(secret.verify(&headers(now, &good), b"{}").is_err());
+        let old = secret.sign("evt_1", now - 600, body).unwrap();
+        assert!(secret.verify(&headers(now - 600, &old), body).is_err());
+        let other = WebhookSecret::new("whsec_b3RoZXI=").unwrap();
+        assert!(other.verify(&headers(now, &good), body).is_err());
+        // Rotation: the old secret still verifies.
+        let rotated = other.or("whsec_aWRlbS1leGFtcGxlLXNlY3JldA==").unwrap();
+        assert_eq!(rotated.verify(&headers(now, &good), body), Ok(()));
+        assert!(WebhookSecret::new("whsec_").is_err());
+        assert!(WebhookSecret::new("whsec_!!!").is_err());
+        assert_eq!(format!("{rotated:?}"), "WebhookSecret(2 key(s))");
+    }
+}
