@@ -1,9 +1,11 @@
 //! The client's contract in words: every sentence the Markdown and the OpenAPI documents say
 //! about an operation is written here, once, so that the two always agree.
 
+use std::fmt::Write as _;
+
 use idem_spec::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, ScopeKind, describe_duration};
 
-use crate::OperationDoc;
+use crate::{KeyPartDoc, OperationDoc};
 
 /// Name of the request header that carries the key.
 pub const KEY_HEADER: &str = "Idempotency-Key";
@@ -20,7 +22,8 @@ pub const KEY_MAX_LEN: usize = 255;
 /// Media type of idem's error bodies.
 pub const PROBLEM_MEDIA_TYPE: &str = "application/problem+json";
 
-/// The key used in the documents' examples.
+/// The key used in the documents' examples (and the value of the first part of a key taken
+/// from the request).
 pub const EXAMPLE_KEY: &str = "8e03978e-40d5-43e8-bc93-6894a57f9324";
 
 /// A pattern (ECMA-262, as OpenAPI uses) for the header's value: a structured-field string of
@@ -74,7 +77,7 @@ pub fn namespace(scope: ScopeKind) -> &'static str {
     }
 }
 
-/// How the header is written, in one paragraph.
+/// How the `Idempotency-Key` header is written, in one paragraph.
 #[must_use]
 pub fn key_syntax() -> String {
     format!(
@@ -88,21 +91,187 @@ pub fn key_syntax() -> String {
 }
 
 /// Whether the key is required, in one sentence.
+///
+/// A key taken from the request is always required; the sentence names what is missing.
 #[must_use]
 pub fn key_requirement(doc: &OperationDoc) -> &'static str {
-    match doc.key {
-        KeyRequirement::Required => "Required: a request without it is refused (400).",
-        _ => {
+    match doc.key_from.as_slice() {
+        [] if doc.key == KeyRequirement::Required => {
+            "Required: a request without it is refused (400)."
+        }
+        [] => {
             "Optional: a request without it runs once, with no protection against being run \
              again by a retry."
+        }
+        [KeyPartDoc::Header(_)] => "Required: a request without the header is refused (400).",
+        [KeyPartDoc::Body(_)] => "Required: a request whose body lacks the field is refused (400).",
+        _ => "Required: a request missing any of the parts is refused (400).",
+    }
+}
+
+/// Whether the key is required: as [`OperationDoc::key`] says, and always when it is taken
+/// from the request.
+pub(crate) fn key_required(doc: &OperationDoc) -> bool {
+    doc.key == KeyRequirement::Required || !doc.key_from.is_empty()
+}
+
+/// The key's requirement as the attribute spells it (`required`, `optional`).
+pub(crate) fn key_word(doc: &OperationDoc) -> &'static str {
+    if key_required(doc) {
+        KeyRequirement::Required.as_str()
+    } else {
+        KeyRequirement::Optional.as_str()
+    }
+}
+
+/// One part of a key taken from the request, in words: ``the `webhook-id` header``,
+/// ``the body's `/id` `` (as [`idem_spec::KeyPart`] writes itself).
+#[must_use]
+pub fn key_part(part: &KeyPartDoc) -> String {
+    match part {
+        KeyPartDoc::Header(name) => format!("the `{name}` header"),
+        KeyPartDoc::Body(pointer) => format!("the body's `{pointer}`"),
+    }
+}
+
+/// Where the key comes from, in words (as [`idem_spec::KeySource`] writes itself):
+/// ``the `Idempotency-Key` header``, ``the `webhook-id` header``, or the parts and how they
+/// are joined.
+///
+/// ```
+/// use idem_docs::{OperationDoc, contract};
+/// use idem_spec::{KeyPart, KeySource, OperationSpec};
+///
+/// let adyen = KeySource::Parts(&[KeyPart::Body("/pspReference"), KeyPart::Body("/eventCode")]);
+/// let doc = OperationDoc::from_spec(&OperationSpec::new("adyen:v1").key_from(adyen));
+/// assert_eq!(
+///     contract::key_source(&doc),
+///     "the body's `/pspReference` and the body's `/eventCode`, joined with `:`"
+/// );
+/// ```
+#[must_use]
+pub fn key_source(doc: &OperationDoc) -> String {
+    let parts: Vec<String> = doc.key_from.iter().map(key_part).collect();
+    match parts.as_slice() {
+        [] => format!("the `{KEY_HEADER}` header"),
+        [one] => one.clone(),
+        [first @ .., last] => format!("{} and {last}, joined with `:`", first.join(", ")),
+    }
+}
+
+/// How the key is made and written, in one paragraph: [`key_syntax`] for the
+/// `Idempotency-Key` header, otherwise where each part comes from, how it is taken and
+/// encoded, and how the parts are joined.
+///
+/// ```
+/// use idem_docs::{OperationDoc, contract};
+/// use idem_spec::{KeyPart, KeySource, OperationSpec};
+///
+/// let spec = OperationSpec::new("hook:v1").key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")]));
+/// let text = contract::key_format(&OperationDoc::from_spec(&spec));
+/// assert!(text.starts_with("The key is the `webhook-id` header's value, taken verbatim"), "{text}");
+/// ```
+#[must_use]
+pub fn key_format(doc: &OperationDoc) -> String {
+    let parts = doc.key_from.as_slice();
+    let several = parts.len() > 1;
+    let headers = parts.iter().any(|p| matches!(p, KeyPartDoc::Header(_)));
+    let bodies = parts.iter().any(|p| matches!(p, KeyPartDoc::Body(_)));
+    let mut text = match parts {
+        [] => return key_syntax(),
+        [KeyPartDoc::Header(name)] => format!(
+            "The key is the `{name}` header's value, taken verbatim: quotes, if any, are part \
+             of it (it is not a structured-field string like `{KEY_HEADER}`)."
+        ),
+        [KeyPartDoc::Body(pointer)] => format!("The key is the body's `{pointer}`."),
+        _ => format!("The key is {}.", key_source(doc)),
+    };
+    if several && headers {
+        text.push_str(" A header's value is taken verbatim (quotes, if any, are part of it).");
+    }
+    if bodies {
+        text.push_str(
+            " The body must be JSON; a field that is a string is taken as its text, a number \
+             or a boolean as its JSON text (`42`, `true`); an object, an array or `null` \
+             cannot be a key.",
+        );
+    }
+    if several {
+        text.push_str(
+            " In each part, bytes outside visible ASCII (`!` to `~`), `%` and `:` are \
+             percent-encoded (`%` is `%25`, `:` is `%3A`, a space `%20`), so that the `:` \
+             joining the parts is never part of one.",
+        );
+    } else {
+        text.push_str(
+            " Bytes outside visible ASCII (`!` to `~`), and `%`, are percent-encoded (`%` is \
+             `%25`, a space `%20`).",
+        );
+    }
+    let _ = write!(
+        text,
+        " The key, once encoded{}, is {KEY_MIN_LEN} to {KEY_MAX_LEN} characters.",
+        if several { " and joined" } else { "" }
+    );
+    text.push_str(if several {
+        " A retry of a request carries the same values, and a new request different ones."
+    } else {
+        " A retry of a request carries the same value, and a new request a new one."
+    });
+    text
+}
+
+/// The key parameter's description, for OpenAPI: whether it is required, then
+/// [`key_format`]. The `Idempotency-Key` header's, or each header a key is taken from.
+#[must_use]
+pub fn key_parameter(doc: &OperationDoc) -> String {
+    format!("{} {}", key_requirement(doc), key_format(doc))
+}
+
+/// How a client makes the documents' operations safe to retry, as a phrase for their
+/// introductions: "send an `Idempotency-Key` header" when every operation reads that header,
+/// otherwise where the key goes.
+#[must_use]
+pub fn send_keys(docs: &[OperationDoc]) -> &'static str {
+    let sourced = docs.iter().filter(|d| !d.key_from.is_empty()).count();
+    match sourced {
+        0 => "send an `Idempotency-Key` header",
+        n if n == docs.len() => {
+            "send the key where the operation takes it from (a header or a field of the body)"
+        }
+        _ => {
+            "send an `Idempotency-Key` header, or the key where the operation takes it from \
+             (a header or a field of the body)"
         }
     }
 }
 
-/// The header parameter's description, for OpenAPI.
-#[must_use]
-pub fn key_parameter(doc: &OperationDoc) -> String {
-    format!("{} {}", key_requirement(doc), key_syntax())
+/// The example value of each part of a key taken from the request: [`EXAMPLE_KEY`] for the
+/// first, `example-2`, `example-3`… for the others.
+pub(crate) fn example_values(doc: &OperationDoc) -> Vec<(&KeyPartDoc, String)> {
+    doc.key_from
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let value = if i == 0 {
+                EXAMPLE_KEY.to_owned()
+            } else {
+                format!("example-{}", i + 1)
+            };
+            (part, value)
+        })
+        .collect()
+}
+
+/// The key the example request makes: its parts' example values (visible ASCII without `%`
+/// or `:`, so not encoded) joined with `:`; [`EXAMPLE_KEY`] for the `Idempotency-Key`
+/// header.
+pub(crate) fn example_key(doc: &OperationDoc) -> String {
+    if doc.key_from.is_empty() {
+        return EXAMPLE_KEY.to_owned();
+    }
+    let values: Vec<String> = example_values(doc).into_iter().map(|(_, v)| v).collect();
+    values.join(":")
 }
 
 /// What happens when the key's window lapses.
@@ -167,20 +336,10 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     let ttl = describe_duration(doc.ttl);
     let mut cases = success(doc, &ttl);
 
-    if doc.key == KeyRequirement::Required {
-        cases.push(Case::problem(
-            400,
-            "urn:idem:problem:missing-key",
-            format!("The request has no `{KEY_HEADER}` header."),
-            "Add a new key and send the request again; nothing ran.",
-        ));
+    if key_required(doc) {
+        cases.push(missing_key(doc));
     }
-    cases.push(Case::problem(
-        400,
-        "urn:idem:problem:invalid-key",
-        format!("The `{KEY_HEADER}` header is not a valid key (see its syntax)."),
-        "Fix the key; nothing ran.",
-    ));
+    cases.push(invalid_key(doc));
     cases.push(Case::problem(
         400,
         "urn:idem:problem:invalid-input",
@@ -366,6 +525,99 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     cases
 }
 
+/// `400 missing-key`: the header, or a part of the key taken from the request, is missing.
+fn missing_key(doc: &OperationDoc) -> Case {
+    let problem = "urn:idem:problem:missing-key";
+    let (when, then) = match doc.key_from.as_slice() {
+        [] => (
+            format!("The request has no `{KEY_HEADER}` header."),
+            "Add a new key and send the request again; nothing ran.",
+        ),
+        [one] => (
+            format!("{} is missing.", capitalised(&key_part(one))),
+            "Add it and send the request again; nothing ran.",
+        ),
+        parts => {
+            let parts: Vec<String> = parts.iter().map(key_part).collect();
+            (
+                format!("A part of the key is missing: {}.", or_list(&parts)),
+                "Add it and send the request again; nothing ran.",
+            )
+        }
+    };
+    Case::problem(400, problem, when, then)
+}
+
+/// `400 invalid-key`: the header is not a valid key, or the parts cannot make one.
+fn invalid_key(doc: &OperationDoc) -> Case {
+    let problem = "urn:idem:problem:invalid-key";
+    let parts = doc.key_from.as_slice();
+    if parts.is_empty() {
+        return Case::problem(
+            400,
+            problem,
+            format!("The `{KEY_HEADER}` header is not a valid key (see its syntax)."),
+            "Fix the key; nothing ran.",
+        );
+    }
+    let several = parts.len() > 1;
+    let mut reasons = Vec::new();
+    if parts.iter().any(|p| matches!(p, KeyPartDoc::Body(_))) {
+        reasons.push("the body is not JSON".to_owned());
+        reasons.push(format!(
+            "{} an object, an array or `null`",
+            if several {
+                "a field is"
+            } else {
+                "the field is"
+            }
+        ));
+    }
+    reasons.push(if several {
+        format!("the key is longer than {KEY_MAX_LEN} characters once encoded and joined")
+    } else {
+        format!("it is empty or longer than {KEY_MAX_LEN} characters once percent-encoded")
+    });
+    let subject = if several {
+        let parts: Vec<String> = parts.iter().map(key_part).collect();
+        format!(
+            "The parts of the key ({}) cannot make one",
+            parts.join(", ")
+        )
+    } else {
+        format!("{} cannot be a key", capitalised(&key_source(doc)))
+    };
+    // A serial comma: a reason lists alternatives of its own.
+    let reasons = match reasons.split_last() {
+        Some((last, first)) if !first.is_empty() => format!("{}, or {last}", first.join(", ")),
+        _ => reasons.concat(),
+    };
+    Case::problem(
+        400,
+        problem,
+        format!("{subject}: {reasons}."),
+        "Fix the request; nothing ran.",
+    )
+}
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [first @ .., last] => format!("{} or {last}", first.join(", ")),
+    }
+}
+
+/// The text with its first letter upper-cased (``The `webhook-id` header``).
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().collect::<String>() + chars.as_str())
+        .unwrap_or_default()
+}
+
 /// The success cases: the operation's own 2xx responses (or `2XX`), first run and replay.
 fn success(doc: &OperationDoc, ttl: &str) -> Vec<Case> {
     let mut own: Vec<(String, String)> = doc
@@ -468,6 +720,9 @@ pub fn statuses(doc: &OperationDoc) -> Vec<String> {
 /// let doc = OperationDoc::from_spec(&OperationSpec::new("x:v1").scope(ScopeKind::Tenant));
 /// assert!(contract::summary(&doc).starts_with("Safe to retry with the same `Idempotency-Key`"));
 /// ```
+///
+/// A key taken from the request is named instead of the header: "Safe to retry with the same
+/// key, taken from the `webhook-id` header (mode `atomic`, key required). …"
 #[must_use]
 pub fn summary(doc: &OperationDoc) -> String {
     let ttl = describe_duration(doc.ttl);
@@ -483,14 +738,19 @@ pub fn summary(doc: &OperationDoc) -> String {
         ExpiryPolicy::Gone => "the key is gone (410) and nothing runs",
         _ => "the key is free again and a request with it runs anew",
     };
+    let key = if doc.key_from.is_empty() {
+        format!("`{KEY_HEADER}`")
+    } else {
+        format!("key, taken from {}", key_source(doc))
+    };
     format!(
-        "Safe to retry with the same `{KEY_HEADER}` (mode `{}`, key {}). Keys are unique per \
+        "Safe to retry with the same {key} (mode `{}`, key {}). Keys are unique per \
          {who} and kept for {ttl}.{how} A retry with the same key and the same request replays \
          the stored response (`{REPLAYED_HEADER}: true`); the same key with a different \
          request is refused (422); a retry while the first is still running is answered 409 \
          with `Retry-After`. {} After {ttl} {expired}.",
         doc.mode,
-        doc.key,
+        key_word(doc),
         own_failure(doc),
     )
 }

@@ -4,13 +4,14 @@
 //! where it is served (method, path), its handler and source location. From a list of them
 //! this crate writes the client's contract:
 //!
-//! - [`markdown`]: an overview table, then a section per operation with the
-//!   `Idempotency-Key` header's syntax, whether it is required, every status idem can answer
-//!   for that operation and when, what the client does in each case, `Retry-After`,
-//!   `Idempotent-Replayed`, what happens when the key's window lapses, and an example request
-//!   with its retry;
-//! - [`openapi`]: an OpenAPI 3.1 document with the header parameter, problem+json responses
-//!   (a `Problem` schema in `components`) and an `x-idempotency` extension with the policy.
+//! - [`markdown`]: an overview table, then a section per operation with where its key comes
+//!   from (the `Idempotency-Key` header, or headers and body fields of the request) and how
+//!   it is written, whether it is required, every status idem can answer for that operation
+//!   and when, what the client does in each case, `Retry-After`, `Idempotent-Replayed`, what
+//!   happens when the key's window lapses, and an example request with its retry;
+//! - [`openapi`]: an OpenAPI 3.1 document with the key's header parameter, problem+json
+//!   responses (a `Problem` schema in `components`) and an `x-idempotency` extension with the
+//!   policy.
 //!
 //! ```
 //! use std::time::Duration;
@@ -49,6 +50,24 @@
 //!   the runtime's (1 to 255 visible ASCII characters).
 //! - **JSON**: [`OperationDoc`] serialises with the attribute's spellings (`"24h"`,
 //!   `"tenant"`) so tools can store it and read it back.
+//! - **Keys taken from the request** (`key = header("webhook-id")`, `key = body("/id")`,
+//!   several parts joined with `:`) are [`OperationDoc::key_from`], a list of
+//!   [`KeyPartDoc`] (owned copies of the spec's `KeyPart`), serialised as
+//!   `"key_from": [{"header": "webhook-id"}, {"body": "/id"}]` and left out for the
+//!   `Idempotency-Key` header, so documents stored before it read back unchanged, and
+//!   documents of default operations are byte for byte what they were. Parts read back are
+//!   checked as the attribute checks them. Such a key is always required, whatever
+//!   [`OperationDoc::key`] says.
+//! - **Where the key is, in each document.** The contract names the source wherever it named
+//!   `Idempotency-Key`: the summary, the key's paragraph (each part taken verbatim, a body
+//!   field's string as its text and a number or boolean as its JSON text, percent-encoding,
+//!   joining, 1 to 255 characters), the `400 missing-key` and `400 invalid-key` rows, and the
+//!   example request, which carries the key's headers and body fields and no
+//!   `Idempotency-Key`. In OpenAPI each header part is a required parameter under its own
+//!   name (string, `maxLength` 255, and `minLength` 1 when it is the whole key) in place of
+//!   `Idempotency-Key`; body fields add no parameter (the request body is the application's
+//!   to describe), so the key's paragraph is added to the operation's description, and
+//!   `x-idempotency` lists the parts as `keyFrom`, camel-cased like its other members.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -60,7 +79,7 @@ mod openapi;
 mod utoipa;
 
 pub use crate::markdown::markdown;
-pub use crate::model::OperationDoc;
+pub use crate::model::{KeyPartDoc, OperationDoc};
 pub use crate::openapi::openapi;
 #[cfg(feature = "utoipa")]
 pub use crate::utoipa::{MergeError, merge_into};

@@ -2,10 +2,11 @@
 
 use std::fmt::Write as _;
 
-use idem_spec::{KeyRequirement, Mode, describe_duration};
+use idem_spec::{Mode, describe_duration};
+use serde_json::Value;
 
-use crate::OperationDoc;
 use crate::contract::{self, EXAMPLE_KEY, KEY_HEADER, REPLAYED_HEADER};
+use crate::{KeyPartDoc, OperationDoc};
 
 /// The client's contract of every operation, as Markdown.
 ///
@@ -31,9 +32,9 @@ fn write_all(out: &mut String, docs: &[OperationDoc]) -> std::fmt::Result {
     writeln!(out, "# Idempotent operations\n")?;
     writeln!(
         out,
-        "These operations are safe to retry: send an `{KEY_HEADER}` header, and a retry with \
-         the same key and the same request gets the first request's response instead of \
-         running the operation again.\n"
+        "These operations are safe to retry: {}, and a retry with the same key and the same \
+         request gets the first request's response instead of running the operation again.\n",
+        contract::send_keys(docs)
     )?;
     if docs.is_empty() {
         writeln!(out, "No operation is documented.")?;
@@ -51,7 +52,7 @@ fn write_all(out: &mut String, docs: &[OperationDoc]) -> std::fmt::Result {
             cell(&doc.title()),
             cell(&doc.id),
             doc.mode,
-            doc.key,
+            cell(&key_cell(doc)),
             contract::namespace(doc.scope),
             describe_duration(doc.ttl),
             match doc.on_expired {
@@ -65,6 +66,16 @@ fn write_all(out: &mut String, docs: &[OperationDoc]) -> std::fmt::Result {
         section(out, doc)?;
     }
     Ok(())
+}
+
+/// The overview's key column: `required`, `optional`, or where a key taken from the request
+/// comes from.
+fn key_cell(doc: &OperationDoc) -> String {
+    if doc.key_from.is_empty() {
+        doc.key.to_string()
+    } else {
+        format!("required, from {}", contract::key_source(doc))
+    }
 }
 
 /// Escapes what would break a table cell.
@@ -84,9 +95,13 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     writeln!(out, "{}.\n", about.join(", "))?;
     writeln!(out, "{}\n", contract::summary(doc))?;
 
-    writeln!(out, "### The `{KEY_HEADER}` header\n")?;
+    if doc.key_from.is_empty() {
+        writeln!(out, "### The `{KEY_HEADER}` header\n")?;
+    } else {
+        writeln!(out, "### The key\n")?;
+    }
     writeln!(out, "{}\n", contract::key_requirement(doc))?;
-    writeln!(out, "{}\n", contract::key_syntax())?;
+    writeln!(out, "{}\n", contract::key_format(doc))?;
 
     writeln!(out, "### Responses\n")?;
     writeln!(out, "| Status | When | What the client does |")?;
@@ -137,13 +152,21 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     example(out, doc)
 }
 
-/// One example request with its key: the first and its retry are the same.
-fn request(out: &mut String, method: &str, path: &str) -> std::fmt::Result {
+/// One example request with its key: the first and its retry are the same. The key is in
+/// `Idempotency-Key`, or in the headers and body fields it is taken from.
+fn request(out: &mut String, doc: &OperationDoc, method: &str, path: &str) -> std::fmt::Result {
     writeln!(out, "```http")?;
     writeln!(out, "{method} {path} HTTP/1.1")?;
-    writeln!(out, "{KEY_HEADER}: \"{EXAMPLE_KEY}\"")?;
+    if doc.key_from.is_empty() {
+        writeln!(out, "{KEY_HEADER}: \"{EXAMPLE_KEY}\"")?;
+    }
+    for (part, value) in contract::example_values(doc) {
+        if let KeyPartDoc::Header(name) = part {
+            writeln!(out, "{name}: {value}")?;
+        }
+    }
     writeln!(out, "Content-Type: application/json\n")?;
-    writeln!(out, "{{ … }}")?;
+    writeln!(out, "{}", example_body(doc))?;
     writeln!(out, "```\n")?;
     Ok(())
 }
@@ -152,24 +175,160 @@ fn example(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     let method = doc.method.as_deref().unwrap_or("POST");
     let path = doc.path.as_deref().unwrap_or("/…");
     writeln!(out, "### Example\n")?;
-    request(out, method, path)?;
+    request(out, doc, method, path)?;
+    if doc.key_from.len() > 1 {
+        writeln!(
+            out,
+            "Its key is `{}`: the parts, joined with `:`.\n",
+            contract::example_key(doc)
+        )?;
+    }
     writeln!(
         out,
         "The connection drops before the response arrives. The client sends the same request \
          with the same key:\n"
     )?;
-    request(out, method, path)?;
+    request(out, doc, method, path)?;
     writeln!(
         out,
         "If the first request completed, the answer is its stored response with \
          `{REPLAYED_HEADER}: true`; if it is still running, `409` with `Retry-After`; if it \
          never arrived, the operation runs now, once."
     )?;
-    if doc.key == KeyRequirement::Optional {
+    if !contract::key_required(doc) {
         writeln!(
             out,
             "\nWithout the header the request runs like any other: a retry of it runs again."
         )?;
     }
     Ok(())
+}
+
+/// The example's body: `{ … }`, with the fields a key is taken from set to their example
+/// values (`{ "id": "8e03…", … }`), in the order of the parts.
+fn example_body(doc: &OperationDoc) -> String {
+    let mut body = Node::Object(Vec::new());
+    for (part, value) in contract::example_values(doc) {
+        if let KeyPartDoc::Body(pointer) = part {
+            let tokens: Vec<String> = pointer
+                .split('/')
+                .skip(1)
+                .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                .collect();
+            body.insert(&tokens, value);
+        }
+    }
+    let mut text = String::new();
+    body.render(&mut text, true);
+    text
+}
+
+/// The example body's JSON, members in the order they were set.
+#[derive(Debug)]
+enum Node {
+    /// A place not set: `…`.
+    Unset,
+    /// A string.
+    Text(String),
+    /// An object's members.
+    Object(Vec<(String, Node)>),
+    /// An array's items.
+    Array(Vec<Node>),
+}
+
+impl Node {
+    /// Sets the value at a JSON pointer's tokens, creating the objects (and arrays, for tokens
+    /// that are indices) on the way. A pointer that runs into a value set by another is left
+    /// out: the example shows what it can.
+    fn insert(&mut self, tokens: &[String], value: String) {
+        let Some((token, rest)) = tokens.split_first() else {
+            return;
+        };
+        let Some(child) = self.slot(token) else {
+            return;
+        };
+        match rest.first() {
+            None => {
+                if matches!(child, Self::Unset) {
+                    *child = Self::Text(value);
+                }
+            }
+            Some(next) => {
+                if matches!(child, Self::Unset) {
+                    *child = if index(next).is_some() {
+                        Self::Array(Vec::new())
+                    } else {
+                        Self::Object(Vec::new())
+                    };
+                }
+                child.insert(rest, value);
+            }
+        }
+    }
+
+    /// The place a token names in an object or an array (created unset), or `None` when
+    /// this node cannot have it.
+    fn slot(&mut self, token: &str) -> Option<&mut Self> {
+        match self {
+            Self::Object(members) => {
+                let at = match members.iter().position(|(name, _)| name == token) {
+                    Some(at) => at,
+                    None => {
+                        members.push((token.to_owned(), Self::Unset));
+                        members.len() - 1
+                    }
+                };
+                members.get_mut(at).map(|(_, node)| node)
+            }
+            Self::Array(items) => {
+                let i = index(token)?;
+                while items.len() <= i {
+                    items.push(Self::Unset);
+                }
+                items.get_mut(i)
+            }
+            Self::Unset | Self::Text(_) => None,
+        }
+    }
+
+    /// `{ "a": { "b": "v" }, … }`: JSON on one line, `…` for the fields the example leaves
+    /// out (at the top level) and for what is not set.
+    fn render(&self, out: &mut String, top: bool) {
+        match self {
+            Self::Unset => out.push('…'),
+            Self::Text(text) => {
+                let _ = write!(out, "{}", Value::String(text.clone()));
+            }
+            Self::Object(members) => {
+                out.push('{');
+                for (i, (name, node)) in members.iter().enumerate() {
+                    out.push_str(if i == 0 { " " } else { ", " });
+                    let _ = write!(out, "{}: ", Value::String(name.clone()));
+                    node.render(out, false);
+                }
+                if top || members.is_empty() {
+                    out.push_str(if members.is_empty() { " …" } else { ", …" });
+                }
+                out.push_str(" }");
+            }
+            Self::Array(items) => {
+                out.push('[');
+                for (i, node) in items.iter().enumerate() {
+                    out.push_str(if i == 0 { " " } else { ", " });
+                    node.render(out, false);
+                }
+                out.push_str(" ]");
+            }
+        }
+    }
+}
+
+/// A JSON pointer token that is an array index (`0`, `12`; not `01`), small enough for an
+/// example.
+fn index(token: &str) -> Option<usize> {
+    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (token.len() > 1 && token.starts_with('0')) {
+        return None;
+    }
+    token.parse().ok().filter(|i| *i < 16)
 }

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use idem_spec::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind};
+use idem_spec::{
+    ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, Mode, OperationSpec, ScopeKind,
+    check_header_name, check_pointer,
+};
 use serde::{Deserialize, Serialize};
 
 /// One idempotent operation as the documents describe it: its [`OperationSpec`], and where it
@@ -46,9 +49,17 @@ pub struct OperationDoc {
     /// What a request with an expired key gets.
     #[serde(with = "word")]
     pub on_expired: ExpiryPolicy,
-    /// Whether a request without `Idempotency-Key` is accepted.
+    /// Whether a request without `Idempotency-Key` is accepted. A key taken from the request
+    /// ([`OperationDoc::key_from`] not empty) is always required.
     #[serde(with = "word")]
     pub key: KeyRequirement,
+    /// Where the key comes from: empty for the `Idempotency-Key` header (the default),
+    /// otherwise the parts of the request it is made of, in order
+    /// ([`KeySource::Parts`](idem_spec::KeySource::Parts)). Serialised as
+    /// `"key_from": [{"header": "webhook-id"}, {"body": "/id"}]`, and left out when empty, so
+    /// that documents written before it read back unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_from: Vec<KeyPartDoc>,
     /// How effects are made exactly-once.
     #[serde(with = "word")]
     pub mode: Mode,
@@ -86,8 +97,25 @@ impl OperationDoc {
     /// assert_eq!((doc.name.as_str(), doc.version), ("POST /orders", 2));
     /// assert_eq!(doc.method, None);
     /// ```
+    ///
+    /// A key taken from the request keeps its parts:
+    ///
+    /// ```
+    /// use idem_docs::{KeyPartDoc, OperationDoc};
+    /// use idem_spec::{KeyPart, KeySource, OperationSpec};
+    ///
+    /// let spec = OperationSpec::new("stripe_event:v1").key_from(KeySource::Parts(&[KeyPart::Body("/id")]));
+    /// let doc = OperationDoc::from_spec(&spec);
+    /// assert_eq!(doc.key_from, [KeyPartDoc::Body("/id".to_owned())]);
+    /// ```
     #[must_use]
     pub fn from_spec(spec: &OperationSpec) -> Self {
+        let key_from: Vec<KeyPartDoc> = spec
+            .key_source
+            .parts()
+            .iter()
+            .map(KeyPartDoc::from)
+            .collect();
         Self {
             id: spec.id.to_owned(),
             name: spec.name().to_owned(),
@@ -95,7 +123,14 @@ impl OperationDoc {
             ttl: spec.ttl,
             scope: spec.scope,
             on_expired: spec.on_expired,
-            key: spec.key,
+            // A key taken from the request is required, whatever the order the spec was
+            // built in.
+            key: if key_from.is_empty() {
+                spec.key
+            } else {
+                KeyRequirement::Required
+            },
+            key_from,
             mode: spec.mode,
             lease: spec.lease,
             on_in_flight: spec.on_in_flight,
@@ -176,6 +211,76 @@ impl OperationDoc {
     }
 }
 
+/// One part of a key taken from the request: [`KeyPart`] with owned strings, as documents
+/// keep it.
+///
+/// Serialised as a one-entry object, `{"header": "webhook-id"}` or `{"body": "/id"}`.
+/// Reading one back checks it as the attribute does: a header name in lower case, a JSON
+/// pointer to a field.
+///
+/// ```
+/// use idem_docs::KeyPartDoc;
+/// use idem_spec::KeyPart;
+///
+/// let part = KeyPartDoc::from(KeyPart::Header("webhook-id"));
+/// assert_eq!(serde_json::to_value(&part).unwrap(), serde_json::json!({"header": "webhook-id"}));
+/// assert_eq!(part.spelling(), r#"header("webhook-id")"#);
+/// assert!(serde_json::from_str::<KeyPartDoc>(r#"{"body": "id"}"#).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", try_from = "RawKeyPart")]
+pub enum KeyPartDoc {
+    /// A request header's value ([`KeyPart::Header`]); the name is lower case.
+    Header(String),
+    /// A field of the JSON body, named by a JSON pointer ([`KeyPart::Body`]).
+    Body(String),
+}
+
+impl KeyPartDoc {
+    /// The part as the attribute spells it: `header("webhook-id")`, `body("/id")`.
+    #[must_use]
+    pub fn spelling(&self) -> String {
+        match self {
+            Self::Header(name) => format!("header({name:?})"),
+            Self::Body(pointer) => format!("body({pointer:?})"),
+        }
+    }
+}
+
+impl From<KeyPart> for KeyPartDoc {
+    fn from(part: KeyPart) -> Self {
+        match part {
+            KeyPart::Header(name) => Self::Header(name.to_owned()),
+            KeyPart::Body(pointer) => Self::Body(pointer.to_owned()),
+        }
+    }
+}
+
+impl From<&KeyPart> for KeyPartDoc {
+    fn from(part: &KeyPart) -> Self {
+        Self::from(*part)
+    }
+}
+
+/// [`KeyPartDoc`] as read, before it is checked.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawKeyPart {
+    Header(String),
+    Body(String),
+}
+
+impl TryFrom<RawKeyPart> for KeyPartDoc {
+    type Error = idem_spec::KeyPartError;
+
+    fn try_from(raw: RawKeyPart) -> Result<Self, Self::Error> {
+        match raw {
+            RawKeyPart::Header(name) => check_header_name(&name).map(|()| Self::Header(name)),
+            RawKeyPart::Body(pointer) => check_pointer(&pointer).map(|()| Self::Body(pointer)),
+        }
+    }
+}
+
 /// Vocabulary words as their spellings.
 mod word {
     use std::fmt::Display;
@@ -235,5 +340,29 @@ mod tests {
         json["scope"] = "user".into();
         json["ttl"] = "24 hours".into();
         assert!(serde_json::from_value::<OperationDoc>(json).is_err());
+    }
+
+    #[test]
+    fn key_parts_serialise_as_one_entry_objects() {
+        let parts = [
+            KeyPartDoc::from(KeyPart::Header("webhook-id")),
+            KeyPartDoc::from(&KeyPart::Body("/data/a~1b")),
+        ];
+        let json = serde_json::to_value(&parts).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([{"header": "webhook-id"}, {"body": "/data/a~1b"}])
+        );
+        let back: Vec<KeyPartDoc> = serde_json::from_value(json).unwrap();
+        assert_eq!(back, parts);
+    }
+
+    #[test]
+    fn a_default_key_leaves_key_from_out() {
+        let doc = OperationDoc::from_spec(&OperationSpec::new("x:v1"));
+        let json = serde_json::to_value(&doc).unwrap();
+        assert!(json.get("key_from").is_none());
+        let back: OperationDoc = serde_json::from_value(json).unwrap();
+        assert_eq!(back, doc);
     }
 }

@@ -3,8 +3,10 @@
 use idem_spec::{Mode, format_duration};
 use serde_json::{Map, Value, json};
 
-use crate::OperationDoc;
-use crate::contract::{self, KEY_HEADER, KEY_PATTERN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER};
+use crate::contract::{
+    self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, KEY_PATTERN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER,
+};
+use crate::{KeyPartDoc, OperationDoc};
 
 /// The operations as an OpenAPI 3.1 document.
 ///
@@ -13,6 +15,12 @@ use crate::contract::{self, KEY_HEADER, KEY_PATTERN, PROBLEM_MEDIA_TYPE, REPLAYE
 /// `application/problem+json` with the `Problem` schema of `components`), and an
 /// `x-idempotency` object with its policy. Operations without a route have no place in
 /// `paths`: they are listed under the document's top-level `x-idempotency-operations` only.
+///
+/// An operation whose key is taken from the request has, instead of `Idempotency-Key`, a
+/// required parameter for each header the key is taken from; fields of the body add no
+/// parameter (the body is the application's to describe), but the operation's description
+/// explains the key and `x-idempotency` lists its parts under `keyFrom`
+/// (`[{"header": "webhook-id"}, {"body": "/id"}]`, as [`OperationDoc`] serialises them).
 ///
 /// ```
 /// use idem_docs::{OperationDoc, openapi};
@@ -47,11 +55,7 @@ pub fn openapi(docs: &[OperationDoc]) -> Value {
         "info": {
             "title": "Idempotent operations",
             "version": "1",
-            "description": format!(
-                "Operations safe to retry with an `{KEY_HEADER}` header. {} {}",
-                contract::retry_after_header(),
-                contract::replayed_header()
-            ),
+            "description": introduction(docs),
         },
         "paths": paths,
         "components": components(),
@@ -65,6 +69,70 @@ pub fn openapi(docs: &[OperationDoc]) -> Value {
         );
     }
     document
+}
+
+/// The document's description: how to make the operations safe to retry, and the two
+/// headers of the responses.
+fn introduction(docs: &[OperationDoc]) -> String {
+    let retry = if docs.iter().all(|d| d.key_from.is_empty()) {
+        format!("Operations safe to retry with an `{KEY_HEADER}` header.")
+    } else {
+        format!(
+            "Operations safe to retry: {}; `x-idempotency.keyFrom` lists the parts of the \
+             request an operation's key is taken from.",
+            contract::send_keys(docs)
+        )
+    };
+    format!(
+        "{retry} {} {}",
+        contract::retry_after_header(),
+        contract::replayed_header()
+    )
+}
+
+/// The parameters the key is read from: `Idempotency-Key`, or each header a key taken from
+/// the request is made of (once each; body fields are not parameters).
+fn key_parameters(doc: &OperationDoc) -> Vec<Value> {
+    if doc.key_from.is_empty() {
+        return vec![json!({
+            "name": KEY_HEADER,
+            "in": "header",
+            "required": doc.key == idem_spec::KeyRequirement::Required,
+            "description": contract::key_parameter(doc),
+            "schema": {"type": "string", "pattern": KEY_PATTERN},
+            "example": format!("\"{}\"", contract::EXAMPLE_KEY),
+        })];
+    }
+    let single = doc.key_from.len() == 1;
+    let mut parameters: Vec<Value> = Vec::new();
+    for (part, example) in contract::example_values(doc) {
+        let KeyPartDoc::Header(name) = part else {
+            continue;
+        };
+        let seen = parameters.iter().any(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        });
+        if seen {
+            continue;
+        }
+        // The value is the key's length or shorter (encoding only lengthens it); alone, it
+        // cannot be empty either.
+        let mut schema = json!({"type": "string", "maxLength": KEY_MAX_LEN});
+        if single && let Value::Object(schema) = &mut schema {
+            schema.insert("minLength".to_owned(), KEY_MIN_LEN.into());
+        }
+        parameters.push(json!({
+            "name": name,
+            "in": "header",
+            "required": true,
+            "description": contract::key_parameter(doc),
+            "schema": schema,
+            "example": example,
+        }));
+    }
+    parameters
 }
 
 pub(crate) fn operation(doc: &OperationDoc) -> Value {
@@ -132,14 +200,7 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
             response.remove("headers");
         }
     }
-    let mut parameters = vec![json!({
-        "name": KEY_HEADER,
-        "in": "header",
-        "required": doc.key == idem_spec::KeyRequirement::Required,
-        "description": contract::key_parameter(doc),
-        "schema": {"type": "string", "pattern": KEY_PATTERN},
-        "example": format!("\"{}\"", contract::EXAMPLE_KEY),
-    })];
+    let mut parameters = key_parameters(doc);
     for name in template_names(doc.path.as_deref().unwrap_or_default()) {
         parameters.push(json!({
             "name": name,
@@ -151,7 +212,7 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
     let mut operation = json!({
         "operationId": doc.id,
         "summary": format!("Idempotent operation `{}`", doc.id),
-        "description": contract::summary(doc),
+        "description": description(doc),
         "parameters": parameters,
         "responses": responses,
         "x-idempotency": policy(doc),
@@ -162,6 +223,21 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
         map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
     }
     operation
+}
+
+/// The operation's description: [`contract::summary`], and when the key is taken from the
+/// body (which has no parameter to describe it), how it is made.
+fn description(doc: &OperationDoc) -> String {
+    let summary = contract::summary(doc);
+    if doc
+        .key_from
+        .iter()
+        .any(|p| matches!(p, KeyPartDoc::Body(_)))
+    {
+        format!("{summary}\n\n{}", contract::key_parameter(doc))
+    } else {
+        summary
+    }
 }
 
 /// The names of a path's template segments: `id` of `/orders/{id}`, each once.
@@ -183,7 +259,7 @@ fn policy(doc: &OperationDoc) -> Value {
     let mut policy = json!({
         "id": doc.id,
         "mode": doc.mode.as_str(),
-        "key": doc.key.as_str(),
+        "key": contract::key_word(doc),
         "scope": doc.scope.as_str(),
         "ttl": format_duration(doc.ttl),
         "ttlSeconds": doc.ttl.as_secs(),
@@ -195,6 +271,9 @@ fn policy(doc: &OperationDoc) -> Value {
         if doc.mode == Mode::Staged {
             map.insert("lease".to_owned(), format_duration(doc.lease).into());
             map.insert("onInFlight".to_owned(), doc.on_in_flight.as_str().into());
+        }
+        if !doc.key_from.is_empty() {
+            map.insert("keyFrom".to_owned(), json!(doc.key_from));
         }
         if let Some(source) = &doc.source {
             map.insert("source".to_owned(), source.clone().into());

@@ -31,8 +31,8 @@ impl std::error::Error for MergeError {
 ///
 /// For each operation with a method and a path, the application's operation at that path and
 /// method (created when the document lacks it) gains what [`openapi`](crate::openapi) says of
-/// it: the `Idempotency-Key` header parameter (and the path's template parameters it does not
-/// list), the responses idem can answer for statuses the application did not document
+/// it: the key's header parameter (`Idempotency-Key`, or the headers a key taken from the
+/// request is made of) and the path's template parameters it does not list, the responses idem can answer for statuses the application did not document
 /// (a response the application documented is kept as it is; the generic `2XX` is not added
 /// when it documents a 2xx), and the `x-idempotency` extension. `components` gains the
 /// `Problem` schema and the `RetryAfter` and `IdempotentReplayed` headers, unless it has
@@ -253,6 +253,33 @@ mod tests {
             serde_json::to_value(&api).unwrap()["paths"]["/orders"],
             merged["paths"]["/orders"]
         );
+    }
+
+    #[test]
+    fn a_key_from_a_header_is_merged_as_that_header() {
+        use idem_spec::{KeyPart, KeySource};
+
+        let mut api = application();
+        let spec = OperationSpec::new("create_order:v1")
+            .key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")]));
+        let doc = OperationDoc::from_spec(&spec).path("POST", "/orders");
+        merge_into(&mut api, std::slice::from_ref(&doc)).unwrap();
+        let merged = serde_json::to_value(&api).unwrap();
+        let post = &merged["paths"]["/orders"]["post"];
+        let standalone = openapi(&[doc]);
+        assert_eq!(
+            post["parameters"],
+            standalone["paths"]["/orders"]["post"]["parameters"]
+        );
+        assert_eq!(post["parameters"][0]["name"], "webhook-id");
+        assert_eq!(post["parameters"][0]["schema"]["maxLength"], 255);
+        assert_eq!(
+            post["x-idempotency"]["keyFrom"],
+            json!([{"header": "webhook-id"}])
+        );
+        // Still an `OpenApi`.
+        let again: OpenApi = serde_json::from_value(merged.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&again).unwrap(), merged);
     }
 
     #[test]

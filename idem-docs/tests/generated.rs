@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
-use idem_docs::{OperationDoc, contract, markdown, openapi};
-use idem_spec::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, OperationSpec, ScopeKind};
+use idem_docs::{KeyPartDoc, OperationDoc, contract, markdown, openapi};
+use idem_spec::{
+    ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, KeySource, Mode, OperationSpec,
+    ScopeKind,
+};
+use serde_json::json;
 
 fn atomic_required_gone() -> OperationDoc {
     let spec = OperationSpec::new("create_order:v1")
@@ -35,6 +39,54 @@ fn staged_wait() -> OperationDoc {
     OperationDoc::from_spec(&spec).path("POST", "/payments")
 }
 
+/// A Standard Webhooks receiver: the key is the `webhook-id` header.
+fn header_sourced() -> OperationDoc {
+    let spec = OperationSpec::new("standard_webhook:v1")
+        .ttl(Duration::from_secs(7 * 24 * 3600))
+        .key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")]));
+    OperationDoc::from_spec(&spec)
+        .path("POST", "/webhooks/standard")
+        .responds(204, "The event, handled")
+}
+
+/// A Stripe receiver: the key is the event's `id` in the body.
+fn body_sourced() -> OperationDoc {
+    let spec = OperationSpec::new("stripe_event:v1")
+        .scope(ScopeKind::Tenant)
+        .on_expired(ExpiryPolicy::Reexecute)
+        .key_from(KeySource::Parts(&[KeyPart::Body("/id")]));
+    OperationDoc::from_spec(&spec).path("POST", "/webhooks/stripe")
+}
+
+/// An Adyen receiver: the key is two fields of the body, joined with `:`.
+fn multi_part() -> OperationDoc {
+    let spec = OperationSpec::new("adyen_notification:v1")
+        .mode(Mode::Staged)
+        .key_from(KeySource::Parts(&[
+            KeyPart::Body("/pspReference"),
+            KeyPart::Body("/eventCode"),
+        ]));
+    OperationDoc::from_spec(&spec).path("POST", "/webhooks/adyen")
+}
+
+/// A header and a nested field of the body, under a path template.
+fn mixed_parts() -> OperationDoc {
+    let spec = OperationSpec::new("partner_event:v1").key_from(KeySource::Parts(&[
+        KeyPart::Header("x-partner"),
+        KeyPart::Body("/data/items/0/id"),
+    ]));
+    OperationDoc::from_spec(&spec).path("POST", "/partners/{partner}/events")
+}
+
+fn sourced() -> Vec<OperationDoc> {
+    vec![
+        header_sourced(),
+        body_sourced(),
+        multi_part(),
+        mixed_parts(),
+    ]
+}
+
 fn all() -> Vec<OperationDoc> {
     vec![
         atomic_required_gone(),
@@ -52,6 +104,18 @@ fn markdown_snapshot() {
 fn openapi_snapshot() {
     insta::with_settings!({ sort_maps => true }, {
         insta::assert_json_snapshot!(openapi(&all()));
+    });
+}
+
+#[test]
+fn markdown_sourced_snapshot() {
+    insta::assert_snapshot!(markdown(&sourced()));
+}
+
+#[test]
+fn openapi_sourced_snapshot() {
+    insta::with_settings!({ sort_maps => true }, {
+        insta::assert_json_snapshot!(openapi(&sourced()));
     });
 }
 
@@ -115,6 +179,12 @@ fn changing_an_argument_changes_the_documents() {
         base.scope(ScopeKind::Tenant),
         base.mode(Mode::Staged),
         base.store_client_errors(true),
+        base.key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")])),
+        base.key_from(KeySource::Parts(&[KeyPart::Body("/id")])),
+        base.key_from(KeySource::Parts(&[
+            KeyPart::Body("/id"),
+            KeyPart::Body("/type"),
+        ])),
     ];
     let doc = |spec: &OperationSpec| [OperationDoc::from_spec(spec).path("POST", "/x")];
     for variant in &variants {
@@ -155,11 +225,332 @@ fn every_problem_response_uses_the_problem_schema() {
 
 #[test]
 fn documents_round_trip_as_json() {
-    for doc in all() {
+    for doc in all().into_iter().chain(sourced()) {
         let json = serde_json::to_string(&doc).unwrap();
         let back: OperationDoc = serde_json::from_str(&json).unwrap();
         assert_eq!(back, doc);
     }
+}
+
+#[test]
+fn key_from_is_serialised_only_when_the_key_is_taken_from_the_request() {
+    let default = serde_json::to_value(atomic_required_gone()).unwrap();
+    assert!(default.get("key_from").is_none(), "{default}");
+
+    let mixed = serde_json::to_value(mixed_parts()).unwrap();
+    assert_eq!(
+        mixed["key_from"],
+        json!([{"header": "x-partner"}, {"body": "/data/items/0/id"}])
+    );
+    assert_eq!(mixed["key"], "required");
+}
+
+/// A document stored before `key_from` existed reads back as the `Idempotency-Key` header's.
+#[test]
+fn documents_stored_without_key_from_read_back() {
+    let stored = r#"{"id":"create_order:v1","name":"create_order","version":1,"ttl":"1d",
+        "scope":"tenant","on_expired":"gone","key":"required","mode":"atomic","lease":"30s",
+        "on_in_flight":"reject","store_client_errors":false,"fingerprint_exclude":[],
+        "method":"POST","path":"/orders","handler":"","source":null,"responses":[]}"#;
+    let doc: OperationDoc = serde_json::from_str(stored).unwrap();
+    assert!(doc.key_from.is_empty());
+    let spec = OperationSpec::new("create_order:v1").scope(ScopeKind::Tenant);
+    assert_eq!(doc, OperationDoc::from_spec(&spec).path("POST", "/orders"));
+    assert_eq!(
+        markdown(std::slice::from_ref(&doc)),
+        markdown(&[OperationDoc::from_spec(&spec).path("POST", "/orders")])
+    );
+}
+
+#[test]
+fn stored_key_parts_are_checked_when_read() {
+    let mut json = serde_json::to_value(header_sourced()).unwrap();
+    for (bad, why) in [
+        (json!([{"header": "Webhook-Id"}]), "upper case"),
+        (json!([{"header": "a b"}]), "not a token"),
+        (json!([{"body": "id"}]), "not a pointer"),
+        (json!([{"body": "/a~2"}]), "bad escape"),
+        (json!([{"query": "id"}]), "unknown part"),
+        (json!([{"header": "a", "body": "/b"}]), "two in one"),
+        (json!(["webhook-id"]), "not an object"),
+    ] {
+        json["key_from"] = bad;
+        assert!(
+            serde_json::from_value::<OperationDoc>(json.clone()).is_err(),
+            "{why}"
+        );
+    }
+    json["key_from"] = json!([]);
+    let doc: OperationDoc = serde_json::from_value(json).unwrap();
+    assert!(doc.key_from.is_empty());
+}
+
+#[test]
+fn from_spec_keeps_the_parts_and_requires_the_key() {
+    // `key(Optional)` after `key_from` does not make a key taken from the request optional.
+    let spec = OperationSpec::new("hook:v1")
+        .key_from(KeySource::Parts(&[
+            KeyPart::Header("webhook-id"),
+            KeyPart::Body("/id"),
+        ]))
+        .key(KeyRequirement::Optional);
+    let doc = OperationDoc::from_spec(&spec);
+    assert_eq!(
+        doc.key_from,
+        [
+            KeyPartDoc::Header("webhook-id".to_owned()),
+            KeyPartDoc::Body("/id".to_owned())
+        ]
+    );
+    assert_eq!(doc.key, KeyRequirement::Required);
+    assert_eq!(
+        doc.key_from
+            .iter()
+            .map(KeyPartDoc::spelling)
+            .collect::<Vec<_>>(),
+        [r#"header("webhook-id")"#, r#"body("/id")"#]
+    );
+}
+
+/// The documents name a key's source as the spec does (`KeySource`'s `Display`).
+#[test]
+fn sources_are_worded_as_the_spec_words_them() {
+    let sources = [
+        KeySource::IdempotencyKey,
+        KeySource::Parts(&[KeyPart::Header("webhook-id")]),
+        KeySource::Parts(&[KeyPart::Body("/id")]),
+        KeySource::Parts(&[
+            KeyPart::Body("/a"),
+            KeyPart::Header("x-b"),
+            KeyPart::Body("/c"),
+        ]),
+    ];
+    for source in sources {
+        let doc = OperationDoc::from_spec(&OperationSpec::new("x:v1").key_from(source));
+        assert_eq!(contract::key_source(&doc), source.to_string());
+    }
+}
+
+#[test]
+fn key_errors_name_the_source() {
+    let problem = |doc: &OperationDoc, problem: &str| {
+        contract::cases(doc)
+            .into_iter()
+            .find(|c| c.problem == Some(problem))
+            .map(|c| format!("{} {}", c.when, c.then))
+            .unwrap_or_default()
+    };
+    let missing = "urn:idem:problem:missing-key";
+    let invalid = "urn:idem:problem:invalid-key";
+    for doc in sourced() {
+        for kind in [missing, invalid] {
+            let text = problem(&doc, kind);
+            assert!(!text.is_empty(), "{kind} of {}", doc.id);
+            assert!(!text.contains("Idempotency-Key"), "{text}");
+        }
+    }
+    assert_eq!(
+        problem(&header_sourced(), missing),
+        "The `webhook-id` header is missing. Add it and send the request again; nothing ran."
+    );
+    assert_eq!(
+        problem(&body_sourced(), invalid),
+        "The body's `/id` cannot be a key: the body is not JSON, the field is an object, an \
+         array or `null`, or it is empty or longer than 255 characters once percent-encoded. \
+         Fix the request; nothing ran."
+    );
+    assert_eq!(
+        problem(&multi_part(), missing),
+        "A part of the key is missing: the body's `/pspReference` or the body's `/eventCode`. \
+         Add it and send the request again; nothing ran."
+    );
+    assert!(
+        contract::summary(&header_sourced())
+            .starts_with("Safe to retry with the same key, taken from the `webhook-id` header")
+    );
+}
+
+#[test]
+fn key_format_follows_the_parts() {
+    let header = contract::key_format(&header_sourced());
+    assert!(header.contains("taken verbatim"), "{header}");
+    assert!(!header.contains("body"), "{header}");
+    assert!(!header.contains("joined"), "{header}");
+    let body = contract::key_format(&body_sourced());
+    assert!(
+        body.contains("a number or a boolean as its JSON text"),
+        "{body}"
+    );
+    assert!(!body.contains("header's value"), "{body}");
+    let several = contract::key_format(&mixed_parts());
+    assert!(several.contains("`:` is `%3A`"), "{several}");
+    assert!(
+        several.contains("once encoded and joined, is 1 to 255"),
+        "{several}"
+    );
+    assert!(
+        several.contains("A header's value is taken verbatim"),
+        "{several}"
+    );
+    assert_eq!(
+        contract::key_format(&atomic_required_gone()),
+        contract::key_syntax()
+    );
+}
+
+#[test]
+fn markdown_examples_carry_the_key_where_it_is_taken_from() {
+    let text = markdown(&[header_sourced()]);
+    assert!(text.contains("### The key\n"), "{text}");
+    assert!(
+        text.contains(&format!("\nwebhook-id: {}\n", contract::EXAMPLE_KEY)),
+        "{text}"
+    );
+    assert!(!text.contains("Idempotency-Key: "), "{text}");
+    assert!(
+        text.contains("| required, from the `webhook-id` header |"),
+        "{text}"
+    );
+
+    let text = markdown(&[body_sourced()]);
+    assert!(
+        text.contains(&format!(
+            "\n{{ \"id\": \"{}\", … }}\n",
+            contract::EXAMPLE_KEY
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("Idempotency-Key: "), "{text}");
+
+    let text = markdown(&[multi_part()]);
+    assert!(
+        text.contains(&format!(
+            "{{ \"pspReference\": \"{}\", \"eventCode\": \"example-2\", … }}",
+            contract::EXAMPLE_KEY
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Its key is `{}:example-2`", contract::EXAMPLE_KEY)),
+        "{text}"
+    );
+
+    let text = markdown(&[mixed_parts()]);
+    assert!(
+        text.contains(r#"{ "data": { "items": [ { "id": "example-2" } ] }, … }"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("\nx-partner: {}\n", contract::EXAMPLE_KEY)),
+        "{text}"
+    );
+}
+
+#[test]
+fn openapi_parameters_are_the_headers_the_key_is_taken_from() {
+    let api = openapi(&sourced());
+    let parameters = |path: &str| api["paths"][path]["post"]["parameters"].clone();
+
+    let standard = parameters("/webhooks/standard");
+    assert_eq!(standard.as_array().map(Vec::len), Some(1));
+    assert_eq!(standard[0]["name"], "webhook-id");
+    assert_eq!(standard[0]["in"], "header");
+    assert_eq!(standard[0]["required"], true);
+    assert_eq!(
+        standard[0]["schema"],
+        json!({"type": "string", "minLength": 1, "maxLength": 255})
+    );
+    assert_eq!(
+        standard[0]["description"],
+        contract::key_parameter(&header_sourced())
+    );
+
+    // Body fields add no parameter: the description and `x-idempotency` say where the key is.
+    assert_eq!(parameters("/webhooks/stripe"), json!([]));
+    let stripe = &api["paths"]["/webhooks/stripe"]["post"];
+    assert_eq!(stripe["x-idempotency"]["keyFrom"], json!([{"body": "/id"}]));
+    assert_eq!(stripe["x-idempotency"]["key"], "required");
+    assert!(
+        stripe["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(&contract::key_format(&body_sourced()))),
+        "{stripe}"
+    );
+
+    // A header among several parts: required, no minimum length (the other parts fill the key).
+    let mixed = parameters("/partners/{partner}/events");
+    assert_eq!(mixed[0]["name"], "x-partner");
+    assert_eq!(
+        mixed[0]["schema"],
+        json!({"type": "string", "maxLength": 255})
+    );
+    assert_eq!(mixed[1]["name"], "partner");
+    assert_eq!(mixed[1]["in"], "path");
+
+    // No operation whose key comes from the request documents `Idempotency-Key`.
+    let text = api["paths"].to_string();
+    assert!(!text.contains("\"name\":\"Idempotency-Key\""), "{text}");
+    assert!(
+        api["info"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("keyFrom")),
+        "{}",
+        api["info"]
+    );
+}
+
+#[test]
+fn a_header_named_twice_is_one_parameter() {
+    let spec = OperationSpec::new("x:v1").key_from(KeySource::Parts(&[
+        KeyPart::Header("x-a"),
+        KeyPart::Body("/b"),
+        KeyPart::Header("x-a"),
+    ]));
+    let api = openapi(&[OperationDoc::from_spec(&spec).path("POST", "/x")]);
+    assert_eq!(
+        api["paths"]["/x"]["post"]["parameters"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+#[test]
+fn operations_without_a_route_keep_their_key_source() {
+    let doc = OperationDoc::from_spec(
+        &OperationSpec::new("nightly:v1").key_from(KeySource::Parts(&[KeyPart::Body("/run")])),
+    );
+    let api = openapi(&[doc]);
+    assert_eq!(
+        api["x-idempotency-operations"][0]["keyFrom"],
+        json!([{"body": "/run"}])
+    );
+}
+
+/// Default operations and operations with a key from the request in one document.
+#[test]
+fn mixed_documents_say_both() {
+    let mut docs = all();
+    docs.push(header_sourced());
+    let text = markdown(&docs);
+    assert!(
+        text.contains(
+            "These operations are safe to retry: send an `Idempotency-Key` header, or the key \
+             where the operation takes it from (a header or a field of the body)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("### The `Idempotency-Key` header"), "{text}");
+    assert!(text.contains("### The key\n"), "{text}");
+    let api = openapi(&docs);
+    assert_eq!(
+        api["paths"]["/orders"]["post"]["parameters"][0]["name"],
+        "Idempotency-Key"
+    );
+    assert_eq!(
+        api["paths"]["/webhooks/standard"]["post"]["parameters"][0]["name"],
+        "webhook-id"
+    );
 }
 
 #[test]
