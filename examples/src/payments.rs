@@ -77,10 +77,11 @@ use idem_runtime::outbox::OutboxMessage;
 use idem_runtime::protocol::Record;
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::Backend;
-use idem_runtime::{Check, Checked, Idem, IdemState, Problem, idempotent};
+use idem_runtime::webhooks::{Verified, WebhookSecret};
+use idem_runtime::{Check, Checked, Idem, IdemState, JsonBody, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sqlx::{MySql, Pool, Postgres, Sqlite};
+use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::extract::ProblemPath;
@@ -147,6 +148,9 @@ pub struct AppState<DB: Backend> {
     pub idem: Idem<DB>,
     /// What [`pay`] needs.
     pub ctx: Arc<PaymentsCtx>,
+    /// The provider's webhook secret (`PROVIDER_WEBHOOK_SECRET`): [`provider_event`]
+    /// verifies deliveries with it.
+    pub provider_webhooks: WebhookSecret,
 }
 
 impl<DB: Backend> Clone for AppState<DB> {
@@ -154,7 +158,14 @@ impl<DB: Backend> Clone for AppState<DB> {
         Self {
             idem: self.idem.clone(),
             ctx: Arc::clone(&self.ctx),
+            provider_webhooks: self.provider_webhooks.clone(),
         }
+    }
+}
+
+impl<DB: Backend> axum::extract::FromRef<AppState<DB>> for WebhookSecret {
+    fn from_ref(state: &AppState<DB>) -> Self {
+        state.provider_webhooks.clone()
     }
 }
 
@@ -253,10 +264,16 @@ pub trait PaymentsDb: OrdersDb {
         tenant: &str,
         id: Uuid,
     ) -> impl Future<Output = Result<Option<Payment>, sqlx::Error>> + Send;
+    /// Adds one to the settlements of the payment of `charge_id`, in the provider event's
+    /// transaction; its id and settlements after, `None` when no payment names the charge.
+    fn settle(
+        conn: &mut <Self as sqlx::Database>::Connection,
+        charge_id: &str,
+    ) -> impl Future<Output = Result<Option<(String, i64)>, sqlx::Error>> + Send;
 }
 
 macro_rules! payments_db {
-    ($db:ty, $insert:literal, $find:literal) => {
+    ($db:ty, $insert:literal, $find:literal, $settle:literal, $settled:literal) => {
         impl PaymentsDb for $db {
             async fn insert_payment(
                 conn: &mut <Self as sqlx::Database>::Connection,
@@ -294,6 +311,24 @@ macro_rules! payments_db {
                     charge_id,
                 }))
             }
+
+            async fn settle(
+                conn: &mut <Self as sqlx::Database>::Connection,
+                charge_id: &str,
+            ) -> Result<Option<(String, i64)>, sqlx::Error> {
+                let updated = sqlx::query($settle)
+                    .bind(charge_id)
+                    .execute(&mut *conn)
+                    .await?;
+                if updated.rows_affected() == 0 {
+                    return Ok(None);
+                }
+                let (id, settlements): (String, i64) = sqlx::query_as($settled)
+                    .bind(charge_id)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                Ok(Some((id, settlements)))
+            }
         }
     };
 }
@@ -302,19 +337,25 @@ payments_db!(
     Postgres,
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
-    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = $1 AND tenant = $2"
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = $1 AND tenant = $2",
+    "UPDATE payments SET settlements = settlements + 1 WHERE charge_id = $1",
+    "SELECT id, CAST(settlements AS BIGINT) FROM payments WHERE charge_id = $1"
 );
 payments_db!(
     Sqlite,
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
-    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2"
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ?1 AND tenant = ?2",
+    "UPDATE payments SET settlements = settlements + 1 WHERE charge_id = ?1",
+    "SELECT id, settlements FROM payments WHERE charge_id = ?1"
 );
 payments_db!(
     MySql,
     "INSERT INTO payments (id, tenant, amount, currency, customer, charge_id) \
      VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id",
-    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ? AND tenant = ?"
+    "SELECT amount, currency, customer, charge_id FROM payments WHERE id = ? AND tenant = ?",
+    "UPDATE payments SET settlements = settlements + 1 WHERE charge_id = ?",
+    "SELECT id, CAST(settlements AS SIGNED) FROM payments WHERE charge_id = ?"
 );
 
 const SUCCEEDED: &str = "succeeded";
@@ -484,6 +525,111 @@ pub async fn create_payment<DB: PaymentsDb>(
     pay(state.ctx, attempt, new).await
 }
 
+/// The operation id of `POST /webhooks/provider`.
+pub const PROVIDER_EVENT_OPERATION: &str = "provider_event:v1";
+
+/// `PROVIDER_WEBHOOK_SECRET`'s default, the `fake-provider` example's.
+pub const DEFAULT_PROVIDER_WEBHOOK_SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXNlY3JldA==";
+
+/// The provider's event of a charge, as `POST /webhooks/provider` takes it:
+/// `{"id": "evt_…", "type": "charge.succeeded", "data": {"charge_id", "amount", "currency"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ProviderEvent {
+    /// The event's id (also its `webhook-id`).
+    pub id: String,
+    /// `charge.succeeded`; other types are acknowledged and ignored.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The charge.
+    pub data: ChargeEvent,
+}
+
+/// What a `charge.succeeded` event says.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ChargeEvent {
+    /// The provider's charge, `ch_…`: the payment it paid names it.
+    pub charge_id: String,
+    /// As charged.
+    #[serde(default)]
+    pub amount: i64,
+    /// As charged.
+    #[serde(default)]
+    pub currency: String,
+}
+
+/// The answer to an applied event, stored with its key and replayed to every repeat.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Applied {
+    /// The event.
+    pub event_id: String,
+    /// The payment it was applied to; `None` for an event type this service ignores.
+    pub payment_id: Option<String>,
+    /// The payment's settlements after it.
+    pub settlements: Option<i64>,
+}
+
+/// `POST /webhooks/provider`: the provider's events, applied once each.
+///
+/// The delivery is verified first ([`Verified`], Standard Webhooks with
+/// `PROVIDER_WEBHOOK_SECRET`): a missing, forged or stale signature answers `401` and
+/// nothing is applied. The event's `webhook-id` is its idempotency key: a repeated delivery
+/// of an event replays the stored `200` and applies nothing.
+///
+/// A `charge.succeeded` adds one to the settlements of the payment naming its charge. The
+/// provider sends it as soon as it charges, so it can arrive before the payment that names
+/// the charge is committed: then nothing is applied or stored, and the answer is `503` with
+/// `Retry-After: 1`, so that the provider delivers it again (failed responses are not stored:
+/// the key stays free). Events of other types are acknowledged and ignored.
+#[idempotent(
+    scope = "global",
+    key = header("webhook-id"),
+    ttl = "7d",
+    path = "POST /webhooks/provider"
+)]
+pub async fn provider_event<DB: PaymentsDb>(
+    tx: &mut Transaction<'_, DB>,
+    Verified(JsonBody(event)): Verified<JsonBody<ProviderEvent>>,
+) -> Result<axum::Json<Applied>, Problem> {
+    if event.kind != "charge.succeeded" {
+        tracing::info!(event = %event.id, kind = %event.kind, "provider event ignored");
+        return Ok(axum::Json(Applied {
+            event_id: event.id,
+            payment_id: None,
+            settlements: None,
+        }));
+    }
+    let settled = DB::settle(&mut **tx, &event.data.charge_id)
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "database error");
+            Problem::from_database(&error)
+        })?;
+    match settled {
+        Some((payment_id, settlements)) => Ok(axum::Json(Applied {
+            event_id: event.id,
+            payment_id: Some(payment_id),
+            settlements: Some(settlements),
+        })),
+        None => {
+            tracing::info!(
+                event = %event.id,
+                charge = %event.data.charge_id,
+                "provider event before its payment; the provider delivers it again"
+            );
+            Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "urn:idem:example:charge-not-recorded-yet",
+                "charge not recorded yet",
+            )
+            .with_detail(
+                "no payment names this charge yet (it may still be committing); nothing was \
+                 applied: deliver the event again",
+            )
+            .with_retry_after(RETRY_AFTER))
+        }
+    }
+}
+
 /// The reconciler of this process: resumes stuck payments through `router` (the example's
 /// own, [`router`]), every [`reconcile_interval`].
 #[must_use]
@@ -540,7 +686,7 @@ async fn no_method() -> Response {
 /// When two `#[idempotent]` handlers linked into the program share an operation id.
 pub fn operations() -> Result<Operations, DuplicateOperation> {
     Ok(Operations::from_registry()?
-        .select(&[OPERATION])
+        .select(&[OPERATION, PROVIDER_EVENT_OPERATION])
         .responds(
             OPERATION,
             201,
@@ -551,6 +697,25 @@ pub fn operations() -> Result<Operations, DuplicateOperation> {
             402,
             "The provider declined the card (`urn:idem:example:payment-declined`); nothing \
              was charged",
+        )
+        .responds(
+            PROVIDER_EVENT_OPERATION,
+            200,
+            "The event was applied (or, for a type this service ignores, acknowledged); \
+             `settlements` is the payment's count after it",
+        )
+        .responds(
+            PROVIDER_EVENT_OPERATION,
+            401,
+            "The delivery's Standard Webhooks signature is missing, wrong or more than 5 \
+             minutes old (`urn:idem:problem:webhook-unverified`); nothing was applied",
+        )
+        .responds(
+            PROVIDER_EVENT_OPERATION,
+            503,
+            "No payment names the event's charge yet \
+             (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
+             deliver the event again after `Retry-After`",
         ))
 }
 
@@ -559,6 +724,7 @@ pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
     Router::new()
         .route("/payments", post(create_payment::<DB>))
         .route("/payments/{id}", get(get_payment::<DB>))
+        .route("/webhooks/provider", post(provider_event::<DB>))
         .merge(crate::docs::routes(operations()))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
