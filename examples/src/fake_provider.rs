@@ -729,11 +729,7 @@ async fn deliver(
 
 /// One attempt: signed now, `Ok` on a `2xx`.
 async fn send_once(webhooks: &WebhookConfig, event: &Event) -> Result<(), String> {
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
-        });
+    let timestamp = unix_seconds();
     let signature = webhooks
         .signer
         .sign(&event.id, timestamp, &event.body)
@@ -758,6 +754,17 @@ async fn send_once(webhooks: &WebhookConfig, event: &Event) -> Result<(), String
     } else {
         Err(format!("answered {status}"))
     }
+}
+
+/// Now, in Unix seconds, for `webhook-timestamp`: the receiver checks it against its own
+/// wall clock, so this reads the wall clock too.
+#[allow(clippy::disallowed_methods)] // the one place the provider reads the wall clock
+fn unix_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
 }
 
 /// `error` and its sources, for logs.
