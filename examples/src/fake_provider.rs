@@ -26,7 +26,8 @@
 //! 2. the key and body are checked (`400`/`422` as above);
 //! 3. with probability `fail_rate` it fails: `500`, no charge, the key stays unbound;
 //! 4. otherwise the key's charge is looked up or created, atomically (under one mutex, so
-//!    concurrent requests with one key create one charge);
+//!    concurrent requests with one key create one charge); a charge created now also creates
+//!    its webhook event ([Webhooks](#webhooks));
 //! 5. with probability `drop_response_rate` the answer is then dropped: whatever happened
 //!    stands, and the connection is closed without a single byte of response, so the client
 //!    sees a connection error. Served by [`serve`] only; see [`router`] otherwise.
@@ -591,7 +592,6 @@ impl Inner {
     /// Creates `charge`'s event and starts its deliveries: the original and the duplicates
     /// `webhook_duplicate_rate` rolls, each on its own task.
     fn announce(&mut self, charge: &Charge, webhooks: &WebhookConfig, state: Weak<Mutex<Self>>) {
-        self.stats.webhook_events += 1;
         let id = format!("evt_{}", Uuid::new_v4().simple());
         let body = EventBody {
             id: &id,
@@ -610,6 +610,7 @@ impl Inner {
                 return;
             }
         };
+        self.stats.webhook_events += 1;
         let event = Arc::new(Event {
             id,
             body,
