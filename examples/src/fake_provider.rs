@@ -26,28 +26,91 @@
 //! 2. the key and body are checked (`400`/`422` as above);
 //! 3. with probability `fail_rate` it fails: `500`, no charge, the key stays unbound;
 //! 4. otherwise the key's charge is looked up or created, atomically (under one mutex, so
-//!    concurrent requests with one key create one charge);
+//!    concurrent requests with one key create one charge); a charge created now also creates
+//!    its webhook event ([Webhooks](#webhooks));
 //! 5. with probability `drop_response_rate` the answer is then dropped: whatever happened
 //!    stands, and the connection is closed without a single byte of response, so the client
 //!    sees a connection error. Served by [`serve`] only; see [`router`] otherwise.
 //!
 //! # Control and inspection
 //!
-//! - `POST /control {"fail_rate": 0..=1, "drop_response_rate": 0..=1, "delay_ms": n}`: every
-//!   field is optional and a missing (or `null`) one keeps its value; an out-of-range value,
-//!   an unknown field or a body that is not such an object answers `400` and changes
-//!   nothing. Answers `200` with all current settings; `GET /control` reads them. All start
-//!   at zero.
-//! - `GET /stats` → `{"requests", "charges", "distinct_keys"}`: `POST /charges` requests
-//!   received (failed, rejected and dropped ones included), charges created, and distinct
-//!   `Idempotency-Key` values seen on them.
+//! - `POST /control {"fail_rate": 0..=1, "drop_response_rate": 0..=1, "delay_ms": n,
+//!   "webhook_duplicate_rate": 0..=1, "webhook_status": 0 | 100..=599}`: every field is
+//!   optional and a missing (or `null`) one keeps its value; an out-of-range value, an
+//!   unknown field or a body that is not such an object answers `400` and changes nothing.
+//!   Answers `200` with all current settings; `GET /control` reads them. All start at zero.
+//!   The last two are described under [Webhooks](#webhooks).
+//! - `GET /stats` → `{"requests", "charges", "distinct_keys", "webhook_events",
+//!   "webhooks_sent", "webhooks_acknowledged"}`: `POST /charges` requests received (failed,
+//!   rejected and dropped ones included), charges created, and distinct `Idempotency-Key`
+//!   values seen on them; then the webhook counters described under
+//!   [Webhooks](#webhooks).
 //!
 //! # Webhooks
+//!
+//! ## Sending
+//!
+//! Given a [`WebhookConfig`] ([`Provider::with_webhooks`]; the `fake-provider` binary
+//! always has one, from `PROVIDER_WEBHOOK_URL` and `PROVIDER_WEBHOOK_SECRET`, defaults
+//! [`DEFAULT_WEBHOOK_URL`] and [`DEFAULT_WEBHOOK_SECRET`]), the provider announces every
+//! charge it creates. Without one ([`Provider::new`], [`app`]) it sends nothing and the
+//! three webhook counters stay at zero.
+//!
+//! - **One event per new charge.** The request that creates a charge creates one event,
+//!   `{"id": "evt_<32 hex digits>", "type": "charge.succeeded", "data": {"charge_id":
+//!   "ch_…", "amount", "currency"}}` (in that order, as the charge has them). A replay of a
+//!   key's charge, a decline, a refused or failed request creates none. A charge whose
+//!   answer is dropped (`drop_response_rate`) was created, so it has its event.
+//! - **Sent at once, in the background.** The event is created with the charge, under the
+//!   same lock, and its delivery starts on its own task: the charge's answer does not wait
+//!   for it, and the event may well reach the receiver before the caller has the answer.
+//! - **Each delivery** is `POST <url>` with the event as its body,
+//!   `Content-Type: application/json`, and the [Standard Webhooks] headers: `webhook-id`
+//!   (the event's `id`), `webhook-timestamp` (Unix seconds when this attempt is sent) and
+//!   `webhook-signature` (`v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}`,
+//!   keyed with the secret's bytes: the base64 after `whsec_`), made by the reference
+//!   library, `standardwebhooks`.
+//! - **Retried until a `2xx`.** Any other status (redirects are not followed), a connection
+//!   error, or no complete answer within [`WEBHOOK_TIMEOUT`] fails the attempt; the delivery
+//!   waits [`WEBHOOK_FIRST_BACKOFF`], doubling after each failure up to
+//!   [`WEBHOOK_MAX_BACKOFF`], plus a random jitter of up to a tenth of it, and tries again,
+//!   with no limit on the number of attempts. Every attempt is signed anew, with its own
+//!   timestamp: the same `id`, the same body bytes. Deliveries stop only when the process
+//!   exits (or, in process, when the tokio runtime ends or every handle on the [`Provider`]
+//!   is gone).
+//! - **Duplicates.** With `webhook_duplicate_rate` = p, as set when the event is created,
+//!   each of up to [`MAX_WEBHOOK_DUPLICATES`] (3) extra copies of the event is sent with
+//!   probability p: the first at once, alongside the original; the second after a random 1
+//!   to 100 ms; the third after a random 200 to 1000 ms. A copy is the same event (same
+//!   `id`, same body) delivered independently: it is signed afresh and retried until its
+//!   own `2xx`, like the original, whatever became of the others. At 1 every event is
+//!   delivered four times; at 0 (the default) once.
+//!
+//! `GET /stats` counts:
+//!
+//! - `webhook_events`: events created, one per new charge (duplicates and retries
+//!   excluded). Counted with the charge, so it is up to date when the charge's answer is.
+//! - `webhooks_sent`: HTTP requests sent to the webhook URL, every attempt counted: each
+//!   copy, each retry, whatever its outcome. An attempt is counted just before its request
+//!   goes out, so it is never below what a receiver has seen.
+//! - `webhooks_acknowledged`: distinct events that got a `2xx` at least once (on any copy
+//!   or attempt), counted when the first `2xx` arrives: at most `webhook_events`.
+//!
+//! [Standard Webhooks]: https://www.standardwebhooks.com/
+//!
+//! ## Receiving
 //!
 //! The provider also plays the receiving end of webhooks: `POST /webhooks` takes any JSON
 //! object with a non-null `id` and answers `204` (`400` otherwise); `GET /events` lists the
 //! deliveries received, duplicates included, in arrival order, each as
-//! `{"id": <its id>, "body": <the whole object>}`.
+//! `{"id": <its id>, "body": <the whole object>}`. Signatures are not checked.
+//!
+//! With `webhook_status` set to a status other than `0`, `POST /webhooks` answers that
+//! status instead, whatever the request, and records nothing: a problem (below) for a `4xx`
+//! or `5xx`, an empty body otherwise (a `1xx` cannot end an HTTP exchange: the server sends
+//! `500` for it). `0`, the default, receives as above. Pointing the provider's own
+//! `PROVIDER_WEBHOOK_URL` at its `/webhooks` lets one process both send and fail to
+//! receive.
 //!
 //! # Errors
 //!
@@ -60,13 +123,14 @@
 //! ([`crate::server`]).
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::connect_info::ConnectInfo;
@@ -91,6 +155,26 @@ pub const MAX_KEY_LEN: usize = 255;
 /// The amount that is always declined.
 pub const DECLINED_AMOUNT: i64 = 402;
 
+/// `PROVIDER_WEBHOOK_URL`'s default: the `payments` example's receiver of provider events.
+pub const DEFAULT_WEBHOOK_URL: &str = "http://127.0.0.1:3001/webhooks/provider";
+
+/// `PROVIDER_WEBHOOK_SECRET`'s default, as `payments` expects it: `whsec_` and the base64
+/// of the key's bytes.
+pub const DEFAULT_WEBHOOK_SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXNlY3JldA==";
+
+/// How long one webhook delivery attempt may take, connecting included, before it counts as
+/// failed.
+pub const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The wait after a delivery's first failed attempt; it doubles after each further failure.
+pub const WEBHOOK_FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+/// The longest wait between two attempts of a delivery (before jitter).
+pub const WEBHOOK_MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The most extra copies of one event that `webhook_duplicate_rate` sends.
+pub const MAX_WEBHOOK_DUPLICATES: usize = 3;
+
 /// The fault settings, as `POST /control` and `GET /control` show them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Settings {
@@ -101,6 +185,11 @@ pub struct Settings {
     pub drop_response_rate: f64,
     /// How long every charge request waits before anything else.
     pub delay_ms: u64,
+    /// Probability that each of an event's [`MAX_WEBHOOK_DUPLICATES`] extra copies is sent.
+    pub webhook_duplicate_rate: f64,
+    /// The status the provider's own `POST /webhooks` answers instead of receiving; `0`
+    /// receives normally.
+    pub webhook_status: u16,
 }
 
 /// The counters `GET /stats` shows.
@@ -112,7 +201,89 @@ pub struct Stats {
     pub charges: u64,
     /// Distinct `Idempotency-Key` values seen on `POST /charges`.
     pub distinct_keys: u64,
+    /// Webhook events created: one per charge created while webhooks are configured.
+    pub webhook_events: u64,
+    /// Webhook HTTP requests sent: every attempt of every copy, counted just before it goes
+    /// out, whatever its outcome.
+    pub webhooks_sent: u64,
+    /// Distinct webhook events that got a `2xx` at least once.
+    pub webhooks_acknowledged: u64,
 }
+
+/// Where and with which secret the provider sends its webhooks; see the module's
+/// [Webhooks](self#webhooks).
+#[derive(Clone)]
+pub struct WebhookConfig {
+    url: reqwest::Url,
+    signer: Arc<standardwebhooks::Webhook>,
+    http: reqwest::Client,
+}
+
+impl WebhookConfig {
+    /// Webhooks to `url` (`http:` only), signed with `secret` (`whsec_` and base64, or just
+    /// the base64).
+    ///
+    /// # Errors
+    /// When `url` is not an `http:` URL or `secret` is not base64.
+    pub fn new(url: &str, secret: &str) -> Result<Self, WebhookConfigError> {
+        let url = reqwest::Url::parse(url)
+            .map_err(|e| WebhookConfigError::Url(format!("{url:?} is not a URL: {e}")))?;
+        if url.scheme() != "http" || !url.has_host() {
+            return Err(WebhookConfigError::Url(format!(
+                "{url} is not an http: URL with a host"
+            )));
+        }
+        let signer = standardwebhooks::Webhook::new(secret)
+            .map_err(|e| WebhookConfigError::Secret(format!("not `whsec_` and base64 ({e})")))?;
+        let http = reqwest::Client::builder()
+            .timeout(WEBHOOK_TIMEOUT)
+            .connect_timeout(WEBHOOK_TIMEOUT)
+            // A redirect is not a `2xx`: the attempt failed.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| WebhookConfigError::Client(format!("no HTTP client: {e}")))?;
+        Ok(Self {
+            url,
+            signer: Arc::new(signer),
+            http,
+        })
+    }
+
+    /// The URL webhooks are sent to.
+    pub fn url(&self) -> &str {
+        self.url.as_str()
+    }
+}
+
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The secret stays out of logs.
+        f.debug_struct("WebhookConfig")
+            .field("url", &self.url.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a [`WebhookConfig`] could not be made; each says why in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookConfigError {
+    /// The URL is not an `http:` URL with a host.
+    Url(String),
+    /// The secret is not base64 (after an optional `whsec_`).
+    Secret(String),
+    /// The HTTP client could not be built.
+    Client(String),
+}
+
+impl fmt::Display for WebhookConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Url(why) | Self::Secret(why) | Self::Client(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for WebhookConfigError {}
 
 /// A charge, as `POST /charges` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -131,6 +302,7 @@ pub struct Charge {
 #[derive(Debug, Clone, Default)]
 pub struct Provider {
     inner: Arc<Mutex<Inner>>,
+    webhooks: Option<WebhookConfig>,
 }
 
 #[derive(Debug, Default)]
@@ -172,12 +344,28 @@ struct SettingsPatch {
     fail_rate: Option<f64>,
     drop_response_rate: Option<f64>,
     delay_ms: Option<u64>,
+    webhook_duplicate_rate: Option<f64>,
+    webhook_status: Option<u16>,
 }
 
 impl Provider {
-    /// A provider with no charges and every setting at zero.
+    /// A provider with no charges and every setting at zero, that sends no webhooks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A provider with no charges and every setting at zero, that sends a webhook for each
+    /// charge it creates as `webhooks` says.
+    pub fn with_webhooks(webhooks: WebhookConfig) -> Self {
+        Self {
+            inner: Arc::default(),
+            webhooks: Some(webhooks),
+        }
+    }
+
+    /// Where the provider sends its webhooks, if anywhere.
+    pub fn webhooks(&self) -> Option<&WebhookConfig> {
+        self.webhooks.as_ref()
     }
 
     /// The current fault settings.
@@ -191,13 +379,17 @@ impl Provider {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Nothing panics while holding the lock; if something did, the counters are still
-        // worth reading.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 }
 
-/// The provider's routes on a fresh [`Provider`].
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // Nothing panics while holding the lock; if something did, the counters are still worth
+    // reading.
+    inner.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The provider's routes on a fresh [`Provider`], which sends no webhooks.
 pub fn app() -> Router {
     router(Provider::new())
 }
@@ -317,7 +509,15 @@ async fn create_charge(
                 "the provider failed before touching any charge (fail_rate); retrying is safe",
             );
         }
-        let outcome = inner.charge(&key, request);
+        let outcome = inner.charge(&key, request).map(|(outcome, created)| {
+            if created
+                && let Outcome::Charged(charge) = &outcome
+                && let Some(webhooks) = &provider.webhooks
+            {
+                inner.announce(charge, webhooks, Arc::downgrade(&provider.inner));
+            }
+            outcome
+        });
         let drop_rate = inner.settings.drop_response_rate;
         (outcome, inner.rng.chance(drop_rate))
     };
@@ -358,11 +558,12 @@ async fn create_charge(
 struct KeyReused;
 
 impl Inner {
-    /// Looks up `key`'s outcome, or binds the key to `request` and decides one.
-    fn charge(&mut self, key: &str, request: ChargeRequest) -> Result<Outcome, KeyReused> {
+    /// Looks up `key`'s outcome, or binds the key to `request` and decides one; `true` when
+    /// the outcome was decided now.
+    fn charge(&mut self, key: &str, request: ChargeRequest) -> Result<(Outcome, bool), KeyReused> {
         if let Some(bound) = self.bound.get(key) {
             return if bound.request == request {
-                Ok(bound.outcome.clone())
+                Ok((bound.outcome.clone(), false))
             } else {
                 Err(KeyReused)
             };
@@ -385,8 +586,198 @@ impl Inner {
                 outcome: outcome.clone(),
             },
         );
-        Ok(outcome)
+        Ok((outcome, true))
     }
+
+    /// Creates `charge`'s event and starts its deliveries: the original and the duplicates
+    /// `webhook_duplicate_rate` rolls, each on its own task.
+    fn announce(&mut self, charge: &Charge, webhooks: &WebhookConfig, state: Weak<Mutex<Self>>) {
+        let id = format!("evt_{}", Uuid::new_v4().simple());
+        let body = EventBody {
+            id: &id,
+            kind: "charge.succeeded",
+            data: EventData {
+                charge_id: &charge.id,
+                amount: charge.amount,
+                currency: &charge.currency,
+            },
+        };
+        let body = match serde_json::to_vec(&body) {
+            Ok(body) => Bytes::from(body),
+            // Strings and an integer always serialize.
+            Err(e) => {
+                tracing::error!(id, "webhook event not serialized: {e}");
+                return;
+            }
+        };
+        self.stats.webhook_events += 1;
+        let event = Arc::new(Event {
+            id,
+            body,
+            acknowledged: AtomicBool::new(false),
+        });
+        let mut starts = vec![Duration::ZERO];
+        let rate = self.settings.webhook_duplicate_rate;
+        for copy in 0..MAX_WEBHOOK_DUPLICATES {
+            if self.rng.chance(rate) {
+                starts.push(match copy {
+                    0 => Duration::ZERO,
+                    1 => Duration::from_millis(self.rng.between(1, 100)),
+                    _ => Duration::from_millis(self.rng.between(200, 1_000)),
+                });
+            }
+        }
+        tracing::info!(
+            id = event.id,
+            charge_id = charge.id,
+            deliveries = starts.len(),
+            "webhook event created"
+        );
+        for start in starts {
+            tokio::spawn(deliver(
+                state.clone(),
+                webhooks.clone(),
+                Arc::clone(&event),
+                start,
+            ));
+        }
+    }
+}
+
+/// A `charge.succeeded` event, as its deliveries send it.
+#[derive(Serialize)]
+struct EventBody<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    data: EventData<'a>,
+}
+
+#[derive(Serialize)]
+struct EventData<'a> {
+    charge_id: &'a str,
+    amount: i64,
+    currency: &'a str,
+}
+
+/// An event being delivered, shared by its copies.
+#[derive(Debug)]
+struct Event {
+    id: String,
+    body: Bytes,
+    /// Whether any attempt of any copy got a `2xx`.
+    acknowledged: AtomicBool,
+}
+
+/// Delivers one copy of `event` after `start_after`, retrying until a `2xx`, or until the
+/// provider is gone.
+async fn deliver(
+    state: Weak<Mutex<Inner>>,
+    webhooks: WebhookConfig,
+    event: Arc<Event>,
+    start_after: Duration,
+) {
+    if !start_after.is_zero() {
+        tokio::time::sleep(start_after).await;
+    }
+    let mut rng = Rng::default();
+    let mut backoff = WEBHOOK_FIRST_BACKOFF;
+    let mut attempt: u64 = 0;
+    loop {
+        attempt += 1;
+        {
+            let Some(state) = state.upgrade() else { return };
+            lock(&state).stats.webhooks_sent += 1;
+        }
+        let failure = match send_once(&webhooks, &event).await {
+            Ok(()) => {
+                let Some(state) = state.upgrade() else { return };
+                let mut inner = lock(&state);
+                if !event.acknowledged.swap(true, Ordering::AcqRel) {
+                    inner.stats.webhooks_acknowledged += 1;
+                }
+                drop(inner);
+                if attempt > 1 {
+                    tracing::info!(id = event.id, attempt, "webhook delivered");
+                } else {
+                    tracing::debug!(id = event.id, "webhook delivered");
+                }
+                return;
+            }
+            Err(failure) => failure,
+        };
+        // Up to a tenth more, so that copies failing together do not retry in lockstep.
+        let jitter_ms = rng.between(0, (backoff.as_millis() / 10).try_into().unwrap_or(0));
+        let wait = backoff + Duration::from_millis(jitter_ms);
+        if attempt == 1 {
+            tracing::warn!(
+                id = event.id,
+                url = webhooks.url(),
+                "webhook delivery failed ({failure}); retrying until a 2xx"
+            );
+        } else {
+            tracing::debug!(
+                id = event.id,
+                attempt,
+                ?wait,
+                "webhook delivery failed ({failure})"
+            );
+        }
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(WEBHOOK_MAX_BACKOFF);
+    }
+}
+
+/// One attempt: signed now, `Ok` on a `2xx`.
+async fn send_once(webhooks: &WebhookConfig, event: &Event) -> Result<(), String> {
+    let timestamp = unix_seconds();
+    let signature = webhooks
+        .signer
+        .sign(&event.id, timestamp, &event.body)
+        .map_err(|e| format!("not signed: {e}"))?;
+    let response = webhooks
+        .http
+        .post(webhooks.url.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(standardwebhooks::HEADER_WEBHOOK_ID, &event.id)
+        .header(
+            standardwebhooks::HEADER_WEBHOOK_TIMESTAMP,
+            timestamp.to_string(),
+        )
+        .header(standardwebhooks::HEADER_WEBHOOK_SIGNATURE, signature)
+        .body(event.body.clone())
+        .send()
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {status}"))
+    }
+}
+
+/// Now, in Unix seconds, for `webhook-timestamp`: the receiver checks it against its own
+/// wall clock, so this reads the wall clock too.
+#[allow(clippy::disallowed_methods)] // the one place the provider reads the wall clock
+fn unix_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        })
+}
+
+/// `error` and its sources, for logs.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn parse_charge_request(body: &[u8]) -> Result<ChargeRequest, Problem> {
@@ -425,7 +816,8 @@ async fn read_control(State(provider): State<Provider>) -> Json<Settings> {
 async fn control(State(provider): State<Provider>, body: Bytes) -> Response {
     let bad = |detail: String| problem(StatusCode::BAD_REQUEST, "Invalid settings", detail);
     let expected = "expected {\"fail_rate\": 0..1, \"drop_response_rate\": 0..1, \"delay_ms\": \
-                    integer ≥ 0}, every field optional";
+                    integer ≥ 0, \"webhook_duplicate_rate\": 0..1, \"webhook_status\": 0 or \
+                    100..599}, every field optional";
     let patch = match serde_json::from_slice::<Value>(&body) {
         // Checked first: serde would also take the fields as an array.
         Ok(value) if !value.is_object() => {
@@ -441,12 +833,21 @@ async fn control(State(provider): State<Provider>, body: Bytes) -> Response {
     for (name, rate) in [
         ("fail_rate", patch.fail_rate),
         ("drop_response_rate", patch.drop_response_rate),
+        ("webhook_duplicate_rate", patch.webhook_duplicate_rate),
     ] {
         if let Some(rate) = rate
             && !(0.0..=1.0).contains(&rate)
         {
             return bad(format!("`{name}` must be between 0 and 1, got {rate}"));
         }
+    }
+    if let Some(status) = patch.webhook_status
+        && status != 0
+        && !(100..=599).contains(&status)
+    {
+        return bad(format!(
+            "`webhook_status` must be 0 or a status from 100 to 599, got {status}"
+        ));
     }
     let settings = {
         let mut inner = provider.lock();
@@ -456,6 +857,10 @@ async fn control(State(provider): State<Provider>, body: Bytes) -> Response {
             .drop_response_rate
             .unwrap_or(settings.drop_response_rate);
         settings.delay_ms = patch.delay_ms.unwrap_or(settings.delay_ms);
+        settings.webhook_duplicate_rate = patch
+            .webhook_duplicate_rate
+            .unwrap_or(settings.webhook_duplicate_rate);
+        settings.webhook_status = patch.webhook_status.unwrap_or(settings.webhook_status);
         *settings
     };
     tracing::info!(?settings, "settings changed");
@@ -467,6 +872,22 @@ async fn stats(State(provider): State<Provider>) -> Json<Stats> {
 }
 
 async fn receive_webhook(State(provider): State<Provider>, body: Bytes) -> Response {
+    let status = provider.settings().webhook_status;
+    if status != 0 {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        tracing::debug!(%status, "webhook refused (webhook_status)");
+        if status.is_client_error() || status.is_server_error() {
+            return problem(
+                status,
+                "Webhook refused",
+                format!(
+                    "this receiver answers {} (webhook_status); the delivery was not recorded",
+                    status.as_u16()
+                ),
+            );
+        }
+        return status.into_response();
+    }
     let delivery: Value = match serde_json::from_slice(&body) {
         Ok(value @ Value::Object(_)) if !value["id"].is_null() => value,
         Ok(_) => {
@@ -672,6 +1093,14 @@ impl Rng {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A uniform integer from `low` to `high`, both included (`low` when `high < low`).
+    fn between(&mut self, low: u64, high: u64) -> u64 {
+        match (high.saturating_sub(low)).checked_add(1) {
+            Some(span) => low + self.next_u64() % span,
+            None => self.next_u64(),
+        }
     }
 
     /// True with probability `p`: never for 0, always for 1.
