@@ -376,7 +376,10 @@ fn key(value: &Expr) -> syn::Result<Key> {
             if elems.is_empty() {
                 return Err(syn::Error::new_spanned(value, KEY_FORMS));
             }
-            let parts = elems.iter().map(key_part).collect::<syn::Result<Vec<_>>>()?;
+            let parts = elems
+                .iter()
+                .map(key_part)
+                .collect::<syn::Result<Vec<_>>>()?;
             Ok(Key::From(KeySource::Parts(parts.leak())))
         }
         other => Err(syn::Error::new_spanned(other, KEY_FORMS)),

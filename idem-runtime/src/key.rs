@@ -288,7 +288,10 @@ mod tests {
             from(id, &[], Some(r#"{"id": "evt_1"}"#)),
             Ok(Some("evt_1".to_owned()))
         );
-        assert_eq!(from(id, &[], Some(r#"{"id": 42}"#)), Ok(Some("42".to_owned())));
+        assert_eq!(
+            from(id, &[], Some(r#"{"id": 42}"#)),
+            Ok(Some("42".to_owned()))
+        );
         assert_eq!(
             from(id, &[], Some(r#"{"id": "clé"}"#)),
             Ok(Some("cl%C3%A9".to_owned()))
@@ -317,7 +320,11 @@ mod tests {
             r.unwrap_err();
         };
         missing(from(hook, &[], None));
-        missing(from(hook, &[("webhook-id", "a"), ("webhook-id", "b")], None));
+        missing(from(
+            hook,
+            &[("webhook-id", "a"), ("webhook-id", "b")],
+            None,
+        ));
         missing(from(id, &[], None));
         missing(from(id, &[], Some("{}")));
         missing(from(id, &[], Some(r#"{"id": null}"#)));

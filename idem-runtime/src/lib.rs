@@ -92,8 +92,7 @@ pub mod __private {
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
         Ctx, GlobalScope, Handler, KeyParts, ResumablePrincipal, Reuse, StagedCtx, TenantScope,
-        UserScope,
-        fingerprint, run, run_staged, staged_result,
+        UserScope, fingerprint, run, run_staged, staged_result,
     };
     pub use crate::spec::{
         ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, KeySource, Mode, OperationSpec,

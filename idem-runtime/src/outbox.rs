@@ -366,10 +366,8 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
 
     /// The lease, and the longest a batch can take when the sink says its timeout.
     fn lease_and_worst(&self) -> (Duration, Option<Duration>) {
-        let rounds = u32::try_from(
-            (self.batch as usize).div_ceil(self.concurrency.max(1)),
-        )
-        .unwrap_or(u32::MAX);
+        let rounds = u32::try_from((self.batch as usize).div_ceil(self.concurrency.max(1)))
+            .unwrap_or(u32::MAX);
         let worst = self.sink.timeout().map(|t| t.saturating_mul(rounds));
         let lease = self.lease.unwrap_or_else(|| {
             worst
@@ -989,8 +987,7 @@ mod webhook {
 
         #[test]
         fn client_errors_are_retried_unless_told_otherwise() {
-            let lenient =
-                WebhookSink::new("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}"));
+            let lenient = WebhookSink::new("http://127.0.0.1:9/").unwrap_or_else(|e| panic!("{e}"));
             for code in [400, 404, 410, 422, 500] {
                 assert!(!lenient.is_permanent(StatusCode::from_u16(code).unwrap_or_default()));
             }

@@ -399,11 +399,20 @@ async fn keys_from_the_request<DB: TestDb>() {
     )
     .await;
     reused.problem(StatusCode::UNPROCESSABLE_ENTITY);
-    let missing = send(&app, "/hooks/header", &[("idempotency-key", "\"k\"")], event).await;
+    let missing = send(
+        &app,
+        "/hooks/header",
+        &[("idempotency-key", "\"k\"")],
+        event,
+    )
+    .await;
     let problem = missing.problem(StatusCode::BAD_REQUEST);
     assert_eq!(problem["type"], "urn:idem:problem:missing-key");
     assert!(
-        problem["detail"].as_str().unwrap().contains("`webhook-id` header"),
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("`webhook-id` header"),
         "{problem}"
     );
 
@@ -440,9 +449,21 @@ async fn keys_from_the_request<DB: TestDb>() {
     };
     let a = parts("acme", r#"{"psp":"p:1","code":"AUTH"}"#).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
-    assert!(parts("acme", r#"{"psp":"p:1","code":"AUTH"}"#).await.replayed());
-    assert!(!parts("acme", r#"{"psp":"p:1","code":"CAPTURE"}"#).await.replayed());
-    assert!(!parts("other", r#"{"psp":"p:1","code":"AUTH"}"#).await.replayed());
+    assert!(
+        parts("acme", r#"{"psp":"p:1","code":"AUTH"}"#)
+            .await
+            .replayed()
+    );
+    assert!(
+        !parts("acme", r#"{"psp":"p:1","code":"CAPTURE"}"#)
+            .await
+            .replayed()
+    );
+    assert!(
+        !parts("other", r#"{"psp":"p:1","code":"AUTH"}"#)
+            .await
+            .replayed()
+    );
 
     // One per new key: a header's, two bodies', three parts'.
     assert_eq!(h.effects().await, 6);

@@ -507,7 +507,11 @@ async fn every_failure_is_retried_and_deliveries_are_signed<DB: TestDb>() {
     receiver.fail_first_with("odd", 1, 400);
     commit(
         &h,
-        &[message("gone-for-a-while"), message("misrouted"), message("odd")],
+        &[
+            message("gone-for-a-while"),
+            message("misrouted"),
+            message("odd"),
+        ],
     )
     .await;
     let secret = WebhookSecret::new("whsec_aWRlbS1leGFtcGxlLXNlY3JldA==").unwrap();
@@ -535,7 +539,10 @@ async fn every_failure_is_retried_and_deliveries_are_signed<DB: TestDb>() {
         .unwrap()
         .as_secs();
     for hook in receiver.hooks() {
-        assert_eq!(hook.headers["webhook-id"], hook.body["id"].as_str().unwrap());
+        assert_eq!(
+            hook.headers["webhook-id"],
+            hook.body["id"].as_str().unwrap()
+        );
         let sent: u64 = hook.headers["webhook-timestamp"]
             .to_str()
             .unwrap()
@@ -586,8 +593,8 @@ async fn deliveries_run_concurrently<DB: TestDb>() {
     commit(&h, &messages).await;
     // Four at a time: the barrier of four opens only if four deliveries run together, so
     // one at a time would never finish.
-    let dispatcher = Dispatcher::new(&h.idem, Together(Arc::new(tokio::sync::Barrier::new(4))))
-        .concurrency(4);
+    let dispatcher =
+        Dispatcher::new(&h.idem, Together(Arc::new(tokio::sync::Barrier::new(4)))).concurrency(4);
     let report = tokio::time::timeout(Duration::from_secs(30), dispatcher.run_once())
         .await
         .expect("four deliveries in flight at once")
@@ -608,7 +615,9 @@ async fn deliveries_run_concurrently<DB: TestDb>() {
         Duration::from_secs(150)
     );
     assert_eq!(
-        Dispatcher::new(&h.idem, sink).lease(Duration::from_secs(5)).lease_duration(),
+        Dispatcher::new(&h.idem, sink)
+            .lease(Duration::from_secs(5))
+            .lease_duration(),
         Duration::from_secs(5)
     );
 }

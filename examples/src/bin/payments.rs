@@ -10,7 +10,15 @@
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).
 //! - `WEBHOOK_URL`: where the outbox delivers payment events (`payment.succeeded`), default
-//!   `http://127.0.0.1:3900/webhooks`.
+//!   `http://127.0.0.1:3900/webhooks` (the `fake-provider`'s receiver). Every event is
+//!   retried, whatever the receiver answers, until it gets a `2xx`: after 100 failed
+//!   attempts (backoff from 0.5 s to 10 s, with jitter: about 8 minutes) it is parked as
+//!   dead, never dropped; `idem outbox retry ID|--all` puts it back.
+//! - `WEBHOOK_SECRET`: a Standard Webhooks secret (`whsec_…`) to sign those deliveries with
+//!   (`webhook-signature`); unset, they carry `webhook-id` and `webhook-timestamp` unsigned.
+//! - `PROVIDER_WEBHOOK_SECRET`: the secret `POST /webhooks/provider` verifies the
+//!   provider's events with, default `whsec_aWRlbS1leGFtcGxlLXNlY3JldA==` (the
+//!   `fake-provider`'s default).
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
 //!   by this process's reconciler — once it ran out.
@@ -40,6 +48,7 @@ use idem_examples::server;
 use idem_runtime::outbox::{Dispatcher, WebhookSink};
 use idem_runtime::spec::parse_duration;
 use idem_runtime::sqlx::{MySql, Postgres, Sqlite};
+use idem_runtime::webhooks::WebhookSecret;
 use idem_runtime::{Config, Idem};
 use tokio::net::TcpListener;
 
@@ -63,6 +72,17 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let addr = server::listen_addr(DEFAULT_LISTEN_ADDR)?;
     let provider_url = server::env_or("PROVIDER_URL", payments::DEFAULT_PROVIDER_URL);
     let webhook_url = server::env_or("WEBHOOK_URL", payments::DEFAULT_WEBHOOK_URL);
+    let signing = match std::env::var("WEBHOOK_SECRET") {
+        Ok(secret) => {
+            Some(WebhookSecret::new(&secret).map_err(|e| format!("WEBHOOK_SECRET: {e}"))?)
+        }
+        Err(_) => None,
+    };
+    let provider_webhooks = WebhookSecret::new(&server::env_or(
+        "PROVIDER_WEBHOOK_SECRET",
+        payments::DEFAULT_PROVIDER_WEBHOOK_SECRET,
+    ))
+    .map_err(|e| format!("PROVIDER_WEBHOOK_SECRET: {e}"))?;
     let lease = match std::env::var("PAYMENTS_LEASE") {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
@@ -89,6 +109,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let state = AppState {
         idem: idem.clone(),
         ctx,
+        provider_webhooks,
     };
 
     // Stuck payments — their attempt died and nobody retries — are resumed from here,
@@ -121,9 +142,18 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
 
     // Events `payments::pay` writes in the payment's transaction are delivered from here, at
     // least once; several instances share the work (claims under a lease). Receivers
-    // deduplicate on the event's `id`.
-    let sink = WebhookSink::new(webhook_url.as_str())?;
+    // deduplicate on the event's `id` (`webhook-id`). Eight deliveries at a time, each
+    // within 5 s: the lease the dispatcher chooses (at least 30 s) outlasts a batch of 16
+    // (⌈16 ÷ 8⌉ × 5 s).
+    let mut sink = WebhookSink::new(webhook_url.as_str())?.timeout(Duration::from_secs(5));
+    if let Some(secret) = signing {
+        sink = sink.signing_secret(secret);
+    }
     let dispatcher = Dispatcher::new(&idem, sink)
+        .batch(16)
+        .concurrency(8)
+        .max_attempts(100)
+        .backoff(Duration::from_millis(500), Duration::from_secs(10))
         .poll_interval(Duration::from_millis(200))
         .spawn();
     let shutdown = server::shutdown_signal()?;
