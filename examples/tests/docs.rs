@@ -81,8 +81,25 @@ async fn payments_serves_its_documents() {
             .contains(&"urn:idem:problem:interrupted".into())
     );
     assert!(post["responses"]["402"].is_object());
-    // Only `POST /payments`: the orders handler linked into the same library is not its.
-    assert_eq!(openapi["paths"].as_object().unwrap().len(), 1);
+    // The provider's events: the key is the `webhook-id` header, and a delivery that does
+    // not verify is documented.
+    let hook = &openapi["paths"]["/webhooks/provider"]["post"];
+    let parameters = hook["parameters"].as_array().unwrap();
+    assert!(
+        parameters
+            .iter()
+            .any(|p| p["name"] == "webhook-id" && p["in"] == "header" && p["required"] == true),
+        "{parameters:?}"
+    );
+    assert!(
+        !parameters.iter().any(|p| p["name"] == "Idempotency-Key"),
+        "{parameters:?}"
+    );
+    assert!(hook["responses"]["401"].is_object());
+    assert!(markdown.contains("## POST /webhooks/provider"), "{markdown}");
+    // `POST /payments` and the provider's events only: the orders handler linked into the
+    // same library is not its.
+    assert_eq!(openapi["paths"].as_object().unwrap().len(), 2);
     insta::assert_snapshot!("payments_markdown", markdown);
     insta::with_settings!({ sort_maps => true }, {
         insta::assert_json_snapshot!("payments_openapi", openapi);
