@@ -927,6 +927,9 @@ mod webhook {
                 data: &message.payload,
             })
             .map_err(|e| DeliveryError::permanent(format!("the payload cannot be sent: {e}")))?;
+            // The receiver checks it against its own clock (Standard Webhooks' tolerance):
+            // the wall clock, not the dispatcher's.
+            #[allow(clippy::disallowed_methods)]
             let timestamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
