@@ -76,7 +76,7 @@
 //! After [`Dispatcher::max_attempts`] failures (default 10), or at once for a failure the
 //! sink reports as [permanent](DeliveryError::permanent), the message is *dead*: nothing
 //! delivers it again. Dead messages stay in the table with their `last_error`; list them
-//! with [`Outbox::list`] and put one back with [`Outbox::retry_dead`] once the cause is
+//! with [`Outbox::list`] and put one back with [`Outbox::retry`] once the cause is
 //! fixed. Delivered messages stay too, until [`Outbox::sweep_delivered`] deletes them; while
 //! a delivered message is in the table its dedup id cannot be enqueued again.
 //!
