@@ -603,15 +603,12 @@ fn refusal(row: &OutboxRow, now_ms: i64) -> Option<String> {
         ))
     } else if row.in_flight(now_ms) {
         Some(format!(
-            "retry: outbox message {id} is being delivered (a dispatcher's lease holds it \
-             until {} ms since the Unix epoch); wait for the outcome",
-            row.locked_until_ms.unwrap_or_default()
+            "retry: outbox message {id} is being delivered (a dispatcher holds it until its \
+             lease ends); wait for the outcome"
         ))
     } else {
         Some(format!(
-            "retry: outbox message {id} is due already (since {} ms since the Unix epoch): \
-             the next claim takes it",
-            row.next_attempt_at_ms
+            "retry: outbox message {id} is due already: the next claim takes it"
         ))
     }
 }

@@ -73,7 +73,7 @@ use ratatui::crossterm::event::Event;
 use tokio::sync::mpsc;
 
 use crate::db::Db;
-use app::{ActError, App, Command, DetailData, Msg, Refreshed, update};
+use app::{ActError, App, Command, DetailData, MessageData, Msg, Refreshed, Retried, update};
 
 /// How the UI was started.
 #[derive(Debug, Clone)]
@@ -186,7 +186,28 @@ fn failed(command: Command, why: &str) -> Msg {
             action: action.name(),
             result: Err(ActError::Other(why)),
         },
+        Command::LoadMessage { id } => Msg::MessageLoaded {
+            id,
+            result: Err(why),
+        },
+        Command::Retry { id, .. } => Msg::Retried {
+            id,
+            result: Err(ActError::Other(why)),
+        },
     }
+}
+
+/// Reads an outbox message and its audit history.
+async fn read_message(db: &Db, id: i64) -> Result<MessageData, String> {
+    let row = db.outbox_find(id).await.map_err(|e| e.to_string())?;
+    let audit = match &row {
+        Some(row) => db
+            .audit(&AuditFilter::new().key(row.audit_key()).limit(50))
+            .await
+            .map_err(|e| e.to_string()),
+        None => Ok(Vec::new()),
+    };
+    Ok(MessageData { row, audit })
 }
 
 /// Reads a key, its audit history and its journal.
@@ -216,6 +237,8 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             count,
             filter,
             detail,
+            outbox,
+            message,
         } => {
             let result = async {
                 let page = db.list(&filter, now).await.map_err(|e| e.to_string())?;
@@ -233,11 +256,31 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 } else {
                     (None, None)
                 };
+                let outbox = match outbox {
+                    Some(query) => {
+                        let messages = db.outbox_list(query.status, query.limit).await;
+                        Some((query, messages.map_err(|e| e.to_string())))
+                    }
+                    None => None,
+                };
+                let message = match message {
+                    Some(id) => Some((id, read_message(db, id).await)),
+                    None => None,
+                };
+                // A database without the outbox's table still shows its keys.
+                let outbox_counts = if count {
+                    db.outbox_counts(now).await.ok()
+                } else {
+                    None
+                };
                 Ok(Box::new(Refreshed {
                     counts,
                     operations,
                     page,
                     detail,
+                    outbox_counts,
+                    outbox,
+                    message,
                 }))
             }
             .await;
@@ -267,6 +310,24 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 key,
                 action: action.name(),
                 result,
+            }
+        }
+        Command::LoadMessage { id } => {
+            let result = read_message(db, id).await.map(Box::new);
+            Msg::MessageLoaded { id, result }
+        }
+        Command::Retry { id, reason } => {
+            let by = Actor::new(operator).reason(reason);
+            let result = match id {
+                Some(id) => db
+                    .outbox_retry(id, now, &by)
+                    .await
+                    .map(|row| Retried::One(Box::new(row))),
+                None => db.outbox_retry_all(now, &by).await.map(Retried::All),
+            };
+            Msg::Retried {
+                id,
+                result: result.map_err(act_error),
             }
         }
     }
