@@ -425,8 +425,8 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     /// # Errors
     /// When the store fails; no gauge changes then.
     pub async fn observe(&self) -> Result<OutboxCounts, StoreError> {
-        let counts = self.outbox.counts().await?;
         let now = self.idem.now_millis();
+        let counts = self.outbox.counts(now).await?;
         let age = counts.oldest_pending_ms.map_or(0, |oldest| now - oldest);
         crate::telemetry::outbox::table(counts.pending, counts.dead, age);
         Ok(counts)

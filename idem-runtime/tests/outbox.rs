@@ -19,6 +19,7 @@ use idem_runtime::key::KeyFormat;
 use idem_runtime::outbox::{
     Claimed, DeliveryError, Dispatcher, OutboxMessage, OutboxStatus, Sink, WebhookSink,
 };
+use idem_runtime::store::Actor;
 use idem_runtime::webhooks::WebhookSecret;
 use idem_testkit::on_both_backends;
 use serde_json::{Value, json};
@@ -281,7 +282,7 @@ async fn committed_messages_are_delivered_as_webhooks<DB: TestDb>() {
     })
     .await;
     handle.shutdown().await.unwrap();
-    let counts = h.idem.outbox().counts().await.unwrap();
+    let counts = h.idem.outbox().counts(h.idem.now_millis()).await.unwrap();
     assert_eq!((counts.delivered, counts.pending), (3, 0));
 }
 
@@ -371,15 +372,19 @@ async fn always_failing_messages_die<DB: TestDb>() {
     assert_eq!(dispatcher.run_once().await.unwrap().claimed, 0);
     let dead = outbox.list(Some(OutboxStatus::Dead), 10).await.unwrap();
     assert_eq!(dead.len(), 3);
-    assert_eq!(outbox.counts().await.unwrap().dead, 3);
+    assert_eq!(outbox.counts(h.idem.now_millis()).await.unwrap().dead, 3);
 
     // Once the receiver is fixed, an operator puts a dead message back.
     receiver.0.lock().unwrap().always.clear();
-    assert!(
-        outbox
-            .retry_dead("down", h.idem.now_millis())
-            .await
-            .unwrap()
+    let down = outbox.get("down").await.unwrap().unwrap();
+    let by = Actor::new("ops").reason("the receiver is fixed");
+    let retried = outbox
+        .retry(down.id, h.idem.now_millis(), &by)
+        .await
+        .unwrap();
+    assert_eq!(
+        (retried.status, retried.attempts),
+        (OutboxStatus::Pending, 0)
     );
     let report = dispatcher.run_once().await.unwrap();
     assert_eq!((report.claimed, report.delivered), (1, 1), "{report:?}");
@@ -439,7 +444,15 @@ async fn an_aborted_dispatcher_leaves_its_batch_to_the_next<DB: TestDb>() {
     assert_eq!((report.claimed, report.delivered), (5, 5), "{report:?}");
     let delivered: Vec<String> = log.lock().unwrap().per_id.keys().cloned().collect();
     assert_eq!(delivered, ids);
-    assert_eq!(h.idem.outbox().counts().await.unwrap().delivered, 5);
+    assert_eq!(
+        h.idem
+            .outbox()
+            .counts(h.idem.now_millis())
+            .await
+            .unwrap()
+            .delivered,
+        5
+    );
 }
 
 async fn two_dispatchers_deliver_each_message_once<DB: TestDb>() {
@@ -494,7 +507,7 @@ async fn two_dispatchers_deliver_each_message_once<DB: TestDb>() {
             log.per_label
         );
     }
-    let counts = h.idem.outbox().counts().await.unwrap();
+    let counts = h.idem.outbox().counts(h.idem.now_millis()).await.unwrap();
     assert_eq!((counts.delivered, counts.pending), (200, 0));
 }
 

@@ -180,8 +180,9 @@
 //!
 //! Messages written in the application's own transaction with [`enqueue`], to be delivered
 //! after it commits, at least once: [`Outbox`] claims due messages under a lease, records
-//! each outcome, and serves tools (list, counts, revive dead messages, sweep delivered
-//! ones). Receivers deduplicate on each message's [`OutboxMessage::dedup_id`].
+//! each outcome, and serves tools (list, find, counts, operators' audited retries, sweeps
+//! of delivered messages). Receivers deduplicate on each message's
+//! [`OutboxMessage::dedup_id`].
 //!
 //! `idempotency_outbox`, created by migration 3 of [`migrate`]:
 //!
@@ -216,6 +217,23 @@
 //! only delays its rows: they are claimed again once the lease is over. A dispatcher still
 //! delivering when its lease ends may see its rows claimed by another: choose leases longer
 //! than a batch takes to deliver.
+//!
+//! ## Dead messages and operators
+//!
+//! A message given up on is `dead` and stays in the table, with its `last_error`, until an
+//! operator sends it again; nothing deletes it. [`Outbox::counts`] says how many messages
+//! are pending, in flight (leased by a dispatcher at that moment), delivered and dead;
+//! [`Outbox::list`], [`Outbox::find`] (by row id) and [`Outbox::get`] (by dedup id) show
+//! them. [`Outbox::retry`] is the one operator action on a message: a dead message goes back
+//! to `pending`, due at once, with its attempts reset; a pending message waiting for its
+//! backoff is made due at once, its attempts kept; a message in flight, due already or
+//! delivered is refused ([`StoreError::NotApplicable`]). [`Outbox::retry_all`] does it for
+//! every message it applies to, in batches. Each retry holds the message's row, and writes
+//! its entry in the audit trail `idempotency_audit` in the same transaction, as
+//! [`KeyTable::act`] does for keys: scope `outbox`, the topic as the operation, the dedup
+//! id as the key, action `outbox-retry`, and the row before and after as JSON (on MySQL that
+//! `operation` column holds 255 characters: a longer topic fails the retry, changing
+//! nothing). The `idem` tool's `outbox` commands and its UI's outbox view go through them.
 //!
 //! # The operation registry
 //!

@@ -83,10 +83,13 @@ pub struct Sql<S> {
     pub mark_delivered: S,
     pub mark_failed: S,
     pub outbox_get: S,
+    pub outbox_find: S,
+    pub outbox_find_for_update: S,
     pub outbox_list: S,
     pub outbox_list_status: S,
     pub outbox_counts: S,
-    pub retry_dead: S,
+    pub outbox_retry: S,
+    pub outbox_retryable: S,
     pub sweep_delivered: S,
 }
 
@@ -326,14 +329,28 @@ impl Sql<&'static str> {
                       next_attempt_at = {ts CASE WHEN $4 THEN $5 ELSE $3 END}, \
                       locked_until = NULL WHERE id = $1 AND status = 'pending'",
         outbox_get: "SELECT {outbox_columns} FROM idempotency_outbox WHERE dedup_id = $1",
+        outbox_find: "SELECT {outbox_columns} FROM idempotency_outbox WHERE id = $1",
+        outbox_find_for_update: "SELECT {outbox_columns} FROM idempotency_outbox WHERE id = $1\
+                                 {for_update}",
         outbox_list: "SELECT {outbox_columns} FROM idempotency_outbox ORDER BY id LIMIT $1",
         outbox_list_status: "SELECT {outbox_columns} FROM idempotency_outbox \
                              WHERE status = $1 ORDER BY id LIMIT $2",
-        outbox_counts: "SELECT status, count(*), {ms min(created_at)} \
+        // Per status: how many, the oldest, and how many are leased at `$1` (in flight).
+        outbox_counts: "SELECT status, count(*), {ms min(created_at)}, \
+                        count(CASE WHEN locked_until > {ts $1} THEN 1 END) \
                         FROM idempotency_outbox GROUP BY status",
-        retry_dead: "UPDATE idempotency_outbox SET status = 'pending', attempts = 0, \
-                     next_attempt_at = {ts $2}, locked_until = NULL \
-                     WHERE dedup_id = $1 AND status = 'dead'",
+        // An operator's retry of a row this transaction holds and has checked: pending, due
+        // at `$2`, unleased, with `$3` attempts (0 for a dead message, kept otherwise).
+        outbox_retry: "UPDATE idempotency_outbox SET status = 'pending', attempts = $3, \
+                       next_attempt_at = {ts $2}, locked_until = NULL WHERE id = $1\
+                       {returning {outbox_columns}}",
+        // What `Outbox::retry_all` retries, after id `$2`: dead rows, and pending rows waiting
+        // for their backoff at `$1` (not due, not leased).
+        outbox_retryable: "SELECT id FROM idempotency_outbox WHERE id > $2 \
+                           AND (status = 'dead' OR (status = 'pending' \
+                           AND next_attempt_at > {ts $1} \
+                           AND (locked_until IS NULL OR locked_until <= {ts $1}))) \
+                           ORDER BY id LIMIT $3",
         sweep_delivered: "DELETE FROM idempotency_outbox WHERE id {pick \
                           SELECT id FROM idempotency_outbox WHERE status = 'delivered' \
                           AND delivered_at <= {ts $1} LIMIT $2}",
@@ -434,10 +451,13 @@ impl<S> Sql<S> {
             mark_delivered: f(self.mark_delivered),
             mark_failed: f(self.mark_failed),
             outbox_get: f(self.outbox_get),
+            outbox_find: f(self.outbox_find),
+            outbox_find_for_update: f(self.outbox_find_for_update),
             outbox_list: f(self.outbox_list),
             outbox_list_status: f(self.outbox_list_status),
             outbox_counts: f(self.outbox_counts),
-            retry_dead: f(self.retry_dead),
+            outbox_retry: f(self.outbox_retry),
+            outbox_retryable: f(self.outbox_retryable),
             sweep_delivered: f(self.sweep_delivered),
         }
     }

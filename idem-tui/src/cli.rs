@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand};
 /// idem's operator tool: inspect and manage the idempotency keys of a live database.
 ///
 /// Without a command, on a terminal, opens the terminal UI. Exit codes: 0 done, 1 error,
-/// 2 usage, 3 key not found, 4 refused (the key changed or is not in a state the action
-/// allows, or --read-only).
+/// 2 usage, 3 key or message not found, 4 refused (the key changed, the key or message is
+/// not in a state the action allows, or --read-only).
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 pub struct Cli {
@@ -55,6 +55,58 @@ pub enum Command {
     Operations,
     /// The client's contract of every registered operation, as services document it.
     Docs(DocsArgs),
+    /// The transactional outbox: list and inspect messages, retry dead ones.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+}
+
+/// `idem outbox …`.
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List messages in id order (the order they were enqueued), with the outbox's counts.
+    List(OutboxListArgs),
+    /// Everything about one message: its columns, payload and audit history.
+    Show(OutboxShowArgs),
+    /// Send a dead message again (pending, due now, attempts reset), or one waiting for its
+    /// backoff now; audited. `--all`: every such message.
+    Retry(OutboxRetryArgs),
+}
+
+/// `outbox list`.
+#[derive(Debug, Args)]
+pub struct OutboxListArgs {
+    /// Only dead messages: given up on, waiting for an operator.
+    #[arg(long)]
+    pub dead: bool,
+    /// Messages at most (1 to 1000), oldest first.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+}
+
+/// `outbox show`.
+#[derive(Debug, Args)]
+pub struct OutboxShowArgs {
+    /// The message: its numeric id, or else its dedup id.
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+/// `outbox retry`.
+#[derive(Debug, Args)]
+pub struct OutboxRetryArgs {
+    /// The message: its numeric id, or else its dedup id.
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub id: Option<String>,
+    /// Every dead message, and every pending one waiting for its backoff.
+    #[arg(long)]
+    pub all: bool,
+    /// Why (a ticket, an incident), for the audit trail.
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
 /// `docs`: which document.

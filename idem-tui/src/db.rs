@@ -1,5 +1,5 @@
 //! The database the tool works on: one [`KeyTable`] on PostgreSQL, SQLite or MySQL, chosen
-//! by the URL, with the same methods whichever it is.
+//! by the URL, with the same methods whichever it is, and the [`Outbox`] beside it.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{MySql, Postgres, Sqlite};
 use idem_store::{
     Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-    KeyTable, OperationInfo, Page, Registration, StoreError,
+    KeyTable, OperationInfo, Outbox, OutboxCounts, OutboxRow, OutboxStatus, Page, Registration,
+    StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -43,6 +44,26 @@ macro_rules! on_table {
             Db::Postgres($table) => $call,
             Db::Sqlite($table) => $call,
             Db::MySql($table) => $call,
+        }
+    };
+}
+
+/// Calls the same method on the outbox of whichever database `self` holds.
+macro_rules! on_outbox {
+    ($self:ident, $outbox:ident => $call:expr) => {
+        match $self {
+            Db::Postgres(t) => {
+                let $outbox = Outbox::new(t.pool().clone());
+                $call
+            }
+            Db::Sqlite(t) => {
+                let $outbox = Outbox::new(t.pool().clone());
+                $call
+            }
+            Db::MySql(t) => {
+                let $outbox = Outbox::new(t.pool().clone());
+                $call
+            }
         }
     };
 }
@@ -173,6 +194,52 @@ impl Db {
     /// See [`KeyTable::operations`].
     pub async fn operations(&self, now_ms: i64) -> Result<Vec<OperationInfo>, StoreError> {
         on_table!(self, t => t.operations(now_ms).await)
+    }
+
+    /// See [`Outbox::list`].
+    pub async fn outbox_list(
+        &self,
+        status: Option<OutboxStatus>,
+        limit: u32,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        on_outbox!(self, o => o.list(status, limit).await)
+    }
+
+    /// See [`Outbox::counts`].
+    pub async fn outbox_counts(&self, now_ms: i64) -> Result<OutboxCounts, StoreError> {
+        on_outbox!(self, o => o.counts(now_ms).await)
+    }
+
+    /// See [`Outbox::find`].
+    pub async fn outbox_find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
+        on_outbox!(self, o => o.find(id).await)
+    }
+
+    /// A message as the command line names it: by its numeric id, or, when `name` is not a
+    /// number or no message has that id, by its dedup id ([`Outbox::find`],
+    /// [`Outbox::get`]).
+    pub async fn outbox_lookup(&self, name: &str) -> Result<Option<OutboxRow>, StoreError> {
+        if let Ok(id) = name.trim().parse::<i64>()
+            && let Some(row) = self.outbox_find(id).await?
+        {
+            return Ok(Some(row));
+        }
+        on_outbox!(self, o => o.get(name).await)
+    }
+
+    /// See [`Outbox::retry`].
+    pub async fn outbox_retry(
+        &self,
+        id: i64,
+        now_ms: i64,
+        by: &Actor,
+    ) -> Result<OutboxRow, StoreError> {
+        on_outbox!(self, o => o.retry(id, now_ms, by).await)
+    }
+
+    /// See [`Outbox::retry_all`].
+    pub async fn outbox_retry_all(&self, now_ms: i64, by: &Actor) -> Result<u64, StoreError> {
+        on_outbox!(self, o => o.retry_all(now_ms, by).await)
     }
 }
 

@@ -1,8 +1,10 @@
-//! How keys, responses, times and audit entries are written: the JSON shapes of the command
-//! line's contract, and the short forms of its tables.
+//! How keys, outbox messages, responses, times and audit entries are written: the JSON
+//! shapes of the command line's contract, and the short forms of its tables.
 
 use base64::Engine as _;
-use idem_store::{AuditEntry, KeyRow, StatusCounts, StoredResponse};
+use idem_store::{
+    AuditEntry, KeyRow, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts, StoredResponse,
+};
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
@@ -154,6 +156,74 @@ pub fn counts_json(counts: &StatusCounts) -> Value {
     })
 }
 
+/// An outbox message in a listing: every column but the payload.
+pub fn message_json(row: &OutboxRow, now_ms: i64) -> Value {
+    json!({
+        "id": row.id,
+        "dedup_id": row.dedup_id,
+        "topic": row.topic,
+        "status": row.status.as_str(),
+        "in_flight": row.in_flight(now_ms),
+        "attempts": row.attempts,
+        "next_attempt_at": rfc3339(row.next_attempt_at_ms),
+        "locked_until": opt_time(row.locked_until_ms),
+        "last_error": row.last_error,
+        "created_at": rfc3339(row.created_at_ms),
+        "delivered_at": opt_time(row.delivered_at_ms),
+    })
+}
+
+/// The outbox's counts, with their total.
+pub fn outbox_counts_json(counts: &OutboxCounts) -> Value {
+    json!({
+        "pending": counts.pending,
+        "in_flight": counts.in_flight,
+        "delivered": counts.delivered,
+        "dead": counts.dead,
+        "total": counts.total(),
+        "oldest_pending_at": opt_time(counts.oldest_pending_ms),
+    })
+}
+
+/// The outbox's counts in one line: `3 pending (1 in flight), 10 delivered, 2 dead`.
+pub fn outbox_counts_text(counts: &OutboxCounts) -> String {
+    let in_flight = if counts.in_flight > 0 {
+        format!(" ({} in flight)", counts.in_flight)
+    } else {
+        String::new()
+    };
+    format!(
+        "{} pending{in_flight}, {} delivered, {} dead",
+        counts.pending, counts.delivered, counts.dead
+    )
+}
+
+/// When a message is next attempted, for tables: `in 4m` (waiting for its backoff), `due`,
+/// `in flight` (a dispatcher holds it), or `-` (dead or delivered: never).
+pub fn next_attempt(row: &OutboxRow, now_ms: i64) -> String {
+    match row.status {
+        OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
+        OutboxStatus::Pending if row.in_flight(now_ms) => "in flight".to_owned(),
+        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => "due".to_owned(),
+        OutboxStatus::Pending => format!("in {}", span(row.next_attempt_at_ms - now_ms)),
+    }
+}
+
+/// `text` on one line and at most `max` characters (`…` marks a cut).
+pub fn one_line(text: &str, max: usize) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if line.chars().count() <= max {
+        line
+    } else {
+        let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
 /// A size in bytes for people: `812 B`, `1.5 MiB`.
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -191,6 +261,27 @@ mod tests {
         assert_eq!(span(86_400_000 + 60_000), "1d");
         assert_eq!(relative(10_000, 0), "in 10s");
         assert_eq!(relative(0, 120_000), "2m ago");
+    }
+
+    #[test]
+    fn messages_on_one_line() {
+        assert_eq!(
+            one_line("HTTP 503\nretry later", 40),
+            "HTTP 503 retry later"
+        );
+        assert_eq!(one_line("abcdef", 4), "abc…");
+        assert_eq!(one_line("abcd", 4), "abcd");
+        let counts = OutboxCounts {
+            pending: 3,
+            in_flight: 1,
+            delivered: 10,
+            dead: 2,
+            oldest_pending_ms: None,
+        };
+        assert_eq!(
+            outbox_counts_text(&counts),
+            "3 pending (1 in flight), 10 delivered, 2 dead"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `idem`: the operator's terminal UI and command line for idem's key table.
+//! `idem`: the operator's terminal UI and command line for idem's key table and outbox.
 //!
 //! `idem` with no command, on a terminal, opens the UI. Every command works without a
 //! terminal and prints aligned columns, or one JSON document on stdout with `--json`:
@@ -15,11 +15,15 @@
 //! | `sweep --grace 7d [--batch N] [--dry-run]` | deletes keys that expired more than the grace period ago |
 //! | `operations` | every operation seen or registered, with its counts and settings |
 //! | `docs [--format markdown\|openapi]` | the client's contract of the operations whose service registered its document |
+//! | `outbox list [--dead] [--limit N]` | the outbox's messages, oldest first, with its counts (pending, in flight, delivered, dead) |
+//! | `outbox show ID` | one message (its numeric id, else its dedup id): every column, the payload, the audit history |
+//! | `outbox retry ID\|--all [--reason R]` | sends a dead message again, or one waiting for its backoff now; audited |
 //!
 //! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
-//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key not found,
-//! 4 refused (the key changed, the action does not apply to its state, it needs `--force` —
-//! a live lease, deleting a completed staged key — or `--read-only`).
+//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key or message not
+//! found, 4 refused (the key changed, the action does not apply to the key's or message's
+//! state, it needs `--force` — a live lease, deleting a completed staged key — or
+//! `--read-only`).
 //! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.
 
 mod cli;

@@ -7,7 +7,9 @@ mod common;
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
-use common::{BINARY_BODY, ORDERS, Seeded, idem};
+use common::{BINARY_BODY, MESSAGES, ORDERS, OutboxSeeded, Seeded, idem};
+use idem_runtime::clock::{Clock as _, SystemClock};
+use idem_runtime::outbox::OutboxStatus;
 use idem_runtime::store::{AuditFilter, KeyStatus};
 use idem_testkit::harness::TestBackend;
 use idem_testkit::on_both_backends;
@@ -673,7 +675,315 @@ async fn docs_from_the_database<DB: TestBackend>() {
     s.run(&["docs", "--format", "html"]).code(EXIT_USAGE);
 }
 
+/// The `dedup_id` fields of `outbox list`.
+fn dedup_ids(doc: &Value) -> Vec<String> {
+    doc["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["dedup_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `outbox list`: every message with its state and the counts; `--dead`; `--limit`.
+async fn outbox_lists_messages<DB: TestBackend>() {
+    let s = OutboxSeeded::<DB>::new().await;
+    let doc = s.run(&["outbox", "list", "--json"]).code(0).json();
+    assert_eq!(dedup_ids(&doc), MESSAGES, "{doc:#}");
+    assert_eq!(
+        doc["counts"],
+        serde_json::json!({
+            "pending": 3, "in_flight": 1, "delivered": 2, "dead": 2, "total": 7,
+            "oldest_pending_at": doc["counts"]["oldest_pending_at"],
+        })
+    );
+    assert!(doc["counts"]["oldest_pending_at"].is_string());
+    assert_eq!(doc["more"], false);
+    let find = |dedup_id: &str| {
+        doc["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["dedup_id"] == dedup_id)
+            .unwrap()
+            .clone()
+    };
+    let dead = find("dead-1");
+    assert_eq!(dead["id"], s.ids["dead-1"]);
+    assert_eq!(dead["topic"], "order.paid");
+    assert_eq!(dead["status"], "dead");
+    assert_eq!(dead["attempts"], 1);
+    assert_eq!(dead["in_flight"], false);
+    assert_eq!(
+        dead["last_error"],
+        "HTTP 503: the receiver is down for maintenance"
+    );
+    assert_eq!(dead["delivered_at"], Value::Null);
+    assert!(dead.get("payload").is_none(), "listings leave payloads out");
+    let in_flight = find("in-flight-1");
+    assert_eq!(
+        (&in_flight["status"], &in_flight["in_flight"]),
+        (&Value::from("pending"), &Value::from(true))
+    );
+    assert!(in_flight["locked_until"].is_string());
+    assert!(find("777")["delivered_at"].is_string());
+
+    let dead = s
+        .run(&["outbox", "list", "--dead", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(dedup_ids(&dead), ["dead-1", "dead-2"]);
+    assert_eq!(dead["more"], false);
+    let first = s
+        .run(&["--json", "outbox", "list", "--limit", "2"])
+        .code(0)
+        .json();
+    assert_eq!(dedup_ids(&first), ["dead-1", "dead-2"]);
+    assert_eq!(first["more"], true);
+
+    // For people: the counts, then the table.
+    let text = s.run(&["outbox", "list"]).code(0).stdout.clone();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap().split(';').next().unwrap(),
+        "outbox: 3 pending (1 in flight), 2 delivered, 2 dead"
+    );
+    let header = lines.next().unwrap();
+    for column in [
+        "ID",
+        "DEDUP ID",
+        "TOPIC",
+        "STATUS",
+        "ATTEMPTS",
+        "NEXT ATTEMPT",
+        "AGE",
+        "LAST ERROR",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    let line = |dedup_id: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(dedup_id))
+            .unwrap_or_else(|| panic!("{dedup_id} in {text}"))
+            .to_owned()
+    };
+    assert!(line("in-flight-1").contains("in flight"), "{text}");
+    assert!(line("due-1").contains(" due "), "{text}");
+    assert!(line("backoff-1").contains(" in 59m"), "{text}");
+    assert!(line("dead-1").contains("HTTP 503"), "{text}");
+    assert_eq!(text.lines().count(), 2 + MESSAGES.len(), "{text}");
+    let text = s
+        .run(&["outbox", "list", "--limit", "1"])
+        .code(0)
+        .stdout
+        .clone();
+    assert!(text.contains("more: 7 in all"), "{text}");
+    assert!(
+        s.run(&["outbox", "list", "--dead", "--limit", "1"])
+            .code(0)
+            .stdout
+            .contains("more: 2 in all")
+    );
+    s.run(&["outbox", "list", "--limit", "0"]).code(EXIT_USAGE);
+}
+
+/// `outbox show`: by numeric id or dedup id, with the payload and the audit history.
+async fn outbox_shows_a_message<DB: TestBackend>() {
+    let s = OutboxSeeded::<DB>::new().await;
+    let id = s.ids["dead-1"].to_string();
+    let by_id = s.run(&["outbox", "show", &id, "--json"]).code(0).json();
+    let by_dedup_id = s
+        .run(&["outbox", "show", "dead-1", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(by_id, by_dedup_id);
+    assert_eq!(by_id["dedup_id"], "dead-1");
+    assert_eq!(
+        by_id["payload"],
+        serde_json::json!({"order": "dead-1", "total": 1990})
+    );
+    assert_eq!(by_id["audit"], serde_json::json!([]));
+    // A dedup id that reads as a number but is no message's id.
+    let numeric = s.run(&["outbox", "show", "777", "--json"]).code(0).json();
+    assert_eq!(numeric["dedup_id"], "777");
+    assert_eq!(numeric["status"], "delivered");
+
+    let text = s
+        .run(&["outbox", "show", "backoff-1"])
+        .code(0)
+        .stdout
+        .clone();
+    for expected in [
+        "dedup id:",
+        "backoff-1",
+        "next attempt:",
+        "in 59m",
+        "HTTP 429",
+        "payload:",
+        "\"total\": 1990",
+        "audit: no operator action",
+    ] {
+        assert!(text.contains(expected), "{expected} in {text}");
+    }
+
+    for missing in ["nope", "999999"] {
+        let run = s.run(&["outbox", "show", missing, "--json"]);
+        run.code(EXIT_NOT_FOUND);
+        assert!(run.stderr.contains(missing), "{}", run.stderr);
+        assert_eq!(run.json()["code"], EXIT_NOT_FOUND);
+    }
+    s.run(&["outbox", "show"]).code(EXIT_USAGE);
+}
+
+/// `outbox retry`: a dead message and one waiting for its backoff are sent again, audited
+/// with the operator and the reason; one in flight, due or delivered is refused (4), a
+/// missing one is 3, `--read-only` refuses (4) and changes nothing; `--all` retries every
+/// one that applies.
+async fn outbox_retries_are_audited<DB: TestBackend>() {
+    let s = OutboxSeeded::<DB>::new().await;
+    let table = s.table();
+    let before = s.outbox().list(None, 100).await.unwrap();
+
+    // Read-only: refused before anything is read.
+    for args in [
+        &["--read-only", "outbox", "retry", "dead-1"][..],
+        &["outbox", "retry", "--all", "--read-only"][..],
+        &["--read-only", "outbox", "retry", "nope"][..],
+    ] {
+        let run = s.run(args);
+        run.code(EXIT_REFUSED);
+        assert!(run.stderr.contains("read-only"), "{}", run.stderr);
+    }
+    // Usage: an id or --all, not both, not neither.
+    s.run(&["outbox", "retry"]).code(EXIT_USAGE);
+    s.run(&["outbox", "retry", "dead-1", "--all"])
+        .code(EXIT_USAGE);
+    // Refused on their state, and missing.
+    for (dedup_id, why) in [
+        ("in-flight-1", "being delivered"),
+        ("due-1", "due already"),
+        ("delivered-1", "delivered"),
+    ] {
+        let run = s.run(&["outbox", "retry", dedup_id, "--json"]);
+        run.code(EXIT_REFUSED);
+        assert!(run.stderr.contains(why), "{dedup_id}: {}", run.stderr);
+        assert_eq!(run.json()["code"], EXIT_REFUSED);
+    }
+    s.run(&["outbox", "retry", "nope"]).code(EXIT_NOT_FOUND);
+    assert_eq!(s.outbox().list(None, 100).await.unwrap(), before);
+    assert!(table.audit(&AuditFilter::new()).await.unwrap().is_empty());
+
+    // A dead message, by its id: pending, due now, attempts 0.
+    let id = s.ids["dead-1"].to_string();
+    let retried = s
+        .run(&[
+            "outbox",
+            "retry",
+            &id,
+            "--operator",
+            "alice",
+            "--reason",
+            "INC-7: receiver back",
+            "--json",
+        ])
+        .code(0)
+        .json();
+    assert_eq!(retried["action"], "outbox-retry");
+    assert_eq!(retried["operator"], "alice");
+    assert_eq!(retried["reason"], "INC-7: receiver back");
+    assert_eq!(retried["message"]["status"], "pending");
+    assert_eq!(retried["message"]["attempts"], 0);
+    let row = s.message("dead-1").await;
+    assert_eq!((row.status, row.attempts), (OutboxStatus::Pending, 0));
+    assert!(row.next_attempt_at_ms <= SystemClock.now_millis());
+    // Audited, in the store and through the tool.
+    let entries = table
+        .audit(&AuditFilter::new().key(row.audit_key()))
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert_eq!(
+        (
+            entry.operator.as_str(),
+            entry.action.as_str(),
+            entry.scope.as_str(),
+            entry.operation.as_str(),
+            entry.key.as_str(),
+            entry.reason.as_deref(),
+            entry.forced,
+        ),
+        (
+            "alice",
+            "outbox-retry",
+            "outbox",
+            "order.paid",
+            "dead-1",
+            Some("INC-7: receiver back"),
+            false
+        )
+    );
+    assert_eq!(entry.before.as_ref().unwrap()["status"], "dead");
+    assert_eq!(entry.after.as_ref().unwrap()["status"], "pending");
+    let shown = s
+        .run(&["outbox", "show", "dead-1", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(shown["audit"][0]["action"], "outbox-retry");
+    assert_eq!(shown["audit"][0]["operator"], "alice");
+    let audit = s
+        .run(&["audit", "--scope", "outbox", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(audit["audit"].as_array().unwrap().len(), 1);
+    // Due now: a second retry is refused.
+    s.run(&["outbox", "retry", "dead-1"]).code(EXIT_REFUSED);
+
+    // Waiting for its backoff, by dedup id: due now, its attempts kept.
+    let text = s
+        .run(&["outbox", "retry", "backoff-1"])
+        .code(0)
+        .stdout
+        .clone();
+    assert!(text.starts_with("outbox-retry: message "), "{text}");
+    assert!(text.contains("(by os-user)"), "{text}");
+    let row = s.message("backoff-1").await;
+    assert_eq!((row.status, row.attempts), (OutboxStatus::Pending, 1));
+
+    // --all: the other dead message only, now.
+    let all = s
+        .run(&["outbox", "retry", "--all", "--reason", "sweep", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(all["retried"], 1);
+    assert_eq!(all["all"], true);
+    assert_eq!(s.message("dead-2").await.status, OutboxStatus::Pending);
+    let text = s.run(&["outbox", "retry", "--all"]).code(0).stdout.clone();
+    assert!(text.contains("nothing to retry"), "{text}");
+    let entries = table.audit(&AuditFilter::new()).await.unwrap();
+    let audited: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        audited,
+        [
+            ("dead-2", Some("sweep")),
+            ("backoff-1", None),
+            ("dead-1", Some("INC-7: receiver back")),
+        ]
+    );
+    let counts = s.run(&["outbox", "list", "--json"]).json()["counts"].clone();
+    assert_eq!(
+        (counts["dead"].clone(), counts["pending"].clone()),
+        (0.into(), 5.into())
+    );
+}
+
 on_both_backends!(
+    outbox_lists_messages,
+    outbox_shows_a_message,
+    outbox_retries_are_audited,
     docs_from_the_database,
     lists_filter_and_paginate,
     show_tells_everything,
@@ -690,6 +1000,9 @@ mod mysql {
         show_tells_everything,
         actions_are_fenced_and_audited,
         stats_sweep_and_operations,
+        outbox_lists_messages,
+        outbox_shows_a_message,
+        outbox_retries_are_audited,
     );
 }
 

@@ -1,7 +1,7 @@
 //! The real `idem` binary in a pseudo-terminal, on a real SQLite file: search by key prefix,
 //! open a key, expire it with a reason, try to delete another that an operator changes while
 //! the dialog is open (refused), quit; then the database and the audit trail tell what
-//! happened.
+//! happened. Likewise in the outbox view: retry a dead message with a reason.
 //!
 //! The same on PostgreSQL, in a schema of its own (`idem_test_<uuid>`, named by the URL's
 //! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
@@ -22,7 +22,8 @@ use idem_store::sqlx::postgres::PgPoolOptions;
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
-    Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, StoredResponse,
+    Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, Outbox,
+    OutboxMessage, OutboxStatus, StoredResponse, enqueue,
 };
 use idem_testkit::harness::{Location, TestBackend as _, settings};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
@@ -340,6 +341,95 @@ async fn expire_a_key_on_sqlite() {
 async fn expire_a_key_on_postgres() {
     let (url, table) = seeded_postgres().await;
     expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+}
+
+/// A dead message (`order-7/paid`, given up on after an `HTTP 503`) and a delivered one
+/// (`order-8/paid`) in the outbox beside the key table; the dead one's row id.
+async fn seed_outbox<DB: Backend>(table: &KeyTable<DB>) -> i64 {
+    let outbox = Outbox::new(table.pool().clone());
+    let now = now_ms();
+    let mut tx = table.pool().begin().await.unwrap();
+    for id in ["order-7/paid", "order-8/paid"] {
+        let message = OutboxMessage::new(id, "order.paid", serde_json::json!({"order": id}));
+        assert!(enqueue(&mut tx, &message, now - 60_000).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    let claimed = outbox.claim(now, 10, 60_000).await.unwrap();
+    let (dead, delivered) = (claimed[0].id, claimed[1].id);
+    let error = "HTTP 503 Service Unavailable";
+    assert!(
+        outbox
+            .mark_failed(dead, now, error, now, true)
+            .await
+            .unwrap()
+    );
+    assert!(outbox.mark_delivered(delivered, now).await.unwrap());
+    dead
+}
+
+/// Tab to the outbox, retry the dead message with a reason, open it, quit: then it is
+/// pending again, due, its attempts reset, and the retry is audited.
+async fn retry_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<DB>) {
+    let dead = seed_outbox(table).await;
+    let mut tui = Tui::start(database_url);
+    tui.wait_text("3 keys");
+    tui.wait_text(" 1 dead");
+    tui.send("\t\t");
+    tui.wait_text("2 messages (oldest first");
+    tui.wait_text("order-7/paid");
+    // `r` on the delivered one is refused at once; on the dead one it asks.
+    tui.send("j");
+    tui.send("r");
+    tui.wait_text("it is delivered");
+    tui.send("k");
+    tui.send("r");
+    tui.wait_text("retry this message?");
+    tui.wait_text("status: dead → pending, due now");
+    tui.send("INC-51 receiver back");
+    tui.wait_text("reason: INC-51 receiver back");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    tui.send("y");
+    tui.wait_text("is pending again, due now (audited)");
+    // Its detail, scrolled down to its audit history.
+    tui.send("\r");
+    tui.wait_text(&format!("message #{dead} order-7/paid"));
+    tui.send(&"j".repeat(20));
+    tui.wait_text(&format!("outbox-retry by {OPERATOR}"));
+    tui.send("q");
+    assert!(tui.wait_exit().success());
+
+    let outbox = Outbox::new(table.pool().clone());
+    let row = outbox.find(dead).await.unwrap().unwrap();
+    assert_eq!((row.status, row.attempts), (OutboxStatus::Pending, 0));
+    let audit = table
+        .audit(&AuditFilter::new().key(row.audit_key()))
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].action, "outbox-retry");
+    assert_eq!(audit[0].operator, OPERATOR);
+    assert_eq!(audit[0].reason.as_deref(), Some("INC-51 receiver back"));
+    assert_eq!(
+        outbox.get("order-8/paid").await.unwrap().unwrap().status,
+        OutboxStatus::Delivered
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_a_message_on_sqlite() {
+    let (path, table) = seeded_sqlite().await;
+    let url = format!("sqlite://{}", path.display());
+    retry_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_a_message_on_postgres() {
+    let (url, table) = seeded_postgres().await;
+    retry_through_the_ui(&url, &table).await;
     table.pool().close().await;
 }
 

@@ -4,8 +4,11 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde_json::json;
+
 use crate::dialect::Glue;
 use crate::error::StoreError;
+use crate::key::KeyRef;
 
 /// A message to enqueue ([`enqueue`](crate::enqueue)).
 ///
@@ -58,8 +61,8 @@ pub enum OutboxStatus {
     /// `delivered`: the sink accepted it.
     Delivered,
     /// `dead`: given up on, after too many failed attempts or a permanent failure. Nothing
-    /// delivers it again unless [`Outbox::retry_dead`](crate::Outbox::retry_dead) puts it
-    /// back.
+    /// delivers it again unless an operator puts it back ([`Outbox::retry`](crate::Outbox::retry),
+    /// [`Outbox::retry_all`](crate::Outbox::retry_all)).
     Dead,
 }
 
@@ -151,6 +154,75 @@ pub struct OutboxRow {
     pub created_at_ms: i64,
     /// When it was delivered.
     pub delivered_at_ms: Option<i64>,
+}
+
+impl OutboxRow {
+    /// Whether a dispatcher holds the message at `now_ms`: pending, claimed, its lease
+    /// (`locked_until`) not over yet. Its outcome is recorded when the delivery ends, or
+    /// another claim takes it once the lease is over.
+    #[must_use]
+    pub fn in_flight(&self, now_ms: i64) -> bool {
+        self.status == OutboxStatus::Pending && self.locked_until_ms.is_some_and(|l| l > now_ms)
+    }
+
+    /// Whether [`Outbox::retry`](crate::Outbox::retry) applies to the message at `now_ms`:
+    /// it is dead, or pending and waiting for its next attempt (due after `now_ms`, not
+    /// [in flight](OutboxRow::in_flight)).
+    ///
+    /// ```
+    /// # use idem_store::{OutboxRow, OutboxStatus};
+    /// # let row = OutboxRow { id: 1, dedup_id: "m".into(), topic: "t".into(), payload: serde_json::json!({}),
+    /// #     status: OutboxStatus::Dead, attempts: 10, next_attempt_at_ms: 1_000, locked_until_ms: None,
+    /// #     last_error: None, created_at_ms: 0, delivered_at_ms: None };
+    /// assert!(row.retryable(5_000));
+    /// let backing_off = OutboxRow { status: OutboxStatus::Pending, next_attempt_at_ms: 9_000, ..row.clone() };
+    /// assert!(backing_off.retryable(5_000));
+    /// assert!(!backing_off.retryable(9_000)); // due: the next claim takes it
+    /// let leased = OutboxRow { locked_until_ms: Some(6_000), next_attempt_at_ms: 4_000, ..backing_off };
+    /// assert!(leased.in_flight(5_000) && !leased.retryable(5_000));
+    /// ```
+    #[must_use]
+    pub fn retryable(&self, now_ms: i64) -> bool {
+        match self.status {
+            OutboxStatus::Dead => true,
+            OutboxStatus::Delivered => false,
+            OutboxStatus::Pending => !self.in_flight(now_ms) && self.next_attempt_at_ms > now_ms,
+        }
+    }
+
+    /// The message as the audit trail names it, for
+    /// [`AuditFilter::key`](crate::AuditFilter::key): scope
+    /// [`Outbox::AUDIT_SCOPE`](crate::Outbox::AUDIT_SCOPE) (`outbox`), the topic as the
+    /// operation, the dedup id as the key.
+    #[must_use]
+    pub fn audit_key(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: AUDIT_SCOPE,
+            operation: &self.topic,
+            key: &self.dedup_id,
+        }
+    }
+}
+
+/// The audit trail's scope of the actions on messages.
+pub(crate) const AUDIT_SCOPE: &str = "outbox";
+
+/// A message as the audit trail records it (see [`Outbox::retry`](crate::Outbox::retry)).
+pub(crate) fn row_json(row: &OutboxRow) -> String {
+    json!({
+        "id": row.id,
+        "dedup_id": row.dedup_id,
+        "topic": row.topic,
+        "status": row.status.as_str(),
+        "attempts": row.attempts,
+        "next_attempt_at_ms": row.next_attempt_at_ms,
+        "locked_until_ms": row.locked_until_ms,
+        "last_error": row.last_error,
+        "created_at_ms": row.created_at_ms,
+        "delivered_at_ms": row.delivered_at_ms,
+        "payload": row.payload,
+    })
+    .to_string()
 }
 
 /// The columns of one row, in the order of [`crate::sql::OUTBOX_COLUMNS`].

@@ -13,6 +13,12 @@
 //! recording it leaves the message to be delivered again. Each message carries a
 //! [`OutboxMessage::dedup_id`], unique in the table, that receivers deduplicate on.
 //!
+//! Messages are never deleted but by [`Outbox::sweep_delivered`]: a message given up on
+//! stays in the table, `dead`, with its last error, until an operator looks at it
+//! ([`Outbox::list`], [`Outbox::find`], [`Outbox::get`]) and, once the cause is fixed, sends
+//! it again ([`Outbox::retry`], [`Outbox::retry_all`]): an audited action, recorded in the
+//! operators' audit trail `idempotency_audit` like the actions on keys.
+//!
 //! The store never reads the clock: every time is passed in, in milliseconds since the Unix
 //! epoch.
 
@@ -23,15 +29,20 @@ use sqlx::{Pool, Transaction};
 use crate::backend::Backend;
 use crate::dialect::{Arg, Statement, begin_write, render};
 use crate::error::StoreError;
-use crate::outbox::message::RawOutboxRow;
+use crate::operator::Actor;
+use crate::outbox::message::{AUDIT_SCOPE, RawOutboxRow, row_json};
 
 pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus};
 
 /// How many messages are in each state ([`Outbox::counts`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutboxCounts {
-    /// Pending messages, due or not.
+    /// Pending messages, due or not, [`OutboxCounts::in_flight`] ones included.
     pub pending: u64,
+    /// Pending messages a dispatcher holds at the time of the count: claimed, their lease
+    /// (`locked_until`) not over yet, their outcome not recorded yet. Counted in
+    /// [`OutboxCounts::pending`] too.
+    pub in_flight: u64,
     /// Delivered messages not swept yet.
     pub delivered: u64,
     /// Dead messages.
@@ -132,6 +143,15 @@ impl<DB: Backend> Outbox<DB> {
     /// The most rows [`Outbox::claim`] and [`Outbox::list`] return at once; larger numbers
     /// are lowered to this.
     pub const MAX_BATCH: u32 = 1000;
+
+    /// How many messages [`Outbox::retry_all`] retries per transaction.
+    pub const RETRY_BATCH: u32 = 100;
+
+    /// The audit trail's scope of the actions on messages ([`Outbox::retry`]).
+    pub const AUDIT_SCOPE: &'static str = AUDIT_SCOPE;
+
+    /// The audit trail's action of [`Outbox::retry`] and [`Outbox::retry_all`].
+    pub const RETRY_ACTION: &'static str = RETRY_ACTION;
 
     /// The outbox in `pool`'s database (PostgreSQL: in the schema the pool's sessions resolve
     /// unqualified names in).
@@ -241,6 +261,18 @@ impl<DB: Backend> Outbox<DB> {
             .transpose()
     }
 
+    /// The message whose row id ([`OutboxRow::id`], [`Claimed::id`]) is `id`, if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
+    pub async fn find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
+        let rows = self.rows(&DB::sql().outbox_find, &[Arg::Int(id)]).await?;
+        rows.into_iter()
+            .next()
+            .map(RawOutboxRow::into_row)
+            .transpose()
+    }
+
     /// Up to `limit` messages (1 to [`Outbox::MAX_BATCH`]) in `status`, or in any status, in
     /// `id` order (oldest first).
     ///
@@ -276,23 +308,32 @@ impl<DB: Backend> Outbox<DB> {
         rows.into_iter().map(RawOutboxRow::into_row).collect()
     }
 
-    /// How many messages are in each state, and the age of the oldest pending one. Reads the
-    /// whole table: meant for operators and metrics, not for every request.
+    /// How many messages are in each state at `now_ms` (pending ones in flight: leased past
+    /// `now_ms`), and when the oldest pending one was enqueued. Reads the whole table: meant
+    /// for operators and metrics, not for every request.
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] for a status this version does not know; database errors.
-    pub async fn counts(&self) -> Result<OutboxCounts, StoreError> {
+    pub async fn counts(&self, now_ms: i64) -> Result<OutboxCounts, StoreError> {
         let rows = async {
             let mut conn = self.pool.acquire().await?;
-            let rows = DB::fetch_all(&mut conn, &DB::sql().outbox_counts, &[]).await?;
+            let args = [Arg::Int(now_ms)];
+            let rows = DB::fetch_all(&mut conn, &DB::sql().outbox_counts, &args).await?;
             rows.iter()
-                .map(|row| Ok((DB::text(row, 0)?, DB::int(row, 1)?, DB::opt_int(row, 2)?)))
+                .map(|row| {
+                    Ok((
+                        DB::text(row, 0)?,
+                        DB::int(row, 1)?,
+                        DB::opt_int(row, 2)?,
+                        DB::int(row, 3)?,
+                    ))
+                })
                 .collect::<Result<Vec<_>, sqlx::Error>>()
         }
         .await
         .map_err(|e| StoreError::from(e).refine::<DB>())?;
         let mut counts = OutboxCounts::default();
-        for (status, n, oldest) in rows {
+        for (status, n, oldest, leased) in rows {
             let status = status.parse::<OutboxStatus>().map_err(|_| {
                 StoreError::Corrupt(format!(
                     "an outbox message has the unknown status {status:?}"
@@ -301,6 +342,7 @@ impl<DB: Backend> Outbox<DB> {
             match status {
                 OutboxStatus::Pending => {
                     counts.pending = count(n);
+                    counts.in_flight = count(leased);
                     counts.oldest_pending_ms = oldest;
                 }
                 OutboxStatus::Delivered => counts.delivered = count(n),
@@ -310,15 +352,153 @@ impl<DB: Backend> Outbox<DB> {
         Ok(counts)
     }
 
-    /// Puts the dead message `dedup_id` back: pending, due at `now_ms`, `attempts` reset to
-    /// 0 (so it gets the dispatcher's full number of attempts again), `last_error` kept.
-    /// Returns `false` when there is no dead message with that id.
+    /// Sends message `id` again, as `by`, at `now_ms`: an operator's action, recorded in the
+    /// audit trail. Returns the message as it is after.
+    ///
+    /// | the message | becomes |
+    /// |---|---|
+    /// | `dead` | `pending`, due at `now_ms`, `attempts` 0 (the dispatcher's full number of attempts again) |
+    /// | `pending`, waiting for its backoff (due after `now_ms`, not leased) | due at `now_ms`, `attempts` kept |
+    /// | `pending` and due, or in flight (leased past `now_ms`), or `delivered` | refused, unchanged |
+    ///
+    /// `last_error` stays, for the record, until the next attempt's outcome replaces it.
+    ///
+    /// In one transaction that holds the message's row (PostgreSQL and MySQL:
+    /// `SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`), it reads the row, checks that the
+    /// retry applies, changes it, and writes its entry in `idempotency_audit`: scope
+    /// `outbox`, operation the message's topic, key its dedup id, action `outbox-retry`,
+    /// `by`'s operator and reason, the row before and after as JSON (below), never forced
+    /// (nothing here needs force, and [`Actor::forced`] overrides nothing). A dispatcher's
+    /// claim skips (PostgreSQL, MySQL) or waits for (SQLite) the row meanwhile. Read the
+    /// entries with `KeyTable::audit` and [`OutboxRow::audit_key`].
+    ///
+    /// The audit trail's JSON of a message holds every column, the payload as JSON, times in
+    /// milliseconds since the Unix epoch:
+    ///
+    /// ```json
+    /// {
+    ///   "id": 7, "dedup_id": "order-42/paid", "topic": "order.paid",
+    ///   "status": "dead", "attempts": 10,
+    ///   "next_attempt_at_ms": 1800000360000, "locked_until_ms": null,
+    ///   "last_error": "HTTP 503: down for maintenance",
+    ///   "created_at_ms": 1800000000000, "delivered_at_ms": null,
+    ///   "payload": {"order": 42}
+    /// }
+    /// ```
+    ///
+    /// ```no_run
+    /// use idem_store::{Actor, Outbox, OutboxStatus};
+    ///
+    /// # async fn demo<DB: idem_store::Backend>(outbox: Outbox<DB>, now_ms: i64) -> Result<(), idem_store::StoreError> {
+    /// let by = Actor::new("alice").reason("INC-42: the receiver is back");
+    /// for dead in outbox.list(Some(OutboxStatus::Dead), 100).await? {
+    ///     let after = outbox.retry(dead.id, now_ms, &by).await?;
+    ///     assert_eq!((after.status, after.attempts), (OutboxStatus::Pending, 0));
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// Database errors.
-    pub async fn retry_dead(&self, dedup_id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let args = [Arg::Text(dedup_id), Arg::Int(now_ms)];
-        Ok(self.execute(&DB::sql().retry_dead, &args).await? == 1)
+    /// - [`StoreError::InvalidArgument`]: an empty [`Actor::operator`]. Checked first.
+    /// - [`StoreError::NotApplicable`]: no message has the id, or the retry does not apply to
+    ///   it (see the table above): it is delivered, being delivered (in flight, until its
+    ///   lease ends), or due already (the next claim takes it).
+    /// - [`StoreError::Corrupt`] when the row cannot be read (a payload that is not JSON:
+    ///   such a message cannot be delivered, and dies again); [`StoreError::LockTimeout`]
+    ///   when another transaction holds the row longer than the lock timeout; database
+    ///   errors.
+    ///
+    /// Whenever it returns an error, nothing was changed and nothing audited.
+    pub async fn retry(&self, id: i64, now_ms: i64, by: &Actor) -> Result<OutboxRow, StoreError> {
+        check_actor(by)?;
+        async {
+            let mut conn = self.pool.acquire().await?;
+            let mut tx = begin_write::<DB>(&mut conn).await?;
+            match retry_in::<DB>(&mut tx, id, now_ms, by).await {
+                Ok(after) => {
+                    tx.commit().await?;
+                    Ok(after)
+                }
+                Err(error) => {
+                    // At once, not when the connection is next used: SQLite's write lock and
+                    // the row's lock are held until then.
+                    tx.rollback().await?;
+                    Err(error)
+                }
+            }
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
+    }
+
+    /// [`Outbox::retry`] of every message it applies to at `now_ms`: every dead message, and
+    /// every pending one waiting for its backoff (not due, not leased); each with its entry
+    /// in the audit trail. Returns how many were retried.
+    ///
+    /// Works in batches of [`Outbox::RETRY_BATCH`] messages in `id` order, each batch one
+    /// transaction: a message that moved on since the batch picked it (claimed, delivered,
+    /// retried by someone else) is left as it is, and so is a message that cannot be read
+    /// (a payload that is not JSON, which would only die again). Messages that die while it
+    /// runs are retried too when their id comes after the batch being worked on.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`]: an empty [`Actor::operator`], checked first; database
+    /// errors. The batches committed before an error stay retried (and audited).
+    pub async fn retry_all(&self, now_ms: i64, by: &Actor) -> Result<u64, StoreError> {
+        check_actor(by)?;
+        let mut retried = 0;
+        let mut after = 0;
+        loop {
+            let (done, last) = self
+                .retry_batch(now_ms, by, after)
+                .await
+                .map_err(StoreError::refine::<DB>)?;
+            retried += done;
+            match last {
+                Some(last) => after = last,
+                None => return Ok(retried),
+            }
+        }
+    }
+
+    /// One batch of [`Outbox::retry_all`]: the retryable messages after id `after`, each
+    /// retried in one transaction. How many were retried, and the last id picked (`None`:
+    /// nothing was left to pick).
+    async fn retry_batch(
+        &self,
+        now_ms: i64,
+        by: &Actor,
+        after: i64,
+    ) -> Result<(u64, Option<i64>), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let args = [
+            Arg::Int(now_ms),
+            Arg::Int(after),
+            Arg::Int(i64::from(Self::RETRY_BATCH)),
+        ];
+        let picked = DB::fetch_all(&mut conn, &DB::sql().outbox_retryable, &args).await?;
+        let ids = picked
+            .iter()
+            .map(|row| DB::int(row, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(&last) = ids.last() else {
+            return Ok((0, None));
+        };
+        let mut tx = begin_write::<DB>(&mut conn).await?;
+        let mut retried = 0;
+        for id in ids {
+            match retry_in::<DB>(&mut tx, id, now_ms, by).await {
+                Ok(_) => retried += 1,
+                // Moved on since it was picked: left as it is.
+                Err(StoreError::NotApplicable(_)) => {}
+                Err(StoreError::Corrupt(why)) => {
+                    tracing::warn!(id, %why, "outbox message cannot be read; not retried");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        tx.commit().await?;
+        Ok((retried, Some(last)))
     }
 
     /// Deletes up to `batch` messages (at least 1) delivered at or before `before_ms`, in one
@@ -396,4 +576,88 @@ impl<DB: Backend> Outbox<DB> {
         .await
         .map_err(|e| StoreError::from(e).refine::<DB>())
     }
+}
+
+/// The audit trail's action of a retry.
+const RETRY_ACTION: &str = "outbox-retry";
+
+/// What [`Outbox::retry`] refuses before it reads anything.
+fn check_actor(by: &Actor) -> Result<(), StoreError> {
+    if by.operator.trim().is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "an operator action needs the operator's name".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Why [`Outbox::retry`] does not apply to `row` at `now_ms` ([`OutboxRow::retryable`]).
+fn refusal(row: &OutboxRow, now_ms: i64) -> Option<String> {
+    let id = row.id;
+    if row.retryable(now_ms) {
+        None
+    } else if row.status == OutboxStatus::Delivered {
+        Some(format!(
+            "retry: outbox message {id} was delivered; only dead messages and pending ones \
+             waiting for their next attempt are retried"
+        ))
+    } else if row.in_flight(now_ms) {
+        Some(format!(
+            "retry: outbox message {id} is being delivered (a dispatcher holds it until its \
+             lease ends); wait for the outcome"
+        ))
+    } else {
+        Some(format!(
+            "retry: outbox message {id} is due already: the next claim takes it"
+        ))
+    }
+}
+
+/// [`Outbox::retry`] of message `id` in `tx`, which holds the database for writing: the row
+/// read under its lock, checked ([`refusal`]), changed, and audited. Returns the row after.
+async fn retry_in<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
+    id: i64,
+    now_ms: i64,
+    by: &Actor,
+) -> Result<OutboxRow, StoreError> {
+    let sql = DB::sql();
+    let before = DB::fetch_optional(tx, &sql.outbox_find_for_update, &[Arg::Int(id)]).await?;
+    let Some(before) = before else {
+        return Err(StoreError::NotApplicable(format!(
+            "retry: there is no outbox message with id {id}"
+        )));
+    };
+    let before = RawOutboxRow::read::<DB>(&before)?.into_row()?;
+    if let Some(why) = refusal(&before, now_ms) {
+        return Err(StoreError::NotApplicable(why));
+    }
+    let attempts = match before.status {
+        OutboxStatus::Dead => 0,
+        _ => i32::try_from(before.attempts).unwrap_or(i32::MAX),
+    };
+    let args = [Arg::Int(id), Arg::Int(now_ms), Arg::Int32(attempts)];
+    let after = if DB::RETURNING {
+        DB::fetch_optional(tx, &sql.outbox_retry, &args).await?
+    } else {
+        DB::execute(tx, &sql.outbox_retry, &args).await?;
+        DB::fetch_optional(tx, &sql.outbox_find, &[Arg::Int(id)]).await?
+    };
+    let after = after.ok_or(sqlx::Error::RowNotFound)?;
+    let after = RawOutboxRow::read::<DB>(&after)?.into_row()?;
+    let (before_json, after_json) = (row_json(&before), row_json(&after));
+    let audit = [
+        Arg::Int(now_ms),
+        Arg::Text(&by.operator),
+        Arg::Text(AUDIT_SCOPE),
+        Arg::Text(&before.topic),
+        Arg::Text(&before.dedup_id),
+        Arg::Text(RETRY_ACTION),
+        Arg::OptText(by.reason.as_deref()),
+        Arg::Text(&before_json),
+        Arg::Text(&after_json),
+        Arg::Bool(false),
+    ];
+    DB::execute(tx, &sql.insert_audit, &audit).await?;
+    Ok(after)
 }

@@ -421,6 +421,8 @@ macro_rules! __idem_conformance_cases {
             outbox_claims_are_leased,
             outbox_failures_back_off_then_die,
             outbox_listing_and_counts,
+            outbox_retry_is_audited,
+            outbox_retry_all_in_batches,
             outbox_unreadable_payloads_die,
             outbox_concurrent_claimers_never_share_a_message,
         }

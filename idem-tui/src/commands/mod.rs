@@ -5,10 +5,11 @@ mod actions;
 mod docs;
 mod keys;
 mod operations;
+mod outbox;
 mod stats;
 mod sweep;
 
-use crate::cli::{Command, KeyArgs, KeysCommand, ListArgs};
+use crate::cli::{Command, KeyArgs, KeysCommand, ListArgs, OutboxCommand};
 use crate::db::Db;
 use crate::error::CommandError;
 use crate::output::Report;
@@ -76,6 +77,9 @@ pub async fn run(context: &Context, command: Command) -> Result<Report, CommandE
         Command::Sweep(args) => sweep::sweep(context, args).await,
         Command::Operations => operations::operations(context).await,
         Command::Docs(args) => docs::docs(context, args).await,
+        Command::Outbox(OutboxCommand::List(args)) => outbox::list(context, args).await,
+        Command::Outbox(OutboxCommand::Show(args)) => outbox::show(context, &args).await,
+        Command::Outbox(OutboxCommand::Retry(args)) => outbox::retry(context, args).await,
     }
 }
 

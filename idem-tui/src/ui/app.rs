@@ -3,7 +3,7 @@
 
 use idem_store::{
     Action, AuditEntry, Counts, Cursor, Journal, KeyFilter, KeyRef, KeyRow, KeyStatus,
-    OperationInfo, Page, StoredResponse,
+    OperationInfo, OutboxCounts, OutboxRow, OutboxStatus, Page, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -20,6 +20,9 @@ pub const COUNT_EVERY_MS: i64 = 10_000;
 pub const PAGE: u32 = 50;
 /// The next page is loaded when the selection comes this close to the last loaded key.
 pub const PREFETCH: usize = 5;
+/// The most messages the outbox view reads (the store lists them oldest first, without
+/// pages).
+pub const MESSAGES: u32 = 500;
 
 /// A key's identity, owned.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -82,6 +85,30 @@ pub enum View {
     Keys,
     /// Operations and their counts.
     Operations,
+    /// The outbox's messages.
+    Outbox,
+}
+
+impl View {
+    /// The view after this one (`Tab`); after the last, the first.
+    #[must_use]
+    pub fn next(self) -> Self {
+        match self {
+            Self::Keys => Self::Operations,
+            Self::Operations => Self::Outbox,
+            Self::Outbox => Self::Keys,
+        }
+    }
+
+    /// The view before this one (`BackTab`); before the first, the last.
+    #[must_use]
+    pub fn previous(self) -> Self {
+        match self {
+            Self::Keys => Self::Outbox,
+            Self::Operations => Self::Keys,
+            Self::Outbox => Self::Operations,
+        }
+    }
 }
 
 /// A column of the key table, for sorting the loaded rows.
@@ -156,7 +183,7 @@ impl Filters {
     }
 }
 
-/// What an operator can do to a key.
+/// What an operator can do to a key, or to the outbox's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActKind {
     /// `e`.
@@ -169,6 +196,10 @@ pub enum ActKind {
     Fail,
     /// `d`.
     Delete,
+    /// `r` in the outbox view: retry one message.
+    Retry,
+    /// `A` in the outbox view: retry every message a retry applies to.
+    RetryAll,
 }
 
 impl ActKind {
@@ -181,10 +212,13 @@ impl ActKind {
             Self::Complete => "complete",
             Self::Fail => "fail",
             Self::Delete => "delete",
+            Self::Retry => "retry",
+            Self::RetryAll => "retry all",
         }
     }
 
-    /// Whether the action applies to a key in `status` (as the store decides it).
+    /// Whether the action applies to a key in `status` (as the store decides it); the
+    /// outbox's retries apply to no key.
     #[must_use]
     pub fn applies_to(self, status: KeyStatus) -> bool {
         match self {
@@ -193,6 +227,7 @@ impl ActKind {
                 matches!(status, KeyStatus::Processing | KeyStatus::Stuck)
             }
             Self::Delete => true,
+            Self::Retry | Self::RetryAll => false,
         }
     }
 
@@ -216,14 +251,26 @@ pub enum Field {
     Confirm,
 }
 
+/// What an action's dialog acts on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// A key, its row as it was shown when the dialog opened: the store refuses the action
+    /// if the row is not this one any more.
+    Key(KeyRow),
+    /// An outbox message, as it was shown: the store decides on the message as it is when
+    /// the retry runs (refused if it was claimed, delivered or became due meanwhile).
+    Message(OutboxRow),
+    /// Every message a retry applies to when it runs.
+    AllMessages,
+}
+
 /// The confirmation dialog of an action.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dialog {
     /// The action.
     pub kind: ActKind,
-    /// The key's row as it was shown when the dialog opened: the store refuses the action
-    /// if the row is not this one any more.
-    pub shown: KeyRow,
+    /// What it acts on.
+    pub target: Target,
     /// The reason typed so far.
     pub reason: String,
     /// The response status typed so far.
@@ -267,14 +314,25 @@ impl Dialog {
         }
     }
 
-    /// The action the dialog describes, or why it cannot be done as filled in.
+    /// The reason, trimmed.
     ///
     /// # Errors
-    /// A missing reason, a status that is not a number in 100..=599 (400..=599 to fail).
-    pub fn action(&self) -> Result<Action, String> {
-        if self.reason.trim().is_empty() {
+    /// A missing reason.
+    pub fn reason(&self) -> Result<String, String> {
+        let reason = self.reason.trim();
+        if reason.is_empty() {
             return Err("a reason is required: it is recorded in the audit trail".into());
         }
+        Ok(reason.to_owned())
+    }
+
+    /// The key action the dialog describes, or why it cannot be done as filled in.
+    ///
+    /// # Errors
+    /// A missing reason, a status that is not a number in 100..=599 (400..=599 to fail);
+    /// a retry, which is no key action.
+    pub fn action(&self) -> Result<Action, String> {
+        self.reason()?;
         let response = || -> Result<StoredResponse, String> {
             let status: u16 = self
                 .status
@@ -309,6 +367,9 @@ impl Dialog {
             ActKind::Delete => Action::Delete,
             ActKind::Complete => Action::Complete(response()?),
             ActKind::Fail => Action::Fail(response()?),
+            ActKind::Retry | ActKind::RetryAll => {
+                return Err("a retry acts on the outbox, not on a key".into());
+            }
         })
     }
 }
@@ -342,6 +403,89 @@ impl Detail {
             tz,
         )
     }
+}
+
+/// The detail pane of one outbox message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageDetail {
+    /// Which message: its row id.
+    pub id: i64,
+    /// Its row as last read; `None` once it is gone (swept).
+    pub row: Option<OutboxRow>,
+    /// Its audit history, newest first (`Err`: why it could not be read).
+    pub audit: Option<Result<Vec<AuditEntry>, String>>,
+    /// Lines scrolled down.
+    pub scroll: u16,
+    /// A read is under way.
+    pub loading: bool,
+}
+
+impl MessageDetail {
+    /// The pane's lines ([`detail::message_lines`]), times shown in `tz` and relative to
+    /// `now_ms`.
+    #[must_use]
+    pub fn lines(&self, now_ms: i64, tz: &TimeZone) -> Vec<Line<'static>> {
+        detail::message_lines(self.row.as_ref(), self.audit.as_ref(), now_ms, tz)
+    }
+}
+
+/// The outbox view's listing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Messages {
+    /// The messages as last read, oldest first (at most [`MESSAGES`]).
+    pub rows: Vec<OutboxRow>,
+    /// The selected line.
+    pub selected: usize,
+    /// Only messages in this status.
+    pub status: Option<OutboxStatus>,
+    /// Whether a listing with this filter arrived.
+    pub loaded: bool,
+    /// Why the last listing failed.
+    pub error: Option<String>,
+}
+
+impl Messages {
+    /// The selected message.
+    #[must_use]
+    pub fn selected_row(&self) -> Option<&OutboxRow> {
+        self.rows.get(self.selected)
+    }
+
+    /// The listing to read: its filter and its size.
+    #[must_use]
+    pub fn query(&self) -> OutboxQuery {
+        OutboxQuery {
+            status: self.status,
+            limit: MESSAGES,
+        }
+    }
+}
+
+/// Which messages the outbox view reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxQuery {
+    /// Only messages in this status.
+    pub status: Option<OutboxStatus>,
+    /// At most this many, oldest first.
+    pub limit: u32,
+}
+
+/// A read of the message detail's message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageData {
+    /// The row; `None` when no message has the id.
+    pub row: Option<OutboxRow>,
+    /// Its audit history.
+    pub audit: Result<Vec<AuditEntry>, String>,
+}
+
+/// What a retry did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Retried {
+    /// The message, as it is after.
+    One(Box<OutboxRow>),
+    /// How many messages were retried.
+    All(u64),
 }
 
 /// A line of the status bar.
@@ -403,6 +547,12 @@ pub struct App {
     pub dialog: Option<Dialog>,
     /// The detail pane, while open.
     pub detail: Option<Detail>,
+    /// The outbox view's messages.
+    pub outbox: Messages,
+    /// The outbox's counts, read with the keys' counts.
+    pub outbox_counts: Option<OutboxCounts>,
+    /// The detail pane of a message, while open (from the outbox view).
+    pub message: Option<MessageDetail>,
     /// The help overlay is shown.
     pub help: bool,
     /// Live refresh is paused.
@@ -448,6 +598,12 @@ pub struct Refreshed {
     pub page: Page,
     /// The detail's key, when one was open.
     pub detail: Option<(KeyId, Result<DetailData, String>)>,
+    /// The outbox's counts, when the refresh counted and could read them.
+    pub outbox_counts: Option<OutboxCounts>,
+    /// The outbox view's listing, when it was asked for: for which query, and what it read.
+    pub outbox: Option<(OutboxQuery, Result<Vec<OutboxRow>, String>)>,
+    /// The message detail's message, when one was open.
+    pub message: Option<(i64, Result<MessageData, String>)>,
 }
 
 /// Why an action was not done.
@@ -503,6 +659,20 @@ pub enum Msg {
         /// The audit id, or why not.
         result: Result<i64, ActError>,
     },
+    /// A message of the detail pane was read.
+    MessageLoaded {
+        /// Which message.
+        id: i64,
+        /// What was read.
+        result: Result<Box<MessageData>, String>,
+    },
+    /// A retry finished.
+    Retried {
+        /// The message retried; `None`: every one that applied.
+        id: Option<i64>,
+        /// What it did, or why not.
+        result: Result<Retried, ActError>,
+    },
 }
 
 /// Database work for the loop to run off the drawing path; its result comes back as a
@@ -520,6 +690,10 @@ pub enum Command {
         filter: KeyFilter,
         /// The detail's key.
         detail: Option<KeyId>,
+        /// The outbox view's listing, when the view is shown.
+        outbox: Option<OutboxQuery>,
+        /// The message detail's message.
+        message: Option<i64>,
     },
     /// Read the next page; answered by [`Msg::MoreLoaded`].
     LoadMore {
@@ -541,6 +715,18 @@ pub enum Command {
         expected: Box<KeyRow>,
         /// What to do.
         action: Action,
+        /// Why.
+        reason: String,
+    },
+    /// Read one message and its audit history; answered by [`Msg::MessageLoaded`].
+    LoadMessage {
+        /// The message's row id.
+        id: i64,
+    },
+    /// Retry a message, or every message a retry applies to; answered by [`Msg::Retried`].
+    Retry {
+        /// The message's row id; `None`: all of them.
+        id: Option<i64>,
         /// Why.
         reason: String,
     },
@@ -571,6 +757,9 @@ impl App {
             prompt: None,
             dialog: None,
             detail: None,
+            outbox: Messages::default(),
+            outbox_counts: None,
+            message: None,
             help: false,
             paused: false,
             refreshed_at_ms: None,
@@ -632,6 +821,9 @@ impl App {
                 .filters
                 .to_key_filter(loaded.clamp(PAGE, KeyFilter::MAX_LIMIT), None),
             detail: self.detail.as_ref().map(|d| d.key.clone()),
+            outbox: (self.view == View::Outbox || self.message.is_some())
+                .then(|| self.outbox.query()),
+            message: self.message.as_ref().map(|m| m.id),
         }
     }
 
@@ -710,6 +902,11 @@ impl App {
                 self.op_selected = self.op_selected.saturating_add_signed(delta).min(last);
                 None
             }
+            View::Outbox => {
+                let last = self.outbox.rows.len().saturating_sub(1);
+                self.outbox.selected = self.outbox.selected.saturating_add_signed(delta).min(last);
+                None
+            }
         }
     }
 
@@ -745,7 +942,7 @@ impl App {
         }
         self.dialog = Some(Dialog {
             kind,
-            shown: row,
+            target: Target::Key(row),
             reason: String::new(),
             status: match kind {
                 ActKind::Complete => "200".into(),
@@ -756,6 +953,74 @@ impl App {
             focus: Field::Reason,
             error: None,
         });
+    }
+
+    /// The message a retry would apply to: the message detail's, or the selected one.
+    fn target_message(&self) -> Option<&OutboxRow> {
+        match &self.message {
+            Some(detail) => detail.row.as_ref(),
+            None if self.view == View::Outbox => self.outbox.selected_row(),
+            None => None,
+        }
+    }
+
+    /// Opens the dialog of a retry: of the selected message, or of `all` of them.
+    fn open_retry(&mut self, all: bool) {
+        let kind = if all {
+            ActKind::RetryAll
+        } else {
+            ActKind::Retry
+        };
+        if self.read_only {
+            self.error(format!(
+                "read-only: {} refused (the tool was started with --read-only)",
+                kind.name()
+            ));
+            return;
+        }
+        let target = if all {
+            Target::AllMessages
+        } else {
+            let Some(row) = self.target_message().cloned() else {
+                self.error("retry: no message selected");
+                return;
+            };
+            if !row.retryable(self.now_ms) {
+                self.error(format!(
+                    "retry does not apply to message #{} ({}): it is {}; only dead messages and \
+                     pending ones waiting for their next attempt are retried",
+                    row.id,
+                    row.dedup_id,
+                    message_state(&row, self.now_ms)
+                ));
+                return;
+            }
+            Target::Message(row)
+        };
+        self.dialog = Some(Dialog {
+            kind,
+            target,
+            reason: String::new(),
+            status: String::new(),
+            body: String::new(),
+            focus: Field::Reason,
+            error: None,
+        });
+    }
+
+    /// Shows `view`; the outbox view is read at once (it is read only while shown).
+    fn switch_view(&mut self, view: View) -> Option<Command> {
+        self.view = view;
+        (view == View::Outbox).then(|| self.refresh())
+    }
+
+    /// Shows only messages in `status` (`None`: every message), from a new listing.
+    fn set_outbox_status(&mut self, status: Option<OutboxStatus>) -> Command {
+        self.outbox = Messages {
+            status,
+            ..Messages::default()
+        };
+        self.refresh()
     }
 
     fn set_filters(&mut self, filters: Filters) -> Command {
@@ -793,9 +1058,13 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                         operations,
                         page,
                         detail,
+                        outbox_counts,
+                        outbox,
+                        message,
                     } = *refreshed;
                     let keep = app.selected_row().map(KeyId::of);
                     app.refreshed_at_ms = Some(app.now_ms);
+                    let counts_read = counts.is_some();
                     if let Some(counts) = counts {
                         app.counts = Some(counts);
                         app.counted_at_ms = Some(app.now_ms);
@@ -810,6 +1079,15 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     app.resort(keep);
                     if let Some((key, result)) = detail {
                         apply_detail(app, &key, result);
+                    }
+                    if counts_read {
+                        app.outbox_counts = outbox_counts;
+                    }
+                    if let Some((query, result)) = outbox {
+                        apply_messages(app, query, result);
+                    }
+                    if let Some((id, result)) = message {
+                        apply_message(app, id, result);
                     }
                     if app
                         .status
@@ -886,6 +1164,112 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
             app.counted_at_ms = None;
             Some(app.refresh())
         }
+        Msg::MessageLoaded { id, result } => {
+            apply_message(app, id, result.map(|data| *data));
+            None
+        }
+        Msg::Retried { id, result } => {
+            app.acting = false;
+            let what = id.map_or_else(
+                || "every dead or waiting message".to_owned(),
+                |id| format!("message #{id}"),
+            );
+            match result {
+                Ok(Retried::One(row)) => {
+                    app.info(format!(
+                        "retry: message #{} ({}) is pending again, due now (audited)",
+                        row.id, row.dedup_id
+                    ));
+                    replace_message(app, *row);
+                }
+                Ok(Retried::All(0)) => app.info(
+                    "retry all: nothing to retry (no dead message, none waiting for its next \
+                     attempt)",
+                ),
+                Ok(Retried::All(n)) => {
+                    let messages = if n == 1 { "message" } else { "messages" };
+                    app.info(format!(
+                        "retry all: {n} {messages} pending again, due now (audited)"
+                    ));
+                }
+                Err(ActError::Refused(why)) => app.error(format!("{what}: {why}")),
+                Err(ActError::Changed(_)) => app.error(format!(
+                    "{what}: refused: it changed since it was shown; look at it again"
+                )),
+                Err(ActError::Other(e)) => app.error(format!("retry failed: {what}: {e}")),
+            }
+            app.counted_at_ms = None;
+            Some(app.refresh())
+        }
+    }
+}
+
+/// How a message stands at `now_ms`, in words: `dead`, `delivered`, `being delivered (in
+/// flight)`, `due (the next claim takes it)` or `waiting for its next attempt`.
+#[must_use]
+pub fn message_state(row: &OutboxRow, now_ms: i64) -> &'static str {
+    match row.status {
+        OutboxStatus::Dead => "dead",
+        OutboxStatus::Delivered => "delivered",
+        OutboxStatus::Pending if row.in_flight(now_ms) => "being delivered (in flight)",
+        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => {
+            "due (the next claim takes it)"
+        }
+        OutboxStatus::Pending => "waiting for its next attempt",
+    }
+}
+
+/// A listing of the outbox arrived: shown if it is for the filter in force, keeping the
+/// selected message.
+fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRow>, String>) {
+    if query.status != app.outbox.status {
+        return;
+    }
+    let keep = app.outbox.selected_row().map(|row| row.id);
+    app.outbox.loaded = true;
+    match result {
+        Ok(rows) => {
+            app.outbox.rows = rows;
+            app.outbox.error = None;
+            if let Some(at) = keep.and_then(|id| app.outbox.rows.iter().position(|r| r.id == id)) {
+                app.outbox.selected = at;
+            }
+            app.outbox.selected = app
+                .outbox
+                .selected
+                .min(app.outbox.rows.len().saturating_sub(1));
+        }
+        Err(e) => app.outbox.error = Some(e),
+    }
+}
+
+/// A read of message `id` arrived: shown if its detail is still open.
+fn apply_message(app: &mut App, id: i64, result: Result<MessageData, String>) {
+    let Some(detail) = &mut app.message else {
+        return;
+    };
+    if detail.id != id {
+        return;
+    }
+    detail.loading = false;
+    match result {
+        Ok(data) => {
+            detail.row = data.row;
+            detail.audit = Some(data.audit);
+        }
+        Err(e) => app.error(format!("reading message #{id} failed: {e}")),
+    }
+}
+
+/// Puts `row` in place of its message everywhere it is shown.
+fn replace_message(app: &mut App, row: OutboxRow) {
+    if let Some(shown) = app.outbox.rows.iter_mut().find(|r| r.id == row.id) {
+        *shown = row.clone();
+    }
+    if let Some(detail) = &mut app.message
+        && detail.id == row.id
+    {
+        detail.row = Some(row);
     }
 }
 
@@ -979,18 +1363,17 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             }
         }
         KeyCode::Char('R') | KeyCode::F(5) => return Some(app.refresh()),
+        _ if app.view == View::Outbox || app.message.is_some() => {
+            return on_outbox_key(app, key, page);
+        }
         KeyCode::Char('e') => app.open_dialog(ActKind::Expire),
         KeyCode::Char('r') => app.open_dialog(ActKind::Release),
         KeyCode::Char('c') => app.open_dialog(ActKind::Complete),
         KeyCode::Char('f') => app.open_dialog(ActKind::Fail),
         KeyCode::Char('d') => app.open_dialog(ActKind::Delete),
         _ if app.detail.is_some() => return on_detail_key(app, key),
-        KeyCode::Tab | KeyCode::BackTab => {
-            app.view = match app.view {
-                View::Keys => View::Operations,
-                View::Operations => View::Keys,
-            };
-        }
+        KeyCode::Tab => return app.switch_view(app.view.next()),
+        KeyCode::BackTab => return app.switch_view(app.view.previous()),
         KeyCode::Down | KeyCode::Char('j') => return app.move_selection(1),
         KeyCode::Up | KeyCode::Char('k') => return app.move_selection(-1),
         KeyCode::PageDown => return app.move_selection(page),
@@ -1055,7 +1438,8 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             app.resort(keep);
         }
         KeyCode::Enter => match app.view {
-            View::Keys => {
+            // (The outbox view's keys are `on_outbox_key`'s.)
+            View::Keys | View::Outbox => {
                 if let Some(row) = app.selected_row().cloned() {
                     let key = KeyId::of(&row);
                     app.detail = Some(Detail {
@@ -1080,6 +1464,103 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 }
             }
         },
+        _ => {}
+    }
+    None
+}
+
+/// The keys of the outbox view and of a message's detail.
+fn on_outbox_key(app: &mut App, key: KeyEvent, page: isize) -> Option<Command> {
+    match key.code {
+        KeyCode::Char('r') => app.open_retry(false),
+        KeyCode::Char('A') => app.open_retry(true),
+        KeyCode::Char(c @ ('e' | 'c' | 'f' | 'd')) => app.error(format!(
+            "{c} acts on keys (Tab to the keys view); in the outbox, r retries the selected \
+             message and A every dead or waiting one"
+        )),
+        _ if app.message.is_some() => return on_message_key(app, key),
+        KeyCode::Tab => return app.switch_view(app.view.next()),
+        KeyCode::BackTab => return app.switch_view(app.view.previous()),
+        KeyCode::Down | KeyCode::Char('j') => return app.move_selection(1),
+        KeyCode::Up | KeyCode::Char('k') => return app.move_selection(-1),
+        KeyCode::PageDown => return app.move_selection(page),
+        KeyCode::PageUp => return app.move_selection(-page),
+        KeyCode::Home | KeyCode::Char('g') => return app.move_selection(isize::MIN / 2),
+        KeyCode::End | KeyCode::Char('G') => return app.move_selection(isize::MAX / 2),
+        KeyCode::Char('s') => {
+            let status = match app.outbox.status {
+                None => Some(OutboxStatus::Pending),
+                Some(OutboxStatus::Pending) => Some(OutboxStatus::Delivered),
+                Some(OutboxStatus::Delivered) => Some(OutboxStatus::Dead),
+                Some(OutboxStatus::Dead) => None,
+            };
+            let shown = status.map_or("all", OutboxStatus::as_str);
+            app.info(format!("outbox status filter: {shown}"));
+            return Some(app.set_outbox_status(status));
+        }
+        KeyCode::Char('x') if app.outbox.status.is_some() => {
+            app.info("outbox filter cleared");
+            return Some(app.set_outbox_status(None));
+        }
+        KeyCode::Char('/') => {
+            app.view = View::Keys;
+            app.prompt = Some(Prompt {
+                text: app.filters.key_prefix.clone().unwrap_or_default(),
+            });
+        }
+        KeyCode::Enter => {
+            if let Some(row) = app.outbox.selected_row().cloned() {
+                let id = row.id;
+                app.message = Some(MessageDetail {
+                    id,
+                    row: Some(row),
+                    audit: None,
+                    scroll: 0,
+                    loading: true,
+                });
+                return Some(Command::LoadMessage { id });
+            }
+        }
+        _ => {}
+    }
+    None
+}
+
+/// The keys of a message's detail: scrolling, and back.
+fn on_message_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    let last = match &app.message {
+        Some(detail) => detail.lines(app.now_ms, &app.tz).len().saturating_sub(1),
+        None => return None,
+    };
+    let last = u16::try_from(last).unwrap_or(u16::MAX);
+    let Some(detail) = &mut app.message else {
+        return None;
+    };
+    match key.code {
+        KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
+            app.message = None;
+        }
+        KeyCode::Down | KeyCode::Char('j') => {
+            detail.scroll = detail.scroll.saturating_add(1).min(last);
+        }
+        KeyCode::Up | KeyCode::Char('k') => detail.scroll = detail.scroll.saturating_sub(1),
+        KeyCode::PageDown | KeyCode::Char(' ') => {
+            detail.scroll = detail.scroll.saturating_add(10).min(last);
+        }
+        KeyCode::PageUp => detail.scroll = detail.scroll.saturating_sub(10),
+        KeyCode::Home | KeyCode::Char('g') => detail.scroll = 0,
+        KeyCode::End | KeyCode::Char('G') => detail.scroll = last,
+        KeyCode::Tab => {
+            app.message = None;
+            return app.switch_view(app.view.next());
+        }
+        KeyCode::Char('/') => {
+            app.message = None;
+            app.view = View::Keys;
+            app.prompt = Some(Prompt {
+                text: app.filters.key_prefix.clone().unwrap_or_default(),
+            });
+        }
         _ => {}
     }
     None
@@ -1140,10 +1621,35 @@ fn on_dialog_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             app.dialog = None;
             app.info("cancelled: nothing was changed");
         }
+        KeyCode::Char('y')
+            if dialog.focus == Field::Confirm && !matches!(dialog.target, Target::Key(_)) =>
+        {
+            match dialog.reason() {
+                Ok(reason) => {
+                    let id = match &dialog.target {
+                        Target::Message(row) => Some(row.id),
+                        _ => None,
+                    };
+                    app.dialog = None;
+                    app.acting = true;
+                    app.info(match id {
+                        Some(id) => format!("retry: message #{id}…"),
+                        None => "retry all: every dead or waiting message…".to_owned(),
+                    });
+                    return Some(Command::Retry { id, reason });
+                }
+                Err(e) => {
+                    dialog.error = Some(e);
+                    dialog.focus = Field::Reason;
+                }
+            }
+        }
         KeyCode::Char('y') if dialog.focus == Field::Confirm => match dialog.action() {
             Ok(action) => {
                 let reason = dialog.reason.trim().to_owned();
-                let shown = dialog.shown.clone();
+                let Target::Key(shown) = dialog.target.clone() else {
+                    return None;
+                };
                 let key = KeyId::of(&shown);
                 app.dialog = None;
                 app.acting = true;

@@ -698,3 +698,283 @@ fn the_detail_scrolls_within_its_lines() {
     let _ = update(&mut app, ch('g'));
     assert_eq!(app.detail.as_ref().unwrap().scroll, 0);
 }
+
+/// Tab goes round the three views, BackTab the other way; entering the outbox reads it.
+#[test]
+fn tab_goes_round_the_views_and_reads_the_outbox() {
+    let mut app = loaded_app();
+    assert_eq!(update(&mut app, key(KeyCode::Tab)), None);
+    assert_eq!(app.view, View::Operations);
+    match update(&mut app, key(KeyCode::Tab)) {
+        Some(Command::Refresh {
+            outbox, message, ..
+        }) => {
+            assert_eq!(
+                outbox,
+                Some(OutboxQuery {
+                    status: None,
+                    limit: MESSAGES
+                })
+            );
+            assert_eq!(message, None);
+        }
+        other => panic!("expected a refresh of the outbox, got {other:?}"),
+    }
+    assert_eq!(app.view, View::Outbox);
+    assert_eq!(update(&mut app, key(KeyCode::Tab)), None);
+    assert_eq!(app.view, View::Keys);
+    assert!(update(&mut app, key(KeyCode::BackTab)).is_some());
+    assert_eq!(app.view, View::Outbox);
+    assert_eq!(update(&mut app, key(KeyCode::BackTab)), None);
+    assert_eq!(app.view, View::Operations);
+    // Outside the outbox view, refreshes leave the outbox alone.
+    let _ = update(&mut app, key(KeyCode::BackTab));
+    match update(&mut app, ch('R')) {
+        Some(Command::Refresh { outbox, .. }) => assert_eq!(outbox, None),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_outbox_view_lists_filters_and_opens_messages() {
+    let mut app = fixtures::outbox_app();
+    assert!(app.outbox.loaded);
+    assert_eq!(app.outbox.rows.len(), 6);
+    assert_eq!(app.outbox_counts, Some(fixtures::outbox_counts()));
+    // Moving stays within the messages.
+    let _ = update(&mut app, ch('G'));
+    assert_eq!(app.outbox.selected, 5);
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.outbox.selected, 5);
+    let _ = update(&mut app, ch('g'));
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.outbox.selected_row().unwrap().dedup_id, "order-8/paid");
+    // A refresh keeps the selected message, wherever it moved.
+    let mut reordered = fixtures::messages();
+    reordered.reverse();
+    let _ = update(&mut app, fixtures::outbox_refreshed(reordered));
+    assert_eq!(app.outbox.selected_row().unwrap().dedup_id, "order-8/paid");
+    let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
+
+    // `s` cycles the status filter: a new listing, the old one's results dropped.
+    let query = |command: Option<Command>| match command {
+        Some(Command::Refresh { outbox, .. }) => outbox.unwrap().status,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        query(update(&mut app, ch('s'))),
+        Some(OutboxStatus::Pending)
+    );
+    assert!(!app.outbox.loaded && app.outbox.rows.is_empty());
+    let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
+    assert!(
+        !app.outbox.loaded,
+        "a listing of every status is not this one"
+    );
+    assert_eq!(
+        query(update(&mut app, ch('s'))),
+        Some(OutboxStatus::Delivered)
+    );
+    assert_eq!(query(update(&mut app, ch('s'))), Some(OutboxStatus::Dead));
+    assert_eq!(query(update(&mut app, ch('x'))), None);
+    assert_eq!(
+        query(update(&mut app, ch('s'))),
+        Some(OutboxStatus::Pending)
+    );
+    for _ in 0..3 {
+        let _ = update(&mut app, ch('s'));
+    }
+    assert_eq!(app.outbox.status, None);
+    let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
+
+    // Enter opens a message's detail, shown at once, read with its audit.
+    let row = app.outbox.selected_row().unwrap().clone();
+    assert_eq!(
+        update(&mut app, key(KeyCode::Enter)),
+        Some(Command::LoadMessage { id: row.id })
+    );
+    let detail = app.message.as_ref().unwrap();
+    assert!(detail.loading);
+    assert_eq!(detail.row.as_ref(), Some(&row));
+    let _ = update(
+        &mut app,
+        Msg::MessageLoaded {
+            id: row.id,
+            result: Ok(Box::new(fixtures::message_data(&row))),
+        },
+    );
+    let detail = app.message.as_ref().unwrap();
+    assert!(!detail.loading);
+    assert_eq!(detail.audit.as_ref().unwrap().as_ref().unwrap().len(), 1);
+    // Refreshes read the open message too.
+    match update(&mut app, ch('R')) {
+        Some(Command::Refresh { message, .. }) => assert_eq!(message, Some(row.id)),
+        other => panic!("{other:?}"),
+    }
+    // It scrolls within its lines.
+    let lines = app
+        .message
+        .as_ref()
+        .unwrap()
+        .lines(app.now_ms, &app.tz)
+        .len();
+    let _ = update(&mut app, ch('G'));
+    assert_eq!(usize::from(app.message.as_ref().unwrap().scroll), lines - 1);
+    let _ = update(&mut app, ch('k'));
+    assert_eq!(usize::from(app.message.as_ref().unwrap().scroll), lines - 2);
+    let _ = update(&mut app, key(KeyCode::Esc));
+    assert!(app.message.is_none());
+    assert_eq!(app.view, View::Outbox);
+    // Key actions are the keys view's.
+    assert_eq!(update(&mut app, ch('e')), None);
+    assert!(app.dialog.is_none());
+    assert!(app.status.as_ref().unwrap().text.contains("acts on keys"));
+}
+
+#[test]
+fn a_retry_asks_for_a_reason_then_confirmation() {
+    let mut app = fixtures::outbox_app();
+    // The dead message.
+    assert_eq!(update(&mut app, ch('r')), None);
+    let dialog = app.dialog.as_ref().unwrap();
+    assert_eq!(dialog.kind, ActKind::Retry);
+    assert_eq!(
+        dialog.target,
+        Target::Message(fixtures::messages()[0].clone())
+    );
+    let _ = update(&mut app, key(KeyCode::Enter));
+    // No reason: refused, back to the reason.
+    assert_eq!(update(&mut app, ch('y')), None);
+    let dialog = app.dialog.as_ref().unwrap();
+    assert!(
+        dialog
+            .error
+            .as_ref()
+            .unwrap()
+            .contains("reason is required")
+    );
+    assert_eq!(dialog.focus, Field::Reason);
+    typed(&mut app, " INC-51 ");
+    let _ = update(&mut app, key(KeyCode::Enter));
+    assert_eq!(
+        update(&mut app, ch('y')),
+        Some(Command::Retry {
+            id: Some(1),
+            reason: "INC-51".into()
+        })
+    );
+    assert!(app.dialog.is_none());
+    assert!(app.acting);
+
+    // Done: reported, the row replaced, everything read again.
+    let after = OutboxRow {
+        status: OutboxStatus::Pending,
+        attempts: 0,
+        next_attempt_at_ms: NOW,
+        ..fixtures::messages()[0].clone()
+    };
+    let command = update(
+        &mut app,
+        Msg::Retried {
+            id: Some(1),
+            result: Ok(Retried::One(Box::new(after.clone()))),
+        },
+    );
+    assert!(matches!(
+        command,
+        Some(Command::Refresh { count: true, .. })
+    ));
+    assert!(!app.acting);
+    assert_eq!(app.outbox.rows[0], after);
+    let status = app.status.clone().unwrap();
+    assert!(!status.error);
+    assert_eq!(
+        status.text,
+        "retry: message #1 (order-7/paid) is pending again, due now (audited)"
+    );
+
+    // Refused by the store: why, in its words.
+    let _ = update(
+        &mut app,
+        Msg::Retried {
+            id: Some(2),
+            result: Err(ActError::Refused(
+                "refused: not applicable: retry: outbox message 2 is due already".into(),
+            )),
+        },
+    );
+    let status = app.status.clone().unwrap();
+    assert!(status.error);
+    assert_eq!(
+        status.text,
+        "message #2: refused: not applicable: retry: outbox message 2 is due already"
+    );
+}
+
+#[test]
+fn retries_apply_to_dead_and_waiting_messages_only() {
+    let mut app = fixtures::outbox_app();
+    // Waiting for its next attempt: asks.
+    let _ = update(&mut app, ch('j'));
+    let _ = update(&mut app, ch('r'));
+    assert!(app.dialog.is_some());
+    let _ = update(&mut app, key(KeyCode::Esc));
+    // In flight, due, delivered: refused at once, saying why.
+    for (line, why) in [
+        (2, "being delivered (in flight)"),
+        (3, "due (the next claim takes it)"),
+        (4, "it is delivered"),
+    ] {
+        app.outbox.selected = line;
+        assert_eq!(update(&mut app, ch('r')), None);
+        assert!(app.dialog.is_none(), "line {line}");
+        let status = app.status.clone().unwrap();
+        assert!(status.error && status.text.contains(why), "{}", status.text);
+    }
+    // From a message's detail: its message.
+    app.outbox.selected = 5;
+    let _ = update(&mut app, key(KeyCode::Enter));
+    let _ = update(&mut app, ch('r'));
+    assert_eq!(
+        app.dialog.as_ref().unwrap().target,
+        Target::Message(fixtures::messages()[5].clone())
+    );
+    let _ = update(&mut app, key(KeyCode::Esc));
+    let _ = update(&mut app, key(KeyCode::Esc));
+
+    // Every one: one dialog, one command.
+    let _ = update(&mut app, ch('A'));
+    let dialog = app.dialog.as_ref().unwrap();
+    assert_eq!(
+        (dialog.kind, &dialog.target),
+        (ActKind::RetryAll, &Target::AllMessages)
+    );
+    typed(&mut app, "receiver fixed");
+    let _ = update(&mut app, key(KeyCode::Tab));
+    assert_eq!(
+        update(&mut app, ch('y')),
+        Some(Command::Retry {
+            id: None,
+            reason: "receiver fixed".into()
+        })
+    );
+    let _ = update(
+        &mut app,
+        Msg::Retried {
+            id: None,
+            result: Ok(Retried::All(3)),
+        },
+    );
+    assert_eq!(
+        app.status.as_ref().unwrap().text,
+        "retry all: 3 messages pending again, due now (audited)"
+    );
+
+    // Read-only: no dialog.
+    app.read_only = true;
+    for c in ['r', 'A'] {
+        let _ = update(&mut app, ch(c));
+        assert!(app.dialog.is_none());
+        assert!(app.status.as_ref().unwrap().text.contains("read-only"));
+    }
+}

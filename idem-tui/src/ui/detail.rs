@@ -1,12 +1,59 @@
-//! The detail pane's lines: a key's row, its response, its journal and its audit history.
-//! [`view`](super::view) draws them; [`update`](super::app::update) scrolls within them.
+//! The detail panes' lines: a key's row, its response, its journal and its audit history;
+//! an outbox message's row, its payload and its audit history. [`view`](super::view) draws
+//! them; [`update`](super::app::update) scrolls within them.
 
-use idem_store::{AuditEntry, Journal, KeyRow};
+use idem_store::{AuditEntry, Journal, KeyRow, OutboxRow, OutboxStatus};
 use jiff::tz::TimeZone;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::format::{self, Body, status_style};
+use super::app::message_state;
+use super::format::{self, Body, message_style, status_style};
+
+fn label(name: &str) -> Span<'static> {
+    Span::styled(format!("{name:<15}"), Style::new().bold())
+}
+
+fn field(name: &str, value: String) -> Line<'static> {
+    Line::from(vec![label(name), Span::raw(value)])
+}
+
+fn section(name: &str) -> Line<'static> {
+    Line::from(Span::styled(
+        name.to_owned(),
+        Style::new().bold().underlined(),
+    ))
+}
+
+/// The audit history's section: `audit` (`None`: not read yet), newest first, or
+/// `nobody` when no operator acted.
+fn audit_section(
+    lines: &mut Vec<Line<'static>>,
+    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    nobody: &str,
+    now_ms: i64,
+    tz: &TimeZone,
+) {
+    lines.push(section("Audit"));
+    match audit {
+        None => lines.push(Line::raw("loading…")),
+        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
+        Some(Ok(entries)) if entries.is_empty() => lines.push(Line::raw(nobody.to_owned())),
+        Some(Ok(entries)) => {
+            for entry in entries {
+                lines.push(Line::from(vec![
+                    Span::styled(format!("#{} ", entry.id), Style::new().dim()),
+                    Span::raw(format!("{} ", format::when(entry.at_ms, now_ms, tz))),
+                    Span::styled(crate::format::audit_action(entry), Style::new().bold()),
+                    Span::raw(format!(" by {}", entry.operator)),
+                ]));
+                if let Some(reason) = &entry.reason {
+                    lines.push(Line::raw(format!("    reason: {reason}")));
+                }
+            }
+        }
+    }
+}
 
 /// The lines of the detail pane of a key: its `row` (`None`: it has none any more), its
 /// `journal` and its `audit` history (`None`: not read yet), times shown in `tz` and
@@ -19,14 +66,6 @@ pub fn lines(
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {
-    let label = |name: &str| Span::styled(format!("{name:<15}"), Style::new().bold());
-    let field = |name: &str, value: String| Line::from(vec![label(name), Span::raw(value)]);
-    let section = |name: &str| {
-        Line::from(Span::styled(
-            name.to_owned(),
-            Style::new().bold().underlined(),
-        ))
-    };
     let when = |ms: i64| format::when(ms, now_ms, tz);
     let mut lines = Vec::new();
     let Some(row) = row else {
@@ -152,26 +191,92 @@ pub fn lines(
         }
     }
     lines.push(Line::raw(""));
-    lines.push(section("Audit"));
-    match audit {
-        None => lines.push(Line::raw("loading…")),
-        Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
-        Some(Ok(entries)) if entries.is_empty() => {
-            lines.push(Line::raw("no operator has acted on this key"));
-        }
-        Some(Ok(entries)) => {
-            for entry in entries {
-                lines.push(Line::from(vec![
-                    Span::styled(format!("#{} ", entry.id), Style::new().dim()),
-                    Span::raw(format!("{} ", format::when(entry.at_ms, now_ms, tz))),
-                    Span::styled(crate::format::audit_action(entry), Style::new().bold()),
-                    Span::raw(format!(" by {}", entry.operator)),
-                ]));
-                if let Some(reason) = &entry.reason {
-                    lines.push(Line::raw(format!("    reason: {reason}")));
-                }
-            }
-        }
+    audit_section(
+        &mut lines,
+        audit,
+        "no operator has acted on this key",
+        now_ms,
+        tz,
+    );
+    lines
+}
+
+/// The lines of the detail pane of an outbox message: its `row` (`None`: it has none any
+/// more) and its `audit` history (`None`: not read yet), times shown in `tz` and relative
+/// to `now_ms`.
+#[must_use]
+pub fn message_lines(
+    row: Option<&OutboxRow>,
+    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    now_ms: i64,
+    tz: &TimeZone,
+) -> Vec<Line<'static>> {
+    let when = |ms: i64| format::when(ms, now_ms, tz);
+    let mut lines = Vec::new();
+    let Some(row) = row else {
+        lines.push(Line::from(Span::styled(
+            "this message has no row (any more): delivered and swept",
+            Style::new().yellow(),
+        )));
+        return lines;
+    };
+    lines.push(field("id", row.id.to_string()));
+    lines.push(field("dedup id", row.dedup_id.clone()));
+    lines.push(field("topic", row.topic.clone()));
+    lines.push(Line::from(vec![
+        label("status"),
+        Span::styled(row.status.as_str(), message_style(row, now_ms)),
+        Span::raw(match row.status {
+            OutboxStatus::Pending => format!(": {}", message_state(row, now_ms)),
+            OutboxStatus::Dead => " (given up on; r retries it)".to_owned(),
+            OutboxStatus::Delivered => String::new(),
+        }),
+    ]));
+    lines.push(field("attempts", row.attempts.to_string()));
+    lines.push(field(
+        "next attempt",
+        match row.status {
+            OutboxStatus::Pending => when(row.next_attempt_at_ms),
+            OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
+        },
+    ));
+    lines.push(field(
+        "locked until",
+        row.locked_until_ms.map_or_else(
+            || "- (no lease)".to_owned(),
+            |until| {
+                let state = if until <= now_ms { "ran out" } else { "held" };
+                format!("{} (lease {state})", when(until))
+            },
+        ),
+    ));
+    lines.push(field("created", when(row.created_at_ms)));
+    lines.push(field(
+        "delivered",
+        row.delivered_at_ms.map_or_else(|| "-".to_owned(), when),
+    ));
+    lines.push(Line::raw(""));
+    lines.push(section("Last error"));
+    match &row.last_error {
+        None => lines.push(Line::raw("none")),
+        Some(error) => lines.extend(
+            error
+                .lines()
+                .map(|l| Line::styled(l.to_owned(), Style::new().red())),
+        ),
     }
+    lines.push(Line::raw(""));
+    lines.push(section("Payload"));
+    let pretty =
+        serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string());
+    lines.extend(format::highlight_json(&pretty));
+    lines.push(Line::raw(""));
+    audit_section(
+        &mut lines,
+        audit,
+        "no operator has acted on this message",
+        now_ms,
+        tz,
+    );
     lines
 }

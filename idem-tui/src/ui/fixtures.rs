@@ -3,13 +3,15 @@
 
 use bytes::Bytes;
 use idem_store::{
-    AuditEntry, Counts, Journal, KeyRow, KeyStatus, OperationInfo, Page, Registration,
-    StatusCounts, StoredResponse,
+    AuditEntry, Counts, Journal, KeyRow, KeyStatus, OperationInfo, OutboxCounts, OutboxRow,
+    OutboxStatus, Page, Registration, StatusCounts, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use serde_json::json;
 
-use super::app::{App, DetailData, Msg, Refreshed, operations_from_counts, update};
+use super::app::{
+    App, DetailData, MessageData, Msg, OutboxQuery, Refreshed, View, operations_from_counts, update,
+};
 
 /// The fixed "now": 2027-01-15 08:00:00 UTC.
 pub const NOW: i64 = 1_800_000_000_000;
@@ -146,7 +148,132 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
             counts: Some(counts),
             page: Page { keys: rows, next },
             detail: None,
+            outbox_counts: Some(OutboxCounts::default()),
+            outbox: None,
+            message: None,
         })),
+    }
+}
+
+/// A message of the outbox, pending and due, enqueued a second ago.
+pub fn message(id: i64, dedup_id: &str) -> OutboxRow {
+    OutboxRow {
+        id,
+        dedup_id: dedup_id.into(),
+        topic: "order.paid".into(),
+        payload: json!({"amount": {"currency": "EUR", "value": 1250}, "order": dedup_id}),
+        status: OutboxStatus::Pending,
+        attempts: 0,
+        next_attempt_at_ms: NOW - 1_000,
+        locked_until_ms: None,
+        last_error: None,
+        created_at_ms: NOW - 1_000,
+        delivered_at_ms: None,
+    }
+}
+
+/// The fixed messages, in id order: dead after ten attempts, waiting for its next attempt,
+/// in flight, due, delivered, dead at once (a permanent failure).
+pub fn messages() -> Vec<OutboxRow> {
+    let dead = OutboxRow {
+        status: OutboxStatus::Dead,
+        attempts: 10,
+        next_attempt_at_ms: NOW - 2 * HOUR,
+        last_error: Some("HTTP 503 Service Unavailable: upstream maintenance".into()),
+        created_at_ms: NOW - 5 * HOUR,
+        ..message(1, "order-7/paid")
+    };
+    let backoff = OutboxRow {
+        attempts: 3,
+        next_attempt_at_ms: NOW + 4 * MIN,
+        last_error: Some("HTTP 429 Too Many Requests".into()),
+        created_at_ms: NOW - 20 * MIN,
+        ..message(2, "order-8/paid")
+    };
+    let in_flight = OutboxRow {
+        next_attempt_at_ms: NOW - 5_000,
+        locked_until_ms: Some(NOW + 25_000),
+        created_at_ms: NOW - 5_000,
+        ..message(3, "order-9/paid")
+    };
+    let due = message(4, "order-10/paid");
+    let delivered = OutboxRow {
+        topic: "refund.issued".into(),
+        status: OutboxStatus::Delivered,
+        attempts: 1,
+        next_attempt_at_ms: NOW - HOUR,
+        last_error: Some("timed out after 10s".into()),
+        created_at_ms: NOW - HOUR - 30_000,
+        delivered_at_ms: Some(NOW - HOUR),
+        ..message(5, "refund-3/issued")
+    };
+    let permanent = OutboxRow {
+        status: OutboxStatus::Dead,
+        attempts: 1,
+        next_attempt_at_ms: NOW - 3 * MIN,
+        last_error: Some("HTTP 422 Unprocessable Entity: unknown customer".into()),
+        created_at_ms: NOW - 3 * MIN,
+        ..message(6, "order-11/paid")
+    };
+    vec![dead, backoff, in_flight, due, delivered, permanent]
+}
+
+/// The counts of [`messages`].
+pub fn outbox_counts() -> OutboxCounts {
+    OutboxCounts {
+        pending: 3,
+        in_flight: 1,
+        delivered: 1,
+        dead: 2,
+        oldest_pending_ms: Some(NOW - 20 * MIN),
+    }
+}
+
+/// A refresh result with [`rows`] and, for the outbox view, `messages`.
+pub fn outbox_refreshed(messages: Vec<OutboxRow>) -> Msg {
+    let mut msg = refreshed(rows(), None);
+    if let Msg::Refreshed {
+        result: Ok(refreshed),
+        ..
+    } = &mut msg
+    {
+        refreshed.outbox_counts = Some(outbox_counts());
+        refreshed.outbox = Some((
+            OutboxQuery {
+                status: None,
+                limit: super::app::MESSAGES,
+            },
+            Ok(messages),
+        ));
+    }
+    msg
+}
+
+/// [`loaded_app`] in the outbox view, with [`messages`] loaded.
+pub fn outbox_app() -> App {
+    let mut app = loaded_app();
+    app.view = View::Outbox;
+    let _ = update(&mut app, outbox_refreshed(messages()));
+    app
+}
+
+/// The detail of `row`: one retry in its audit history.
+pub fn message_data(row: &OutboxRow) -> MessageData {
+    MessageData {
+        row: Some(row.clone()),
+        audit: Ok(vec![AuditEntry {
+            id: 9,
+            at_ms: NOW - 3 * HOUR,
+            operator: "bob".into(),
+            scope: "outbox".into(),
+            operation: row.topic.clone(),
+            key: row.dedup_id.clone(),
+            action: "outbox-retry".into(),
+            reason: Some("INC-51: the receiver was down".into()),
+            before: None,
+            after: None,
+            forced: false,
+        }]),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Text for the screen: times (local and relative), stored bodies (JSON highlighted, text,
-//! binary as a hex head), fingerprints, the colours of statuses. Pure functions of their
-//! inputs.
+//! binary as a hex head), fingerprints, the colours of statuses, when a message is next
+//! attempted. Pure functions of their inputs.
 
-use idem_store::KeyStatus;
+use idem_store::{KeyStatus, OutboxRow, OutboxStatus};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use ratatui::style::{Color, Modifier, Style};
@@ -220,6 +220,30 @@ pub fn status_style(status: KeyStatus) -> Style {
         KeyStatus::Processing => Style::new().fg(Color::Yellow),
         KeyStatus::Stuck => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         KeyStatus::Expired => Style::new().fg(Color::DarkGray),
+    }
+}
+
+/// The colour of a message's status at `now_ms`: dead red, in flight cyan, pending yellow,
+/// delivered green.
+#[must_use]
+pub fn message_style(row: &OutboxRow, now_ms: i64) -> Style {
+    match row.status {
+        OutboxStatus::Dead => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        OutboxStatus::Pending if row.in_flight(now_ms) => Style::new().fg(Color::Cyan),
+        OutboxStatus::Pending => Style::new().fg(Color::Yellow),
+        OutboxStatus::Delivered => Style::new().fg(Color::Green),
+    }
+}
+
+/// When a message is next attempted, for the table: `in 4m` (waiting for its next attempt),
+/// `due`, `in flight` (a dispatcher holds it), `-` (dead or delivered: never).
+#[must_use]
+pub fn next_attempt(row: &OutboxRow, now_ms: i64) -> String {
+    match row.status {
+        OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
+        OutboxStatus::Pending if row.in_flight(now_ms) => "in flight".to_owned(),
+        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => "due".to_owned(),
+        OutboxStatus::Pending => format!("in {}", span(row.next_attempt_at_ms - now_ms)),
     }
 }
 

@@ -6,32 +6,38 @@
 //! as the selection moves down (keyset pagination: the whole table is never read); a detail
 //! pane with every column of a key, its response (JSON highlighted, binary bodies as their
 //! size and a hex head), its journal and its audit history; an operations view with each
-//! operation's counts by status (and its ttl, scope and mode when registered); and the
-//! operator actions, each behind a confirmation dialog that says what will change and asks
-//! for a reason recorded in the audit trail.
+//! operation's counts by status (and its ttl, scope and mode when registered); an outbox
+//! view with the transactional outbox's messages (status, attempts, next attempt, age, last
+//! error) and a message's detail (its columns, payload and audit history); and the operator
+//! actions, each behind a confirmation dialog that says what will change and asks for a
+//! reason recorded in the audit trail: on keys, and the outbox's retries.
 //!
 //! # Key bindings
 //!
 //! | keys | what |
 //! |---|---|
 //! | `j`/`k`, `↑`/`↓` | move the selection (the detail: scroll); `PgUp`/`PgDn`, `g`/`G` (`Home`/`End`) by page and to the ends |
-//! | `Enter` | open the selected key's detail (`Esc` or `Enter` goes back); in the operations view: list that operation's keys |
-//! | `Tab` | switch views: keys, operations |
+//! | `Enter` | open the selected key's (or message's) detail (`Esc` or `Enter` goes back); in the operations view: list that operation's keys |
+//! | `Tab` | switch views: keys, operations, outbox (`BackTab` the other way) |
 //! | `/` | search keys by prefix: type it, `Enter` applies (empty clears), `Esc` cancels |
-//! | `s` | cycle the status filter: all, completed, processing, stuck, expired |
+//! | `s` | cycle the status filter: all, completed, processing, stuck, expired; in the outbox view: all, pending, delivered, dead |
 //! | `o` / `S` | filter by the selected key's operation / scope (again: clear it) |
 //! | `x` | clear every filter |
 //! | `1`…`7`, `0` | sort the loaded keys by a column (again: reverse); `0`: the database order |
 //! | `e` `r` `c` `f` `d` | expire, release, complete, fail, delete the selected key: a dialog shows what will change and asks for a reason (complete and fail also a status and a body); `Enter`/`Tab` moves between fields, then `y` confirms, `n` or `Esc` cancels |
+//! | `r`, `A` (outbox view) | retry the selected message (or the open one), or every dead message and every one waiting for its next attempt: the same dialog, a reason, `y` |
 //! | `p` | pause or resume the live refresh (keys every 2 s, counts every 10 s) |
 //! | `R`, `F5` | refresh now |
 //! | `?` | every binding (any key closes it) |
 //! | `q`, `Ctrl-C` | quit |
 //!
-//! The keys on screen (and an open detail) are read again every 2 s. The counts in the header
-//! and the operations view are one pass over the whole key table, so they are read every
-//! 10 s, after an action, and right after the first screen — which shows the first page of
-//! keys without waiting for them.
+//! The keys on screen (and an open detail) are read again every 2 s, and so are the outbox's
+//! messages while its view (or a message's detail) is shown. The counts in the header and
+//! the operations view are one pass over the whole key table (and the outbox's counts one
+//! over the outbox), so they are read every 10 s, after an action, and right after the
+//! first screen — which shows the first page of keys without waiting for them. The outbox
+//! view reads the first 500 messages of its filter, oldest first (the store lists messages
+//! without pages); the `Outbox` tab says how many messages are dead, whatever the view.
 //!
 //! The database orders keys by (scope, operation, key), the order pages are read in; a sort by
 //! another column sorts the keys loaded so far.
@@ -44,6 +50,11 @@
 //! line (as many lines as it needs) says why the store refused. The TUI never forces an
 //! action: forcing is a command-line action, `idem keys <action> … --force`, recorded as
 //! forced in the audit trail.
+//!
+//! A retry applies to a dead message (pending again, due now, attempts reset) and to a
+//! pending one waiting for its next attempt (due now); the UI refuses at once a message in
+//! flight, due or delivered, and the store refuses it if it became so while the dialog was
+//! open. Each retry is recorded in the audit trail like the actions on keys.
 //!
 //! # Structure
 //!
@@ -73,7 +84,7 @@ use ratatui::crossterm::event::Event;
 use tokio::sync::mpsc;
 
 use crate::db::Db;
-use app::{ActError, App, Command, DetailData, Msg, Refreshed, update};
+use app::{ActError, App, Command, DetailData, MessageData, Msg, Refreshed, Retried, update};
 
 /// How the UI was started.
 #[derive(Debug, Clone)]
@@ -186,7 +197,28 @@ fn failed(command: Command, why: &str) -> Msg {
             action: action.name(),
             result: Err(ActError::Other(why)),
         },
+        Command::LoadMessage { id } => Msg::MessageLoaded {
+            id,
+            result: Err(why),
+        },
+        Command::Retry { id, .. } => Msg::Retried {
+            id,
+            result: Err(ActError::Other(why)),
+        },
     }
+}
+
+/// Reads an outbox message and its audit history.
+async fn read_message(db: &Db, id: i64) -> Result<MessageData, String> {
+    let row = db.outbox_find(id).await.map_err(|e| e.to_string())?;
+    let audit = match &row {
+        Some(row) => db
+            .audit(&AuditFilter::new().key(row.audit_key()).limit(50))
+            .await
+            .map_err(|e| e.to_string()),
+        None => Ok(Vec::new()),
+    };
+    Ok(MessageData { row, audit })
 }
 
 /// Reads a key, its audit history and its journal.
@@ -216,6 +248,8 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             count,
             filter,
             detail,
+            outbox,
+            message,
         } => {
             let result = async {
                 let page = db.list(&filter, now).await.map_err(|e| e.to_string())?;
@@ -233,11 +267,31 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 } else {
                     (None, None)
                 };
+                let outbox = match outbox {
+                    Some(query) => {
+                        let messages = db.outbox_list(query.status, query.limit).await;
+                        Some((query, messages.map_err(|e| e.to_string())))
+                    }
+                    None => None,
+                };
+                let message = match message {
+                    Some(id) => Some((id, read_message(db, id).await)),
+                    None => None,
+                };
+                // A database without the outbox's table still shows its keys.
+                let outbox_counts = if count {
+                    db.outbox_counts(now).await.ok()
+                } else {
+                    None
+                };
                 Ok(Box::new(Refreshed {
                     counts,
                     operations,
                     page,
                     detail,
+                    outbox_counts,
+                    outbox,
+                    message,
                 }))
             }
             .await;
@@ -267,6 +321,24 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 key,
                 action: action.name(),
                 result,
+            }
+        }
+        Command::LoadMessage { id } => {
+            let result = read_message(db, id).await.map(Box::new);
+            Msg::MessageLoaded { id, result }
+        }
+        Command::Retry { id, reason } => {
+            let by = Actor::new(operator).reason(reason);
+            let result = match id {
+                Some(id) => db
+                    .outbox_retry(id, now, &by)
+                    .await
+                    .map(|row| Retried::One(Box::new(row))),
+                None => db.outbox_retry_all(now, &by).await.map(Retried::All),
+            };
+            Msg::Retried {
+                id,
+                result: result.map_err(act_error),
             }
         }
     }

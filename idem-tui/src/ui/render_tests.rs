@@ -190,4 +190,104 @@ fn tiny_terminals_do_not_panic() {
         render(&app, w, h);
         press(&mut app, KeyCode::Esc);
     }
+    let mut outbox = fixtures::outbox_app();
+    for (w, h) in [(1, 1), (10, 3), (20, 5), (40, 10), (80, 24)] {
+        render(&outbox, w, h);
+        press(&mut outbox, KeyCode::Char('A'));
+        render(&outbox, w, h);
+        press(&mut outbox, KeyCode::Esc);
+        press(&mut outbox, KeyCode::Enter);
+        render(&outbox, w, h);
+        press(&mut outbox, KeyCode::Esc);
+    }
+}
+
+#[test]
+fn the_outbox() {
+    let mut app = fixtures::outbox_app();
+    press(&mut app, KeyCode::Down);
+    snapshot!("ui_outbox_80x24", render(&app, 80, 24));
+    snapshot!("ui_outbox_120x30", render(&app, 120, 30));
+    // Filtered, nothing to show.
+    let mut empty = fixtures::outbox_app();
+    press(&mut empty, KeyCode::Char('s'));
+    let query = empty.outbox.query();
+    let _ = update(
+        &mut empty,
+        Msg::Refreshed {
+            generation: 0,
+            result: Ok(Box::new(super::app::Refreshed {
+                outbox: Some((query, Ok(Vec::new()))),
+                ..refreshed_parts()
+            })),
+        },
+    );
+    snapshot!("ui_outbox_empty_80x24", render(&empty, 80, 24));
+}
+
+/// The parts of a refresh of [`fixtures::rows`], for a test to change some.
+fn refreshed_parts() -> super::app::Refreshed {
+    match fixtures::outbox_refreshed(fixtures::messages()) {
+        Msg::Refreshed {
+            result: Ok(refreshed),
+            ..
+        } => *refreshed,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_message_detail() {
+    let mut app = fixtures::outbox_app();
+    press(&mut app, KeyCode::Enter);
+    let row = app.outbox.selected_row().unwrap().clone();
+    let _ = update(
+        &mut app,
+        Msg::MessageLoaded {
+            id: row.id,
+            result: Ok(Box::new(fixtures::message_data(&row))),
+        },
+    );
+    snapshot!("ui_message_dead_80x24", render(&app, 80, 24));
+    let mut app = fixtures::outbox_app();
+    app.outbox.selected = 2;
+    press(&mut app, KeyCode::Enter);
+    let row = app.outbox.selected_row().unwrap().clone();
+    let _ = update(
+        &mut app,
+        Msg::MessageLoaded {
+            id: row.id,
+            result: Ok(Box::new(super::app::MessageData {
+                row: Some(row),
+                audit: Ok(Vec::new()),
+            })),
+        },
+    );
+    snapshot!("ui_message_in_flight_80x24", render(&app, 80, 24));
+}
+
+#[test]
+fn retry_dialogs() {
+    let mut app = fixtures::outbox_app();
+    press(&mut app, KeyCode::Char('r'));
+    for c in "INC-51 receiver back".chars() {
+        press(&mut app, KeyCode::Char(c));
+    }
+    press(&mut app, KeyCode::Enter);
+    snapshot!("ui_dialog_retry_80x24", render(&app, 80, 24));
+
+    let mut app = fixtures::outbox_app();
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Char('r'));
+    snapshot!("ui_dialog_retry_waiting_80x24", render(&app, 80, 24));
+
+    let mut app = fixtures::outbox_app();
+    press(&mut app, KeyCode::Char('A'));
+    snapshot!("ui_dialog_retry_all_80x24", render(&app, 80, 24));
+
+    // Not retryable: the status line says why.
+    let mut app = fixtures::outbox_app();
+    app.outbox.selected = 2;
+    press(&mut app, KeyCode::Char('r'));
+    snapshot!("ui_retry_in_flight_80x24", render(&app, 80, 24));
 }

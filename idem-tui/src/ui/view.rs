@@ -1,14 +1,19 @@
 //! Drawing: [`view`] is a pure function of the [`App`] (its clock included).
 
-use idem_store::{KeyRow, KeyStatus, StatusCounts, StoredStatus};
+use idem_store::{
+    KeyRow, KeyStatus, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts, StoredStatus,
+};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Style, Stylize};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 
-use super::app::{ActKind, App, Column, Detail, Dialog, Field, Filters, View};
-use super::format::{self, status_style};
+use super::app::{
+    ActKind, App, Column, Detail, Dialog, Field, Filters, MESSAGES, MessageDetail, Target, View,
+    message_state,
+};
+use super::format::{self, message_style, status_style};
 
 /// Draws the whole screen.
 pub fn view(app: &App, frame: &mut Frame<'_>) {
@@ -19,10 +24,12 @@ pub fn view(app: &App, frame: &mut Frame<'_>) {
     ])
     .areas(frame.area());
     draw_header(app, frame, header);
-    match (&app.detail, app.view) {
-        (Some(detail), _) => draw_detail(app, detail, frame, body),
-        (None, View::Keys) => draw_keys(app, frame, body),
-        (None, View::Operations) => draw_operations(app, frame, body),
+    match (&app.detail, &app.message, app.view) {
+        (Some(detail), _, _) => draw_detail(app, detail, frame, body),
+        (None, Some(message), _) => draw_message(app, message, frame, body),
+        (None, None, View::Keys) => draw_keys(app, frame, body),
+        (None, None, View::Operations) => draw_operations(app, frame, body),
+        (None, None, View::Outbox) => draw_outbox(app, frame, body),
     }
     draw_footer(app, frame, footer);
     if let Some(dialog) = &app.dialog {
@@ -43,6 +50,30 @@ fn counts_spans(counts: &StatusCounts) -> Vec<Span<'static>> {
         ));
     }
     spans
+}
+
+fn outbox_counts_spans(counts: &OutboxCounts) -> Vec<Span<'static>> {
+    let styled = |text: String, style: Style, n: u64| {
+        Span::styled(text, if n > 0 { style } else { Style::new() })
+    };
+    vec![
+        styled(
+            format!("pending {}", counts.pending),
+            Style::new().yellow(),
+            counts.pending,
+        ),
+        styled(
+            format!(" ({} in flight)", counts.in_flight),
+            Style::new().cyan(),
+            counts.in_flight,
+        ),
+        Span::raw(format!("  delivered {}  ", counts.delivered)),
+        styled(
+            format!("dead {}", counts.dead),
+            Style::new().red().bold(),
+            counts.dead,
+        ),
+    ]
 }
 
 fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
@@ -69,8 +100,19 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
     first.push(Span::raw("  "));
     first.push(Span::raw(app.database.clone()));
     let mut second = vec![Span::raw(" ")];
-    match &app.counts {
-        Some(counts) => {
+    match (&app.counts, &app.outbox_counts) {
+        // The outbox view counts messages.
+        (_, Some(counts)) if app.view == View::Outbox => {
+            second.extend(outbox_counts_spans(counts));
+            if let Some(oldest) = counts.oldest_pending_ms {
+                second.push(Span::styled(
+                    format!("  oldest pending {}", format::relative(oldest, app.now_ms)),
+                    Style::new().dim(),
+                ));
+            }
+        }
+        (_, None) if app.view == View::Outbox => second.push(Span::raw("counting…")),
+        (Some(counts), _) => {
             second.extend(counts_spans(&counts.by_status));
             if let Some(oldest) = counts.oldest_stuck_created_at_ms {
                 second.push(Span::styled(
@@ -79,7 +121,7 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
                 ));
             }
         }
-        None => second.push(Span::raw("counting…")),
+        (None, _) => second.push(Span::raw("counting…")),
     }
     let tab = |name: &'static str, on: bool| {
         if on {
@@ -94,12 +136,36 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
         tab("Keys", app.view == View::Keys),
         Span::raw("│"),
         tab("Operations", app.view == View::Operations),
-        Span::raw("  "),
+        Span::raw("│"),
+        tab("Outbox", app.view == View::Outbox),
     ];
+    // Dead messages wait for an operator: said whatever the view.
+    if let Some(counts) = app.outbox_counts.filter(|c| c.dead > 0) {
+        third.push(Span::styled(
+            format!(" {} dead", counts.dead),
+            Style::new().red().bold(),
+        ));
+    }
+    third.push(Span::raw("  "));
     let filter = |name: &str, value: Option<&str>| match value {
         Some(v) => Span::styled(format!("{name}={v} "), Style::new().yellow()),
         None => Span::styled(format!("{name}=* "), Style::new().dim()),
     };
+    if app.view == View::Outbox {
+        third.push(filter(
+            "status",
+            app.outbox.status.map(OutboxStatus::as_str),
+        ));
+        frame.render_widget(
+            Paragraph::new(vec![
+                Line::from(first),
+                Line::from(second),
+                Line::from(third),
+            ]),
+            area,
+        );
+        return;
+    }
     third.push(filter("status", f.status.map(KeyStatus::as_str)));
     third.push(filter("scope", f.scope.as_deref()));
     third.push(filter("op", f.operation.as_deref()));
@@ -291,6 +357,107 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     );
 }
 
+fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let outbox = &app.outbox;
+    let filtered = outbox.status.map_or_else(String::new, |s| format!(" {s}"));
+    let capped = if outbox.rows.len() >= usize::try_from(MESSAGES).unwrap_or(usize::MAX) {
+        format!(", the first {MESSAGES}")
+    } else {
+        String::new()
+    };
+    let title = format!(
+        " {}{filtered} messages (oldest first{capped}; Enter: one, r: retry) ",
+        outbox.rows.len()
+    );
+    let header = Row::new([
+        "id",
+        "dedup id",
+        "topic",
+        "status",
+        "att",
+        "next",
+        "age",
+        "last error",
+    ])
+    .style(Style::new().bold().underlined());
+    let rows = outbox.rows.iter().map(|row| {
+        Row::new(vec![
+            Cell::from(row.id.to_string()),
+            Cell::from(row.dedup_id.clone()),
+            Cell::from(row.topic.clone()),
+            Cell::from(Span::styled(
+                row.status.as_str(),
+                message_style(row, app.now_ms),
+            )),
+            Cell::from(row.attempts.to_string()),
+            Cell::from(format::next_attempt(row, app.now_ms)),
+            Cell::from(format::span(app.now_ms - row.created_at_ms)),
+            Cell::from(
+                row.last_error
+                    .as_deref()
+                    .map(|e| crate::format::one_line(e, 200))
+                    .unwrap_or_default(),
+            ),
+        ])
+    });
+    let widths = [
+        Constraint::Length(5),
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+        Constraint::Length(9),
+        Constraint::Length(3),
+        Constraint::Length(9),
+        Constraint::Length(4),
+        Constraint::Fill(3),
+    ];
+    let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
+    let offset = outbox.selected.saturating_sub(inner_height - 1);
+    let mut state = TableState::new()
+        .with_offset(offset)
+        .with_selected((!outbox.rows.is_empty()).then_some(outbox.selected));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(title))
+        .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("▸")
+        .column_spacing(1);
+    if outbox.rows.is_empty() {
+        let text = match (&outbox.error, outbox.loaded, outbox.status) {
+            (Some(e), _, _) => format!("the outbox cannot be read: {e}"),
+            (None, false, _) => "loading…".to_owned(),
+            (None, true, None) => "no messages".to_owned(),
+            (None, true, Some(status)) => format!("no {status} messages (x clears the filter)"),
+        };
+        frame.render_widget(table, area);
+        let inner = Rect {
+            x: area.x + 2,
+            y: area.y + 2,
+            width: area.width.saturating_sub(4),
+            height: 1,
+        }
+        .intersection(area);
+        frame.render_widget(Paragraph::new(text).dim(), inner);
+    } else {
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+fn draw_message(app: &App, message: &MessageDetail, frame: &mut Frame<'_>, area: Rect) {
+    let loading = if message.loading { " (reading…)" } else { "" };
+    let name = message
+        .row
+        .as_ref()
+        .map_or_else(String::new, |row| format!(" {}", row.dedup_id));
+    let title = format!(" message #{}{name}{loading} — Esc back ", message.id);
+    frame.render_widget(
+        Paragraph::new(Text::from(message.lines(app.now_ms, &app.tz)))
+            .block(Block::bordered().title(title))
+            .wrap(Wrap { trim: false })
+            .scroll((message.scroll, 0)),
+        area,
+    );
+}
+
 fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
     let loading = if detail.loading { " (reading…)" } else { "" };
     let title = format!(" {}{loading} — Esc back ", detail.key);
@@ -338,6 +505,10 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
     } else {
         let hint = if app.detail.is_some() {
             "j/k scroll  Esc back  e/r/c/f/d act  ? help  q quit"
+        } else if app.message.is_some() {
+            "j/k scroll  Esc back  r retry  ? help  q quit"
+        } else if app.view == View::Outbox {
+            "j/k move  Enter open  s status  r retry  A retry all  Tab view  ? help  q quit"
         } else {
             "j/k move  Enter open  / search  s status  Tab view  ? help  q quit"
         };
@@ -358,9 +529,44 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
     }
 }
 
+/// What a retry will change, in words.
+fn retry_effect(app: &App, message: Option<&OutboxRow>) -> Vec<String> {
+    let Some(row) = message else {
+        return vec![
+            "every dead message: pending, due now, attempts back to 0".to_owned(),
+            "every message waiting for its next attempt: due now, attempts kept".to_owned(),
+            "messages in flight, due or delivered are left as they are".to_owned(),
+            "each retry is recorded in the audit trail".to_owned(),
+        ];
+    };
+    let mut effect = match row.status {
+        OutboxStatus::Dead => vec![
+            "status: dead → pending, due now".to_owned(),
+            format!(
+                "attempts: {} → 0 (the dispatcher's full number again)",
+                row.attempts
+            ),
+        ],
+        _ => vec![
+            format!(
+                "next attempt: {} → now",
+                format::local_time(row.next_attempt_at_ms, &app.tz)
+            ),
+            format!("attempts: {} (kept)", row.attempts),
+        ],
+    };
+    effect.push("the last error stays until the next attempt's outcome".to_owned());
+    effect.push("refused if it was claimed, delivered or fell due meanwhile".to_owned());
+    effect
+}
+
 /// What the action will change, in words.
 fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
-    let row = &dialog.shown;
+    let row = match &dialog.target {
+        Target::Key(row) => row,
+        Target::Message(row) => return retry_effect(app, Some(row)),
+        Target::AllMessages => return retry_effect(app, None),
+    };
     let expires = format::local_time(row.expires_at_ms, &app.tz);
     let lease = row
         .locked_until_ms
@@ -404,6 +610,7 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
             "the row is deleted (its audit history stays)".to_owned(),
             "the next request with this key runs as a first one".to_owned(),
         ],
+        ActKind::Retry | ActKind::RetryAll => Vec::new(),
     };
     let forced_only = |why: String| {
         format!(
@@ -430,20 +637,43 @@ fn dialog_effect(app: &App, dialog: &Dialog) -> Vec<String> {
 }
 
 fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
-    let row = &dialog.shown;
-    let mut lines = vec![
-        Line::from(vec![
-            Span::raw("key: "),
+    let mut lines = match &dialog.target {
+        Target::Key(row) => vec![
+            Line::from(vec![
+                Span::raw("key: "),
+                Span::styled(
+                    format!("{} {} {}", row.scope, row.operation, row.key),
+                    Style::new().bold(),
+                ),
+            ]),
+            Line::raw(format!(
+                "as shown: {}, attempt {}; refused if it changed since",
+                row.status, row.attempt
+            )),
+        ],
+        Target::Message(row) => vec![
+            Line::from(vec![
+                Span::raw("message: "),
+                Span::styled(
+                    format!("#{} {} ({})", row.id, row.dedup_id, row.topic),
+                    Style::new().bold(),
+                ),
+            ]),
+            Line::raw(format!(
+                "as shown: {}, {} attempt{}",
+                message_state(row, app.now_ms),
+                row.attempts,
+                if row.attempts == 1 { "" } else { "s" }
+            )),
+        ],
+        Target::AllMessages => vec![Line::from(vec![
+            Span::raw("messages: "),
             Span::styled(
-                format!("{} {} {}", row.scope, row.operation, row.key),
+                "every dead one, every one waiting for its next attempt",
                 Style::new().bold(),
             ),
-        ]),
-        Line::raw(format!(
-            "as shown: {}, attempt {}; refused if it changed since",
-            row.status, row.attempt
-        )),
-    ];
+        ])],
+    };
     lines.extend(
         dialog_effect(app, dialog)
             .into_iter()
@@ -486,8 +716,15 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
         )
     };
     lines.push(confirm);
-    let title = format!(" {} this key? ", dialog.kind.name());
-    let height = u16::try_from(lines.len() + 2).unwrap_or(u16::MAX);
+    let title = match dialog.target {
+        Target::Key(_) => format!(" {} this key? ", dialog.kind.name()),
+        Target::Message(_) => " retry this message? ".to_owned(),
+        Target::AllMessages => " retry every dead or waiting message? ".to_owned(),
+    };
+    // As tall as its lines once wrapped, so that the confirmation line always shows.
+    let inner = usize::from(72.min(frame.area().width).saturating_sub(2)).max(1);
+    let rows: usize = lines.iter().map(|l| l.width().max(1).div_ceil(inner)).sum();
+    let height = u16::try_from(rows + 2).unwrap_or(u16::MAX);
     let area = centered(frame.area(), 72, height);
     frame.render_widget(Clear, area);
     frame.render_widget(
@@ -505,11 +742,8 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
 /// Every binding, for `?` and the module doc.
 pub const HELP: &[(&str, &str)] = &[
     ("j/k ↑/↓", "move; PgUp/PgDn, g/G: by page, to the ends"),
-    (
-        "Enter",
-        "open the key's detail, Esc back; operations: its keys",
-    ),
-    ("Tab", "switch view: keys / operations"),
+    ("Enter", "open the detail, Esc back; operations: its keys"),
+    ("Tab", "switch view: keys / operations / outbox"),
     ("/", "search by key prefix (Enter applies, empty clears)"),
     (
         "s",
@@ -530,6 +764,11 @@ pub const HELP: &[(&str, &str)] = &[
         "refused (live lease…)? force on the command line: --force",
     ),
     (
+        "outbox: r A",
+        "retry the message / every dead or waiting one (asks first)",
+    ),
+    ("outbox: s", "cycle status filter: pending delivered dead"),
+    (
         "p",
         "pause / resume the live refresh (keys 2 s, counts 10 s)",
     ),
@@ -539,11 +778,16 @@ pub const HELP: &[(&str, &str)] = &[
 ];
 
 fn draw_help(frame: &mut Frame<'_>) {
+    let width = HELP
+        .iter()
+        .map(|(keys, _)| keys.chars().count())
+        .max()
+        .unwrap_or(0);
     let mut lines: Vec<Line<'_>> = HELP
         .iter()
         .map(|(keys, what)| {
             Line::from(vec![
-                Span::styled(format!("{keys:>10}  "), Style::new().bold().cyan()),
+                Span::styled(format!("{keys:>width$}  "), Style::new().bold().cyan()),
                 Span::raw(*what),
             ])
         })

@@ -7,6 +7,7 @@
 //! the system's temporary directory.
 #![allow(dead_code, clippy::unwrap_used, clippy::missing_panics_doc)]
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use http::StatusCode;
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
 use idem_runtime::fingerprint::Fingerprint;
+use idem_runtime::outbox::{Outbox, OutboxMessage, OutboxRow};
 use idem_runtime::protocol::{Call, Record, work_fn};
 use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Finished, StepError};
@@ -303,4 +305,111 @@ async fn staged<DB: TestBackend>(
     )
     .await
     .map(|_| ())
+}
+
+/// A migrated database whose outbox holds a message in each state, and the tool pointed at
+/// it. Times are the real clock's, as the tool's.
+///
+/// | dedup id | topic | state |
+/// |---|---|---|
+/// | `dead-1`, `dead-2` | `order.paid` | dead after one attempt, last error `HTTP 503: …` |
+/// | `backoff-1` | `order.paid` | pending, one failed attempt, next attempt in an hour |
+/// | `in-flight-1` | `order.paid` | pending, claimed by a dispatcher (leased for an hour) |
+/// | `due-1` | `order.paid` | pending, one failed attempt, due |
+/// | `delivered-1` | `order.shipped` | delivered |
+/// | `777` | `order.shipped` | delivered (a dedup id that reads as a number) |
+pub struct OutboxSeeded<DB: TestBackend> {
+    pub idem: Idem<DB>,
+    pub args: Vec<String>,
+    /// Each message's row id, by dedup id.
+    pub ids: BTreeMap<&'static str, i64>,
+}
+
+/// The messages of [`OutboxSeeded`], in the order they are enqueued.
+pub const MESSAGES: [&str; 7] = [
+    "dead-1",
+    "dead-2",
+    "backoff-1",
+    "in-flight-1",
+    "due-1",
+    "delivered-1",
+    "777",
+];
+
+impl<DB: TestBackend> OutboxSeeded<DB> {
+    pub async fn new() -> Self {
+        let (url, args) = fresh::<DB>().await;
+        let idem = Idem::<DB>::connect(&url, Config::default()).await.unwrap();
+        idem.migrate().await.unwrap();
+        let mut tx = idem.pool().begin().await.unwrap();
+        for dedup_id in MESSAGES {
+            let topic = if dedup_id == "777" || dedup_id.starts_with("delivered") {
+                "order.shipped"
+            } else {
+                "order.paid"
+            };
+            let message =
+                OutboxMessage::new(dedup_id, topic, json!({"order": dedup_id, "total": 1990}));
+            assert!(idem.enqueue(&mut tx, &message).await.unwrap());
+        }
+        tx.commit().await.unwrap();
+        let outbox = idem.outbox();
+        let now = SystemClock.now_millis();
+        let hour = 3_600_000;
+        let claimed = outbox.claim(now, 100, hour).await.unwrap();
+        let ids: BTreeMap<&'static str, i64> = MESSAGES
+            .into_iter()
+            .map(|dedup_id| {
+                let claimed = claimed.iter().find(|m| m.dedup_id == dedup_id).unwrap();
+                (dedup_id, claimed.id)
+            })
+            .collect();
+        for dedup_id in ["dead-1", "dead-2"] {
+            let error = "HTTP 503: the receiver is down for maintenance";
+            assert!(
+                outbox
+                    .mark_failed(ids[dedup_id], now, error, now, true)
+                    .await
+                    .unwrap()
+            );
+        }
+        assert!(
+            outbox
+                .mark_failed(ids["backoff-1"], now, "HTTP 429", now + hour, false)
+                .await
+                .unwrap()
+        );
+        assert!(
+            outbox
+                .mark_failed(ids["due-1"], now, "timed out", now, false)
+                .await
+                .unwrap()
+        );
+        for dedup_id in ["delivered-1", "777"] {
+            assert!(outbox.mark_delivered(ids[dedup_id], now).await.unwrap());
+        }
+        Self { idem, args, ids }
+    }
+
+    /// Runs the tool on this database with `args`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let mut all = self.args.clone();
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        idem(&all, None)
+    }
+
+    /// The outbox.
+    pub fn outbox(&self) -> Outbox<DB> {
+        self.idem.outbox()
+    }
+
+    /// A message now.
+    pub async fn message(&self, dedup_id: &str) -> OutboxRow {
+        self.outbox().get(dedup_id).await.unwrap().unwrap()
+    }
+
+    /// The key table, for its audit trail.
+    pub fn table(&self) -> KeyTable<DB> {
+        self.idem.keys()
+    }
 }

@@ -53,7 +53,7 @@ pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &i
     let counts = table.counts(NOW).await.must("counting keys");
     assert_eq!(counts.by_status.total(), 1, "keys after migrating again");
     let outbox = Outbox::new(pool.clone())
-        .counts()
+        .counts(NOW)
         .await
         .must("counting messages");
     assert_eq!(outbox.pending, 1, "messages after migrating again");

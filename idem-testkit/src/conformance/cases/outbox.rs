@@ -1,11 +1,14 @@
 //! The outbox: [`enqueue`] in the application's transaction, claims under a lease,
-//! outcomes, dead messages, sweeps.
+//! outcomes, dead messages, operators' retries and their audit trail, sweeps.
 
 use std::collections::BTreeMap;
 
 use idem_store::sqlx::Pool;
-use idem_store::{Backend, Outbox, OutboxMessage, OutboxStatus, StoreError, enqueue};
-use serde_json::json;
+use idem_store::{
+    Actor, AuditFilter, Backend, KeyTable, Outbox, OutboxMessage, OutboxRow, OutboxStatus,
+    StoreError, enqueue,
+};
+use serde_json::{Value, json};
 
 use crate::conformance::{ConformanceSql, Harness, Must as _, NOW, connect, fresh, settings};
 
@@ -63,8 +66,11 @@ pub async fn outbox_enqueue_dedups<DB: ConformanceSql>(harness: &impl Harness) {
     assert_eq!(row.locked_until_ms, None);
     assert_eq!(row.last_error, None);
     assert_eq!(row.delivered_at_ms, None);
-    let counts = outbox.counts().await.must("counts");
-    assert_eq!((counts.pending, counts.total()), (2, 2));
+    let counts = outbox.counts(NOW).await.must("counts");
+    assert_eq!(
+        (counts.pending, counts.in_flight, counts.total()),
+        (2, 0, 2)
+    );
     assert_eq!(counts.oldest_pending_ms, Some(NOW));
     assert!(outbox.get("order-3/created").await.must("get").is_none());
 }
@@ -86,7 +92,7 @@ pub async fn outbox_rolled_back_transaction_leaves_no_message<DB: ConformanceSql
     assert!(outbox.get("m-1").await.must("get").is_none());
     assert!(outbox.get("m-2").await.must("get").is_none());
     assert!(outbox.claim(NOW, 10, 1_000).await.must("claim").is_empty());
-    assert_eq!(outbox.counts().await.must("counts").total(), 0);
+    assert_eq!(outbox.counts(NOW).await.must("counts").total(), 0);
     // The id is free: a later transaction enqueues it.
     assert!(put(outbox.pool(), &message("m-1"), NOW).await);
 }
@@ -175,7 +181,7 @@ pub async fn outbox_claims_are_leased<DB: ConformanceSql>(harness: &impl Harness
 }
 
 /// A failed delivery is due again later; a message given up on is dead until
-/// [`Outbox::retry_dead`] puts it back; delivered messages are swept once old enough.
+/// [`Outbox::retry`] puts it back; delivered messages are swept once old enough.
 pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &impl Harness) {
     let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
     assert!(put(outbox.pool(), &message("m-1"), NOW).await);
@@ -242,23 +248,21 @@ pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &imp
             .must("list")
             .is_empty()
     );
-    assert_eq!(outbox.counts().await.must("counts").dead, 1);
-    assert_eq!(outbox.counts().await.must("counts").oldest_pending_ms, None);
+    assert_eq!(outbox.counts(NOW).await.must("counts").dead, 1);
+    assert_eq!(
+        outbox.counts(NOW).await.must("counts").oldest_pending_ms,
+        None
+    );
 
     // An operator puts it back: pending, due now, a full set of attempts again.
-    assert!(
-        !outbox
-            .retry_dead("nope", NOW + 6_000)
-            .await
-            .must("retry_dead")
-    );
-    assert!(
-        outbox
-            .retry_dead("m-1", NOW + 6_000)
-            .await
-            .must("retry_dead")
-    );
+    let by = Actor::new("alice");
+    assert!(matches!(
+        outbox.retry(id + 1_000, NOW + 6_000, &by).await,
+        Err(StoreError::NotApplicable(_))
+    ));
+    let retried = outbox.retry(id, NOW + 6_000, &by).await.must("retry");
     let row = outbox.get("m-1").await.must("get").must("the message");
+    assert_eq!(retried, row);
     assert_eq!(row.status, OutboxStatus::Pending);
     assert_eq!(row.attempts, 0);
     assert_eq!(row.next_attempt_at_ms, NOW + 6_000);
@@ -271,12 +275,10 @@ pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &imp
             .await
             .must("mark_delivered")
     );
-    assert!(
-        !outbox
-            .retry_dead("m-1", NOW + 7_000)
-            .await
-            .must("retry_dead")
-    );
+    assert!(matches!(
+        outbox.retry(id, NOW + 7_000, &by).await,
+        Err(StoreError::NotApplicable(_))
+    ));
 
     // Delivered rows are swept once old enough.
     assert_eq!(
@@ -293,7 +295,7 @@ pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &imp
             .must("sweep_delivered"),
         1
     );
-    assert_eq!(outbox.counts().await.must("counts").total(), 0);
+    assert_eq!(outbox.counts(NOW).await.must("counts").total(), 0);
 }
 
 /// [`Outbox::list`] by status in id order, limited; [`Outbox::counts`] by status with the
@@ -326,9 +328,24 @@ pub async fn outbox_listing_and_counts<DB: ConformanceSql>(harness: &impl Harnes
         .must("list");
     let ids: Vec<&str> = pending.iter().map(|r| r.dedup_id.as_str()).collect();
     assert_eq!(ids, ["m-2", "m-3", "m-4", "m-5"]);
-    let counts = outbox.counts().await.must("counts");
+    // m-2 is still leased (in flight) until NOW + 1_010, and pending all the same.
+    let counts = outbox.counts(NOW + 10).await.must("counts");
     assert_eq!((counts.pending, counts.delivered, counts.dead), (4, 1, 1));
+    assert_eq!(counts.in_flight, 1);
     assert_eq!(counts.oldest_pending_ms, Some(NOW + 2));
+    let counts = outbox.counts(NOW + 1_009).await.must("counts");
+    assert_eq!((counts.pending, counts.in_flight), (4, 1));
+    let counts = outbox.counts(NOW + 1_010).await.must("counts");
+    assert_eq!((counts.pending, counts.in_flight), (4, 0));
+
+    // One message by its row id.
+    let found = outbox.find(all[2].id).await.must("find").must("m-2");
+    assert_eq!(found, all[2]);
+    assert_eq!(found.dedup_id, "m-2");
+    assert!(found.in_flight(NOW + 10) && !found.in_flight(NOW + 1_010));
+    let last = all.iter().map(|r| r.id).max().must("an id");
+    assert!(outbox.find(last + 1).await.must("find").is_none());
+    assert!(outbox.find(-1).await.must("find").is_none());
 }
 
 /// A payload edited by hand into something that is not JSON cannot be delivered: the claim
@@ -347,8 +364,19 @@ pub async fn outbox_unreadable_payloads_die<DB: ConformanceSql>(harness: &impl H
         Err(StoreError::Corrupt(reason)) => assert!(reason.contains("not JSON"), "{reason}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    let counts = outbox.counts().await.must("counts");
+    let counts = outbox.counts(NOW).await.must("counts");
     assert_eq!((counts.dead, counts.pending), (1, 1));
+    // Retrying it would only see it die again: refused as unreadable, changing nothing.
+    let bad = outbox.list(Some(OutboxStatus::Dead), 10).await;
+    assert!(matches!(bad, Err(StoreError::Corrupt(_))), "{bad:?}");
+    let by = Actor::new("alice");
+    let id = claimed[0].id - 1;
+    assert!(matches!(
+        outbox.retry(id, NOW + 1, &by).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert_eq!(outbox.retry_all(NOW + 1, &by).await.must("retry_all"), 0);
+    assert_eq!(outbox.counts(NOW).await.must("counts").dead, 1);
 }
 
 /// Four dispatchers, each with its own pool (four processes), claim 200 messages in small
@@ -398,6 +426,256 @@ pub async fn outbox_concurrent_claimers_never_share_a_message<DB: ConformanceSql
     assert_eq!(per_id.len(), 200, "messages claimed");
     let twice: Vec<_> = per_id.iter().filter(|(_, n)| **n != 1).collect();
     assert!(twice.is_empty(), "claimed more than once: {twice:?}");
-    let counts = outbox.counts().await.must("counts");
+    let counts = outbox.counts(NOW).await.must("counts");
     assert_eq!(counts.delivered, 200, "delivered messages");
+}
+
+/// The message `dedup_id`, which must exist.
+async fn row_of<DB: Backend>(outbox: &Outbox<DB>, dedup_id: &str) -> OutboxRow {
+    outbox.get(dedup_id).await.must("get").must("the message")
+}
+
+/// Enqueues `ids` at [`NOW`] and claims them all, leased until `NOW + 1_000`: each then
+/// gets the outcome the caller records.
+async fn claimed<DB: Backend>(outbox: &Outbox<DB>, ids: &[&str]) -> Vec<i64> {
+    for id in ids {
+        assert!(put(outbox.pool(), &message(id), NOW).await);
+    }
+    let claimed = outbox.claim(NOW, 1_000, 1_000).await.must("claim");
+    assert_eq!(claimed.len(), ids.len());
+    claimed.iter().map(|m| m.id).collect()
+}
+
+/// The audit trail's entries on a message, newest first.
+async fn audited<DB: Backend>(
+    table: &KeyTable<DB>,
+    row: &OutboxRow,
+) -> Vec<idem_store::AuditEntry> {
+    table
+        .audit(&AuditFilter::new().key(row.audit_key()))
+        .await
+        .must("audit")
+}
+
+/// [`Outbox::retry`]: a dead message is pending again with its attempts reset, one waiting
+/// for its backoff is due now with its attempts kept; a message in flight, delivered, due
+/// already or missing is refused; every retry is audited in the same transaction, refusals
+/// not at all.
+pub async fn outbox_retry_is_audited<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let outbox = Outbox::new(table.pool().clone());
+    let ids = claimed(
+        &outbox,
+        &["dead", "backoff", "in-flight", "delivered", "due"],
+    )
+    .await;
+    let [dead, backoff, in_flight, delivered, due] = ids[..] else {
+        panic!("five messages: {ids:?}");
+    };
+    let fail = |id, next, dead| {
+        let outbox = outbox.clone();
+        async move {
+            assert!(
+                outbox
+                    .mark_failed(id, NOW + 10, "HTTP 503", next, dead)
+                    .await
+                    .must("mark_failed")
+            );
+        }
+    };
+    fail(dead, NOW + 10, true).await;
+    fail(backoff, NOW + 60_000, false).await;
+    fail(due, NOW + 20, false).await;
+    assert!(
+        outbox
+            .mark_delivered(delivered, NOW + 10)
+            .await
+            .must("mark_delivered")
+    );
+    let now = NOW + 100;
+    let by = Actor::new("alice").reason("INC-42: the receiver is back");
+
+    // Refused, changing nothing, auditing nothing.
+    let before: Vec<OutboxRow> = outbox.list(None, 10).await.must("list");
+    for (id, why) in [
+        (in_flight, "being delivered"),
+        (delivered, "delivered"),
+        (due, "due already"),
+        (due + 1_000, "no outbox message"),
+    ] {
+        match outbox.retry(id, now, &by).await {
+            Err(StoreError::NotApplicable(reason)) => {
+                assert!(reason.contains(why), "{id}: {reason}");
+            }
+            other => panic!("retry of {id}: expected NotApplicable, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        outbox.retry(dead, now, &Actor::new(" ")).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        outbox.retry_all(now, &Actor::new("")).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert_eq!(outbox.list(None, 10).await.must("list"), before);
+    assert!(
+        table
+            .audit(&AuditFilter::new())
+            .await
+            .must("audit")
+            .is_empty()
+    );
+
+    // A dead message: pending, due now, attempts 0, its last error kept.
+    let was = row_of(&outbox, "dead").await;
+    let after = outbox.retry(dead, now, &by).await.must("retry");
+    assert_eq!(after, row_of(&outbox, "dead").await);
+    assert_eq!(after.status, OutboxStatus::Pending);
+    assert_eq!(after.attempts, 0);
+    assert_eq!(after.next_attempt_at_ms, now);
+    assert_eq!(after.locked_until_ms, None);
+    assert_eq!(after.last_error.as_deref(), Some("HTTP 503"));
+    assert_eq!(after.payload, was.payload);
+    let entries = audited(&table, &after).await;
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert_eq!(entry.at_ms, now);
+    assert_eq!(entry.operator, "alice");
+    assert_eq!(entry.scope, Outbox::<DB>::AUDIT_SCOPE);
+    assert_eq!(entry.scope, "outbox");
+    assert_eq!(entry.operation, "order.created");
+    assert_eq!(entry.key, "dead");
+    assert_eq!(entry.action, Outbox::<DB>::RETRY_ACTION);
+    assert_eq!(entry.action, "outbox-retry");
+    assert_eq!(
+        entry.reason.as_deref(),
+        Some("INC-42: the receiver is back")
+    );
+    assert!(!entry.forced);
+    let json_of = |row: &OutboxRow| {
+        json!({
+            "id": row.id, "dedup_id": row.dedup_id, "topic": row.topic,
+            "status": row.status.as_str(), "attempts": row.attempts,
+            "next_attempt_at_ms": row.next_attempt_at_ms, "locked_until_ms": row.locked_until_ms,
+            "last_error": row.last_error, "created_at_ms": row.created_at_ms,
+            "delivered_at_ms": row.delivered_at_ms, "payload": row.payload,
+        })
+    };
+    assert_eq!(entry.before.as_ref(), Some(&json_of(&was)));
+    assert_eq!(entry.after.as_ref(), Some(&json_of(&after)));
+    assert_eq!(
+        entry.before.as_ref().map(|b| &b["status"]),
+        Some(&Value::from("dead"))
+    );
+    // Claimed at once, with a full set of attempts again.
+    let claimed = outbox.claim(now, 10, 1_000).await.must("claim");
+    let got: Vec<(&str, u32)> = claimed
+        .iter()
+        .map(|m| (m.dedup_id.as_str(), m.attempts))
+        .collect();
+    assert_eq!(got, [("dead", 0), ("due", 1)]);
+
+    // A message waiting for its backoff: due now, its attempts kept.
+    let after = outbox.retry(backoff, now, &by).await.must("retry");
+    assert_eq!(after.status, OutboxStatus::Pending);
+    assert_eq!(after.attempts, 1);
+    assert_eq!(after.next_attempt_at_ms, now);
+    assert_eq!(audited(&table, &after).await.len(), 1);
+    // Due now: a second retry is refused.
+    assert!(matches!(
+        outbox.retry(backoff, now, &by).await,
+        Err(StoreError::NotApplicable(_))
+    ));
+    // The lease of "in-flight" ran out (its dispatcher died): due, not retried either.
+    assert!(matches!(
+        outbox.retry(in_flight, NOW + 1_000, &by).await,
+        Err(StoreError::NotApplicable(_))
+    ));
+    assert_eq!(
+        table
+            .audit(&AuditFilter::new().operator("alice"))
+            .await
+            .must("audit")
+            .len(),
+        2
+    );
+}
+
+/// [`Outbox::retry_all`] retries every dead message and every one waiting for its backoff,
+/// batch after batch ([`Outbox::RETRY_BATCH`]), each with its audit entry, and leaves the
+/// others alone.
+pub async fn outbox_retry_all_in_batches<DB: ConformanceSql>(harness: &impl Harness) {
+    let table = fresh::<DB>(harness).await;
+    let outbox = Outbox::new(table.pool().clone());
+    let dead_count = usize::try_from(Outbox::<DB>::RETRY_BATCH).must("a batch") + 30;
+    let mut names: Vec<String> = (0..dead_count).map(|i| format!("dead-{i:03}")).collect();
+    names.extend(["backoff", "in-flight", "delivered", "due"].map(String::from));
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let ids = claimed(&outbox, &refs).await;
+    for &id in &ids[..dead_count] {
+        assert!(
+            outbox
+                .mark_failed(id, NOW + 10, "HTTP 410", NOW + 10, true)
+                .await
+                .must("mark_failed")
+        );
+    }
+    let [backoff, _in_flight, delivered, due] = ids[dead_count..] else {
+        panic!("four more messages: {ids:?}");
+    };
+    for (id, next) in [(backoff, NOW + 60_000), (due, NOW + 20)] {
+        assert!(
+            outbox
+                .mark_failed(id, NOW + 10, "HTTP 503", next, false)
+                .await
+                .must("mark_failed")
+        );
+    }
+    assert!(
+        outbox
+            .mark_delivered(delivered, NOW + 10)
+            .await
+            .must("mark_delivered")
+    );
+    let now = NOW + 100;
+    let by = Actor::new("bob").reason("receiver fixed");
+    let retried = outbox.retry_all(now, &by).await.must("retry_all");
+    assert_eq!(retried, u64::try_from(dead_count + 1).must("a count"));
+
+    let rows = outbox.list(None, 1_000).await.must("list");
+    for row in &rows {
+        let expected = match row.dedup_id.as_str() {
+            "in-flight" => (OutboxStatus::Pending, 0, NOW),
+            "delivered" => (OutboxStatus::Delivered, 0, NOW),
+            "due" => (OutboxStatus::Pending, 1, NOW + 20),
+            "backoff" => (OutboxStatus::Pending, 1, now),
+            _ => (OutboxStatus::Pending, 0, now),
+        };
+        assert_eq!(
+            (row.status, row.attempts, row.next_attempt_at_ms),
+            expected,
+            "{}",
+            row.dedup_id
+        );
+    }
+    let entries = table
+        .audit(&AuditFilter::new().operator("bob").limit(1_000))
+        .await
+        .must("audit");
+    assert_eq!(entries.len(), dead_count + 1);
+    assert!(entries.iter().all(|e| e.action == "outbox-retry"
+        && e.scope == "outbox"
+        && e.reason.as_deref() == Some("receiver fixed")));
+    let mut keys: Vec<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+    keys.sort_unstable();
+    let mut expected: Vec<&str> = refs[..dead_count].to_vec();
+    expected.push("backoff");
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    let counts = outbox.counts(now).await.must("counts");
+    assert_eq!((counts.dead, counts.delivered), (0, 1));
+    assert_eq!(counts.in_flight, 1);
+    // Nothing left to retry.
+    assert_eq!(outbox.retry_all(now, &by).await.must("retry_all"), 0);
 }
