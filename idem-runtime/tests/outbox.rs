@@ -235,8 +235,10 @@ async fn committed_messages_are_delivered_as_webhooks<DB: TestDb>() {
     assert_eq!((report.claimed, report.delivered), (2, 2), "{report:?}");
     assert_eq!(dispatcher.run_once().await.unwrap().claimed, 0);
 
-    let hooks = receiver.hooks();
-    assert_eq!(hooks.len(), 2);
+    // Delivered several at a time: in no particular order.
+    assert_eq!(receiver.hooks().len(), 2);
+    let hooks = receiver.hooks_for("order-1/created");
+    assert_eq!(hooks.len(), 1);
     let first = &hooks[0];
     assert_eq!(first.content_type, "application/json");
     assert_eq!(first.idempotency_key, "\"order-1/created\"");
@@ -250,7 +252,7 @@ async fn committed_messages_are_delivered_as_webhooks<DB: TestDb>() {
             "data": { "order": "order-1/created", "total": 1990 },
         })
     );
-    assert_eq!(hooks[1].body["id"], json!("order-2/created"));
+    assert_eq!(receiver.hooks_for("order-2/created").len(), 1);
 
     let row = h
         .idem
