@@ -96,7 +96,10 @@ async fn payments_serves_its_documents() {
         "{parameters:?}"
     );
     assert!(hook["responses"]["401"].is_object());
-    assert!(markdown.contains("## POST /webhooks/provider"), "{markdown}");
+    assert!(
+        markdown.contains("## POST /webhooks/provider"),
+        "{markdown}"
+    );
     // `POST /payments` and the provider's events only: the orders handler linked into the
     // same library is not its.
     assert_eq!(openapi["paths"].as_object().unwrap().len(), 2);

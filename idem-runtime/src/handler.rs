@@ -142,7 +142,12 @@ impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
     #[must_use]
     pub fn key_from(mut self, parts: KeyParts, spec: &OperationSpec) -> Self {
         let body = parts.body.peek();
-        self.key = crate::key::from_parts(spec.key_source, &parts.headers, body.as_deref());
+        self.key = crate::key::from_parts(spec.key_source, &parts.headers, body.as_deref())
+            .map_err(|e| Error::KeyFromRequest {
+                from: spec.key_source,
+                missing: e.missing,
+                reason: e.reason,
+            });
         self
     }
 }
