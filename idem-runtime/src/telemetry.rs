@@ -405,8 +405,12 @@ impl Ending {
                 _ => Self::Failed,
             },
             Err(error) => match error {
-                Error::MissingKey => Self::Rejected(Rejection::MissingKey),
-                Error::InvalidKey(_) => Self::Rejected(Rejection::InvalidKey),
+                Error::MissingKey | Error::KeyFromRequest { missing: true, .. } => {
+                    Self::Rejected(Rejection::MissingKey)
+                }
+                Error::InvalidKey(_) | Error::KeyFromRequest { .. } => {
+                    Self::Rejected(Rejection::InvalidKey)
+                }
                 Error::Input(_) => Self::Rejected(Rejection::InvalidInput),
                 Error::Mismatch => Self::Mismatch,
                 Error::InFlight { .. } => Self::InFlight,
@@ -750,6 +754,16 @@ mod tests {
         assert_eq!(err(Error::MissingKey), "rejected");
         let missing = Ending::of(&Err(Error::MissingKey));
         assert_eq!(REASONS[missing.index()], "missing_key");
+        // A key taken from the request: the same reasons.
+        let part = |missing| {
+            Ending::of(&Err(Error::KeyFromRequest {
+                from: crate::spec::KeySource::Parts(&[crate::spec::KeyPart::Header("webhook-id")]),
+                missing,
+                reason: "the request has no such header",
+            }))
+        };
+        assert_eq!(REASONS[part(true).index()], "missing_key");
+        assert_eq!(REASONS[part(false).index()], "invalid_key");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! - `DATABASE_URL`: unset → SQLite file `orders.db` in the working directory;
-//!   `sqlite://…` or `postgres://…` otherwise. Several instances may share one PostgreSQL.
+//!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
+//!   instances may share one PostgreSQL or MySQL database.
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
 //! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
 //!   idempotency, for the benchmarks.

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! - `DATABASE_URL`: unset → SQLite file `payments.db` in the working directory;
-//!   `sqlite://…` or `postgres://…` otherwise. Several instances may share one PostgreSQL.
+//!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
+//!   instances may share one PostgreSQL or MySQL database.
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).

@@ -378,7 +378,7 @@ impl<DB: Backend> Outbox<DB> {
     /// ```json
     /// {
     ///   "id": 7, "dedup_id": "order-42/paid", "topic": "order.paid",
-    ///   "status": "dead", "attempts": 10,
+    ///   "status": "dead", "attempts": 25,
     ///   "next_attempt_at_ms": 1800000360000, "locked_until_ms": null,
     ///   "last_error": "HTTP 503: down for maintenance",
     ///   "created_at_ms": 1800000000000, "delivered_at_ms": null,
