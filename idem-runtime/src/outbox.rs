@@ -564,12 +564,12 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
         if self.idem.now_millis() >= message.locked_until_ms {
             return Ok(Delivery::Skipped);
         }
-        crate::telemetry::outbox::in_flight(1.0);
+        let in_flight = InFlight::start();
         let result = AssertUnwindSafe(self.sink.deliver(&message))
             .catch_unwind()
             .await
             .unwrap_or_else(|_| Err(DeliveryError::transient("the sink panicked")));
-        crate::telemetry::outbox::in_flight(-1.0);
+        drop(in_flight);
         let now = self.idem.now_millis();
         let error = match result {
             Ok(()) => {
@@ -619,6 +619,23 @@ impl<DB: Backend, S: Sink> Dispatcher<DB, S> {
     /// `[0, min(max, base × 2^(attempts − 1))]`.
     fn backoff_delay(&self, attempts: u32) -> Duration {
         backoff_delay_within(backoff_cap(self.backoff_base, self.backoff_max, attempts))
+    }
+}
+
+/// One delivery in progress, counted in `idem_outbox_in_flight` until dropped (also when the
+/// dispatcher is aborted mid-delivery).
+struct InFlight;
+
+impl InFlight {
+    fn start() -> Self {
+        crate::telemetry::outbox::in_flight(1.0);
+        Self
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        crate::telemetry::outbox::in_flight(-1.0);
     }
 }
 
