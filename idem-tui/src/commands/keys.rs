@@ -126,22 +126,7 @@ pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Com
         text.push_str(&format!("\nrequest: {request}\n"));
     }
     text.push('\n');
-    if audit.is_empty() {
-        text.push_str("audit: no operator action\n");
-    } else {
-        text.push_str("audit (newest first):\n");
-        let mut table = Table::new(&["ID", "AT (UTC)", "OPERATOR", "ACTION", "REASON"]).right(0);
-        for entry in &audit {
-            table.row(vec![
-                entry.id.to_string(),
-                short_time(entry.at_ms),
-                entry.operator.clone(),
-                format::audit_action(entry),
-                entry.reason.clone().unwrap_or_default(),
-            ]);
-        }
-        text.push_str(&table.render());
-    }
+    text.push_str(&super::audit_text(&audit));
     Ok(Report { json, text })
 }
 

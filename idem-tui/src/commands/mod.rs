@@ -93,3 +93,22 @@ impl KeyArgs {
         }
     }
 }
+
+/// A key's or an outbox message's audit trail, as `show` prints it: a table, newest first.
+fn audit_text(audit: &[idem_store::AuditEntry]) -> String {
+    if audit.is_empty() {
+        return "audit: no operator action\n".to_owned();
+    }
+    let mut table =
+        crate::output::Table::new(&["ID", "AT (UTC)", "OPERATOR", "ACTION", "REASON"]).right(0);
+    for entry in audit {
+        table.row(vec![
+            entry.id.to_string(),
+            crate::format::short_time(entry.at_ms),
+            entry.operator.clone(),
+            crate::format::audit_action(entry),
+            entry.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    format!("audit (newest first):\n{}", table.render())
+}

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::cli::{OutboxListArgs, OutboxRetryArgs, OutboxShowArgs};
 use crate::error::CommandError;
-use crate::format::{self, relative, short_time, span};
+use crate::format::{self, relative, span};
 use crate::output::{Report, Table, fields};
 
 /// The longest last error a listing shows (`outbox show` shows all of it).
@@ -126,22 +126,7 @@ pub(super) async fn show(context: &Context, args: &OutboxShowArgs) -> Result<Rep
     let payload =
         serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string());
     text.push_str(&format!("\npayload:\n{payload}\n\n"));
-    if audit.is_empty() {
-        text.push_str("audit: no operator action\n");
-    } else {
-        text.push_str("audit (newest first):\n");
-        let mut table = Table::new(&["ID", "AT (UTC)", "OPERATOR", "ACTION", "REASON"]).right(0);
-        for entry in &audit {
-            table.row(vec![
-                entry.id.to_string(),
-                short_time(entry.at_ms),
-                entry.operator.clone(),
-                format::audit_action(entry),
-                entry.reason.clone().unwrap_or_default(),
-            ]);
-        }
-        text.push_str(&table.render());
-    }
+    text.push_str(&super::audit_text(&audit));
     Ok(Report { json, text })
 }
 
