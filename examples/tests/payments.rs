@@ -7,9 +7,9 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Client, Db, Kind, Reply, Server};
+use common::{Client, Db, Kind, Reply, Server, eventually};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -155,19 +155,6 @@ async fn post_until_final(clients: &[Client], key: &str, body: &str, tries: usiz
 
 async fn payments_rows(db: &Db) -> i64 {
     db.scalar("SELECT count(*) FROM payments").await
-}
-
-/// Waits until `check` holds, for at most `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < until, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Case 1: the happy path, refusals, replays and reads.

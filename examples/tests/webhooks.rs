@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Client, Db, Kind, Reply, Server};
+use common::{Client, Db, Kind, Reply, Server, eventually};
 use idem_runtime::webhooks::WebhookSecret;
 use serde_json::{Value, json};
 
@@ -168,19 +168,6 @@ fn now() -> i64 {
             .as_secs(),
     )
     .unwrap()
-}
-
-/// Waits until `check` holds, for at most `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < until, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn settled(db: &Db, times: i64) -> i64 {

@@ -475,3 +475,19 @@ macro_rules! on_every_store {
 }
 #[allow(unused_imports)]
 pub(crate) use on_every_store;
+
+/// Waits until `check` holds, for at most `within` (looking every 50 ms).
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < until,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
