@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use idem_spec::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, ScopeKind, describe_duration};
+use idem_spec::{
+    ExpiryPolicy, InFlightPolicy, KeyFormat, KeyRequirement, Mode, ScopeKind, describe_duration,
+};
 
 use crate::{KeyPartDoc, OperationDoc};
 
@@ -26,9 +28,33 @@ pub const PROBLEM_MEDIA_TYPE: &str = "application/problem+json";
 /// from the request).
 pub const EXAMPLE_KEY: &str = "8e03978e-40d5-43e8-bc93-6894a57f9324";
 
-/// A pattern (ECMA-262, as OpenAPI uses) for the header's value: a structured-field string of
-/// 1 to 255 visible ASCII characters, `"` and `\` escaped with `\`.
-pub const KEY_PATTERN: &str = r#"^"([!#-\[\]-~]|\\["\\]){1,255}"$"#;
+/// A pattern (ECMA-262, as OpenAPI uses) for the header's value in the strict format
+/// ([`KeyFormat::Strict`]): a structured-field string of 1 to 255 visible ASCII characters,
+/// `"` and `\` escaped with `\`, with the parameters an item may carry (ignored): each
+/// `;key` or `;key=value`, the value an integer, a decimal, a string, a token or a boolean.
+pub const KEY_PATTERN: &str = concat!(
+    r#"^"([!#-\[\]-~]|\\["\\]){1,255}""#,
+    r#"(; *[a-z*][a-z0-9_.*-]*(=(-?[0-9]{1,12}\.[0-9]{1,3}|-?[0-9]{1,15}|"([ !#-\[\]-~]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*|\?[01]))?)*$"#,
+);
+
+/// A pattern for the header's value in the lenient format ([`KeyFormat::Lenient`], the
+/// default): [`KEY_PATTERN`]'s structured-field string, or a bare key of 1 to 255 visible
+/// ASCII characters without `"` or `\`.
+pub const LENIENT_KEY_PATTERN: &str = concat!(
+    r#"^("([!#-\[\]-~]|\\["\\]){1,255}""#,
+    r#"(; *[a-z*][a-z0-9_.*-]*(=(-?[0-9]{1,12}\.[0-9]{1,3}|-?[0-9]{1,15}|"([ !#-\[\]-~]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*|\?[01]))?)*"#,
+    r#"|[!#-\[\]-~]{1,255})$"#,
+);
+
+/// The pattern of the header's value in `format`: [`KEY_PATTERN`] or
+/// [`LENIENT_KEY_PATTERN`].
+#[must_use]
+pub const fn key_pattern(format: KeyFormat) -> &'static str {
+    match format {
+        KeyFormat::Strict => KEY_PATTERN,
+        KeyFormat::Lenient => LENIENT_KEY_PATTERN,
+    }
+}
 
 /// One situation a request of the operation can be in, and what it is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,16 +103,30 @@ pub fn namespace(scope: ScopeKind) -> &'static str {
     }
 }
 
-/// How the `Idempotency-Key` header is written, in one paragraph.
+/// How the `Idempotency-Key` header is written in `format`, in one paragraph.
+///
+/// ```
+/// use idem_docs::contract::key_syntax;
+/// use idem_spec::KeyFormat;
+///
+/// assert!(key_syntax(KeyFormat::Lenient).contains("without quotes"));
+/// assert!(key_syntax(KeyFormat::Strict).contains("refuses a key without quotes"));
+/// ```
 #[must_use]
-pub fn key_syntax() -> String {
+pub fn key_syntax(format: KeyFormat) -> String {
+    let quotes = match format {
+        KeyFormat::Lenient => {
+            "This server also accepts the key without quotes (`Idempotency-Key: 8e03978e-…`) \
+             when it has no `\"` and no `\\`."
+        }
+        KeyFormat::Strict => "This server refuses a key without quotes (400).",
+    };
     format!(
         "`{KEY_HEADER}` is a structured-field string (IETF httpapi draft): the key in double \
          quotes, such as `{KEY_HEADER}: \"{EXAMPLE_KEY}\"`. A key is {KEY_MIN_LEN} to \
          {KEY_MAX_LEN} visible ASCII characters (`!` to `~`, no spaces); a `\"` or `\\` in it \
          is escaped with `\\`. Use a new random key (a UUID) for each intent, and the same key \
-         for every retry of it. Servers in their default mode also accept the key without \
-         quotes; those configured strictly refuse it (400)."
+         for every retry of it. {quotes}"
     )
 }
 
@@ -178,7 +218,7 @@ pub fn key_format(doc: &OperationDoc) -> String {
     let headers = parts.iter().any(|p| matches!(p, KeyPartDoc::Header(_)));
     let bodies = parts.iter().any(|p| matches!(p, KeyPartDoc::Body(_)));
     let mut text = match parts {
-        [] => return key_syntax(),
+        [] => return key_syntax(doc.key_format),
         [KeyPartDoc::Header(name)] => format!(
             "The key is the `{name}` header's value, taken verbatim: quotes, if any, are part \
              of it (it is not a structured-field string like `{KEY_HEADER}`)."

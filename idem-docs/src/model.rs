@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use idem_spec::{
-    ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, Mode, OperationSpec, ScopeKind,
-    check_header_name, check_pointer,
+    ExpiryPolicy, InFlightPolicy, KeyFormat, KeyPart, KeyRequirement, Mode, OperationSpec,
+    ScopeKind, check_header_name, check_pointer,
 };
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +60,12 @@ pub struct OperationDoc {
     /// that documents written before it read back unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key_from: Vec<KeyPartDoc>,
+    /// Which spellings of `Idempotency-Key` the server accepts: a setting of the server, not
+    /// of the operation ([`KeyFormat`]; the runtime's `Config::key_format`), so that the
+    /// documents describe exactly what it accepts. Documents written before it read back as
+    /// the default, `lenient`.
+    #[serde(with = "word", default)]
+    pub key_format: KeyFormat,
     /// How effects are made exactly-once.
     #[serde(with = "word")]
     pub mode: Mode,
@@ -131,6 +137,7 @@ impl OperationDoc {
                 KeyRequirement::Required
             },
             key_from,
+            key_format: KeyFormat::default(),
             mode: spec.mode,
             lease: spec.lease,
             on_in_flight: spec.on_in_flight,
@@ -161,6 +168,25 @@ impl OperationDoc {
     pub fn path(mut self, method: &str, path: &str) -> Self {
         self.method = Some(method.to_ascii_uppercase());
         self.path = Some(path.to_owned());
+        self
+    }
+
+    /// Sets the spellings of `Idempotency-Key` the server accepts ([`KeyFormat`]).
+    ///
+    /// ```
+    /// use idem_docs::{OperationDoc, openapi};
+    /// use idem_spec::{KeyFormat, OperationSpec};
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1"))
+    ///     .path("POST", "/payments")
+    ///     .key_format(KeyFormat::Strict);
+    /// let api = openapi(&[doc]);
+    /// let pattern = &api["paths"]["/payments"]["post"]["parameters"][0]["schema"]["pattern"];
+    /// assert!(pattern.as_str().unwrap().starts_with("^\""), "{pattern}");
+    /// ```
+    #[must_use]
+    pub fn key_format(mut self, format: KeyFormat) -> Self {
+        self.key_format = format;
         self
     }
 

@@ -4,7 +4,7 @@ use idem_spec::{Mode, format_duration};
 use serde_json::{Map, Value, json};
 
 use crate::contract::{
-    self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, KEY_PATTERN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER,
+    self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER, key_pattern,
 };
 use crate::{KeyPartDoc, OperationDoc};
 
@@ -99,7 +99,7 @@ fn key_parameters(doc: &OperationDoc) -> Vec<Value> {
             "in": "header",
             "required": doc.key == idem_spec::KeyRequirement::Required,
             "description": contract::key_parameter(doc),
-            "schema": {"type": "string", "pattern": KEY_PATTERN},
+            "schema": {"type": "string", "pattern": key_pattern(doc.key_format)},
             "example": format!("\"{}\"", contract::EXAMPLE_KEY),
         })];
     }

@@ -394,7 +394,7 @@ fn key_format_follows_the_parts() {
     );
     assert_eq!(
         contract::key_format(&atomic_required_gone()),
-        contract::key_syntax()
+        contract::key_syntax(idem_spec::KeyFormat::Lenient)
     );
 }
 
@@ -567,6 +567,7 @@ fn operations_without_a_route_are_still_documented() {
 fn the_key_pattern_matches_the_runtime_limits() {
     // A small check of the pattern's shape; the runtime's parser is tested in idem-runtime.
     assert!(contract::KEY_PATTERN.contains("{1,255}"));
+    assert!(contract::LENIENT_KEY_PATTERN.contains("|[!#-\\[\\]-~]{1,255})$"));
     assert_eq!(contract::KEY_MAX_LEN, 255);
 }
 

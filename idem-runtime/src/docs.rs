@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use idem_spec::OperationSpec;
+use idem_spec::{KeyFormat, OperationSpec};
 
 /// With the `utoipa` feature: idem's contract merged into the application's
 /// `utoipa::openapi::OpenApi` ([`merge_into`]).
@@ -181,6 +181,28 @@ impl Operations {
     pub fn responds(mut self, id: &str, status: u16, description: &str) -> Self {
         if let Some(doc) = self.docs.iter_mut().find(|d| d.id == id) {
             *doc = doc.clone().responds(status, description);
+        }
+        self
+    }
+
+    /// Sets the spellings of `Idempotency-Key` the server accepts, in every operation's
+    /// document: the server's [`Config::key_format`](crate::Config::key_format), so that the
+    /// documents describe exactly what it accepts (the default, lenient, when not set).
+    /// [`Idem::register_docs`](crate::Idem::register_docs) records its own.
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::key::KeyFormat;
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1"));
+    /// let operations = Operations::new().with(pay).unwrap().key_format(KeyFormat::Strict);
+    /// assert_eq!(operations.docs()[0].key_format, KeyFormat::Strict);
+    /// ```
+    #[must_use]
+    pub fn key_format(mut self, format: KeyFormat) -> Self {
+        for doc in &mut self.docs {
+            doc.key_format = format;
         }
         self
     }

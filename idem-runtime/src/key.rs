@@ -3,10 +3,12 @@
 //! The IETF httpapi draft defines the header as a structured-field *item* whose value is a
 //! string: `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`. Many clients follow
 //! Stripe's convention and send the key unquoted (`Idempotency-Key: 8e03978e-…`); those
-//! *bare* keys are accepted unless [`KeyFormat::Strict`] is configured.
+//! *bare* keys are accepted unless [`KeyFormat::Strict`] is configured: a bare key is what
+//! could have been the content of a structured-field string, so it has no `"` and no `\`
+//! (`a\"b` is refused rather than guessed at).
 //!
 //! Either way a key is 1 to 255 visible ASCII characters (`!` to `~`): no spaces, no
-//! control characters and, for a bare key, no quotes.
+//! control characters.
 
 use std::fmt;
 
@@ -18,15 +20,10 @@ pub const HEADER: &str = "idempotency-key";
 /// Longest accepted key, in characters.
 pub const MAX_LEN: usize = 255;
 
-/// Which spellings of the header are accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KeyFormat {
-    /// Structured-field strings (`"abc"`) and bare keys (`abc`). The default.
-    #[default]
-    Lenient,
-    /// Only structured-field strings, as the IETF draft specifies.
-    Strict,
-}
+/// Which spellings of the header are accepted: [`KeyFormat::Lenient`] (the default) or
+/// [`KeyFormat::Strict`]. The generated documents describe the same format
+/// ([`crate::docs::Operations::key_format`]).
+pub use crate::spec::KeyFormat;
 
 /// A validated idempotency key.
 ///
@@ -57,6 +54,20 @@ impl IdempotencyKey {
             let item: sfv::Item = sfv::Parser::new(trimmed)
                 .parse_item()
                 .map_err(|_| KeyError::NotStructured)?;
+            // Parameters are ignored, but only those the documents' pattern describes are
+            // accepted: byte sequences, dates and display strings are refused with the rest.
+            if !item.params.values().all(|value| {
+                matches!(
+                    value,
+                    sfv::BareItem::Integer(_)
+                        | sfv::BareItem::Decimal(_)
+                        | sfv::BareItem::String(_)
+                        | sfv::BareItem::Token(_)
+                        | sfv::BareItem::Boolean(_)
+                )
+            }) {
+                return Err(KeyError::NotStructured);
+            }
             item.bare_item
                 .as_string()
                 .ok_or(KeyError::NotStructured)?
@@ -64,7 +75,7 @@ impl IdempotencyKey {
                 .to_owned()
         } else if format == KeyFormat::Strict {
             return Err(KeyError::Unquoted);
-        } else if trimmed.contains(&b'"') {
+        } else if trimmed.iter().any(|b| matches!(b, b'"' | b'\\')) {
             return Err(KeyError::InvalidCharacter);
         } else {
             String::from_utf8(trimmed.to_vec()).map_err(|_| KeyError::InvalidCharacter)?
@@ -137,8 +148,10 @@ pub enum KeyError {
     /// Longer than 255 characters.
     #[error("the key is longer than 255 characters")]
     TooLong,
-    /// A space, control character, non-ASCII character or stray quote.
-    #[error("the key may only contain visible ASCII characters (no spaces)")]
+    /// A space, control character or non-ASCII character; in a bare key, a `"` or `\`.
+    #[error(
+        "the key may only contain visible ASCII characters (no spaces); unquoted, no `\"` or `\\`"
+    )]
     InvalidCharacter,
     /// Starts with a quote but is not a valid structured-field string item.
     #[error("the key is not a valid structured-field string, e.g. \"8e03978e-40d5\"")]
@@ -401,5 +414,25 @@ mod tests {
     #[test]
     fn structured_parameters_are_ignored() {
         assert_eq!(lenient("\"abc\";v=1").unwrap().as_str(), "abc");
+        assert_eq!(
+            lenient("\"abc\";a;b=?0;c=tok;d=\"s t\";e=-1.5")
+                .unwrap()
+                .as_str(),
+            "abc"
+        );
+        // Those the documents' pattern does not describe are refused.
+        assert_eq!(lenient("\"abc\";v=:AAAA:"), Err(KeyError::NotStructured));
+        assert_eq!(lenient("\"abc\";v=@1"), Err(KeyError::NotStructured));
+    }
+
+    #[test]
+    fn a_bare_key_is_what_a_string_could_have_held() {
+        // Neither `"` nor `\` in a bare key: it would be a string that was malformed.
+        for raw in ["a\\b", "\\", "0\"\"\"\"\\M\"", "ab\""] {
+            assert_eq!(lenient(raw), Err(KeyError::InvalidCharacter), "{raw}");
+        }
+        assert_eq!(lenient("\"0"), Err(KeyError::NotStructured));
+        assert_eq!(lenient("\"\""), Err(KeyError::Empty));
+        assert_eq!(lenient("order-42;v=1").unwrap().as_str(), "order-42;v=1");
     }
 }

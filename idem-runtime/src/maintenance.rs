@@ -109,7 +109,8 @@ impl<DB: Backend> Idem<DB> {
                 mode: doc.mode,
                 lease_ms: matches!(doc.mode, Mode::Staged).then(|| millis(doc.lease)),
                 registered_at_ms: now,
-                doc: serde_json::to_string(doc).ok(),
+                // The documents describe the key as this server accepts it.
+                doc: serde_json::to_string(&doc.clone().key_format(self.config().key_format)).ok(),
             })
             .collect();
         self.keys().register(&registrations).await

@@ -197,13 +197,28 @@ proptest! {
 
     #[test]
     fn every_visible_ascii_key_round_trips(key in "[!-~]{1,255}") {
-        // Lenient parsing takes a key without `"` as it is, and a well-formed quoted one as
-        // the string it quotes.
-        let bare_ok = !key.contains('"') || quotes_a_key(&key);
+        // Lenient parsing takes a key without `"` or `\` as it is, and a well-formed quoted
+        // one as the string it quotes.
+        let bare_ok = !key.contains(['"', '\\']) || quotes_a_key(&key);
         let parsed = IdempotencyKey::parse(key.as_bytes(), KeyFormat::Lenient);
         prop_assert_eq!(parsed.is_ok(), bare_ok);
         let parsed = IdempotencyKey::parse(quoted(&key).as_bytes(), KeyFormat::Strict).unwrap();
         prop_assert_eq!(parsed.as_str(), key.as_str());
+    }
+
+    #[test]
+    fn the_documents_pattern_is_exactly_what_the_parser_accepts(raw in key_header_value()) {
+        for format in [KeyFormat::Lenient, KeyFormat::Strict] {
+            let pattern = key_pattern(format);
+            let accepted = IdempotencyKey::parse(raw.as_bytes(), format).is_ok();
+            prop_assert_eq!(
+                pattern.is_match(&raw),
+                accepted,
+                "{:?} in {:?}: the pattern and the parser disagree",
+                raw,
+                format
+            );
+        }
     }
 
     #[test]
@@ -250,9 +265,10 @@ proptest! {
                 prop_assert_eq!(back.as_ref(), Ok(&key));
             }
             let bare = IdempotencyKey::parse(key.as_str().as_bytes(), KeyFormat::Lenient);
-            if key.as_str().contains('"') {
-                // Bare keys have no quotes: one in front reads as a quoted key (malformed, empty
-                // or another key), one inside is refused. Never this key.
+            if key.as_str().contains(['"', '\\']) {
+                // Bare keys have no quotes and no backslashes: a quote in front reads as a
+                // quoted key (malformed, empty or another key), one inside is refused, and so
+                // is a backslash. Never this key.
                 prop_assert_ne!(bare.as_ref(), Ok(&key));
             } else {
                 prop_assert_eq!(bare.as_ref(), Ok(&key));
@@ -349,6 +365,39 @@ fn header_text() -> impl Strategy<Value = String> {
 
 /// Header values as a client sends them: quoted or bare keys, with escapes, parameters,
 /// whitespace, and any bytes now and then.
+/// The documents' pattern of the header's value in `format`, compiled.
+fn key_pattern(format: KeyFormat) -> &'static regex::Regex {
+    static PATTERNS: std::sync::OnceLock<[regex::Regex; 2]> = std::sync::OnceLock::new();
+    let [lenient, strict] = PATTERNS.get_or_init(|| {
+        [KeyFormat::Lenient, KeyFormat::Strict]
+            .map(|f| regex::Regex::new(idem_runtime::docs::contract::key_pattern(f)).unwrap())
+    });
+    match format {
+        KeyFormat::Strict => strict,
+        _ => lenient,
+    }
+}
+
+/// Header values as a client could send them (without the surrounding whitespace, which is
+/// not part of a field's value): drawn from the documents' own patterns, from near misses of
+/// them, and from any visible ASCII.
+fn key_header_value() -> impl Strategy<Value = String> {
+    let from = |pattern: &str| {
+        let unanchored = pattern.trim_start_matches('^').trim_end_matches('$');
+        proptest::string::string_regex(unanchored).unwrap()
+    };
+    prop_oneof![
+        3 => from(idem_runtime::docs::contract::KEY_PATTERN),
+        2 => from(idem_runtime::docs::contract::LENIENT_KEY_PATTERN),
+        3 => "\"([ -~]|\\\\[\"\\\\a]){0,12}\"(;[ ]?[a-zA-Z*0-9]{0,3}(=[ -~]{0,6})?){0,2}",
+        2 => "[!-~]{0,20}",
+        1 => "[!-~]{250,260}",
+    ]
+    .prop_filter("a field value has no surrounding whitespace", |v| {
+        v.trim_matches([' ', '\t']) == v
+    })
+}
+
 fn key_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         3 => "[ \t]{0,2}\"([ -!#-\\[\\]-~]|\\\\[\"\\\\a]){0,20}\"(;[a-z]=[0-9])?[ \t]{0,2}"

@@ -168,6 +168,22 @@ words! {
 }
 
 words! {
+    /// Which spellings of the `Idempotency-Key` header a server accepts: a setting of the
+    /// server (the runtime's `Config::key_format`), written into the documents it serves so
+    /// that they describe exactly what it accepts.
+    #[derive(Default)]
+    KeyFormat, "key format" {
+        /// Structured-field strings (`"abc"`), and bare keys (`abc`) that could have been the
+        /// content of one: no `"` and no `\` (many clients follow Stripe and send the key
+        /// unquoted). The default.
+        #[default]
+        Lenient => "lenient",
+        /// Only structured-field strings, as the IETF httpapi draft specifies.
+        Strict => "strict",
+    }
+}
+
+words! {
     /// What a retry gets while a staged execution of its key is still running.
     #[derive(Default)]
     InFlightPolicy, "on_in_flight policy" {
@@ -196,6 +212,8 @@ mod tests {
         assert_eq!("atomic".parse(), Ok(Mode::Atomic));
         assert_eq!("staged".parse(), Ok(Mode::Staged));
         assert_eq!("wait".parse(), Ok(InFlightPolicy::Wait));
+        assert_eq!("strict".parse(), Ok(KeyFormat::Strict));
+        assert_eq!(KeyFormat::default().as_str(), "lenient");
     }
 
     #[test]
