@@ -5,8 +5,9 @@
 //!   with your own verified extractor.
 //! - `POST /orders` takes `{"sku": "^[A-Z0-9-]{1,32}$", "quantity": 1..=20}` and is
 //!   `#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]`.
-//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
-//!   `POST /orders`, generated from the attribute ([`crate::docs`]).
+//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the documents. `/openapi.json` is
+//!   the example's complete OpenAPI document ([`OrdersApi`], derived with `utoipa`) with
+//!   idem's contract of `POST /orders` merged in ([`crate::docs`]).
 //! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise.
 //!
 //! The handlers are generic over the backend so one binary serves SQLite and PostgreSQL; an
@@ -25,8 +26,10 @@ use idem_runtime::store::Backend;
 use idem_runtime::{Check, Checked, Idem, IdemState, Principal, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::docs::BearerScheme;
 use crate::extract::ProblemPath;
 
 /// The application state: idem's handle, whose pool the handlers also use.
@@ -93,12 +96,14 @@ impl Principal for BearerTenant {
 }
 
 /// The body of `POST /orders`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewOrder {
-    /// `^[A-Z0-9-]{1,32}$`
+    /// What to order, `^[A-Z0-9-]{1,32}$`.
+    #[schema(pattern = "^[A-Z0-9-]{1,32}$", example = "BOOK-1")]
     pub sku: String,
-    /// `1..=20`
+    /// How many, 1 to 20.
+    #[schema(minimum = 1, maximum = 20, example = 2)]
     pub quantity: i32,
 }
 
@@ -128,7 +133,7 @@ impl Check for NewOrder {
 }
 
 /// An order as the API returns it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct Order {
     /// Its id.
     pub id: Uuid,
@@ -225,6 +230,22 @@ fn internal(error: &sqlx::Error) -> Problem {
 }
 
 /// `POST /orders`: creates an order. Safe to retry with the same `Idempotency-Key`.
+#[utoipa::path(
+    post,
+    path = "/orders",
+    tag = "orders",
+    request_body = NewOrder,
+    responses(
+        (status = 201, description = "The order, created; `Location` names it", body = Order,
+            headers(("Location" = String, description = "`/orders/{id}` of the new order"))),
+        (status = 401, description = UNAUTHENTICATED, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 422, description = "`sku` or `quantity` is out of range \
+            (`urn:idem:example:invalid-order`)", body = Problem,
+            content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 #[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]
 pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
@@ -271,6 +292,28 @@ async fn place_order<DB: OrdersDb>(
 
 /// `GET /orders/{id}`: the tenant's own order, `404` for anything else; `400` for a path
 /// that does not decode ([`ProblemPath`]).
+#[utoipa::path(
+    get,
+    path = "/orders/{id}",
+    tag = "orders",
+    params(("id" = Uuid, Path, description = "The order's id, as `Location` names it")),
+    responses(
+        (status = 200, description = "The order", body = Order),
+        (status = 400, description = INVALID_PATH, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = UNAUTHENTICATED, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "The tenant has no order of this id \
+            (`urn:idem:example:not-found`)", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 500, description = DATABASE_ERROR, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 503, description = DATABASE_UNAVAILABLE, body = Problem,
+            content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn get_order<DB: OrdersDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,
@@ -309,19 +352,45 @@ async fn no_method() -> Response {
     .into_response()
 }
 
-/// The operation `create_order` and its own responses, as the registry lists them.
+/// `401`, as the example's routes describe it.
+pub(crate) const UNAUTHENTICATED: &str = "No `Authorization: Bearer <tenant>`, or a tenant \
+    that does not match `^[a-z0-9-]{1,64}$` (`urn:idem:example:unauthenticated`)";
+/// `400` of a path parameter, as the example's routes describe it.
+pub(crate) const INVALID_PATH: &str =
+    "The path does not decode (`urn:idem:example:invalid-path`)";
+/// `500` of the example's own queries.
+pub(crate) const DATABASE_ERROR: &str =
+    "The database failed (`urn:idem:problem:database-error`); nothing changed";
+/// `503` of the example's own queries.
+pub(crate) const DATABASE_UNAVAILABLE: &str = "The database is unavailable for now \
+    (`urn:idem:problem:database-unavailable`); retry after `Retry-After`";
+
+/// The example's OpenAPI document, before idem's contract is merged in
+/// ([`crate::docs::documents`]).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "orders",
+        description = "The `orders` example of idem: `POST /orders` is safe to retry with an \
+            `Idempotency-Key`."
+    ),
+    paths(create_order, get_order),
+    modifiers(&BearerScheme),
+    tags((name = "orders", description = "Orders of the caller's tenant")),
+)]
+pub struct OrdersApi;
+
+/// The operation `create_order`, as the registry lists it, with its own responses as
+/// [`OrdersApi`] describes them.
 ///
 /// # Errors
 /// When two `#[idempotent]` handlers linked into the program share an operation id.
 pub fn operations() -> Result<Operations, DuplicateOperation> {
-    Ok(Operations::from_registry()?
-        .select(&[CREATE_ORDER])
-        .responds(CREATE_ORDER, 201, "The order, created; `Location` names it")
-        .responds(
-            CREATE_ORDER,
-            422,
-            "`sku` or `quantity` is out of range (`urn:idem:example:invalid-order`)",
-        ))
+    let operations = Operations::from_registry()?.select(&[CREATE_ORDER]);
+    Ok(crate::docs::with_responses(
+        operations,
+        &<OrdersApi as utoipa::OpenApi>::openapi(),
+    ))
 }
 
 /// The operation id of [`create_order`].
@@ -340,8 +409,12 @@ pub fn router_with<DB: OrdersDb>(idem: Idem<DB>, bench_routes: bool) -> Router {
     if bench_routes {
         router = router.route("/bench/plain-orders", post(create_order_plain::<DB>));
     }
+    let operations = operations().map(|o| o.key_format(idem.config().key_format));
     router
-        .merge(crate::docs::routes(operations()))
+        .merge(crate::docs::routes(
+            operations,
+            <OrdersApi as utoipa::OpenApi>::openapi(),
+        ))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .with_state(AppState { idem })

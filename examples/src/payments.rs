@@ -55,8 +55,12 @@
 //!   (unknown fields refused): `201 {"id", "amount", "currency", "customer", "status":
 //!   "succeeded", "charge_id"}`. Invalid values answer `422`, malformed JSON `400`.
 //! - `GET /payments/{id}`: the tenant's own payment, `404` otherwise.
-//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the client's contract of
-//!   `POST /payments`, generated from the attribute ([`operations`], [`crate::docs`]).
+//! - `POST /webhooks/provider`: the provider's events, verified and applied once each
+//!   ([`provider_event`]).
+//! - `GET /docs/idempotency.md` and `GET /openapi.json`: the documents. `/openapi.json` is
+//!   the example's complete OpenAPI document ([`PaymentsApi`], derived with `utoipa`) with
+//!   idem's contract of its idempotent operations merged in ([`operations`],
+//!   [`crate::docs`]).
 //!
 //! Every error is `application/problem+json` (a path that does not decode included:
 //! [`ProblemPath`]), except hyper's own answers to a malformed or oversized request head
@@ -82,11 +86,15 @@ use idem_runtime::{Check, Checked, Idem, IdemState, JsonBody, Problem, idempoten
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::docs::BearerScheme;
 use crate::extract::ProblemPath;
 pub use crate::orders::BearerTenant;
-use crate::orders::OrdersDb;
+use crate::orders::{
+    DATABASE_ERROR, DATABASE_UNAVAILABLE, INVALID_PATH, OrdersDb, UNAUTHENTICATED,
+};
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
@@ -180,14 +188,17 @@ impl<DB: PaymentsDb> IdemState<DB> for AppState<DB> {
 }
 
 /// The body of `POST /payments`, also the request stored with the key for resuming.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewPayment {
-    /// In the currency's smallest unit, `1..=1000000`.
+    /// In the currency's smallest unit, 1 to 1000000.
+    #[schema(minimum = 1, maximum = 1_000_000, example = 1250)]
     pub amount: i64,
-    /// `^[A-Z]{3}$`
+    /// ISO 4217 code, `^[A-Z]{3}$`.
+    #[schema(pattern = "^[A-Z]{3}$", example = "EUR")]
     pub currency: String,
-    /// `^[a-z0-9-]{1,64}$`
+    /// Who pays, `^[a-z0-9-]{1,64}$`.
+    #[schema(pattern = "^[a-z0-9-]{1,64}$", example = "alice")]
     pub customer: String,
 }
 
@@ -220,7 +231,7 @@ impl Check for NewPayment {
 }
 
 /// A payment as the API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct Payment {
     /// Its id, derived from the idempotency key.
     pub id: Uuid,
@@ -231,6 +242,7 @@ pub struct Payment {
     /// Who paid.
     pub customer: String,
     /// Always `succeeded`: declined payments are not written.
+    #[schema(pattern = "^succeeded$")]
     pub status: String,
     /// The provider's charge.
     pub charge_id: String,
@@ -510,6 +522,26 @@ fn declined() -> Result<Record, serde_json::Error> {
 /// the body, the reservation with the request and the tenant, the lease and its heartbeat,
 /// the stored response and its replay, resumption by a retry or by the [`Reconciler`]. The
 /// attempt runs on a task of its own, so a client that hangs up does not abandon it midway.
+#[utoipa::path(
+    post,
+    path = "/payments",
+    tag = "payments",
+    request_body = NewPayment,
+    responses(
+        (status = 201, description = "The payment, charged once; `Location` names it",
+            body = Payment,
+            headers(("Location" = String, description = "`/payments/{id}` of the payment"))),
+        (status = 401, description = UNAUTHENTICATED, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 402, description = "The provider declined the card \
+            (`urn:idem:example:payment-declined`); nothing was charged", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 422, description = "`amount`, `currency` or `customer` is out of range \
+            (`urn:idem:example:invalid-payment`)", body = Problem,
+            content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
 #[idempotent(
     mode = "staged",
     scope = "tenant",
@@ -533,7 +565,7 @@ pub const DEFAULT_PROVIDER_WEBHOOK_SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXNlY3J
 
 /// The provider's event of a charge, as `POST /webhooks/provider` takes it:
 /// `{"id": "evt_…", "type": "charge.succeeded", "data": {"charge_id", "amount", "currency"}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct ProviderEvent {
     /// The event's id (also its `webhook-id`).
     pub id: String,
@@ -545,7 +577,7 @@ pub struct ProviderEvent {
 }
 
 /// What a `charge.succeeded` event says.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct ChargeEvent {
     /// The provider's charge, `ch_…`: the payment it paid names it.
     pub charge_id: String,
@@ -558,7 +590,7 @@ pub struct ChargeEvent {
 }
 
 /// The answer to an applied event, stored with its key and replayed to every repeat.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 pub struct Applied {
     /// The event.
     pub event_id: String,
@@ -580,6 +612,30 @@ pub struct Applied {
 /// the charge is committed: then nothing is applied or stored, and the answer is `503` with
 /// `Retry-After: 1`, so that the provider delivers it again (failed responses are not stored:
 /// the key stays free). Events of other types are acknowledged and ignored.
+#[utoipa::path(
+    post,
+    path = "/webhooks/provider",
+    tag = "webhooks",
+    request_body = ProviderEvent,
+    params(
+        ("webhook-timestamp" = String, Header,
+            description = "When the delivery was signed, in seconds since the Unix epoch"),
+    ),
+    responses(
+        (status = 200, description = "The event was applied (or, for a type this service \
+            ignores, acknowledged); `settlements` is the payment's count after it",
+            body = Applied),
+        (status = 401, description = "The delivery's Standard Webhooks signature is missing, \
+            wrong or more than 5 minutes old (`urn:idem:problem:webhook-unverified`); nothing \
+            was applied", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No payment names the event's charge yet \
+            (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
+            deliver the event again after `Retry-After`", body = Problem,
+            content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before delivering again"))),
+    ),
+    security(("standardWebhooks" = [])),
+)]
 #[idempotent(
     scope = "global",
     key = header("webhook-id"),
@@ -638,6 +694,28 @@ pub fn reconciler<DB: PaymentsDb>(idem: Idem<DB>, router: Router) -> Reconciler<
 }
 
 /// `GET /payments/{id}`: the tenant's own payment, `404` for anything else.
+#[utoipa::path(
+    get,
+    path = "/payments/{id}",
+    tag = "payments",
+    params(("id" = Uuid, Path, description = "The payment's id, as `Location` names it")),
+    responses(
+        (status = 200, description = "The payment", body = Payment),
+        (status = 400, description = INVALID_PATH, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 401, description = UNAUTHENTICATED, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 404, description = "The tenant has no payment of this id \
+            (`urn:idem:example:not-found`)", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 500, description = DATABASE_ERROR, body = Problem,
+            content_type = "application/problem+json"),
+        (status = 503, description = DATABASE_UNAVAILABLE, body = Problem,
+            content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn get_payment<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,
     BearerTenant(tenant): BearerTenant,
@@ -679,53 +757,70 @@ async fn no_method() -> Response {
     .into_response()
 }
 
-/// The operation `POST /payments` runs, with its own responses, as the registry lists it
-/// (and only it: the `orders` handler linked into the same library is not served here).
+/// Adds the provider's webhook scheme to a document: Standard Webhooks signatures.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookScheme;
+
+impl utoipa::Modify for WebhookScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+        let scheme = ApiKeyValue::with_description(
+            "webhook-signature",
+            "Standard Webhooks: `v1,<base64 HMAC-SHA256>` of `<webhook-id>.<webhook-timestamp>.<body>` \
+             with `PROVIDER_WEBHOOK_SECRET`; a delivery signed more than 5 minutes ago is refused.",
+        );
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("standardWebhooks", SecurityScheme::ApiKey(ApiKey::Header(scheme)));
+    }
+}
+
+/// The example's OpenAPI document, before idem's contract is merged in
+/// ([`crate::docs::documents`]).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "payments",
+        description = "The `payments` example of idem: `POST /payments` charges once per \
+            `Idempotency-Key`; `POST /webhooks/provider` applies each of the provider's events \
+            once."
+    ),
+    paths(create_payment, get_payment, provider_event),
+    modifiers(&BearerScheme, &WebhookScheme),
+    tags(
+        (name = "payments", description = "Payments of the caller's tenant"),
+        (name = "webhooks", description = "Events the payment provider sends"),
+    ),
+)]
+pub struct PaymentsApi;
+
+/// The operations `POST /payments` and `POST /webhooks/provider` run, as the registry lists
+/// them (and only them: the `orders` handler linked into the same library is not served
+/// here), with their own responses as [`PaymentsApi`] describes them.
 ///
 /// # Errors
 /// When two `#[idempotent]` handlers linked into the program share an operation id.
 pub fn operations() -> Result<Operations, DuplicateOperation> {
-    Ok(Operations::from_registry()?
-        .select(&[OPERATION, PROVIDER_EVENT_OPERATION])
-        .responds(
-            OPERATION,
-            201,
-            "The payment, charged once; `Location` names it",
-        )
-        .responds(
-            OPERATION,
-            402,
-            "The provider declined the card (`urn:idem:example:payment-declined`); nothing \
-             was charged",
-        )
-        .responds(
-            PROVIDER_EVENT_OPERATION,
-            200,
-            "The event was applied (or, for a type this service ignores, acknowledged); \
-             `settlements` is the payment's count after it",
-        )
-        .responds(
-            PROVIDER_EVENT_OPERATION,
-            401,
-            "The delivery's Standard Webhooks signature is missing, wrong or more than 5 \
-             minutes old (`urn:idem:problem:webhook-unverified`); nothing was applied",
-        )
-        .responds(
-            PROVIDER_EVENT_OPERATION,
-            503,
-            "No payment names the event's charge yet \
-             (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
-             deliver the event again after `Retry-After`",
-        ))
+    let operations =
+        Operations::from_registry()?.select(&[OPERATION, PROVIDER_EVENT_OPERATION]);
+    Ok(crate::docs::with_responses(
+        operations,
+        &<PaymentsApi as utoipa::OpenApi>::openapi(),
+    ))
 }
 
 /// The example's routes.
 pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
+    let operations = operations().map(|o| o.key_format(state.idem.config().key_format));
     Router::new()
         .route("/payments", post(create_payment::<DB>))
         .route("/payments/{id}", get(get_payment::<DB>))
         .route("/webhooks/provider", post(provider_event::<DB>))
-        .merge(crate::docs::routes(operations()))
+        .merge(crate::docs::routes(
+            operations,
+            <PaymentsApi as utoipa::OpenApi>::openapi(),
+        ))
         .fallback(no_route)
         .method_not_allowed_fallback(no_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))

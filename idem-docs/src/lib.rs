@@ -80,6 +80,6 @@ mod utoipa;
 
 pub use crate::markdown::markdown;
 pub use crate::model::{KeyPartDoc, OperationDoc};
-pub use crate::openapi::openapi;
+pub use crate::openapi::{openapi, problem_schema};
 #[cfg(feature = "utoipa")]
-pub use crate::utoipa::{MergeError, merge_into};
+pub use crate::utoipa::{MergeError, merge_into, responses_from};

@@ -282,20 +282,33 @@ fn policy(doc: &OperationDoc) -> Value {
     policy
 }
 
+/// The JSON Schema of a problem body (RFC 9457), as the documents' `components` have it under
+/// `Problem`: what every `application/problem+json` response of idem, and of an application
+/// that answers with the runtime's `Problem`, carries.
+///
+/// ```
+/// let schema = idem_docs::problem_schema();
+/// assert_eq!(schema["required"], serde_json::json!(["type", "title", "status"]));
+/// ```
+#[must_use]
+pub fn problem_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "RFC 9457 problem details.",
+        "required": ["type", "title", "status"],
+        "properties": {
+            "type": {"type": "string", "format": "uri-reference", "description": "The problem's type: `urn:idem:problem:…` for idem's own."},
+            "title": {"type": "string", "description": "A short, fixed summary of the type."},
+            "status": {"type": "integer", "minimum": 100, "maximum": 599},
+            "detail": {"type": "string", "description": "What happened to this request."},
+        },
+    })
+}
+
 pub(crate) fn components() -> Value {
     json!({
         "schemas": {
-            "Problem": {
-                "type": "object",
-                "description": "RFC 9457 problem details.",
-                "required": ["type", "title", "status"],
-                "properties": {
-                    "type": {"type": "string", "format": "uri-reference", "description": "The problem's type: `urn:idem:problem:…` for idem's own."},
-                    "title": {"type": "string", "description": "A short, fixed summary of the type."},
-                    "status": {"type": "integer", "minimum": 100, "maximum": 599},
-                    "detail": {"type": "string", "description": "What happened to this request."},
-                },
-            },
+            "Problem": problem_schema(),
         },
         "headers": {
             "RetryAfter": {

@@ -32,11 +32,24 @@ impl std::error::Error for MergeError {
 /// For each operation with a method and a path, the application's operation at that path and
 /// method (created when the document lacks it) gains what [`openapi`](crate::openapi) says of
 /// it: the key's header parameter (`Idempotency-Key`, or the headers a key taken from the
-/// request is made of) and the path's template parameters it does not list, the responses idem can answer for statuses the application did not document
-/// (a response the application documented is kept as it is; the generic `2XX` is not added
-/// when it documents a 2xx), and the `x-idempotency` extension. `components` gains the
-/// `Problem` schema and the `RetryAfter` and `IdempotentReplayed` headers, unless it has
-/// components of those names. Operations without a route are not merged.
+/// request is made of) and the path's template parameters it does not list, the responses
+/// idem can answer, and the `x-idempotency` extension. `components` gains the `Problem`
+/// schema and the `RetryAfter` and `IdempotentReplayed` headers, unless it has components of
+/// those names. Operations without a route are not merged.
+///
+/// The application's document describes its own responses; idem adds to them:
+/// - a status the application does not document is added as idem documents it;
+/// - a status both document keeps the application's description and schemas, followed by
+///   idem's description; idem's headers (`Retry-After`) and media types it lacks are added,
+///   and for a media type both give, idem's `x-problem-types` join the application's;
+/// - idem's replay of a success is folded into each 2xx the application documents (its
+///   description, and the `Idempotent-Replayed` header), and added as `2XX` only when the
+///   application documents none;
+/// - the operation's own responses ([`OperationDoc::responses`]) are left out for the
+///   statuses the application documents: its document already says them
+///   ([`responses_from`] fills them from it, for the Markdown document).
+///
+/// Merging again changes nothing.
 ///
 /// The merge goes through `serde_json`: the document is serialised to a JSON value, merged,
 /// and deserialised back into utoipa's types (which checks it still has their structure).
@@ -85,6 +98,11 @@ fn object<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String,
     }
 }
 
+/// The operation at `path` and `method` (lower case) of a document as JSON.
+fn operation_at<'a>(root: &'a Map<String, Value>, path: &str, method: &str) -> Option<&'a Value> {
+    root.get("paths")?.get(path)?.get(method)
+}
+
 /// The merge, on the document as JSON.
 fn merge_value(document: &mut Value, operations: &[OperationDoc]) {
     let Value::Object(root) = document else {
@@ -96,11 +114,19 @@ fn merge_value(document: &mut Value, operations: &[OperationDoc]) {
             continue;
         };
         merged_any = true;
-        let Value::Object(generated) = operation(doc) else {
+        let method = method.to_ascii_lowercase();
+        // The application's statuses are the application's to describe.
+        let documented: Vec<u16> = operation_at(root, path, &method)
+            .and_then(|op| op.get("responses"))
+            .and_then(Value::as_object)
+            .map(|r| r.keys().filter_map(|s| s.parse().ok()).collect())
+            .unwrap_or_default();
+        let mut own = doc.clone();
+        own.responses.retain(|(status, _)| !documented.contains(status));
+        let Value::Object(generated) = operation(&own) else {
             continue;
         };
         let item = object(object(root, "paths"), path);
-        let method = method.to_ascii_lowercase();
         let Some(Value::Object(existing)) = item.get_mut(&method) else {
             item.insert(method, Value::Object(generated));
             continue;
@@ -146,12 +172,26 @@ fn merge_operation(existing: &mut Map<String, Value>, mut generated: Map<String,
     }
     if let Some(Value::Object(responses)) = generated.remove("responses") {
         let target = object(existing, "responses");
-        let has_success = target.keys().any(|status| status.starts_with('2'));
+        let successes: Vec<String> = target
+            .keys()
+            .filter(|status| status.starts_with('2'))
+            .cloned()
+            .collect();
         for (status, response) in responses {
-            if status == "2XX" && has_success {
+            if status == "2XX" && !successes.is_empty() {
+                for success in &successes {
+                    if let Some(Value::Object(own)) = target.get_mut(success) {
+                        fold_response(own, &response);
+                    }
+                }
                 continue;
             }
-            target.entry(status).or_insert(response);
+            match target.get_mut(&status) {
+                Some(Value::Object(own)) => fold_response(own, &response),
+                _ => {
+                    target.insert(status, response);
+                }
+            }
         }
     }
     for key in [
@@ -167,13 +207,109 @@ fn merge_operation(existing: &mut Map<String, Value>, mut generated: Map<String,
     }
 }
 
+/// Adds idem's response of a status to the application's response of the same status: its
+/// description after the application's, the headers and media types the application's
+/// lacks, and its problem types beside the application's.
+fn fold_response(own: &mut Map<String, Value>, idem: &Value) {
+    if let Some(text) = idem["description"].as_str().filter(|t| !t.is_empty()) {
+        let description = match own.get("description").and_then(Value::as_str) {
+            None | Some("") => text.to_owned(),
+            Some(before) if before.contains(text) => before.to_owned(),
+            Some(before) => format!("{before}\n\n{text}"),
+        };
+        own.insert("description".to_owned(), Value::String(description));
+    }
+    if let Some(Value::Object(headers)) = idem.get("headers") {
+        let target = object(own, "headers");
+        for (name, header) in headers {
+            if !target.keys().any(|n| n.eq_ignore_ascii_case(name)) {
+                target.insert(name.clone(), header.clone());
+            }
+        }
+    }
+    if let Some(Value::Object(content)) = idem.get("content") {
+        let target = object(own, "content");
+        for (media_type, entry) in content {
+            let Some(Value::Object(mine)) = target.get_mut(media_type) else {
+                target.insert(media_type.clone(), entry.clone());
+                continue;
+            };
+            let Some(Value::Array(types)) = entry.get("x-problem-types") else {
+                continue;
+            };
+            let known = mine
+                .entry("x-problem-types")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(known) = known {
+                for problem in types {
+                    if !known.contains(problem) {
+                        known.push(problem.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The operations' own responses, read from the application's document: for each operation
+/// with a route, every status its operation in `api` documents (`201`, `422`; not ranges like
+/// `2XX`) with its description, as [`OperationDoc::responds`] adds them. The Markdown
+/// document then lists them beside idem's, from the one place the application wrote them;
+/// [`merge_into`] leaves them to the application's document.
+///
+/// ```
+/// use idem_docs::{OperationDoc, responses_from};
+/// use idem_spec::OperationSpec;
+///
+/// let api: utoipa::openapi::OpenApi = serde_json::from_value(serde_json::json!({
+///     "openapi": "3.1.0",
+///     "info": {"title": "Shop", "version": "1"},
+///     "paths": {"/orders": {"post": {"responses": {"201": {"description": "The order."}}}}},
+/// }))?;
+/// let mut docs = [OperationDoc::from_spec(&OperationSpec::new("create_order:v1")).path("POST", "/orders")];
+/// responses_from(&api, &mut docs)?;
+/// assert_eq!(docs[0].responses, [(201, "The order".to_owned())]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`MergeError`] when the document does not serialise to JSON.
+pub fn responses_from(
+    api: &utoipa::openapi::OpenApi,
+    docs: &mut [OperationDoc],
+) -> Result<(), MergeError> {
+    let document = serde_json::to_value(api).map_err(MergeError)?;
+    let Value::Object(root) = &document else {
+        return Ok(());
+    };
+    for doc in docs {
+        let (Some(method), Some(path)) = (&doc.method, &doc.path) else {
+            continue;
+        };
+        let Some(Value::Object(responses)) = operation_at(root, path, &method.to_ascii_lowercase())
+            .and_then(|op| op.get("responses"))
+        else {
+            continue;
+        };
+        for (status, response) in responses {
+            let Ok(status) = status.parse::<u16>() else {
+                continue;
+            };
+            // The documents add their own full stop.
+            let description = response["description"].as_str().unwrap_or_default();
+            *doc = doc.clone().responds(status, description.trim_end_matches('.'));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use idem_spec::OperationSpec;
     use serde_json::json;
     use utoipa::openapi::OpenApi;
 
-    use super::merge_into;
+    use super::{merge_into, responses_from};
     use crate::{OperationDoc, openapi};
 
     fn application() -> OpenApi {
@@ -205,9 +341,14 @@ mod tests {
 
         let post = &merged["paths"]["/orders"]["post"];
         assert_eq!(post["operationId"], "create_order");
+        // The application's success, with idem's replay of it.
+        let created = &post["responses"]["201"];
+        let description = created["description"].as_str().unwrap();
+        assert!(description.starts_with("The order\n\n"), "{description}");
+        assert!(description.contains("Idempotent-Replayed: true"), "{description}");
         assert_eq!(
-            post["responses"]["201"],
-            json!({"description": "The order"})
+            created["headers"]["Idempotent-Replayed"],
+            json!({"$ref": "#/components/headers/IdempotentReplayed"})
         );
         assert!(post["responses"].get("2XX").is_none());
         assert_eq!(post["parameters"][0]["name"], "Idempotency-Key");
@@ -253,6 +394,52 @@ mod tests {
             serde_json::to_value(&api).unwrap()["paths"]["/orders"],
             merged["paths"]["/orders"]
         );
+    }
+
+    #[test]
+    fn a_status_both_document_keeps_the_applications_schema_and_gains_idems_cases() {
+        let mut api: OpenApi = serde_json::from_value(json!({
+            "openapi": "3.1.0",
+            "info": {"title": "Shop", "version": "1"},
+            "paths": {"/orders": {"post": {"responses": {
+                "201": {"description": "The order.", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "422": {"description": "Out of range.", "content": {"application/problem+json": {
+                    "schema": {"$ref": "#/components/schemas/Problem"},
+                    "x-problem-types": ["urn:example:invalid-order"],
+                }}},
+            }}}},
+        }))
+        .unwrap();
+        let mut docs = [OperationDoc::from_spec(&OperationSpec::new("create_order:v1"))
+            .path("POST", "/orders")];
+        responses_from(&api, &mut docs).unwrap();
+        assert_eq!(
+            docs[0].responses,
+            [(201, "The order".to_owned()), (422, "Out of range".to_owned())]
+        );
+        merge_into(&mut api, &docs).unwrap();
+        let merged = serde_json::to_value(&api).unwrap();
+        let unprocessable = &merged["paths"]["/orders"]["post"]["responses"]["422"];
+        let description = unprocessable["description"].as_str().unwrap();
+        // The application's words once, then idem's key-reused case, not the application's
+        // own response a second time.
+        assert!(description.starts_with("Out of range.\n\n"), "{description}");
+        assert_eq!(description.matches("Out of range").count(), 1, "{description}");
+        assert!(description.contains("different request"), "{description}");
+        assert_eq!(
+            unprocessable["content"]["application/problem+json"]["x-problem-types"],
+            json!([
+                "urn:example:invalid-order",
+                "urn:idem:problem:key-reused",
+                "urn:idem:problem:invalid-body"
+            ])
+        );
+        let created = &merged["paths"]["/orders"]["post"]["responses"]["201"];
+        assert_eq!(created["content"]["application/json"]["schema"], json!({"type": "object"}));
+        assert!(created["headers"]["Idempotent-Replayed"].is_object());
+        // Merging again changes nothing.
+        merge_into(&mut api, &docs).unwrap();
+        assert_eq!(serde_json::to_value(&api).unwrap(), merged);
     }
 
     #[test]

@@ -30,8 +30,8 @@ use idem_spec::{KeyFormat, OperationSpec};
 /// With the `utoipa` feature: idem's contract merged into the application's
 /// `utoipa::openapi::OpenApi` ([`merge_into`]).
 #[cfg(feature = "utoipa")]
-pub use idem_docs::{MergeError, merge_into};
-pub use idem_docs::{OperationDoc, contract, markdown, openapi};
+pub use idem_docs::{MergeError, merge_into, responses_from};
+pub use idem_docs::{OperationDoc, contract, markdown, openapi, problem_schema};
 
 /// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
 #[doc(hidden)]
@@ -205,6 +205,18 @@ impl Operations {
             doc.key_format = format;
         }
         self
+    }
+
+    /// With the `utoipa` feature: each routed operation's own responses read from the
+    /// application's document ([`responses_from`]), so that the Markdown document lists what
+    /// `#[utoipa::path]` says, and [`merge_into`] that document afterwards.
+    ///
+    /// # Errors
+    /// [`MergeError`] when the document does not serialise to JSON.
+    #[cfg(feature = "utoipa")]
+    pub fn responses_from(mut self, api: &utoipa::openapi::OpenApi) -> Result<Self, MergeError> {
+        responses_from(api, &mut self.docs)?;
+        Ok(self)
     }
 
     /// The operations, sorted by id.

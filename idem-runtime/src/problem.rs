@@ -173,3 +173,30 @@ fn is_transient(error: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+/// `Problem` in an application's `utoipa` document: the `Problem` schema of idem's own
+/// documents ([`idem_docs::problem_schema`]), so that `body = Problem` in `#[utoipa::path]`
+/// and idem's merged contract name one schema.
+///
+/// ```
+/// use utoipa::ToSchema;
+/// use idem_runtime::Problem;
+///
+/// assert_eq!(Problem::name(), "Problem");
+/// let schema = serde_json::to_value(<Problem as utoipa::PartialSchema>::schema()).unwrap();
+/// assert_eq!(schema, idem_runtime::docs::problem_schema());
+/// ```
+#[cfg(feature = "utoipa")]
+impl utoipa::PartialSchema for Problem {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        // A fixed document of utoipa's own shape: it always reads back.
+        serde_json::from_value(idem_docs::problem_schema()).unwrap_or_default()
+    }
+}
+
+#[cfg(feature = "utoipa")]
+impl utoipa::ToSchema for Problem {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Problem")
+    }
+}

@@ -34,6 +34,11 @@ const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 /// - `400 urn:idem:problem:malformed-json` for JSON syntax errors, `422
 ///   urn:idem:problem:invalid-body` for JSON of the wrong shape.
 ///
+/// A number written with a zero fraction (`9.0`, `1e2`) is the integer it equals, for an
+/// integer field too: JSON Schema's `integer` counts it as one (so the OpenAPI documents of
+/// an application describe it as valid), and the fingerprint already does (`9.0` and `9`
+/// are one request).
+///
 /// It is the body part of the fingerprint, and a response too (like `axum::Json`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JsonBody<T>(pub T);
@@ -168,7 +173,7 @@ async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
         .with_detail("send the body with `Content-Type: application/json`"));
     }
     let bytes = read_body(req).await?;
-    serde_json::from_slice(&bytes).map_err(|error| match error.classify() {
+    parse_json(&bytes).map_err(|error| match error.classify() {
         serde_json::error::Category::Data => invalid_body(error.to_string()),
         _ => Problem::new(
             StatusCode::BAD_REQUEST,
@@ -177,6 +182,57 @@ async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
         )
         .with_detail(error.to_string()),
     })
+}
+
+/// Deserialises JSON, taking a number with a zero fraction as the integer it equals when the
+/// type wants one. Only a body that does not deserialise as written pays for the second try.
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    let error = match serde_json::from_slice(bytes) {
+        Ok(value) => return Ok(value),
+        Err(error) if error.classify() == serde_json::error::Category::Data => error,
+        Err(error) => return Err(error),
+    };
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Err(error);
+    };
+    if !whole_numbers_as_integers(&mut value) {
+        return Err(error);
+    }
+    // The first error names the line and column; the second try's would not.
+    T::deserialize(value).map_err(|_| error)
+}
+
+/// Rewrites every float with a zero fraction that fits a 64-bit integer as that integer;
+/// whether it rewrote any.
+fn whole_numbers_as_integers(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) => {
+            let Some(float) = number.as_f64().filter(|_| number.is_f64()) else {
+                return false;
+            };
+            // 2^63 and 2^64 are exact as floats; the casts below are exact within them.
+            let integer = if float.fract() != 0.0 {
+                return false;
+            } else if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&float)
+            {
+                Value::from(float as i64)
+            } else if (0.0..18_446_744_073_709_551_616.0).contains(&float) {
+                Value::from(float as u64)
+            } else {
+                return false;
+            };
+            *value = integer;
+            true
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |changed, item| whole_numbers_as_integers(item) | changed),
+        Value::Object(members) => members
+            .values_mut()
+            .fold(false, |changed, item| whole_numbers_as_integers(item) | changed),
+        _ => false,
+    }
 }
 
 /// Buffers the body within idem's limit, axum's `DefaultBodyLimit` and any limit a layer put
@@ -231,4 +287,54 @@ fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
         current = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+    use serde_json::json;
+
+    use super::parse_json;
+    use crate::fingerprint::Fingerprint;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Order {
+        quantity: i32,
+        price: f64,
+        tags: Vec<u64>,
+    }
+
+    #[test]
+    fn a_whole_number_written_as_a_float_is_an_integer() {
+        let order: Order =
+            parse_json(br#"{"quantity": 9.0, "price": 2.0, "tags": [1e2, 3]}"#).unwrap();
+        assert_eq!(
+            order,
+            Order {
+                quantity: 9,
+                price: 2.0,
+                tags: vec![100, 3]
+            }
+        );
+        // Fractions, and integers beyond 64 bits, are still refused, with the first error's
+        // position.
+        let error = parse_json::<Order>(br#"{"quantity": 9.5, "price": 1, "tags": []}"#)
+            .unwrap_err();
+        assert!(error.to_string().contains("line 1 column"), "{error}");
+        assert!(parse_json::<Order>(br#"{"quantity": 1e300, "price": 1, "tags": []}"#).is_err());
+        assert!(
+            parse_json::<Order>(br#"{"quantity": 1, "price": 1, "tags": [-1.0]}"#).is_err()
+        );
+        // Syntax errors stay syntax errors.
+        let error = parse_json::<Order>(b"{").unwrap_err();
+        assert_eq!(error.classify(), serde_json::error::Category::Eof);
+    }
+
+    #[test]
+    fn the_fingerprint_already_counts_them_as_one() {
+        assert_eq!(
+            Fingerprint::of("op:v1", &json!({"quantity": 9.0}), &[]).unwrap(),
+            Fingerprint::of("op:v1", &json!({"quantity": 9}), &[]).unwrap()
+        );
+    }
 }
