@@ -62,10 +62,7 @@ impl utoipa::Modify for BearerScheme {
 #[must_use]
 pub fn with_responses(operations: Operations, api: &OpenApi) -> Operations {
     // utoipa's document always serialises to JSON.
-    operations
-        .clone()
-        .responses_from(api)
-        .unwrap_or(operations)
+    operations.clone().responses_from(api).unwrap_or(operations)
 }
 
 /// The example's two documents: `api` (its own, from `utoipa`) with idem's contract of

@@ -356,8 +356,7 @@ async fn no_method() -> Response {
 pub(crate) const UNAUTHENTICATED: &str = "No `Authorization: Bearer <tenant>`, or a tenant \
     that does not match `^[a-z0-9-]{1,64}$` (`urn:idem:example:unauthenticated`)";
 /// `400` of a path parameter, as the example's routes describe it.
-pub(crate) const INVALID_PATH: &str =
-    "The path does not decode (`urn:idem:example:invalid-path`)";
+pub(crate) const INVALID_PATH: &str = "The path does not decode (`urn:idem:example:invalid-path`)";
 /// `500` of the example's own queries.
 pub(crate) const DATABASE_ERROR: &str =
     "The database failed (`urn:idem:problem:database-error`); nothing changed";

@@ -772,7 +772,10 @@ impl utoipa::Modify for WebhookScheme {
         openapi
             .components
             .get_or_insert_with(Default::default)
-            .add_security_scheme("standardWebhooks", SecurityScheme::ApiKey(ApiKey::Header(scheme)));
+            .add_security_scheme(
+                "standardWebhooks",
+                SecurityScheme::ApiKey(ApiKey::Header(scheme)),
+            );
     }
 }
 
@@ -802,8 +805,7 @@ pub struct PaymentsApi;
 /// # Errors
 /// When two `#[idempotent]` handlers linked into the program share an operation id.
 pub fn operations() -> Result<Operations, DuplicateOperation> {
-    let operations =
-        Operations::from_registry()?.select(&[OPERATION, PROVIDER_EVENT_OPERATION]);
+    let operations = Operations::from_registry()?.select(&[OPERATION, PROVIDER_EVENT_OPERATION]);
     Ok(crate::docs::with_responses(
         operations,
         &<PaymentsApi as utoipa::OpenApi>::openapi(),

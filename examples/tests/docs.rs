@@ -51,6 +51,38 @@ async fn orders_serves_its_documents() {
     assert_eq!(post["x-idempotency"]["scope"], "tenant");
     assert_eq!(post["parameters"][0]["name"], "Idempotency-Key");
     assert_eq!(post["parameters"][0]["required"], true);
+    // The example's own document, from its types and routes: the body, the order, the path
+    // parameter, the bearer scheme.
+    assert_complete(&openapi);
+    assert_eq!(
+        post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/NewOrder"
+    );
+    let new_order = &openapi["components"]["schemas"]["NewOrder"];
+    assert_eq!(new_order["additionalProperties"], false);
+    assert_eq!(new_order["properties"]["quantity"]["maximum"], 20);
+    assert_eq!(
+        post["responses"]["201"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/Order"
+    );
+    assert!(post["responses"]["201"]["headers"]["Location"].is_object());
+    assert!(post["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
+    let get = &openapi["paths"]["/orders/{id}"]["get"];
+    assert_eq!(get["parameters"][0]["in"], "path");
+    assert_eq!(get["parameters"][0]["schema"]["format"], "uuid");
+    assert_eq!(get["security"], serde_json::json!([{"bearer": []}]));
+    assert_eq!(
+        openapi["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    // The key's schema is the server's (default, lenient) format: bare keys too.
+    let pattern = post["parameters"][0]["schema"]["pattern"].as_str().unwrap();
+    assert!(pattern.ends_with("|[!#-\\[\\]-~]{1,255})$"), "{pattern}");
+    // The application's own responses reach the Markdown document from its OpenAPI one.
+    assert!(
+        markdown.contains("`sku` or `quantity` is out of range"),
+        "{markdown}"
+    );
     insta::assert_snapshot!("orders_markdown", markdown);
     insta::with_settings!({ sort_maps => true }, {
         insta::assert_json_snapshot!("orders_openapi", openapi);
@@ -100,13 +132,57 @@ async fn payments_serves_its_documents() {
         markdown.contains("## POST /webhooks/provider"),
         "{markdown}"
     );
-    // `POST /payments` and the provider's events only: the orders handler linked into the
-    // same library is not its.
-    assert_eq!(openapi["paths"].as_object().unwrap().len(), 2);
+    // `POST /payments`, `GET /payments/{id}` and the provider's events only: the orders
+    // handlers linked into the same library are not its.
+    assert_eq!(openapi["paths"].as_object().unwrap().len(), 3);
+    assert_complete(&openapi);
+    assert_eq!(
+        post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/NewPayment"
+    );
+    assert_eq!(
+        post["responses"]["201"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/Payment"
+    );
+    assert_eq!(
+        hook["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/ProviderEvent"
+    );
+    assert_eq!(
+        hook["security"],
+        serde_json::json!([{"standardWebhooks": []}])
+    );
+    assert_eq!(
+        openapi["components"]["securitySchemes"]["standardWebhooks"]["name"],
+        "webhook-signature"
+    );
+    assert!(openapi["paths"]["/payments/{id}"]["get"]["responses"]["200"].is_object());
     insta::assert_snapshot!("payments_markdown", markdown);
     insta::with_settings!({ sort_maps => true }, {
         insta::assert_json_snapshot!("payments_openapi", openapi);
     });
+}
+
+/// Every operation of a served document describes its request body (when it has one) and
+/// every one of its responses with a body schema.
+fn assert_complete(openapi: &Value) {
+    for (path, item) in openapi["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if method == "post" {
+                assert!(
+                    operation["requestBody"]["content"]["application/json"]["schema"].is_object(),
+                    "{method} {path} has no request body schema"
+                );
+            }
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                let content = response["content"].as_object();
+                assert!(
+                    content.is_some_and(|c| c.values().all(|m| m["schema"].is_object())),
+                    "{method} {path} {status} has no body schema: {response}"
+                );
+            }
+        }
+    }
 }
 
 /// What a situation really answered, checked against both documents: the status is a

@@ -554,7 +554,7 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
                 status: status.to_string(),
                 problem: None,
                 when: description.clone(),
-                then: own_failure(doc).to_owned(),
+                then: own_response(doc),
                 retry_after: false,
                 replayed: false,
             });
@@ -739,6 +739,20 @@ pub fn own_failure(doc: &OperationDoc) -> &'static str {
             "The operation's failure is not stored: its writes were rolled back, and a retry \
              with the same key runs it again."
         }
+    }
+}
+
+/// What a client does with one of the operation's own failure responses (those it
+/// [`OperationDoc::responds`] with): [`own_failure`], and, where that stores the failure,
+/// that a request refused before the operation ran (its input, its authentication) is not.
+fn own_response(doc: &OperationDoc) -> String {
+    match (doc.mode, doc.store_client_errors) {
+        (Mode::Atomic, false) => own_failure(doc).to_owned(),
+        _ => format!(
+            "{} A request refused before the operation ran (its input, its authentication) is \
+             not stored: fix it and send it again with the same key.",
+            own_failure(doc)
+        ),
     }
 }
 

@@ -122,7 +122,8 @@ fn merge_value(document: &mut Value, operations: &[OperationDoc]) {
             .map(|r| r.keys().filter_map(|s| s.parse().ok()).collect())
             .unwrap_or_default();
         let mut own = doc.clone();
-        own.responses.retain(|(status, _)| !documented.contains(status));
+        own.responses
+            .retain(|(status, _)| !documented.contains(status));
         let Value::Object(generated) = operation(&own) else {
             continue;
         };
@@ -253,7 +254,9 @@ fn fold_response(own: &mut Map<String, Value>, idem: &Value) {
 
 /// The operations' own responses, read from the application's document: for each operation
 /// with a route, every status its operation in `api` documents (`201`, `422`; not ranges like
-/// `2XX`) with its description, as [`OperationDoc::responds`] adds them. The Markdown
+/// `2XX`) with its description, as [`OperationDoc::responds`] adds them; but not the `401` of
+/// an operation whose keys are per tenant or user, which the contract already describes (the
+/// application's authentication refusing the request before any key is looked at). The Markdown
 /// document then lists them beside idem's, from the one place the application wrote them;
 /// [`merge_into`] leaves them to the application's document.
 ///
@@ -291,13 +294,23 @@ pub fn responses_from(
         else {
             continue;
         };
+        // The contract has a row for the application's authentication refusing a request
+        // of an operation whose keys need a principal: its 401 is that row, not another.
+        let authenticates = crate::contract::cases(doc)
+            .iter()
+            .any(|case| case.status == "401");
         for (status, response) in responses {
             let Ok(status) = status.parse::<u16>() else {
                 continue;
             };
+            if status == 401 && authenticates {
+                continue;
+            }
             // The documents add their own full stop.
             let description = response["description"].as_str().unwrap_or_default();
-            *doc = doc.clone().responds(status, description.trim_end_matches('.'));
+            *doc = doc
+                .clone()
+                .responds(status, description.trim_end_matches('.'));
         }
     }
     Ok(())
@@ -345,7 +358,10 @@ mod tests {
         let created = &post["responses"]["201"];
         let description = created["description"].as_str().unwrap();
         assert!(description.starts_with("The order\n\n"), "{description}");
-        assert!(description.contains("Idempotent-Replayed: true"), "{description}");
+        assert!(
+            description.contains("Idempotent-Replayed: true"),
+            "{description}"
+        );
         assert_eq!(
             created["headers"]["Idempotent-Replayed"],
             json!({"$ref": "#/components/headers/IdempotentReplayed"})
@@ -410,12 +426,16 @@ mod tests {
             }}}},
         }))
         .unwrap();
-        let mut docs = [OperationDoc::from_spec(&OperationSpec::new("create_order:v1"))
-            .path("POST", "/orders")];
+        let mut docs = [
+            OperationDoc::from_spec(&OperationSpec::new("create_order:v1")).path("POST", "/orders"),
+        ];
         responses_from(&api, &mut docs).unwrap();
         assert_eq!(
             docs[0].responses,
-            [(201, "The order".to_owned()), (422, "Out of range".to_owned())]
+            [
+                (201, "The order".to_owned()),
+                (422, "Out of range".to_owned())
+            ]
         );
         merge_into(&mut api, &docs).unwrap();
         let merged = serde_json::to_value(&api).unwrap();
@@ -423,8 +443,15 @@ mod tests {
         let description = unprocessable["description"].as_str().unwrap();
         // The application's words once, then idem's key-reused case, not the application's
         // own response a second time.
-        assert!(description.starts_with("Out of range.\n\n"), "{description}");
-        assert_eq!(description.matches("Out of range").count(), 1, "{description}");
+        assert!(
+            description.starts_with("Out of range.\n\n"),
+            "{description}"
+        );
+        assert_eq!(
+            description.matches("Out of range").count(),
+            1,
+            "{description}"
+        );
         assert!(description.contains("different request"), "{description}");
         assert_eq!(
             unprocessable["content"]["application/problem+json"]["x-problem-types"],
@@ -435,7 +462,10 @@ mod tests {
             ])
         );
         let created = &merged["paths"]["/orders"]["post"]["responses"]["201"];
-        assert_eq!(created["content"]["application/json"]["schema"], json!({"type": "object"}));
+        assert_eq!(
+            created["content"]["application/json"]["schema"],
+            json!({"type": "object"})
+        );
         assert!(created["headers"]["Idempotent-Replayed"].is_object());
         // Merging again changes nothing.
         merge_into(&mut api, &docs).unwrap();

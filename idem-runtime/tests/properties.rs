@@ -369,8 +369,9 @@ fn header_text() -> impl Strategy<Value = String> {
 fn key_pattern(format: KeyFormat) -> &'static regex::Regex {
     static PATTERNS: std::sync::OnceLock<[regex::Regex; 2]> = std::sync::OnceLock::new();
     let [lenient, strict] = PATTERNS.get_or_init(|| {
-        [KeyFormat::Lenient, KeyFormat::Strict]
-            .map(|f| regex::Regex::new(idem_runtime::docs::contract::key_pattern(f)).unwrap())
+        [KeyFormat::Lenient, KeyFormat::Strict].map(|f| {
+            regex::Regex::new(idem_runtime::docs::contract::key_pattern(f)).expect("a pattern")
+        })
     });
     match format {
         KeyFormat::Strict => strict,
@@ -384,7 +385,7 @@ fn key_pattern(format: KeyFormat) -> &'static regex::Regex {
 fn key_header_value() -> impl Strategy<Value = String> {
     let from = |pattern: &str| {
         let unanchored = pattern.trim_start_matches('^').trim_end_matches('$');
-        proptest::string::string_regex(unanchored).unwrap()
+        proptest::string::string_regex(unanchored).expect("a pattern proptest can draw from")
     };
     prop_oneof![
         3 => from(idem_runtime::docs::contract::KEY_PATTERN),

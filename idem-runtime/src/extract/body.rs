@@ -214,8 +214,7 @@ fn whole_numbers_as_integers(value: &mut serde_json::Value) -> bool {
             // 2^63 and 2^64 are exact as floats; the casts below are exact within them.
             let integer = if float.fract() != 0.0 {
                 return false;
-            } else if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&float)
-            {
+            } else if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&float) {
                 Value::from(float as i64)
             } else if (0.0..18_446_744_073_709_551_616.0).contains(&float) {
                 Value::from(float as u64)
@@ -225,12 +224,12 @@ fn whole_numbers_as_integers(value: &mut serde_json::Value) -> bool {
             *value = integer;
             true
         }
-        Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |changed, item| whole_numbers_as_integers(item) | changed),
-        Value::Object(members) => members
-            .values_mut()
-            .fold(false, |changed, item| whole_numbers_as_integers(item) | changed),
+        Value::Array(items) => items.iter_mut().fold(false, |changed, item| {
+            whole_numbers_as_integers(item) | changed
+        }),
+        Value::Object(members) => members.values_mut().fold(false, |changed, item| {
+            whole_numbers_as_integers(item) | changed
+        }),
         _ => false,
     }
 }
@@ -318,13 +317,11 @@ mod tests {
         );
         // Fractions, and integers beyond 64 bits, are still refused, with the first error's
         // position.
-        let error = parse_json::<Order>(br#"{"quantity": 9.5, "price": 1, "tags": []}"#)
-            .unwrap_err();
+        let error =
+            parse_json::<Order>(br#"{"quantity": 9.5, "price": 1, "tags": []}"#).unwrap_err();
         assert!(error.to_string().contains("line 1 column"), "{error}");
         assert!(parse_json::<Order>(br#"{"quantity": 1e300, "price": 1, "tags": []}"#).is_err());
-        assert!(
-            parse_json::<Order>(br#"{"quantity": 1, "price": 1, "tags": [-1.0]}"#).is_err()
-        );
+        assert!(parse_json::<Order>(br#"{"quantity": 1, "price": 1, "tags": [-1.0]}"#).is_err());
         // Syntax errors stay syntax errors.
         let error = parse_json::<Order>(b"{").unwrap_err();
         assert_eq!(error.classify(), serde_json::error::Category::Eof);
