@@ -30,7 +30,7 @@
 //!
 //! | Feature  | Adds |
 //! |----------|------|
-//! | `utoipa` | `merge_into`: the contract merged into an application's `utoipa::openapi::OpenApi` (through `serde_json`) |
+//! | `utoipa` | `merge_into`: the contract merged into an application's `utoipa::openapi::OpenApi` (through `serde_json`); `responses_from`: the application's own responses read from it |
 //!
 //! # Decisions
 //!
@@ -47,7 +47,20 @@
 //! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
 //!   2xx of its own, success is documented as OpenAPI's `2XX`.
 //! - **The key's syntax** is the IETF draft's structured-field string; the length limits are
-//!   the runtime's (1 to 255 visible ASCII characters).
+//!   the runtime's (1 to 255 visible ASCII characters). Its schema is exactly what the server
+//!   accepts in its format ([`OperationDoc::key_format`], the runtime's `Config::key_format`):
+//!   [`contract::KEY_PATTERN`] when strict (the string, with the parameters an item may carry:
+//!   integers, decimals, strings, tokens, booleans), [`contract::LENIENT_KEY_PATTERN`] by
+//!   default (also a bare key without `"` or `\`). The runtime's property tests hold the
+//!   pattern and the parser to each other.
+//! - **A complete document is the application's.** Request and response bodies, path
+//!   parameters and security schemes are the application's to describe, with `utoipa`;
+//!   [`merge_into`] adds the contract to them. A status both describe keeps the application's
+//!   schema and gains idem's description, headers and problem types; idem's replay joins
+//!   every 2xx the application documents. [`responses_from`] reads the application's
+//!   statuses back for the Markdown document, so they are written once, in
+//!   `#[utoipa::path]`. The examples serve such a document, and `.ci/run` tests it with
+//!   schemathesis.
 //! - **JSON**: [`OperationDoc`] serialises with the attribute's spellings (`"24h"`,
 //!   `"tenant"`) so tools can store it and read it back.
 //! - **Keys taken from the request** (`key = header("webhook-id")`, `key = body("/id")`,
