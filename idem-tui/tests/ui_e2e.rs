@@ -180,6 +180,20 @@ impl Tui {
         self.wait_for(text, |screen| screen.contains(text));
     }
 
+    /// Scrolls down a line at a time until `text` is on the screen. One line at a time: the
+    /// detail scrolls until its last line is at the top, so a fixed number of lines can
+    /// scroll past what it looks for once everything has loaded.
+    fn scroll_to(&mut self, text: &str) {
+        for _ in 0..60 {
+            if self.contents().contains(text) {
+                return;
+            }
+            self.send("j");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_text(text);
+    }
+
     /// Resizes the terminal (the binary gets a `SIGWINCH`).
     fn resize(&mut self, rows: u16, cols: u16) {
         self.screen
@@ -260,9 +274,8 @@ async fn expire_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable
     tui.wait_text("expire: global create_order:v1 order-1 done");
     // The refreshed detail shows the key expired and, scrolled down, its audit entry.
     tui.wait_text("status         expired");
-    tui.send(&"j".repeat(20));
+    tui.scroll_to("reason: INC-9 retried by hand");
     tui.wait_text(&format!("expire by {OPERATOR}"));
-    tui.wait_text("reason: INC-9 retried by hand");
 
     // Back to the list, order-2, `d`: while the dialog is open another operator expires
     // the key; `y` is refused, nothing deleted.
@@ -395,8 +408,7 @@ async fn retry_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<
     // Its detail, scrolled down to its audit history.
     tui.send("\r");
     tui.wait_text(&format!("message #{dead} order-7/paid"));
-    tui.send(&"j".repeat(20));
-    tui.wait_text(&format!("outbox-retry by {OPERATOR}"));
+    tui.scroll_to(&format!("outbox-retry by {OPERATOR}"));
     tui.send("q");
     assert!(tui.wait_exit().success());
 
