@@ -59,8 +59,8 @@
 //!   schema and gains idem's description, headers and problem types; idem's replay joins
 //!   every 2xx the application documents. [`responses_from`] reads the application's
 //!   statuses back for the Markdown document, so they are written once, in
-//!   `#[utoipa::path]`. The examples serve such a document, and `.ci/run` tests it with
-//!   schemathesis.
+//!   `#[utoipa::path]`. The repository's examples serve such a document, and its CI tests it
+//!   with schemathesis.
 //! - **JSON**: [`OperationDoc`] serialises with the attribute's spellings (`"24h"`,
 //!   `"tenant"`) so tools can store it and read it back.
 //! - **Keys taken from the request** (`key = header("webhook-id")`, `key = body("/id")`,
@@ -95,4 +95,5 @@ pub use crate::markdown::markdown;
 pub use crate::model::{KeyPartDoc, OperationDoc};
 pub use crate::openapi::{openapi, problem_schema};
 #[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub use crate::utoipa::{MergeError, merge_into, responses_from};

@@ -172,6 +172,7 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
         }
         if let Some(problem) = case.problem {
             match problems.iter_mut().find(|(s, _)| *s == case.status) {
+                Some((_, types)) if types.contains(&problem) => {}
                 Some((_, types)) => types.push(problem),
                 None => problems.push((case.status.clone(), vec![problem])),
             }

@@ -55,7 +55,10 @@ pub struct Config {
     pub max_request_body: usize,
     /// Largest response body that can be stored; larger → rolled back, `500`. Default 1 MiB.
     pub max_response_body: usize,
-    /// Which spellings of `Idempotency-Key` are accepted. Default lenient.
+    /// Which spellings of `Idempotency-Key` are accepted. Default lenient. The documents
+    /// [`Idem::register_docs`](crate::Idem::register_docs) records say the same; give it to
+    /// the documents a service serves with
+    /// [`Operations::key_format`](crate::docs::Operations::key_format).
     pub key_format: KeyFormat,
     /// Response headers stored and replayed. Default `content-type`, `location`,
     /// `content-language`, `cache-control`.

@@ -214,6 +214,7 @@ impl Operations {
     /// # Errors
     /// [`MergeError`] when the document does not serialise to JSON.
     #[cfg(feature = "utoipa")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
     pub fn responses_from(mut self, api: &utoipa::openapi::OpenApi) -> Result<Self, MergeError> {
         responses_from(api, &mut self.docs)?;
         Ok(self)

@@ -187,6 +187,7 @@ fn is_transient(error: &sqlx::Error) -> bool {
 /// assert_eq!(schema, idem_runtime::docs::problem_schema());
 /// ```
 #[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 impl utoipa::PartialSchema for Problem {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         // A fixed document of utoipa's own shape: it always reads back.
@@ -195,6 +196,7 @@ impl utoipa::PartialSchema for Problem {
 }
 
 #[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 impl utoipa::ToSchema for Problem {
     fn name() -> Cow<'static, str> {
         Cow::Borrowed("Problem")

@@ -363,8 +363,6 @@ fn header_text() -> impl Strategy<Value = String> {
     "[a-zA-Z0-9 :\t\n\"é-]{0,8}"
 }
 
-/// Header values as a client sends them: quoted or bare keys, with escapes, parameters,
-/// whitespace, and any bytes now and then.
 /// The documents' pattern of the header's value in `format`, compiled.
 fn key_pattern(format: KeyFormat) -> &'static regex::Regex {
     static PATTERNS: std::sync::OnceLock<[regex::Regex; 2]> = std::sync::OnceLock::new();
@@ -399,6 +397,8 @@ fn key_header_value() -> impl Strategy<Value = String> {
     })
 }
 
+/// Header values as a client sends them: quoted or bare keys, with escapes, parameters,
+/// whitespace, and any bytes now and then.
 fn key_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         3 => "[ \t]{0,2}\"([ -!#-\\[\\]-~]|\\\\[\"\\\\a]){0,20}\"(;[a-z]=[0-9])?[ \t]{0,2}"
