@@ -20,8 +20,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use idem_runtime::Problem;
 use idem_runtime::docs::{DuplicateOperation, Operations, merge_into};
+use std::collections::BTreeMap;
+
 use utoipa::openapi::OpenApi;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::response::{Response as ResponseDoc, ResponseBuilder};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{Ref, RefOr};
 
 /// Where the Markdown document is served.
 pub const MARKDOWN_PATH: &str = "/docs/idempotency.md";
@@ -34,6 +41,57 @@ pub const MARKDOWN_TYPE: &str = "text/markdown; charset=utf-8";
 
 /// The name of the bearer security scheme, as `security(("bearer" = []))` names it.
 pub const BEARER: &str = "bearer";
+
+/// `401`, as the example's routes describe it.
+pub(crate) const UNAUTHENTICATED: &str = "No `Authorization: Bearer <tenant>`, or a tenant \
+    that does not match `^[a-z0-9-]{1,64}$` (`urn:idem:example:unauthenticated`)";
+/// `400` of a path parameter, as the example's routes describe it.
+pub(crate) const INVALID_PATH: &str = "The path does not decode (`urn:idem:example:invalid-path`)";
+/// `500` of the example's own queries.
+pub(crate) const DATABASE_ERROR: &str =
+    "The database failed (`urn:idem:problem:database-error`); nothing changed";
+/// `503` of the example's own queries.
+pub(crate) const DATABASE_UNAVAILABLE: &str = "The database is unavailable for now \
+    (`urn:idem:problem:database-unavailable`); retry after `Retry-After`";
+
+/// The problems every read of the examples can answer besides its own `404`: a path that
+/// does not decode (`400`), no tenant (`401`), and the database's failures (`500`, and
+/// `503` with `Retry-After`). `responses(…, ReadProblems)` in `#[utoipa::path]`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadProblems;
+
+impl utoipa::IntoResponses for ReadProblems {
+    fn responses() -> BTreeMap<String, RefOr<ResponseDoc>> {
+        let problem = |description: &str| {
+            ResponseBuilder::new().description(description).content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+        };
+        let retry_after = HeaderBuilder::new()
+            .schema(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1)),
+            ))
+            .description(Some("Seconds to wait before retrying"))
+            .build();
+        BTreeMap::from([
+            ("400".to_owned(), problem(INVALID_PATH).build().into()),
+            ("401".to_owned(), problem(UNAUTHENTICATED).build().into()),
+            ("500".to_owned(), problem(DATABASE_ERROR).build().into()),
+            (
+                "503".to_owned(),
+                problem(DATABASE_UNAVAILABLE)
+                    .header("Retry-After", retry_after)
+                    .build()
+                    .into(),
+            ),
+        ])
+    }
+}
 
 /// Adds the examples' bearer scheme to a document: `Authorization: Bearer <tenant>`.
 #[derive(Debug, Clone, Copy)]

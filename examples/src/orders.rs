@@ -29,7 +29,7 @@ use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::docs::BearerScheme;
+use crate::docs::{BearerScheme, ReadProblems, UNAUTHENTICATED};
 use crate::extract::ProblemPath;
 
 /// The application state: idem's handle, whose pool the handlers also use.
@@ -299,18 +299,10 @@ async fn place_order<DB: OrdersDb>(
     params(("id" = Uuid, Path, description = "The order's id, as `Location` names it")),
     responses(
         (status = 200, description = "The order", body = Order),
-        (status = 400, description = INVALID_PATH, body = Problem,
-            content_type = "application/problem+json"),
-        (status = 401, description = UNAUTHENTICATED, body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "The tenant has no order of this id \
             (`urn:idem:example:not-found`)", body = Problem,
             content_type = "application/problem+json"),
-        (status = 500, description = DATABASE_ERROR, body = Problem,
-            content_type = "application/problem+json"),
-        (status = 503, description = DATABASE_UNAVAILABLE, body = Problem,
-            content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
+        ReadProblems,
     ),
     security(("bearer" = [])),
 )]
@@ -351,18 +343,6 @@ async fn no_method() -> Response {
     )
     .into_response()
 }
-
-/// `401`, as the example's routes describe it.
-pub(crate) const UNAUTHENTICATED: &str = "No `Authorization: Bearer <tenant>`, or a tenant \
-    that does not match `^[a-z0-9-]{1,64}$` (`urn:idem:example:unauthenticated`)";
-/// `400` of a path parameter, as the example's routes describe it.
-pub(crate) const INVALID_PATH: &str = "The path does not decode (`urn:idem:example:invalid-path`)";
-/// `500` of the example's own queries.
-pub(crate) const DATABASE_ERROR: &str =
-    "The database failed (`urn:idem:problem:database-error`); nothing changed";
-/// `503` of the example's own queries.
-pub(crate) const DATABASE_UNAVAILABLE: &str = "The database is unavailable for now \
-    (`urn:idem:problem:database-unavailable`); retry after `Retry-After`";
 
 /// The example's OpenAPI document, before idem's contract is merged in
 /// ([`crate::docs::documents`]).

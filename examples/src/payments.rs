@@ -89,12 +89,10 @@ use sqlx::{MySql, Pool, Postgres, Sqlite, Transaction};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::docs::BearerScheme;
+use crate::docs::{BearerScheme, ReadProblems, UNAUTHENTICATED};
 use crate::extract::ProblemPath;
 pub use crate::orders::BearerTenant;
-use crate::orders::{
-    DATABASE_ERROR, DATABASE_UNAVAILABLE, INVALID_PATH, OrdersDb, UNAUTHENTICATED,
-};
+use crate::orders::OrdersDb;
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
@@ -701,18 +699,10 @@ pub fn reconciler<DB: PaymentsDb>(idem: Idem<DB>, router: Router) -> Reconciler<
     params(("id" = Uuid, Path, description = "The payment's id, as `Location` names it")),
     responses(
         (status = 200, description = "The payment", body = Payment),
-        (status = 400, description = INVALID_PATH, body = Problem,
-            content_type = "application/problem+json"),
-        (status = 401, description = UNAUTHENTICATED, body = Problem,
-            content_type = "application/problem+json"),
         (status = 404, description = "The tenant has no payment of this id \
             (`urn:idem:example:not-found`)", body = Problem,
             content_type = "application/problem+json"),
-        (status = 500, description = DATABASE_ERROR, body = Problem,
-            content_type = "application/problem+json"),
-        (status = 503, description = DATABASE_UNAVAILABLE, body = Problem,
-            content_type = "application/problem+json",
-            headers(("Retry-After" = u32, description = "Seconds to wait before retrying"))),
+        ReadProblems,
     ),
     security(("bearer" = [])),
 )]
