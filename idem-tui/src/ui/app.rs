@@ -1526,6 +1526,20 @@ fn on_outbox_key(app: &mut App, key: KeyEvent, page: isize) -> Option<Command> {
     None
 }
 
+/// Where a scrolling key moves a detail scrolled to `scroll`, whose last line is `last`:
+/// a line, a page of ten, or an end; `None` for any other key. Both details scroll so.
+fn scrolled(scroll: u16, last: u16, code: KeyCode) -> Option<u16> {
+    Some(match code {
+        KeyCode::Down | KeyCode::Char('j') => scroll.saturating_add(1).min(last),
+        KeyCode::Up | KeyCode::Char('k') => scroll.saturating_sub(1),
+        KeyCode::PageDown | KeyCode::Char(' ') => scroll.saturating_add(10).min(last),
+        KeyCode::PageUp => scroll.saturating_sub(10),
+        KeyCode::Home | KeyCode::Char('g') => 0,
+        KeyCode::End | KeyCode::Char('G') => last,
+        _ => return None,
+    })
+}
+
 /// The keys of a message's detail: scrolling, and back.
 fn on_message_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     let last = match &app.message {
@@ -1536,20 +1550,14 @@ fn on_message_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     let Some(detail) = &mut app.message else {
         return None;
     };
+    if let Some(scroll) = scrolled(detail.scroll, last, key.code) {
+        detail.scroll = scroll;
+        return None;
+    }
     match key.code {
         KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
             app.message = None;
         }
-        KeyCode::Down | KeyCode::Char('j') => {
-            detail.scroll = detail.scroll.saturating_add(1).min(last);
-        }
-        KeyCode::Up | KeyCode::Char('k') => detail.scroll = detail.scroll.saturating_sub(1),
-        KeyCode::PageDown | KeyCode::Char(' ') => {
-            detail.scroll = detail.scroll.saturating_add(10).min(last);
-        }
-        KeyCode::PageUp => detail.scroll = detail.scroll.saturating_sub(10),
-        KeyCode::Home | KeyCode::Char('g') => detail.scroll = 0,
-        KeyCode::End | KeyCode::Char('G') => detail.scroll = last,
         KeyCode::Tab => {
             app.message = None;
             return app.switch_view(app.view.next());
@@ -1576,20 +1584,14 @@ fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     let Some(detail) = &mut app.detail else {
         return None;
     };
+    if let Some(scroll) = scrolled(detail.scroll, last, key.code) {
+        detail.scroll = scroll;
+        return None;
+    }
     match key.code {
         KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
             app.detail = None;
         }
-        KeyCode::Down | KeyCode::Char('j') => {
-            detail.scroll = detail.scroll.saturating_add(1).min(last);
-        }
-        KeyCode::Up | KeyCode::Char('k') => detail.scroll = detail.scroll.saturating_sub(1),
-        KeyCode::PageDown | KeyCode::Char(' ') => {
-            detail.scroll = detail.scroll.saturating_add(10).min(last);
-        }
-        KeyCode::PageUp => detail.scroll = detail.scroll.saturating_sub(10),
-        KeyCode::Home | KeyCode::Char('g') => detail.scroll = 0,
-        KeyCode::End | KeyCode::Char('G') => detail.scroll = last,
         KeyCode::Tab => {
             app.detail = None;
             app.view = View::Operations;
