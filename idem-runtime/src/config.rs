@@ -64,7 +64,11 @@ pub struct Config {
     /// `content-language`, `cache-control`.
     pub stored_headers: Vec<HeaderName>,
     /// Pool size when idem opens the pool ([`Idem::connect`](crate::Idem::connect)).
-    /// Default 16.
+    /// Default 16. The request path's lookups and key transactions keep up to as many
+    /// connections of their own beside it, opened through the pool and detached from it, so
+    /// that a connection handed back costs no round trip: count twice this (or twice the
+    /// size of a pool given to [`Idem::from_pool`](crate::Idem::from_pool)) against the
+    /// database's connection limit.
     pub max_connections: u32,
     /// Leases set at run time, by operation id, in place of the `lease` the operation's spec
     /// (the attribute) gives: a deployment tunes them without a build. Set with

@@ -5,6 +5,7 @@
 mod canonical;
 pub mod clock;
 mod config;
+mod connections;
 pub mod docs;
 mod error;
 pub mod extract;

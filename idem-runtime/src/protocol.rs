@@ -20,10 +20,11 @@ use std::time::Instant;
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use sqlx::pool::PoolConnection;
-use sqlx::{Pool, Transaction};
+use sqlx::{Connection as _, Pool, Transaction};
 
 use crate::clock::{Clock, SystemClock, millis};
 use crate::config::Config;
+use crate::connections::{self, Conn, Connections};
 use crate::error::Error;
 use crate::failpoint::{FailPoint, FailPoints};
 use crate::fingerprint::Fingerprint;
@@ -82,6 +83,8 @@ pub struct Idem<DB: Backend> {
 
 struct Inner<DB: Backend> {
     pool: Pool<DB>,
+    /// The request path's connections ([`crate::connections`]), beside the pool.
+    conns: Connections<DB>,
     config: Config,
     tx_settings: TxSettings,
     clock: Arc<dyn Clock>,
@@ -125,7 +128,10 @@ impl<DB: Backend> Idem<DB> {
         Ok(Self::with_settings(pool, config, settings))
     }
 
-    /// Uses an existing pool, shared with the application. For SQLite, set `busy_timeout`
+    /// Uses an existing pool, shared with the application. The request path's lookups and
+    /// key transactions keep up to the pool's size of connections beside it, opened through
+    /// it (its options and hooks apply) and detached from it
+    /// ([`Config::max_connections`]). For SQLite, set `busy_timeout`
     /// on it to bound lock waits; on PostgreSQL each transaction sets its `lock_timeout` and
     /// `statement_timeout` with `SET LOCAL` (in the same round trip as `BEGIN`), as on pools
     /// idem opens; on MySQL the statement that takes the key's lock bounds its own wait.
@@ -153,6 +159,7 @@ impl<DB: Backend> Idem<DB> {
     fn with_settings(pool: Pool<DB>, config: Config, tx_settings: TxSettings) -> Self {
         Self {
             inner: Arc::new(Inner {
+                conns: connections::beside(&pool),
                 pool,
                 tx_settings,
                 config,
@@ -169,6 +176,7 @@ impl<DB: Backend> Idem<DB> {
     pub fn with_clock(self, clock: impl Clock) -> Self {
         let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             pool: shared.pool.clone(),
+            conns: shared.conns.clone(),
             config: shared.config.clone(),
             tx_settings: shared.tx_settings.clone(),
             clock: Arc::clone(&shared.clock),
@@ -212,6 +220,7 @@ impl<DB: Backend> Idem<DB> {
         if let Some(holds) = self.inner.holds.get() {
             close_all(holds).await;
         }
+        connections::close_all(&self.inner.conns).await;
         close_all(&self.inner.pool).await;
     }
 
@@ -317,6 +326,27 @@ impl<DB: Backend> Idem<DB> {
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
+        // The session outlives the steps: once they ended (not dropped midway), its
+        // connection goes back as it is (see `Session::finish`).
+        let mut session = None;
+        let outcome = self.execute_steps(&mut session, spec, call, work).await;
+        if let Some(session) = session {
+            session.finish(&outcome);
+        }
+        outcome
+    }
+
+    /// The steps of [`Idem::execute`], on a session kept in `slot`.
+    async fn execute_steps<F>(
+        &self,
+        slot: &mut Option<Session<DB>>,
+        spec: &OperationSpec,
+        call: Call<'_>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+    {
         let key = KeyRef {
             scope: call.scope,
             operation: spec.id,
@@ -324,7 +354,8 @@ impl<DB: Backend> Idem<DB> {
         };
         let started = self.now_millis();
         // One connection for the lookup and, if it comes to that, the transaction.
-        let (mut session, stored) = self.first_lookup(key).await?;
+        let (session, stored) = self.first_lookup(key).await?;
+        let session = slot.insert(session);
         telemetry::looked_up(stored.as_ref(), started);
         let replace_expired = match self.settle(spec, &call, stored, started)? {
             Settled::Answer(outcome) => return Ok(outcome),
@@ -333,7 +364,7 @@ impl<DB: Backend> Idem<DB> {
             // operation id holds this key.)
             Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
         };
-        let namespace = self.namespace(&mut session.conn).await?;
+        let namespace = self.namespace(session.conn()).await?;
         let lock = KeyLock {
             namespace,
             key,
@@ -349,11 +380,11 @@ impl<DB: Backend> Idem<DB> {
         telemetry::lock_taken(spec.id, waiting, free);
         let Some(mut tx) = begun.and_then(Begun::free) else {
             if let Some(error) = failed {
-                session.recover().await;
+                held(slot).recover().await;
                 match DB::classify(&error) {
                     Failure::Taken => {}
                     Failure::LockTimeout => {
-                        return Err(self.lock_timed_out(&mut session.conn, lock, error).await);
+                        return Err(self.lock_timed_out(held(slot).conn(), lock, error).await);
                     }
                     _ => return Err(Error::Store(error)),
                 }
@@ -362,7 +393,7 @@ impl<DB: Backend> Idem<DB> {
             // record is the answer, and the work does not run.
             let busy = Err(self.in_flight());
             return self
-                .recheck(&mut session.conn, spec, &call, key, started, busy)
+                .recheck(held(slot).conn(), spec, &call, key, started, busy)
                 .await;
         };
         if spec.store_client_errors {
@@ -373,7 +404,7 @@ impl<DB: Backend> Idem<DB> {
             drop(tx);
             let panicked = Err(Error::Panicked);
             return self
-                .recheck(&mut session.conn, spec, &call, key, started, panicked)
+                .recheck(held(slot).conn(), spec, &call, key, started, panicked)
                 .await;
         };
         telemetry::work_done(record.status);
@@ -390,7 +421,7 @@ impl<DB: Backend> Idem<DB> {
                     record,
                 });
                 return self
-                    .recheck(&mut session.conn, spec, &call, key, started, failed)
+                    .recheck(held(slot).conn(), spec, &call, key, started, failed)
                     .await;
             }
         }
@@ -402,7 +433,7 @@ impl<DB: Backend> Idem<DB> {
             // Rolled back: another execution of the key committed first.
             let busy = Err(self.in_flight());
             return self
-                .recheck(&mut session.conn, spec, &call, key, started, busy)
+                .recheck(held(slot).conn(), spec, &call, key, started, busy)
                 .await;
         }
         self.inner.fail.check(FailPoint::AfterCommit)?;
@@ -420,7 +451,24 @@ impl<DB: Backend> Idem<DB> {
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
-        let mut session = self.session().await?;
+        let mut session = None;
+        let outcome = self.execute_unkeyed_steps(&mut session, work).await;
+        if let Some(session) = session {
+            session.finish(&outcome);
+        }
+        outcome
+    }
+
+    /// The steps of [`Idem::execute_unkeyed`], on a session kept in `slot`.
+    async fn execute_unkeyed_steps<F>(
+        &self,
+        slot: &mut Option<Session<DB>>,
+        work: F,
+    ) -> Result<Outcome, Error>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
+    {
+        let session = slot.insert(self.session().await?);
         let mut failed = None;
         let begun = session.begin(&self.inner.tx_settings, None);
         // (Without a key's lock there is no key to find taken.)
@@ -447,18 +495,19 @@ impl<DB: Backend> Idem<DB> {
         })
     }
 
-    /// A connection from the pool within [`Config::acquire_timeout`].
+    /// One of the request path's connections ([`crate::connections`]) within
+    /// [`Config::acquire_timeout`]: a database that is down or every connection in use
+    /// answer `503` at once.
     async fn session(&self) -> Result<Session<DB>, Error> {
+        let conn = connections::get(&self.inner.conns, self.inner.config.acquire_timeout)
+            .await
+            .map_err(Error::Store)?;
         Ok(Session {
-            conn: self.acquire().await?,
+            conn: Some(conn),
             beginning: false,
+            discard: false,
+            finished: false,
         })
-    }
-
-    /// A pooled connection within [`Config::acquire_timeout`], whatever the pool's own
-    /// acquire timeout: a database that is down or a saturated pool answer `503` at once.
-    async fn acquire(&self) -> Result<PoolConnection<DB>, Error> {
-        self.acquire_bounded().await.map_err(Error::Store)
     }
 
     /// [`Idem::acquire`] with sqlx's error ([`sqlx::Error::PoolTimedOut`] past the timeout).
@@ -488,20 +537,20 @@ impl<DB: Backend> Idem<DB> {
         key: KeyRef<'_>,
     ) -> Result<(Session<DB>, Option<StoredKey>), Error> {
         // Every idle connection may be stale; one more try opens a new one.
-        let mut tries = self.inner.pool.options().get_max_connections() + 1;
+        let mut tries = self.inner.conns.status().max_size + 1;
         loop {
             let mut session = self.session().await?;
-            let lookup = DB::lookup(&mut session.conn, key);
+            let lookup = DB::lookup(session.conn(), key);
             match tokio::time::timeout(self.inner.config.in_flight_wait, lookup).await {
                 Ok(Ok(stored)) => return Ok((session, stored)),
                 Ok(Err(error)) => match DB::classify(&error) {
                     Failure::Disconnected if tries > 1 => {
                         tries -= 1;
-                        session.conn.close_on_drop();
+                        session.discard = true;
                         tracing::debug!(%error, "stale pooled connection; looking up again");
                     }
                     Failure::Disconnected => {
-                        session.conn.close_on_drop();
+                        session.discard = true;
                         return Err(Error::Store(error));
                     }
                     Failure::LockTimeout => return Err(Error::StoreBusy(error)),
@@ -510,7 +559,7 @@ impl<DB: Backend> Idem<DB> {
                 Err(_) => {
                     // The statement may still be waiting on the server: this connection is
                     // not reusable.
-                    session.conn.close_on_drop();
+                    session.discard = true;
                     return Err(Error::StoreBusy(sqlx::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "the key's lookup waited longer than in_flight_wait",
@@ -677,15 +726,33 @@ impl<DB: Backend> Idem<DB> {
     }
 }
 
-/// A pooled connection in use by one execution. Closed rather than pooled again if the
-/// execution is dropped (its client went away) while `BEGIN` is under way: sqlx would pool
-/// it inside a transaction it does not know about, holding the key's lock on PostgreSQL.
+/// One of the request path's connections ([`crate::connections`]) in use by one
+/// execution. How it goes back when the session is dropped:
+///
+/// - **as it is**, at once, after [`Session::finish`] with an outcome that is not a store
+///   failure and nothing queued to send: the replay's single round trip;
+/// - **after a ping** (on a task of its own, as sqlx's pool returns every connection) when a
+///   statement is queued — the `ROLLBACK` of the empty transaction a first execution's
+///   merged `COMMIT; BEGIN` left — or when the session was dropped without `finish` (its
+///   execution was dropped midway: its client went away) or the store failed: the ping reads
+///   what is left of an interrupted statement, and a connection that fails it is closed;
+/// - **closed** if dropped while `BEGIN` was under way (it may be inside a transaction
+///   holding the key's lock that sqlx does not know about) or found dead.
 pub(crate) struct Session<DB: Backend> {
-    pub(crate) conn: PoolConnection<DB>,
+    conn: Option<Conn<DB>>,
     beginning: bool,
+    pub(crate) discard: bool,
+    finished: bool,
 }
 
 impl<DB: Backend> Session<DB> {
+    /// The connection.
+    pub(crate) fn conn(&mut self) -> &mut DB::Connection {
+        self.conn
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a session's connection is taken only by drop"))
+    }
+
     /// Step 2: `BEGIN`, with the key's lock when `lock` is given. On an error, call
     /// [`Session::recover`] before anything else uses the connection.
     async fn begin(
@@ -694,24 +761,50 @@ impl<DB: Backend> Session<DB> {
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'_, DB>, sqlx::Error> {
         self.beginning = true;
-        let tx = DB::begin(&mut self.conn, settings, lock).await?;
+        let conn = self
+            .conn
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a session's connection is taken only by drop"));
+        let tx = DB::begin(conn, settings, lock).await?;
         self.beginning = false;
         Ok(tx)
     }
 
     /// Puts the connection back in a usable state after [`Session::begin`] failed.
     async fn recover(&mut self) {
-        DB::abandon_begin(&mut self.conn).await;
+        DB::abandon_begin(self.conn()).await;
         self.beginning = false;
+    }
+
+    /// The execution ended with `outcome`, every statement it sent answered: the connection
+    /// may go back as it is.
+    pub(crate) fn finish<T>(mut self, outcome: &Result<T, Error>) {
+        self.finished = !matches!(
+            outcome,
+            Err(Error::Store(_) | Error::StoreBusy(_) | Error::CommitUnknown(_) | Error::Panicked)
+        );
     }
 }
 
 impl<DB: Backend> Drop for Session<DB> {
     fn drop(&mut self) {
-        if self.beginning {
-            self.conn.close_on_drop();
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.beginning || self.discard {
+            connections::discard(conn);
+        } else if self.finished && !conn.should_flush() {
+            drop(conn);
+        } else {
+            connections::ping_and_return(conn);
         }
     }
+}
+
+/// The session an execution keeps in its slot.
+fn held<DB: Backend>(slot: &mut Option<Session<DB>>) -> &mut Session<DB> {
+    slot.as_mut()
+        .unwrap_or_else(|| unreachable!("the session is in its slot from the first step on"))
 }
 
 /// An error of a statement sent before `COMMIT`: the database refused it (nothing

@@ -642,7 +642,7 @@ impl<DB: Backend> Idem<DB> {
             let now = self.now_millis();
             let (mut session, stored) = self.first_lookup(key).await?;
             telemetry::looked_up(stored.as_ref(), now);
-            let conn: &mut DB::Connection = &mut session.conn;
+            let conn: &mut DB::Connection = session.conn();
             // A replaced row's attempt number goes on counting from the row's.
             let next_attempt = stored.as_ref().map_or(1, |row| row.attempt + 1);
             // The attempt to take over, and the end of its lease as seen.

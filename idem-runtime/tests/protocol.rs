@@ -797,6 +797,40 @@ async fn writes_go_on_after_a_dropped_duplicate<DB: TestDb>(
     assert_eq!(h.effects().await, 3);
 }
 
+/// An execution dropped inside its work (its client went away): its write rolls back and
+/// its connection, the handle's only one, serves the next executions — a first one, its
+/// replays (whose connection goes back without a round trip), and other keys.
+async fn dropped_execution_leaves_its_connection_usable<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let single = h.reopen(Config::default().max_connections(1)).await;
+    let k = key("k-dropped");
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        single.execute(
+            &SPEC,
+            global(&k),
+            work_pausing::<DB>("dropped", 201, std::future::pending()),
+        ),
+    )
+    .await;
+    assert!(dropped.is_err(), "the work never ends: {dropped:?}");
+    assert_eq!(h.effects().await, 0, "the dropped work's write rolled back");
+    let first = single
+        .execute(&SPEC, global(&k), ok::<DB>("after"))
+        .await
+        .unwrap();
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    for _ in 0..20 {
+        let again = single
+            .execute(&SPEC, global(&k), ok::<DB>("again"))
+            .await
+            .unwrap();
+        assert_eq!(again.kind, OutcomeKind::Replayed);
+        assert_eq!(again.record.body, first.record.body);
+    }
+    writes_go_on_after_a_dropped_duplicate(&h, &single).await;
+}
+
 async fn dropped_duplicate_leaves_no_lock<DB: TestDb>() {
     let (h, single) = drop_a_waiting_duplicate::<DB>().await;
     writes_go_on_after_a_dropped_duplicate(&h, &single).await;
@@ -1032,6 +1066,7 @@ macro_rules! shared_cases {
             spread_duplicates_never_run_twice,
             connection_is_clean_after_giving_up,
             dropped_duplicate_leaves_no_lock,
+            dropped_execution_leaves_its_connection_usable,
             sweeper_deletes_only_expired_keys,
             unkeyed_work_runs_each_time,
             $($extra),*
