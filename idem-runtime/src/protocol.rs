@@ -510,7 +510,8 @@ impl<DB: Backend> Idem<DB> {
         })
     }
 
-    /// [`Idem::acquire`] with sqlx's error ([`sqlx::Error::PoolTimedOut`] past the timeout).
+    /// A connection of the pool (staged steps, holds) within [`Config::acquire_timeout`],
+    /// whatever the pool's own acquire timeout ([`sqlx::Error::PoolTimedOut`] past it).
     pub(crate) async fn acquire_bounded(&self) -> Result<PoolConnection<DB>, sqlx::Error> {
         let acquire = self.inner.pool.acquire();
         match tokio::time::timeout(self.inner.config.acquire_timeout, acquire).await {
