@@ -538,7 +538,8 @@ impl<DB: Backend> Idem<DB> {
         key: KeyRef<'_>,
     ) -> Result<(Session<DB>, Option<StoredKey>), Error> {
         // Every idle connection may be stale; one more try opens a new one.
-        let mut tries = self.inner.conns.status().max_size + 1;
+        // (The request path holds as many connections as the pool: see `connections::beside`.)
+        let mut tries = self.inner.pool.options().get_max_connections() + 1;
         loop {
             let mut session = self.session().await?;
             let lookup = DB::lookup(session.conn(), key);
@@ -742,7 +743,7 @@ impl<DB: Backend> Idem<DB> {
 pub(crate) struct Session<DB: Backend> {
     conn: Option<Conn<DB>>,
     beginning: bool,
-    pub(crate) discard: bool,
+    discard: bool,
     finished: bool,
 }
 

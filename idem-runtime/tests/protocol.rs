@@ -799,7 +799,7 @@ async fn writes_go_on_after_a_dropped_duplicate<DB: TestDb>(
 
 /// An execution dropped inside its work (its client went away): its write rolls back and
 /// its connection, the handle's only one, serves the next executions — a first one, its
-/// replays (whose connection goes back without a round trip), and other keys.
+/// replays, and other keys.
 async fn dropped_execution_leaves_its_connection_usable<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
     let single = h.reopen(Config::default().max_connections(1)).await;
