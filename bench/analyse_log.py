@@ -43,9 +43,15 @@ requests = int(sys.argv[4]) if len(sys.argv) > 4 else 20
 round_trips = {name: len(stmts) / requests for name, stmts in phases.items()}
 print(json.dumps({"round_trips": round_trips}))
 
-# One first execution: the last group that starts with the key lookup.
+# One first execution: the last group that starts with the key lookup, or with BEGIN and the
+# key's lock where the lock came first (an operation whose keys were new).
 fresh = phases.get("fresh", [])
-starts = [i for i, e in enumerate(fresh) if e["sql"].startswith("SELECT fingerprint")]
+lookup = [e["sql"].startswith("SELECT fingerprint") for e in fresh]
+starts = [
+    i
+    for i, e in enumerate(fresh)
+    if lookup[i] or (e["sql"].startswith("BEGIN") and not (i > 0 and lookup[i - 1]))
+]
 one = fresh[starts[-1]:] if starts else []
 uuid_re = re.compile(r"'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'")
 lines = [

@@ -76,6 +76,19 @@ pub fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
+/// `DATABASE_POOL_SIZE` (at least 1), or idem's default: the pool idem opens
+/// ([`Config::max_connections`](idem_runtime::Config::max_connections)). The process keeps
+/// up to twice this many database connections: the pool, and as many for idem's request path
+/// beside it.
+///
+/// # Errors
+/// When it is not a whole number of at least 1.
+pub fn pool_size() -> Result<u32, Box<dyn Error>> {
+    let default = idem_runtime::Config::default().max_connections;
+    let size = env_number("DATABASE_POOL_SIZE", default as usize, 1)?;
+    Ok(u32::try_from(size).map_err(|_| format!("DATABASE_POOL_SIZE={size}: too large"))?)
+}
+
 /// `LISTEN_ADDR`, or `default`.
 ///
 /// # Errors

@@ -15,6 +15,7 @@ pub mod failpoint;
 #[cfg(not(feature = "failpoints"))]
 mod failpoint;
 pub mod fingerprint;
+mod first_step;
 mod handler;
 mod hex;
 mod hold;

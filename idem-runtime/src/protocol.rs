@@ -11,6 +11,10 @@
 //! 4. `Idem::store` — the completed key row inserted with the record and committed;
 //! 5. `Idem::recheck` — whenever nothing was stored, the key is looked up once more: a
 //!    record a concurrent execution committed is the answer then.
+//!
+//! Where step 2 is one round trip that fails when the key's row exists (PostgreSQL), an
+//! operation whose keys were mostly new begins with step 2 ([`crate::first_step`]): a key
+//! found there goes back to the lookup and step 1.
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -28,6 +32,7 @@ use crate::connections::{self, Conn, Connections};
 use crate::error::Error;
 use crate::failpoint::{FailPoint, FailPoints};
 use crate::fingerprint::Fingerprint;
+use crate::first_step::FirstStep;
 use crate::key::IdempotencyKey;
 pub use crate::record::{Outcome, OutcomeKind, Record};
 use crate::spec::{ExpiryPolicy, OperationSpec};
@@ -92,6 +97,8 @@ struct Inner<DB: Backend> {
     namespace: OnceLock<String>,
     /// Staged attempts' hold connections ([`crate::hold`]), opened on first use.
     holds: OnceLock<Pool<DB>>,
+    /// Per operation, whether an execution begins with the key's lock or its lookup.
+    first_step: FirstStep,
     fail: FailPoints,
 }
 
@@ -166,6 +173,7 @@ impl<DB: Backend> Idem<DB> {
                 clock: Arc::new(SystemClock),
                 namespace: OnceLock::new(),
                 holds: OnceLock::new(),
+                first_step: FirstStep::default(),
                 fail: FailPoints::default(),
             }),
         }
@@ -182,6 +190,7 @@ impl<DB: Backend> Idem<DB> {
             clock: Arc::clone(&shared.clock),
             namespace: shared.namespace.clone(),
             holds: shared.holds.clone(),
+            first_step: FirstStep::default(),
             fail: FailPoints::default(),
         });
         Self {
@@ -287,6 +296,10 @@ impl<DB: Backend> Idem<DB> {
     ///    and a `SELECT`), `work` on that transaction, one `INSERT` of the completed key row
     ///    with the record, `COMMIT`.
     ///
+    /// On PostgreSQL, for an operation whose recent keys were mostly new, step 2 comes
+    /// first: a new key saves the lookup's round trip, and a key whose row exists is rolled
+    /// back and goes through step 1. The answers are the same either way.
+    ///
     /// A concurrent duplicate waits for the key's lock up to [`Config::in_flight_wait`] and
     /// gets [`Error::InFlight`] past the wait. When the execution it waited for committed, it
     /// answers with that record as soon as it holds the lock, and `work` never runs. Whenever
@@ -353,41 +366,79 @@ impl<DB: Backend> Idem<DB> {
             key: call.key.as_str(),
         };
         let started = self.now_millis();
-        // One connection for the lookup and, if it comes to that, the transaction.
-        let (session, stored) = self.first_lookup(key).await?;
-        let session = slot.insert(session);
-        telemetry::looked_up(stored.as_ref(), started);
-        let replace_expired = match self.settle(spec, &call, stored, started)? {
-            Settled::Answer(outcome) => return Ok(outcome),
-            Settled::Run { replace_expired } => replace_expired,
-            // (Atomic mode commits final rows only: a staged execution of the same
-            // operation id holds this key.)
-            Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
-        };
-        let namespace = self.namespace(session.conn()).await?;
-        let lock = KeyLock {
-            namespace,
-            key,
-            expired_by_ms: replace_expired.then_some(started),
-        };
-        // (What went wrong leaves through `failed`, so that no borrow of the session outlives
-        // the statement.)
-        let mut failed = None;
-        let waiting = Instant::now();
-        let begun = session.begin(&self.inner.tx_settings, Some(lock));
-        let begun = begun.await.map_err(|e| failed = Some(e)).ok();
-        let free = begun.as_ref().map(|b| matches!(b, Begun::Free(_)));
-        telemetry::lock_taken(spec.id, waiting, free);
-        let Some(mut tx) = begun.and_then(Begun::free) else {
+        // Where it saves a round trip, an operation whose keys are mostly new begins with the
+        // key's lock (see `first_step`); a key found to exist sends it to the lookup.
+        let mut lock_first = DB::LOCK_FIRST && self.inner.first_step.lock_first(spec.id);
+        // (A lookup after the lock found the key does not count it twice.)
+        let mut vote = DB::LOCK_FIRST;
+        let (mut tx, replace_expired) = loop {
+            let replace_expired = if lock_first {
+                *slot = Some(self.session().await?);
+                false
+            } else {
+                // One connection for the lookup and, if it comes to that, the transaction.
+                let (session, stored) = self.first_lookup(key, slot.take()).await?;
+                *slot = Some(session);
+                telemetry::looked_up(stored.as_ref(), started);
+                if vote {
+                    self.inner.first_step.met(spec.id, stored.is_some());
+                }
+                match self.settle(spec, &call, stored, started)? {
+                    Settled::Answer(outcome) => return Ok(outcome),
+                    Settled::Run { replace_expired } => replace_expired,
+                    // (Atomic mode commits final rows only: a staged execution of the same
+                    // operation id holds this key.)
+                    Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
+                }
+            };
+            let session = held(slot);
+            let namespace = self.namespace(session.conn()).await?;
+            let lock = KeyLock {
+                namespace,
+                key,
+                expired_by_ms: replace_expired.then_some(started),
+            };
+            // (What went wrong leaves through `failed`, so that no borrow of the session
+            // outlives the statement.)
+            let mut failed = None;
+            let waiting = Instant::now();
+            let begun = session.begin(&self.inner.tx_settings, Some(lock));
+            let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+            let free = begun.as_ref().map(|b| matches!(b, Begun::Free(_)));
+            telemetry::lock_taken(spec.id, waiting, free);
+            if let Some(tx) = begun.and_then(Begun::free) {
+                if lock_first {
+                    // The lock's look again found no row: what the lookup would have said.
+                    telemetry::looked_up(None, started);
+                    self.inner.first_step.met(spec.id, false);
+                }
+                break (tx, replace_expired);
+            }
             if let Some(error) = failed {
-                held(slot).recover().await;
                 match DB::classify(&error) {
-                    Failure::Taken => {}
+                    Failure::Disconnected if lock_first => {
+                        // A stale connection: the lookup's path tries others.
+                        held(slot).discard = true;
+                        *slot = None;
+                        (lock_first, vote) = (false, false);
+                        continue;
+                    }
+                    Failure::Taken => held(slot).recover().await,
                     Failure::LockTimeout => {
+                        held(slot).recover().await;
                         return Err(self.lock_timed_out(held(slot).conn(), lock, error).await);
                     }
-                    _ => return Err(Error::Store(error)),
+                    _ => {
+                        held(slot).recover().await;
+                        return Err(Error::Store(error));
+                    }
                 }
+            }
+            if lock_first {
+                // The key's row exists: the lookup reads it, on the same connection.
+                self.inner.first_step.met(spec.id, true);
+                (lock_first, vote) = (false, false);
+                continue;
             }
             // Another execution stored the key while this one waited for its lock: its
             // record is the answer, and the work does not run.
@@ -532,16 +583,21 @@ impl<DB: Backend> Idem<DB> {
     /// database restarted since it was last used) is closed and the lookup tried again on
     /// another, until the pool opens a fresh one: a restart costs no request. The lookup
     /// waits at most [`Config::in_flight_wait`] (a table locked from outside): `503`
-    /// `store-busy` then, and the connection is closed, not pooled.
+    /// `store-busy` then, and the connection is closed, not pooled. `session`, if given, is
+    /// tried first.
     pub(crate) async fn first_lookup(
         &self,
         key: KeyRef<'_>,
+        mut session: Option<Session<DB>>,
     ) -> Result<(Session<DB>, Option<StoredKey>), Error> {
         // Every idle connection may be stale; one more try opens a new one.
         // (The request path holds as many connections as the pool: see `connections::beside`.)
         let mut tries = self.inner.pool.options().get_max_connections() + 1;
         loop {
-            let mut session = self.session().await?;
+            let mut session = match session.take() {
+                Some(session) => session,
+                None => self.session().await?,
+            };
             let lookup = DB::lookup(session.conn(), key);
             match tokio::time::timeout(self.inner.config.in_flight_wait, lookup).await {
                 Ok(Ok(stored)) => return Ok((session, stored)),

@@ -640,7 +640,7 @@ impl<DB: Backend> Idem<DB> {
         let mut hold = self.hold_for(key).await?;
         loop {
             let now = self.now_millis();
-            let (mut session, stored) = self.first_lookup(key).await?;
+            let (mut session, stored) = self.first_lookup(key, None).await?;
             telemetry::looked_up(stored.as_ref(), now);
             let conn: &mut DB::Connection = session.conn();
             // A replaced row's attempt number goes on counting from the row's.

@@ -417,14 +417,15 @@ async fn concurrent_calls_on_one_key_commit_once<DB: Sql>() {
         let runs = Arc::clone(&runs);
         let input = input.clone();
         let everyone = lookups.clone();
+        let url = h.url.clone();
         tasks.spawn(lookups.watch(async move {
             idem.once(&SPEC, &Scope::global(), &key("shared"), &input, move |tx| {
                 Box::pin(async move {
                     runs.fetch_add(1, Ordering::SeqCst);
                     DB::insert(tx, "concurrent").await?;
-                    // Every call arrives while this one holds the key: all 16 looked it up
-                    // and found nothing.
-                    everyone.until("none", 16).await;
+                    // Every call arrives while this one holds the key.
+                    let backend = <DB as sqlx::Database>::NAME;
+                    signals::until_all_met_it_new(backend, &url, &everyone, 16).await;
                     Ok::<_, sqlx::Error>(Receipt::new(9))
                 })
             })

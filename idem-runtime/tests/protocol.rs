@@ -327,6 +327,66 @@ async fn panic_rolls_back<DB: TestDb>() {
     assert_eq!(ok.kind, OutcomeKind::Executed);
 }
 
+/// Where the key's lock may come before the lookup (`Backend::LOCK_FIRST`, PostgreSQL), an
+/// operation whose keys were new begins with the lock: a new key runs, a key that exists is
+/// refused by the lock's look again and answered by the lookup, as when the lookup comes
+/// first. Elsewhere the lookup always comes first.
+async fn either_first_step_gives_the_same_answers<DB: TestDb>() {
+    let h = Harness::<DB>::new().await;
+    let lock_first = <DB as idem_runtime::store::Backend>::LOCK_FIRST;
+    let run = |name: &'static str, input: serde_json::Value| {
+        let (idem, lookups) = (h.idem.clone(), Lookups::default());
+        async move {
+            let k = key(name);
+            let call = Call {
+                scope: "global",
+                key: &k,
+                fingerprint: fp(&input),
+            };
+            let outcome = lookups
+                .watch(idem.execute(&SPEC, call, ok::<DB>(name)))
+                .await;
+            (outcome, lookups.seen())
+        }
+    };
+    let mut bodies = Vec::new();
+    for name in ["a", "b", "c"] {
+        let (outcome, _) = run(name, json!({})).await;
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.kind, OutcomeKind::Executed);
+        bodies.push(outcome.record.body);
+    }
+    // After three new keys, a new key: on PostgreSQL the lock first, which found no row.
+    let (outcome, seen) = run("d", json!({})).await;
+    assert_eq!(outcome.unwrap().kind, OutcomeKind::Executed);
+    let expected = if lock_first {
+        ["lock", "none"]
+    } else {
+        ["none", "lock"]
+    };
+    assert_eq!(seen, expected);
+    // A key that exists: replayed; on PostgreSQL after the lock refused it.
+    let (outcome, seen) = run("a", json!({})).await;
+    let outcome = outcome.unwrap();
+    assert_eq!(outcome.kind, OutcomeKind::Replayed);
+    assert_eq!(outcome.record.body, bodies[0]);
+    let expected: &[&str] = if lock_first {
+        &["lock", "completed"]
+    } else {
+        &["completed"]
+    };
+    assert_eq!(seen, expected);
+    // Another payload on a key that exists: refused the same way.
+    let (outcome, _) = run("b", json!({"other": true})).await;
+    assert!(matches!(outcome, Err(Error::Mismatch)), "{outcome:?}");
+    // Two keys that existed outweigh four new ones: the lookup comes first again.
+    let (outcome, seen) = run("c", json!({})).await;
+    assert_eq!(outcome.unwrap().record.body, bodies[2]);
+    assert_eq!(seen, ["completed"]);
+    assert_eq!(h.effects().await, 4);
+    assert_eq!(h.keys().await, 4);
+}
+
 async fn expired_key_is_gone<DB: TestDb>() {
     const SHORT: OperationSpec = OperationSpec::new("short:v1").ttl(Duration::from_secs(60));
     let h = Harness::<DB>::new().await;
@@ -420,10 +480,11 @@ async fn concurrent_duplicates_execute_once<DB: TestDb>() {
     for i in 0..16 {
         let idem = handles[i % 2].clone();
         let k = Arc::clone(&k);
-        // The work holds the key until all 16 looked it up and found nothing.
+        // The work holds the key until all 16 met it new.
         let everyone = {
-            let lookups = lookups.clone();
-            async move { lookups.until("none", 16).await }
+            let (lookups, url) = (lookups.clone(), h.url.clone());
+            let backend = <DB as idem_runtime::sqlx::Database>::NAME;
+            async move { signals::until_all_met_it_new(backend, &url, &lookups, 16).await }
         };
         tasks.push(tokio::spawn(lookups.watch(async move {
             let call = Call {
@@ -493,19 +554,23 @@ async fn hold_first<DB: TestDb>(
     (first, release)
 }
 
-/// Waits until `n` duplicates of a key that a first execution holds are at its lock: they
-/// looked the key up and found nothing (`lookups` watches them), and on PostgreSQL (`url`)
-/// they wait for the key's advisory lock. On SQLite a wait for the write lock shows nowhere:
-/// from its lookup a duplicate goes straight into `BEGIN IMMEDIATE`, awaiting nothing else.
+/// Waits until `n` duplicates of a key that a first execution holds are at its lock. On
+/// PostgreSQL (`url`) they wait for the key's advisory lock, which may come before their
+/// lookup (`Backend::LOCK_FIRST`). Elsewhere they looked the key up and found nothing
+/// (`lookups` watches them), and on MySQL they wait for the key's lock row. On SQLite a
+/// wait for the write lock shows nowhere: from its lookup a duplicate goes straight into
+/// `BEGIN IMMEDIATE`, awaiting nothing else.
 async fn until_at_the_lock<DB: TestDb>(url: &str, lookups: &Lookups, n: usize) {
-    lookups.until("none", n).await;
     match <DB as idem_runtime::sqlx::Database>::NAME {
         "PostgreSQL" => {
             signals::until_advisory_lock_waits(url, n).await;
         }
         #[cfg(feature = "mysql")]
-        "MySQL" => signals::until_row_lock_waits(url, n).await,
-        _ => {}
+        "MySQL" => {
+            lookups.until("none", n).await;
+            signals::until_row_lock_waits(url, n).await;
+        }
+        _ => lookups.until("none", n).await,
     }
 }
 
@@ -1056,6 +1121,7 @@ macro_rules! shared_cases {
             failure_is_rolled_back_and_frees_the_key,
             client_errors_can_be_stored_without_their_writes,
             panic_rolls_back,
+            either_first_step_gives_the_same_answers,
             expired_key_is_gone,
             expired_key_reexecutes,
             concurrent_duplicates_execute_once,

@@ -32,6 +32,14 @@ use crate::staged::StagedSql;
 )]
 pub trait Backend: Dialect + StagedSql {
     #[doc(hidden)]
+    /// Whether an execution may take the key's lock before looking the key up, saving the
+    /// lookup's round trip when the key is new: where [`Backend::begin`] with a lock is one
+    /// round trip that fails with [`Failure::Taken`] when the key's row exists (PostgreSQL).
+    /// Elsewhere a key that exists would cost more round trips than the lookup saves
+    /// (MySQL), or there is no round trip to save (SQLite, in process).
+    const LOCK_FIRST: bool;
+
+    #[doc(hidden)]
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];
@@ -167,6 +175,8 @@ pub trait Backend: Dialect + StagedSql {
 /// Every database with a dialect is a [`Backend`]: the primitives are written once, on
 /// the dialect's statements and functions.
 impl<DB: Dialect + StagedSql> Backend for DB {
+    const LOCK_FIRST: bool = DB::ONE_TRIP_LOCK;
+
     fn migrations() -> &'static [Migration] {
         DB::MIGRATIONS
     }

@@ -355,6 +355,10 @@ pub trait Dialect: Glue {
     /// `{for_update}`: the end of a `SELECT` that reads a row to change it.
     const FOR_UPDATE: &'static str = " FOR UPDATE";
 
+    /// Whether `BEGIN`, the key's lock and the look at its row again are one round trip to
+    /// a server (PostgreSQL's `idem_lock_key`): what [`crate::Backend::LOCK_FIRST`] says.
+    const ONE_TRIP_LOCK: bool = false;
+
     /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
     /// `{returning …}` renders as nothing and the generic code reads the rows again.
     const RETURNING: bool = true;

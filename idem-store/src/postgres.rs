@@ -137,6 +137,7 @@ const TEMPLATES: Sql<&str> = Sql {
 impl Dialect for Postgres {
     const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
     const TEMPLATES: Sql<&'static str> = TEMPLATES;
+    const ONE_TRIP_LOCK: bool = true;
     const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
          version     BIGINT      PRIMARY KEY, \
          description TEXT        NOT NULL, \

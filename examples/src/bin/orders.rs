@@ -8,6 +8,8 @@
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
 //!   instances may share one PostgreSQL or MySQL database.
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
+//! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
+//!   this many database connections ([`server::pool_size`](idem_examples::server::pool_size)).
 //! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
 //!   idempotency, for the benchmarks.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
@@ -49,7 +51,9 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let addr = server::listen_addr(DEFAULT_LISTEN_ADDR)?;
     let limits = server::Limits::from_env()?;
     let metrics = server::install_metrics()?;
-    let config = Config::default().max_request_body(16 * 1024);
+    let config = Config::default()
+        .max_request_body(16 * 1024)
+        .max_connections(server::pool_size()?);
     let idem = Idem::<DB>::connect(url, config).await?;
     idem.migrate().await?;
     DB::migrate_orders(idem.pool()).await?;

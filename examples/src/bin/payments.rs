@@ -27,6 +27,8 @@
 //!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds)), so that a retry
 //!   resumes a payment at once when the process that ran its attempt is gone (its hold
 //!   ended with its connection), before the lease runs out; default `off`.
+//! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
+//!   this many database connections, and with attempt holds as many more for the holds.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
 //!   `REQUEST_TIMEOUT_MS`, `MAX_CONNECTIONS`, `SHUTDOWN_DEADLINE_MS`: how slow clients,
 //!   connections and shutdown are bounded ([`idem_examples::server`]). A payment cut off by
@@ -98,6 +100,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
 
     // The attribute's lease, as `PAYMENTS_LEASE` sets it for this deployment.
     let config = Config::default()
+        .max_connections(server::pool_size()?)
         .lease_for(payments::OPERATION, lease)
         .attempt_holds(holds);
     let idem = Idem::<DB>::connect(url, config).await?;

@@ -1,6 +1,7 @@
 //! Signals that order concurrent executions in tests, instead of sleeping: what the
 //! executions themselves show — the runtime's `key looked up` event, and on PostgreSQL the
-//! sessions waiting for an advisory lock.
+//! sessions waiting for an advisory lock (where an execution may take the key's lock before
+//! it looks the key up, that wait is the only sign).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
@@ -18,7 +19,8 @@ pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The lookups of the executions it watches: what each `key looked up` event (the DEBUG
 /// event after step 1 of the protocol, documented in `idem_runtime::telemetry`) found —
-/// `none`, `completed`, `processing` or `expired` — in the order they happened.
+/// `none`, `completed`, `processing` or `expired` — in the order they happened, with `lock`
+/// for each `key lock taken` or `key lock not taken` between them.
 #[derive(Clone)]
 pub struct Lookups(tokio::sync::watch::Sender<Vec<String>>);
 
@@ -33,6 +35,12 @@ impl Lookups {
     /// polled: other tests' executions are not seen).
     pub fn watch<F: Future>(&self, execution: F) -> WithDispatch<F> {
         execution.with_subscriber(tracing_subscriber::registry().with(self.clone()))
+    }
+
+    /// What the watched executions found so far, in order (`lock` for each try of the
+    /// key's lock).
+    pub fn seen(&self) -> Vec<String> {
+        self.0.borrow().clone()
     }
 
     /// Waits until `n` of the watched lookups found `found`.
@@ -82,7 +90,21 @@ impl<S: Subscriber> Layer<S> for Lookups {
             && let Some(found) = fields.found
         {
             self.0.send_modify(|all| all.push(found));
+        } else if fields.message.starts_with("key lock ") {
+            self.0.send_modify(|all| all.push("lock".to_owned()));
         }
+    }
+}
+
+/// Waits until `n` executions of one key, on a database `backend` (`sqlx::Database::NAME`)
+/// at `url`, met the key new while one of them holds it. On PostgreSQL the key's lock may
+/// come before the lookup (`Backend::LOCK_FIRST`): the `n - 1` others wait for the lock.
+/// Elsewhere all `n` looked the key up and found nothing (`lookups` watches them).
+pub async fn until_all_met_it_new(backend: &str, url: &str, lookups: &Lookups, n: usize) {
+    if backend == "PostgreSQL" {
+        until_advisory_lock_waits(url, n - 1).await;
+    } else {
+        lookups.until("none", n).await;
     }
 }
 

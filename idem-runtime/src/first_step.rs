@@ -1,0 +1,104 @@
+//! Which step a keyed execution begins with, learnt per operation from the executions before
+//! it.
+//!
+//! An execution looks its key up first: a replay costs that one round trip. Where `BEGIN`,
+//! the key's lock and the look at its row again are one round trip that fails when the row
+//! exists ([`Backend::LOCK_FIRST`]: PostgreSQL), a new key can skip the lookup and begin with
+//! the lock: a first execution saves a round trip. A key that exists costs two more then (the
+//! failed `BEGIN`'s `ROLLBACK`, then the lookup), so the lock comes first only for an
+//! operation whose recent keys were mostly new: one existing key counts as much as two new
+//! ones, the break-even of one round trip saved against two lost. An operation begins with
+//! the lookup until a new key was seen.
+//!
+//! Either order gives the same answers: the lock's look again refuses a key whose row
+//! exists, and the lookup's path follows (`Idem::execute`).
+//!
+//! [`Backend::LOCK_FIRST`]: crate::store::Backend::LOCK_FIRST
+
+use std::hash::{DefaultHasher, Hasher as _};
+use std::sync::atomic::{AtomicI8, Ordering};
+
+/// How many operations have a score of their own; operations beyond share (a guess at worst
+/// costs a round trip, never an answer).
+const SLOTS: usize = 64;
+/// The score's bounds: how many executions it takes, at most, to turn a guess around.
+const BOUND: i8 = 16;
+
+/// Per operation, a score of the keys its executions met: each existing key adds 2, each
+/// new key takes 1 away; below zero, the key's lock comes first.
+pub(crate) struct FirstStep {
+    scores: [AtomicI8; SLOTS],
+}
+
+impl Default for FirstStep {
+    fn default() -> Self {
+        Self {
+            scores: std::array::from_fn(|_| AtomicI8::new(0)),
+        }
+    }
+}
+
+impl FirstStep {
+    /// Whether the next execution of `operation` should begin with the key's lock.
+    pub(crate) fn lock_first(&self, operation: &str) -> bool {
+        self.score(operation).load(Ordering::Relaxed) < 0
+    }
+
+    /// An execution of `operation` found its key's row (`true`) or found it new.
+    pub(crate) fn met(&self, operation: &str, existing: bool) {
+        let score = self.score(operation);
+        let before = score.load(Ordering::Relaxed);
+        let after = if existing {
+            before.saturating_add(2).min(BOUND)
+        } else {
+            before.saturating_sub(1).max(-BOUND)
+        };
+        // A guess: a concurrent update lost is one execution's vote.
+        if after != before {
+            let _ = score.compare_exchange(before, after, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn score(&self, operation: &str) -> &AtomicI8 {
+        let mut hasher = DefaultHasher::new();
+        hasher.write(operation.as_bytes());
+        // (The remainder is below SLOTS: the cast keeps it.)
+        #[allow(clippy::cast_possible_truncation)]
+        let slot = (hasher.finish() % SLOTS as u64) as usize;
+        &self.scores[slot]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_keys_turn_the_lock_first_and_existing_keys_turn_it_back() {
+        let steps = FirstStep::default();
+        assert!(
+            !steps.lock_first("orders:v1"),
+            "the lookup first, to begin with"
+        );
+        steps.met("orders:v1", false);
+        assert!(steps.lock_first("orders:v1"));
+        for _ in 0..100 {
+            steps.met("orders:v1", false);
+        }
+        // Bounded: eight existing keys outweigh any run of new ones.
+        for _ in 0..7 {
+            steps.met("orders:v1", true);
+        }
+        assert!(steps.lock_first("orders:v1"));
+        steps.met("orders:v1", true);
+        assert!(!steps.lock_first("orders:v1"));
+        // One existing key in three keeps the lookup first; one in four the lock.
+        for (every, lock_first) in [(3, false), (4, true)] {
+            let steps = FirstStep::default();
+            for i in 0..300 {
+                steps.met("mix:v1", i % every == 0);
+            }
+            assert_eq!(steps.lock_first("mix:v1"), lock_first, "one in {every}");
+        }
+    }
+}
