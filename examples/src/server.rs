@@ -79,7 +79,7 @@ pub fn env_or(name: &str, default: &str) -> String {
 /// `DATABASE_POOL_SIZE` (at least 1), or idem's default: the pool idem opens
 /// ([`Config::max_connections`](idem_runtime::Config::max_connections)). The process keeps
 /// up to twice this many database connections: the pool, and as many for idem's request path
-/// beside it.
+/// beside it (three times with `Config::attempt_holds`).
 ///
 /// # Errors
 /// When it is not a whole number of at least 1.

@@ -40,7 +40,7 @@
 //! stored` (`bytes`) or `response not stored: the key was stored meanwhile`, `key looked up
 //! again` (`found`); in staged mode `key reserved`, `key taken over` (`attempt`), `step
 //! recorded` (`step`, `attempt`) and `response stored`. Where the key's lock comes before
-//! the lookup (PostgreSQL, for an operation whose keys were mostly new), `key lock taken`
+//! the lookup (PostgreSQL, for an operation whose recent keys were more than two in three new), `key lock taken`
 //! comes first and `key looked up` with `found = "none"` follows it: the lock's look at the
 //! key found no row; a lock that found the key's row is `key lock not taken`, and the lookup
 //! follows.
@@ -68,7 +68,7 @@
 //! |---|---|---|---|
 //! | `idem_requests_total` | counter | `operation`, `outcome` | executions by outcome: `executed`, `replayed`, `mismatch`, `in_flight`, `expired`, `failed`, `error` |
 //! | `idem_rejected_total` | counter | `operation`, `reason` | refused before the protocol: `missing_key`, `invalid_key`, `invalid_input` |
-//! | `idem_execution_seconds` | histogram | `operation`, `outcome` | a whole execution, from the lookup to the answer |
+//! | `idem_execution_seconds` | histogram | `operation`, `outcome` | a whole execution, from its first step (the lookup, or the key's lock where it comes first) to the answer |
 //! | `idem_lock_wait_seconds` | histogram | `operation` | atomic mode: `BEGIN` and the key's lock, waits that ended in a lock timeout or found the key's row included |
 //! | `idem_stored_response_bytes` | histogram | `operation` | the body of each response stored |
 //! | `idem_stuck_keys` | gauge | `operation` | staged keys whose lease ran out, not completed: set by [`Idem::observe_stuck`] |
