@@ -13,7 +13,7 @@
 //!    record a concurrent execution committed is the answer then.
 //!
 //! Where step 2 is one round trip that fails when the key's row exists (PostgreSQL), an
-//! operation whose keys were mostly new begins with step 2 ([`crate::first_step`]): a key
+//! operation whose keys were mostly new begins with step 2 (`first_step.rs`): a key
 //! found there goes back to the lookup and step 1.
 
 use std::fmt;

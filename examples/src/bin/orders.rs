@@ -9,7 +9,7 @@
 //!   instances may share one PostgreSQL or MySQL database.
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
 //! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
-//!   this many database connections ([`server::pool_size`](idem_examples::server::pool_size)).
+//!   this many database connections ([`server::pool_size`]).
 //! - `ORDERS_BENCH_ROUTES=1` adds `POST /bench/plain-orders`, the same handler without
 //!   idempotency, for the benchmarks.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,
