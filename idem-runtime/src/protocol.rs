@@ -369,18 +369,19 @@ impl<DB: Backend> Idem<DB> {
         // Where it saves a round trip, an operation whose keys are mostly new begins with the
         // key's lock (see `first_step`); a key found to exist sends it to the lookup.
         let mut lock_first = DB::LOCK_FIRST && self.inner.first_step.lock_first(spec.id);
-        // (A lookup after the lock found the key does not count it twice.)
-        let mut vote = DB::LOCK_FIRST;
         let (mut tx, replace_expired) = loop {
             let replace_expired = if lock_first {
                 *slot = Some(self.session().await?);
                 false
             } else {
-                // One connection for the lookup and, if it comes to that, the transaction.
-                let (session, stored) = self.first_lookup(key, slot.take()).await?;
+                // One connection for the lookup and, if it comes to that, the transaction: the
+                // one a lock that found the key kept, if any (that lock counted the key).
+                let kept = slot.take();
+                let counted = kept.is_some();
+                let (session, stored) = self.first_lookup(key, kept).await?;
                 *slot = Some(session);
                 telemetry::looked_up(stored.as_ref(), started);
-                if vote {
+                if DB::LOCK_FIRST && !counted {
                     self.inner.first_step.met(spec.id, stored.is_some());
                 }
                 match self.settle(spec, &call, stored, started)? {
@@ -415,29 +416,27 @@ impl<DB: Backend> Idem<DB> {
                 break (tx, replace_expired);
             }
             if let Some(error) = failed {
-                match DB::classify(&error) {
-                    Failure::Disconnected if lock_first => {
-                        // A stale connection: the lookup's path tries others.
-                        held(slot).discard = true;
-                        *slot = None;
-                        (lock_first, vote) = (false, false);
-                        continue;
-                    }
-                    Failure::Taken => held(slot).recover().await,
+                let failure = DB::classify(&error);
+                if lock_first && matches!(failure, Failure::Disconnected) {
+                    // A stale connection: the lookup's path tries others.
+                    held(slot).discard = true;
+                    *slot = None;
+                    lock_first = false;
+                    continue;
+                }
+                held(slot).recover().await;
+                match failure {
+                    Failure::Taken => {}
                     Failure::LockTimeout => {
-                        held(slot).recover().await;
                         return Err(self.lock_timed_out(held(slot).conn(), lock, error).await);
                     }
-                    _ => {
-                        held(slot).recover().await;
-                        return Err(Error::Store(error));
-                    }
+                    _ => return Err(Error::Store(error)),
                 }
             }
             if lock_first {
                 // The key's row exists: the lookup reads it, on the same connection.
                 self.inner.first_step.met(spec.id, true);
-                (lock_first, vote) = (false, false);
+                lock_first = false;
                 continue;
             }
             // Another execution stored the key while this one waited for its lock: its
