@@ -164,6 +164,15 @@ pub trait OrdersDb: Backend {
     ) -> impl Future<Output = Result<Option<Order>, sqlx::Error>> + Send;
 }
 
+/// Whether the examples' queries are prepared (and cached by sqlx): not behind a transaction
+/// pooler, which does not keep a prepared statement with its client
+/// ([`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler), set by
+/// [`crate::server::connect`]). Unprepared, a query is parsed and bound in two exchanges, so
+/// it runs inside a transaction.
+pub(crate) fn prepared() -> bool {
+    !idem_runtime::store::pooler::is_behind_transaction_pooler()
+}
+
 macro_rules! orders_db {
     ($db:ty, $migrations:literal, $insert:literal, $find:literal) => {
         impl OrdersDb for $db {
@@ -182,6 +191,7 @@ macro_rules! orders_db {
                     .bind(tenant)
                     .bind(&order.sku)
                     .bind(order.quantity)
+                    .persistent(prepared())
                     .execute(conn)
                     .await?;
                 Ok(())
@@ -192,11 +202,20 @@ macro_rules! orders_db {
                 tenant: &str,
                 id: Uuid,
             ) -> Result<Option<Order>, sqlx::Error> {
-                let row: Option<(String, i32)> = sqlx::query_as($find)
+                let find = sqlx::query_as($find)
                     .bind(id.to_string())
                     .bind(tenant)
-                    .fetch_optional(pool)
-                    .await?;
+                    .persistent(prepared());
+                let row: Option<(String, i32)> = if prepared() {
+                    find.fetch_optional(pool).await?
+                } else {
+                    // Unprepared, parsed and bound in two exchanges: in one transaction,
+                    // on one server session.
+                    let mut tx = pool.begin().await?;
+                    let row = find.fetch_optional(&mut *tx).await?;
+                    tx.commit().await?;
+                    row
+                };
                 Ok(row.map(|(sku, quantity)| Order { id, sku, quantity }))
             }
         }

@@ -92,7 +92,7 @@ use uuid::Uuid;
 use crate::docs::{BearerScheme, ReadProblems, UNAUTHENTICATED};
 use crate::extract::ProblemPath;
 pub use crate::orders::BearerTenant;
-use crate::orders::OrdersDb;
+use crate::orders::{OrdersDb, prepared};
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
@@ -297,6 +297,7 @@ macro_rules! payments_db {
                     .bind(&payment.currency)
                     .bind(&payment.customer)
                     .bind(&payment.charge_id)
+                    .persistent(prepared())
                     .execute(conn)
                     .await?;
                 Ok(())
@@ -307,11 +308,19 @@ macro_rules! payments_db {
                 tenant: &str,
                 id: Uuid,
             ) -> Result<Option<Payment>, sqlx::Error> {
-                let row: Option<(i64, String, String, String)> = sqlx::query_as($find)
+                let find = sqlx::query_as($find)
                     .bind(id.to_string())
                     .bind(tenant)
-                    .fetch_optional(pool)
-                    .await?;
+                    .persistent(prepared());
+                let row: Option<(i64, String, String, String)> = if prepared() {
+                    find.fetch_optional(pool).await?
+                } else {
+                    // See `prepared`.
+                    let mut tx = pool.begin().await?;
+                    let row = find.fetch_optional(&mut *tx).await?;
+                    tx.commit().await?;
+                    row
+                };
                 Ok(row.map(|(amount, currency, customer, charge_id)| Payment {
                     id,
                     amount,
@@ -328,6 +337,7 @@ macro_rules! payments_db {
             ) -> Result<Option<(String, i64)>, sqlx::Error> {
                 let updated = sqlx::query($settle)
                     .bind(charge_id)
+                    .persistent(prepared())
                     .execute(&mut *conn)
                     .await?;
                 if updated.rows_affected() == 0 {
@@ -335,6 +345,7 @@ macro_rules! payments_db {
                 }
                 let (id, settlements): (String, i64) = sqlx::query_as($settled)
                     .bind(charge_id)
+                    .persistent(prepared())
                     .fetch_one(&mut *conn)
                     .await?;
                 Ok(Some((id, settlements)))

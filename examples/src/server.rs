@@ -89,6 +89,61 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
     Ok(u32::try_from(size).map_err(|_| format!("DATABASE_POOL_SIZE={size}: too large"))?)
 }
 
+/// Connects idem to `url` with `config`, and applies idem's migrations and the examples' own
+/// (the tables of [`crate::orders`] and [`crate::payments`]).
+///
+/// `MIGRATION_DATABASE_URL`, when set, is a direct URL of the same database: the migrations
+/// run over a connection of their own to it, and `url` is taken to go through a transaction
+/// pooler (PgBouncer in `pool_mode = transaction`): idem runs with
+/// [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler), and the
+/// examples' queries go unprepared, inside transactions. Without it, idem's migrations still
+/// work through such a pooler, but sqlx's migrator (the examples' tables) takes a session
+/// lock and prepares its statements there: a start that fails on a prepared statement or a
+/// startup parameter says to set it.
+///
+/// # Errors
+/// When the database is unreachable or a migration fails.
+pub async fn connect<DB: crate::orders::OrdersDb>(
+    url: &str,
+    config: idem_runtime::Config,
+) -> Result<idem_runtime::Idem<DB>, Box<dyn Error>> {
+    let migration_url = std::env::var("MIGRATION_DATABASE_URL").ok();
+    let config = config.transaction_pooler(migration_url.is_some());
+    let connected = async {
+        let idem = idem_runtime::Idem::<DB>::connect(url, config).await?;
+        match &migration_url {
+            Some(direct) => {
+                let pool = sqlx::pool::PoolOptions::<DB>::new()
+                    .max_connections(1)
+                    .connect(direct)
+                    .await
+                    .map_err(|e| format!("MIGRATION_DATABASE_URL: {e}"))?;
+                idem_runtime::store::migrate(&pool).await?;
+                DB::migrate_orders(&pool).await?;
+                pool.close().await;
+            }
+            None => {
+                idem.migrate().await?;
+                DB::migrate_orders(idem.pool()).await?;
+            }
+        }
+        Ok::<_, Box<dyn Error>>(idem)
+    };
+    connected.await.map_err(|error| {
+        let text = error.to_string();
+        let pooled = text.contains("prepared statement") || text.contains("startup parameter");
+        if pooled && migration_url.is_none() {
+            format!(
+                "{text} (DATABASE_URL seems to go through a transaction pooler: set \
+                 MIGRATION_DATABASE_URL to a direct URL of the database)"
+            )
+            .into()
+        } else {
+            error
+        }
+    })
+}
+
 /// `LISTEN_ADDR`, or `default`.
 ///
 /// # Errors

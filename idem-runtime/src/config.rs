@@ -90,6 +90,32 @@ pub struct Config {
     /// pool the size of the first) and a few per cent of a staged operation's throughput
     /// against a provider that answers at once (`bench/run`'s `staged-held`).
     pub attempt_holds: bool,
+    /// Whether idem's connections go through a transaction pooler: PgBouncer in
+    /// `pool_mode = transaction`, or a hosted pooler that behaves like it. Default `false`.
+    /// A handle configured so ([`Idem::connect`](crate::Idem::connect),
+    /// [`Idem::from_pool`](crate::Idem::from_pool)) makes the whole process send idem's
+    /// statements as such a pooler needs them
+    /// ([`pooler::behind_transaction_pooler`](crate::store::pooler::behind_transaction_pooler)):
+    ///
+    /// - no prepared statements: each statement is one simple query, its values written in as
+    ///   literals (hexadecimal escapes); the server parses and plans each one;
+    /// - no startup parameters the pooler refuses: pools
+    ///   [`Idem::connect`](crate::Idem::connect) opens send neither `extra_float_digits` nor
+    ///   `options` (so no `client_connection_check_interval`: a lookup cut off by its
+    ///   deadline runs to its end on the server);
+    /// - no session state: [`Config::attempt_holds`] is ignored (staged recovery waits for
+    ///   the lease, as on SQLite); everything else idem does is transaction-scoped anyway.
+    ///
+    /// What it cannot do for the application's own queries on the same connections: sqlx
+    /// prepares every query with parameters under a name it never releases, even with its
+    /// statement cache off. Behind a pooler that does not track prepared statements (PgBouncer
+    /// before 1.21, or with `max_prepared_statements = 0`), write them with
+    /// `.persistent(false)` and run them inside a transaction — the key's transaction of an
+    /// idempotent handler is one; a lone query outside a transaction goes as
+    /// `sqlx::raw_sql` or inside `pool.begin()`. Migrations take no session state either and
+    /// work through the pooler, but a direct connection is the usual place for them (the
+    /// examples' `MIGRATION_DATABASE_URL`).
+    pub transaction_pooler: bool,
 }
 
 impl Default for Config {
@@ -111,6 +137,7 @@ impl Default for Config {
             max_connections: 16,
             leases: Vec::new(),
             attempt_holds: false,
+            transaction_pooler: false,
         }
     }
 }
@@ -166,6 +193,7 @@ impl Config {
         key_format: KeyFormat,
         max_connections: u32,
         attempt_holds: bool,
+        transaction_pooler: bool,
     }
 
     /// Sets [`Config::stored_headers`].

@@ -168,7 +168,7 @@ impl<DB: Backend> Idem<DB> {
     /// key's lookup, so that a request never holds an application-pool connection while it
     /// waits for a hold connection (running attempts, which hold one, wait for the other).
     pub(crate) async fn hold_for(&self, key: KeyRef<'_>) -> Result<Option<Hold<DB>>, Error> {
-        if !DB::HOLDS || !self.config().attempt_holds {
+        if !DB::HOLDS || !self.config().attempt_holds || self.config().transaction_pooler {
             return Ok(None);
         }
         let mut conn = acquire(self).await?;

@@ -130,6 +130,9 @@ impl<DB: Backend> Idem<DB> {
     /// # Errors
     /// When the URL is invalid or the database unreachable.
     pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
+        if config.transaction_pooler {
+            crate::store::pooler::behind_transaction_pooler();
+        }
         let settings = config.tx_settings();
         let pool = DB::connect(url, config.max_connections, &settings).await?;
         Ok(Self::with_settings(pool, config, settings))
@@ -164,6 +167,9 @@ impl<DB: Backend> Idem<DB> {
     }
 
     fn with_settings(pool: Pool<DB>, config: Config, tx_settings: TxSettings) -> Self {
+        if config.transaction_pooler {
+            crate::store::pooler::behind_transaction_pooler();
+        }
         Self {
             inner: Arc::new(Inner {
                 conns: connections::beside(&pool),

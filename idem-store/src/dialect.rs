@@ -19,6 +19,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::key::KeyRef;
 use crate::migration::Migration;
+use crate::pooler::{each_param, inline};
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::sql::{KEY_COLUMNS, OUTBOX_COLUMNS, Sql};
 
@@ -52,26 +53,78 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// How a statement with parameters goes to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Prepared once per connection and cached (sqlx's default).
+    Prepared,
+    /// One simple query, the parameters written as literals (where the database takes them:
+    /// [`Quirks::LITERALS`]).
+    Literal,
+}
+
+impl Wire {
+    /// What this process uses: [`Wire::Literal`] after [`crate::pooler::behind_transaction_pooler`].
+    pub(crate) fn now() -> Self {
+        if crate::pooler::is_behind_transaction_pooler() {
+            Self::Literal
+        } else {
+            Self::Prepared
+        }
+    }
+}
+
 /// The calls into sqlx the crate makes generically: run a statement with [`Arg`]s, read a
 /// column. Implemented once, for every database sqlx can bind and read idem's types on; the
 /// bounds that takes are written here and nowhere else.
 pub trait Glue: Database {
-    /// Every row `sql` returns.
+    /// Every row `sql` returns, sent the way this process sends statements
+    /// ([`crate::pooler`]).
     fn fetch_all<'a>(
         conn: &'a mut Self::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a {
+        Self::fetch_all_on(Wire::now(), conn, sql, args)
+    }
 
     /// The row `sql` returns, if any.
     fn fetch_optional<'a>(
         conn: &'a mut Self::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
-    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a {
+        Self::fetch_optional_on(Wire::now(), conn, sql, args)
+    }
 
     /// Runs `sql`; how many rows it changed.
     fn execute<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send + 'a {
+        Self::execute_on(Wire::now(), conn, sql, args)
+    }
+
+    /// [`Glue::fetch_all`], sent as `wire` says.
+    fn fetch_all_on<'a>(
+        wire: Wire,
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// [`Glue::fetch_optional`], sent as `wire` says.
+    fn fetch_optional_on<'a>(
+        wire: Wire,
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'a;
+
+    /// [`Glue::execute`], sent as `wire` says.
+    fn execute_on<'a>(
+        wire: Wire,
         conn: &'a mut Self::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
@@ -139,10 +192,15 @@ pub trait Quirks {
     /// Whether text is read without sqlx's type check: MySQL reports a column of a binary
     /// collation (`utf8mb4_bin`, which idem's keys use to compare byte for byte) as bytes.
     const TEXT_UNCHECKED: bool = false;
+    /// Whether statements can go as [`Wire::Literal`] ([`crate::pooler::inline`]'s syntax is
+    /// PostgreSQL's): elsewhere they are always prepared.
+    const LITERALS: bool = false;
 }
 
 #[cfg(feature = "postgres")]
-impl Quirks for sqlx::Postgres {}
+impl Quirks for sqlx::Postgres {
+    const LITERALS: bool = true;
+}
 
 #[cfg(feature = "sqlite")]
 impl Quirks for sqlx::Sqlite {}
@@ -156,25 +214,11 @@ impl Quirks for sqlx::MySql {
 /// `sql` with its `$n` written `?`, and `args` in the order the `?` stand in. Parameters
 /// never stand inside the templates' string literals, which hold no `$`.
 fn positional<'a>(sql: &str, args: &[Arg<'a>]) -> (String, Vec<Arg<'a>>) {
-    let mut out = String::with_capacity(sql.len());
     let mut order = Vec::with_capacity(args.len());
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        let digits = rest[at + 1..]
-            .bytes()
-            .take_while(u8::is_ascii_digit)
-            .count();
-        out.push_str(&rest[..at]);
-        match rest[at + 1..at + 1 + digits].parse::<usize>() {
-            Ok(n) if (1..=args.len()).contains(&n) => {
-                out.push('?');
-                order.push(args[n - 1]);
-            }
-            _ => out.push_str(&rest[at..at + 1 + digits]),
-        }
-        rest = &rest[at + 1 + digits..];
-    }
-    out.push_str(rest);
+    let out = each_param(sql, args.len(), |i, out| {
+        out.push('?');
+        order.push(args[i]);
+    });
     (out, order)
 }
 
@@ -222,11 +266,15 @@ where
     DB::QueryResult: RowsAffected,
     DB: Quirks,
 {
-    async fn fetch_all<'a>(
+    async fn fetch_all_on<'a>(
+        wire: Wire,
         conn: &'a mut DB::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<Vec<DB::Row>, sqlx::Error> {
+        if DB::LITERALS && wire == Wire::Literal {
+            return conn.fetch_all(inline(sql, args).as_str()).await;
+        }
         if DB::POSITIONAL {
             let (sql, args) = positional(sql, args);
             return query(&sql, &args).fetch_all(conn).await;
@@ -234,11 +282,15 @@ where
         query(sql, args).fetch_all(conn).await
     }
 
-    async fn fetch_optional<'a>(
+    async fn fetch_optional_on<'a>(
+        wire: Wire,
         conn: &'a mut DB::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<Option<DB::Row>, sqlx::Error> {
+        if DB::LITERALS && wire == Wire::Literal {
+            return conn.fetch_optional(inline(sql, args).as_str()).await;
+        }
         if DB::POSITIONAL {
             let (sql, args) = positional(sql, args);
             return query(&sql, &args).fetch_optional(conn).await;
@@ -246,12 +298,15 @@ where
         query(sql, args).fetch_optional(conn).await
     }
 
-    async fn execute<'a>(
+    async fn execute_on<'a>(
+        wire: Wire,
         conn: &'a mut DB::Connection,
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> Result<u64, sqlx::Error> {
-        let done = if DB::POSITIONAL {
+        let done = if DB::LITERALS && wire == Wire::Literal {
+            conn.execute(inline(sql, args).as_str()).await?
+        } else if DB::POSITIONAL {
             let (sql, args) = positional(sql, args);
             query(&sql, &args).execute(conn).await?
         } else {
@@ -318,6 +373,10 @@ pub trait Dialect: Glue {
     /// too late (SQLite: `BEGIN IMMEDIATE`); `None` (the default): `BEGIN`, rows read with
     /// `{for_update}`.
     const BEGIN_WRITE: Option<&'static str> = None;
+
+    /// How a migration's transaction begins: [`Dialect::BEGIN_WRITE`], or with the lock that
+    /// makes one process at a time migrate where it is transaction-scoped (PostgreSQL).
+    const BEGIN_MIGRATION: Option<&'static str> = Self::BEGIN_WRITE;
 
     /// The rendered statements, rendered once per process: `render::<Self>()` behind a
     /// `OnceLock`.
@@ -447,8 +506,8 @@ pub trait Dialect: Glue {
     }
 
     /// Takes the lock that makes one process at a time migrate, on `conn`, for the session
-    /// (PostgreSQL: an advisory lock, and no timeouts meanwhile). Default: none, each
-    /// migration's [`Dialect::BEGIN_WRITE`] transaction locking the database.
+    /// (MySQL: `GET_LOCK`). Default: none, each migration's [`Dialect::BEGIN_MIGRATION`]
+    /// transaction taking its lock.
     fn lock_migrations(
         conn: &mut Self::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {

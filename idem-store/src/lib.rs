@@ -272,6 +272,7 @@ mod mysql;
 mod operations;
 mod operator;
 mod outbox;
+pub mod pooler;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod protocol;

@@ -4,15 +4,17 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 
 use crate::backend::Backend;
-use crate::dialect::{Arg, Dialect, begin_write};
+use crate::dialect::{Arg, Dialect, Wire};
 use crate::error::StoreError;
 use crate::migration::Migration;
 use crate::sql::{APPLIED, APPLIED_ONE, FORGET_SQLX_VERSION, RECORD};
+use sqlx::Transaction;
 
-/// The session advisory lock PostgreSQL migrations run under, so that instances starting at
-/// once apply each migration once: `pg_advisory_lock(7594306391241484647)`, the ASCII bytes
-/// `idem-mig` read as a big-endian `i64`. It is held only while [`migrate`] runs; look for it
-/// in `pg_locks` (`locktype = 'advisory'`, `classid = 1768187245`, `objid = 762145127`).
+/// The advisory lock PostgreSQL migrations run under, so that instances starting at once
+/// apply each migration once: `pg_advisory_xact_lock(7594306391241484647)`, the ASCII bytes
+/// `idem-mig` read as a big-endian `i64`, taken by each of [`migrate`]'s transactions (so no
+/// session holds it: behind a transaction pooler too). Look for it in `pg_locks`
+/// (`locktype = 'advisory'`, `classid = 1768187245`, `objid = 762145127`).
 ///
 /// Fixed for good: instances of different versions starting together must agree on it.
 pub const MIGRATION_LOCK_ID: i64 = i64::from_be_bytes(*b"idem-mig");
@@ -82,7 +84,8 @@ impl<DB: Database> Drop for MigrationSession<DB> {
 }
 
 /// Applies `DB`'s pending migrations, each in its own transaction with its history row,
-/// under [`Dialect::lock_migrations`].
+/// under [`Dialect::lock_migrations`] (MySQL) or [`Dialect::BEGIN_MIGRATION`]'s lock
+/// (PostgreSQL).
 pub(crate) async fn run_migrations<DB: Dialect>(pool: &Pool<DB>) -> Result<(), StoreError> {
     let mut session = MigrationSession {
         conn: pool.acquire().await?,
@@ -100,20 +103,27 @@ pub(crate) async fn run_migrations<DB: Dialect>(pool: &Pool<DB>) -> Result<(), S
 }
 
 /// Applies the pending migrations. The caller holds the migration lock where the database
-/// has one; each migration's transaction begins with [`Dialect::BEGIN_WRITE`] and looks at
-/// the history again, so that where the lock is the database's write lock another process
-/// that migrated meanwhile is seen.
+/// has a session one (MySQL); each transaction begins with [`Dialect::BEGIN_MIGRATION`],
+/// which takes the lock for the transaction (PostgreSQL) or the database's write lock
+/// (SQLite), and looks at the history again, so that another process that migrated
+/// meanwhile is seen. Every statement goes as [`Wire::Literal`]: no prepared statement
+/// outlives a run (a transaction pooler on the way, say).
 async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError> {
-    DB::batch(conn, DB::HISTORY).await?;
-    let rows = DB::fetch_all(conn, APPLIED, &[]).await?;
+    // The history table, created under the lock: instances creating it at once would race.
+    let mut tx = begin_migration::<DB>(conn).await?;
+    DB::batch(&mut tx, DB::HISTORY).await?;
+    tx.commit().await?;
+    let rows = DB::fetch_all_on(Wire::Literal, conn, APPLIED, &[]).await?;
     let recorded = rows
         .iter()
         .map(|row| Ok((DB::int(row, 0)?, DB::bytes(row, 1)?)))
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
     for migration in pending(DB::MIGRATIONS, &recorded)? {
         let version = migration.version;
-        let mut tx = begin_write::<DB>(conn).await?;
-        let applied = DB::fetch_optional(&mut tx, APPLIED_ONE, &[Arg::Int(version)]).await?;
+        let mut tx = begin_migration::<DB>(conn).await?;
+        let applied =
+            DB::fetch_optional_on(Wire::Literal, &mut tx, APPLIED_ONE, &[Arg::Int(version)])
+                .await?;
         if let Some(row) = applied {
             migration.verify(&DB::bytes(&row, 0)?)?;
             continue;
@@ -132,7 +142,7 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
             Arg::Text(migration.description),
             Arg::Bytes(&checksum),
         ];
-        DB::execute(&mut tx, RECORD, &record).await?;
+        DB::execute_on(Wire::Literal, &mut tx, RECORD, &record).await?;
         tx.commit().await?;
         tracing::info!(
             version,
@@ -143,10 +153,17 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
     Ok(())
 }
 
+/// `Transaction::begin` with [`Dialect::BEGIN_MIGRATION`].
+async fn begin_migration<DB: Dialect>(
+    conn: &mut DB::Connection,
+) -> Result<Transaction<'_, DB>, sqlx::Error> {
+    Transaction::begin(conn, DB::BEGIN_MIGRATION.map(Into::into)).await
+}
+
 /// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
 /// the one migration 1 just adopted.
 async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
-    let exists = DB::fetch_optional(conn, DB::HAS_SQLX_HISTORY, &[]).await?;
+    let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::HAS_SQLX_HISTORY, &[]).await?;
     if !exists
         .map(|row| DB::flag(&row, 0))
         .transpose()?
@@ -154,8 +171,8 @@ async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(
     {
         return Ok(());
     }
-    let forgotten =
-        DB::execute(conn, FORGET_SQLX_VERSION, &[Arg::Int(LEGACY_SQLX_VERSION)]).await?;
+    let version = [Arg::Int(LEGACY_SQLX_VERSION)];
+    let forgotten = DB::execute_on(Wire::Literal, conn, FORGET_SQLX_VERSION, &version).await?;
     if forgotten > 0 {
         tracing::info!(
             version = LEGACY_SQLX_VERSION,
@@ -174,9 +191,12 @@ async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(
 /// - Each migration runs in its own transaction together with its history row
 ///   (SQLite: `BEGIN IMMEDIATE`, and a migration another process applied meanwhile is
 ///   skipped).
-/// - On PostgreSQL the whole run holds the session advisory lock [`MIGRATION_LOCK_ID`], with
-///   `lock_timeout` and `statement_timeout` off for that session, so that instances starting
-///   at once wait for each other instead of racing.
+/// - On PostgreSQL each of those transactions takes the advisory lock [`MIGRATION_LOCK_ID`]
+///   first, with `lock_timeout` and `statement_timeout` off for it (`SET LOCAL`), so that
+///   instances starting at once wait for each other instead of racing. Nothing is left on the
+///   session, and every statement goes as a simple query with its values as literals: the
+///   run works the same through a transaction pooler (PgBouncer in transaction mode), though
+///   a direct connection is the usual place for schema changes.
 /// - A recorded migration whose checksum differs from the embedded SQL is refused:
 ///   [`StoreError::Migrate`] with its version, before anything is applied.
 /// - Upgrading from idem 0.1, which applied the table through sqlx (version

@@ -17,8 +17,8 @@ use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
 use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id, render_all};
 use crate::key::KeyRef;
-use crate::migrate::MIGRATION_LOCK_ID;
 use crate::migration::Migration;
+use crate::pooler::{push_bytes, push_text};
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::sql::{Sql, on_key_conflict, reopen, reserve};
 
@@ -138,6 +138,12 @@ impl Dialect for Postgres {
     const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
     const TEMPLATES: Sql<&'static str> = TEMPLATES;
     const ONE_TRIP_LOCK: bool = true;
+    // The lock for the transaction, with no timeouts: migrations may wait for another
+    // instance's run and take longer than requests may.
+    const BEGIN_MIGRATION: Option<&'static str> = Some(
+        "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; \
+         SELECT pg_advisory_xact_lock(7594306391241484647)",
+    );
     const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
          version     BIGINT      PRIMARY KEY, \
          description TEXT        NOT NULL, \
@@ -170,13 +176,17 @@ impl Dialect for Postgres {
         if options.get_application_name().is_none() {
             options = options.application_name("idem");
         }
+        // idem's statements carry keys, tenants and response bodies: never logged.
+        options = options.disable_statement_logging();
+        if crate::pooler::is_behind_transaction_pooler() {
+            // A pooler lends server sessions: it refuses startup parameters it does not track
+            // (PgBouncer: "unsupported startup parameter"), and would not keep them anyway.
+            return Ok(options.extra_float_digits(None));
+        }
         // No session-wide timeouts: each transaction of idem's sets its own (`begin`). A
         // statement whose client stopped waiting (the runtime's deadline on its lookup) is
         // cancelled within a second instead of holding a server process until it ends.
-        Ok(options
-            .options([("client_connection_check_interval", "1000")])
-            // idem's statements carry keys, tenants and response bodies: never logged.
-            .disable_statement_logging())
+        Ok(options.options([("client_connection_check_interval", "1000")]))
     }
 
     fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {
@@ -290,22 +300,6 @@ impl Dialect for Postgres {
         Ok(free == Some(false))
     }
 
-    async fn lock_migrations(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        // Migrations may wait for another instance's run and take longer than requests may.
-        Self::batch(conn, "SET lock_timeout = 0; SET statement_timeout = 0").await?;
-        let id = [Arg::Int(MIGRATION_LOCK_ID)];
-        Self::execute(conn, "SELECT pg_advisory_lock($1)", &id)
-            .await
-            .map(drop)
-    }
-
-    async fn unlock_migrations(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        let id = [Arg::Int(MIGRATION_LOCK_ID)];
-        Self::execute(conn, "SELECT pg_advisory_unlock($1)", &id).await?;
-        // Back to the session's defaults (the startup packet's, for pools idem opened).
-        Self::batch(conn, "RESET lock_timeout; RESET statement_timeout").await
-    }
-
     async fn table_bytes(conn: &mut PgConnection) -> Result<Option<i64>, sqlx::Error> {
         let sql = "SELECT pg_total_relation_size(to_regclass('idempotency_keys'))";
         let row = Self::fetch_optional(conn, sql, &[]).await?;
@@ -365,33 +359,6 @@ fn insert_and_commit_statement(row: &NewRow<'_>) -> String {
     sql
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// A `bytea` literal: `E'\\x<hex>'::bytea`. The escape-string syntax reads the same whatever
-/// `standard_conforming_strings` says; the server parses the hexadecimal in `bytea`'s input.
-fn push_bytes(sql: &mut String, bytes: &[u8]) {
-    sql.push_str(r"E'\\x");
-    sql.reserve(2 * bytes.len() + 8);
-    for &b in bytes {
-        sql.push(char::from(HEX[usize::from(b >> 4)]));
-        sql.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    sql.push_str("'::bytea");
-}
-
-/// A `text` literal with every byte as an escape, `E'\x74\x65…'`: the lexer makes it the
-/// string; there is no function call for the server to resolve.
-fn push_text(sql: &mut String, text: &str) {
-    sql.push_str("E'");
-    sql.reserve(4 * text.len() + 1);
-    for &b in text.as_bytes() {
-        sql.push_str(r"\x");
-        sql.push(char::from(HEX[usize::from(b >> 4)]));
-        sql.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    sql.push('\'');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +382,13 @@ mod tests {
             id("tenant:t1", "create_order:v1", "k-1"),
             LOCK_ID_TENANT_T1_K1
         );
+    }
+
+    #[test]
+    fn migrations_take_the_documented_lock() {
+        let begin = <Postgres as Dialect>::BEGIN_MIGRATION.unwrap_or_default();
+        let lock = format!("pg_advisory_xact_lock({})", crate::MIGRATION_LOCK_ID);
+        assert!(begin.ends_with(&lock), "{begin}");
     }
 
     #[test]

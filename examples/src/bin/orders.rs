@@ -7,6 +7,9 @@
 //! - `DATABASE_URL`: unset → SQLite file `orders.db` in the working directory;
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
 //!   instances may share one PostgreSQL or MySQL database.
+//! - `MIGRATION_DATABASE_URL`: unset → migrations run on `DATABASE_URL`; set → a direct
+//!   URL of the same database for the migrations, `DATABASE_URL` then going through a
+//!   transaction pooler such as PgBouncer in transaction mode ([`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
 //! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
 //!   this many database connections ([`server::pool_size`]).
@@ -54,9 +57,7 @@ async fn serve<DB: OrdersDb>(url: &str) -> Result<(), Box<dyn Error>> {
     let config = Config::default()
         .max_request_body(16 * 1024)
         .max_connections(server::pool_size()?);
-    let idem = Idem::<DB>::connect(url, config).await?;
-    idem.migrate().await?;
-    DB::migrate_orders(idem.pool()).await?;
+    let idem: Idem<DB> = server::connect(url, config).await?;
     // The operator tool (`idem operations`, `idem docs`) shows and documents the operation
     // from the database.
     idem.register_docs(orders::operations()?.docs()).await?;

@@ -7,6 +7,9 @@
 //! - `DATABASE_URL`: unset → SQLite file `payments.db` in the working directory;
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
 //!   instances may share one PostgreSQL or MySQL database.
+//! - `MIGRATION_DATABASE_URL`: unset → migrations run on `DATABASE_URL`; set → a direct
+//!   URL of the same database for the migrations, `DATABASE_URL` then going through a
+//!   transaction pooler such as PgBouncer in transaction mode ([`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).
@@ -103,9 +106,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         .max_connections(server::pool_size()?)
         .lease_for(payments::OPERATION, lease)
         .attempt_holds(holds);
-    let idem = Idem::<DB>::connect(url, config).await?;
-    idem.migrate().await?;
-    DB::migrate_orders(idem.pool()).await?;
+    let idem: Idem<DB> = server::connect(url, config).await?;
     let ctx = Arc::new(PaymentsCtx::new(&provider_url)?);
     // The operator tool `idem` shows the operation's scope, ttl, mode and lease beside its
     // keys, and documents it (`idem docs`).

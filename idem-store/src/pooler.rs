@@ -1,0 +1,169 @@
+//! Behind a transaction pooler: how idem's statements reach PostgreSQL when its connections
+//! go through PgBouncer in `pool_mode = transaction` (or a hosted pooler that behaves like it).
+//!
+//! Such a pooler lends a server connection to a client for one transaction, or for one
+//! statement outside a transaction, and then to another client. Two things do not survive
+//! that:
+//!
+//! - **Prepared statements.** sqlx prepares every statement with parameters under a name
+//!   (`sqlx_s_1`, …) it keeps per client connection; on a server connection another client
+//!   named its own the same way, and the pooler (PgBouncer before 1.21, or with
+//!   `max_prepared_statements = 0`) does not track them: "prepared statement `sqlx_s_1`
+//!   already exists". Even sqlx's unnamed statements are parsed and bound in two exchanges,
+//!   which outside a transaction may reach two server connections.
+//! - **Session state**: settings (`SET`), session advisory locks, `LISTEN`.
+//!
+//! Once [`behind_transaction_pooler`] is called, idem's statements on PostgreSQL go as one
+//! simple query each, their parameters written into the SQL as literals (numbers as digits,
+//! text and bytes as hexadecimal escapes: nothing from a request reaches the SQL except as
+//! hexadecimal digits). One round trip per statement, as a cached prepared statement takes,
+//! but the server parses and plans each one. idem keeps no session state anywhere: its
+//! timeouts are `SET LOCAL`, its key locks transaction-scoped, its migrations take their
+//! lock per transaction and always go as such simple queries. The runtime's
+//! `Config::transaction_pooler` calls it, and says what else changes.
+//!
+//! The switch is for the whole process and one-way: literal statements are right on a direct
+//! connection too (a little slower), prepared ones are not behind a pooler, so a process in
+//! which any handle goes through one sends every statement of idem's the safe way.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::dialect::Arg;
+
+static BEHIND: AtomicBool = AtomicBool::new(false);
+
+/// From now on, in this process, idem sends its statements as a transaction pooler needs
+/// them (see the [module](self)). Idempotent; there is no way back.
+///
+/// ```
+/// idem_store::pooler::behind_transaction_pooler();
+/// assert!(idem_store::pooler::is_behind_transaction_pooler());
+/// ```
+pub fn behind_transaction_pooler() {
+    BEHIND.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`behind_transaction_pooler`] was called in this process.
+#[must_use]
+pub fn is_behind_transaction_pooler() -> bool {
+    BEHIND.load(Ordering::Relaxed)
+}
+
+/// `sql` with each `$n` (`1 ≤ n ≤ count`) replaced by what `param(n - 1, out)` writes; other
+/// text, a `$` with no number or one past `count` included, is kept. Parameters never stand
+/// inside the templates' string literals, which hold no `$`.
+pub(crate) fn each_param(
+    sql: &str,
+    count: usize,
+    mut param: impl FnMut(usize, &mut String),
+) -> String {
+    let mut out = String::with_capacity(sql.len() + 16 * count);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        let digits = rest[at + 1..]
+            .bytes()
+            .take_while(u8::is_ascii_digit)
+            .count();
+        out.push_str(&rest[..at]);
+        match rest[at + 1..at + 1 + digits].parse::<usize>() {
+            Ok(n) if (1..=count).contains(&n) => param(n - 1, &mut out),
+            _ => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// PostgreSQL: `sql` with its parameters written as literals of the types sqlx would have
+/// bound them as (`text`, `int8`, `int4`, `bytea`, `bool`), each in parentheses.
+pub(crate) fn inline(sql: &str, args: &[Arg<'_>]) -> String {
+    each_param(sql, args.len(), |i, out| {
+        out.push('(');
+        match args[i] {
+            Arg::Text(text) | Arg::OptText(Some(text)) => {
+                push_text(out, text);
+                out.push_str("::text");
+            }
+            Arg::OptText(None) => out.push_str("NULL::text"),
+            Arg::Int(n) | Arg::OptInt(Some(n)) => {
+                let _ = write!(out, "({n})::int8");
+            }
+            Arg::OptInt(None) => out.push_str("NULL::int8"),
+            Arg::Int32(n) => {
+                let _ = write!(out, "({n})::int4");
+            }
+            Arg::Bytes(bytes) => push_bytes(out, bytes),
+            Arg::Bool(flag) => out.push_str(if flag { "true" } else { "false" }),
+        }
+        out.push(')');
+    })
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A PostgreSQL `bytea` literal: `E'\\x<hex>'::bytea`. The escape-string syntax reads the
+/// same whatever `standard_conforming_strings` says; the server parses the hexadecimal in
+/// `bytea`'s input.
+pub(crate) fn push_bytes(sql: &mut String, bytes: &[u8]) {
+    sql.push_str(r"E'\\x");
+    sql.reserve(2 * bytes.len() + 8);
+    for &b in bytes {
+        sql.push(char::from(HEX[usize::from(b >> 4)]));
+        sql.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    sql.push_str("'::bytea");
+}
+
+/// A PostgreSQL `text` literal with every byte as an escape, `E'\x74\x65…'`: the lexer makes
+/// it the string; there is no function call for the server to resolve.
+pub(crate) fn push_text(sql: &mut String, text: &str) {
+    sql.push_str("E'");
+    sql.reserve(4 * text.len() + 1);
+    for &b in text.as_bytes() {
+        sql.push_str(r"\x");
+        sql.push(char::from(HEX[usize::from(b >> 4)]));
+        sql.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    sql.push('\'');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_become_typed_literals() {
+        let args = [
+            Arg::Text("a'b"),
+            Arg::Int(-9_223_372_036_854_775_808),
+            Arg::OptText(None),
+            Arg::OptInt(None),
+            Arg::Int32(7),
+            Arg::Bytes(&[0, 255]),
+            Arg::Bool(true),
+            Arg::OptInt(Some(3)),
+        ];
+        let sql = inline(
+            "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $1::float8, $9, '$'",
+            &args,
+        );
+        assert_eq!(
+            sql,
+            concat!(
+                r"SELECT (E'\x61\x27\x62'::text), ((-9223372036854775808)::int8), (NULL::text), ",
+                r"(NULL::int8), ((7)::int4), (E'\\x00ff'::bytea), (true), ((3)::int8), ",
+                r"(E'\x61\x27\x62'::text)::float8, $9, '$'",
+            )
+        );
+    }
+
+    #[test]
+    fn only_numbered_parameters_are_replaced() {
+        let out = each_param("a $10 $1 $ $x $2", 2, |i, out| {
+            let _ = write!(out, "<{i}>");
+        });
+        assert_eq!(out, "a $10 <0> $ $x <1>");
+    }
+}
