@@ -67,14 +67,17 @@ macro_rules! sql {
     ($($db:ty),*) => {$(
         impl Sql for $db {
             async fn insert(tx: &mut Transaction<'_, Self>, note: &str) -> Result<u64, sqlx::Error> {
+                // Unprepared: through a transaction pooler too (see the harness).
                 let done = sqlx::query("INSERT INTO effects (note) VALUES ($1)")
                     .bind(note)
+                    .persistent(false)
                     .execute(&mut **tx)
                     .await?;
                 Ok(done.rows_affected())
             }
             async fn broken(tx: &mut Transaction<'_, Self>) -> Result<u64, sqlx::Error> {
                 let done = sqlx::query("INSERT INTO no_such_table (note) VALUES ('x')")
+                    .persistent(false)
                     .execute(&mut **tx)
                     .await?;
                 Ok(done.rows_affected())

@@ -5,6 +5,12 @@
 //!   a new schema `idem_test_<uuid>`, named by the URL's `options=-c search_path=…` and as
 //!   its `application_name` (so that a test can find its own sessions). An unreachable server
 //!   fails the test: nothing is skipped.
+//! - With `PGBOUNCER_URL` set (a transaction pooler in front of that server, such as
+//!   `.ci/pgbouncer` starts), each PostgreSQL test gets a new database `idem_test_<uuid>`
+//!   instead — a pooler passes no `options` — created on the server directly; its URL goes
+//!   through the pooler ([`pooled`] says so, and [`direct`] maps it back for the tests' own
+//!   looks at `pg_locks` and the like), and the process sends idem's statements as a pooler
+//!   needs them ([`behind_transaction_pooler`](idem_store::pooler::behind_transaction_pooler)).
 //! - SQLite: a new file `idem_test_<uuid>.db` in [`temp_dir`], `idem-tests` under the
 //!   system's temporary directory.
 //! - MySQL (or MariaDB) comes from `MYSQL_URL` (default [`DEFAULT_MYSQL_URL`]): each test
@@ -58,6 +64,34 @@ pub fn postgres_url() -> String {
         .ok()
         .filter(|u| u.starts_with("postgres"))
         .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// The transaction pooler PostgreSQL tests go through: `PGBOUNCER_URL`, when set (its
+/// database part is ignored).
+#[must_use]
+pub fn pooled() -> Option<String> {
+    std::env::var("PGBOUNCER_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+}
+
+/// `url` as a direct connection to the server reaches the same database: a URL through the
+/// pooler of [`pooled`] with its host and port replaced by [`postgres_url`]'s; any other URL
+/// as it is.
+#[must_use]
+pub fn direct(url: &str) -> String {
+    match pooled() {
+        Some(pooler) if url.starts_with(base(&pooler)) => {
+            format!("{}{}", base(&postgres_url()), &url[base(&pooler).len()..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `scheme://user@host:port`: a URL up to its path.
+fn base(url: &str) -> &str {
+    let start = url.find("://").map_or(0, |at| at + 3);
+    url[start..].find('/').map_or(url, |at| &url[..start + at])
 }
 
 /// The MySQL or MariaDB server tests use when `MYSQL_URL` names none.
@@ -134,6 +168,9 @@ pub struct TestDatabase {
 pub enum Location {
     /// PostgreSQL: this schema on the server of [`postgres_url`].
     Schema(String),
+    /// PostgreSQL through the pooler of [`pooled`]: this database on the server of
+    /// [`postgres_url`].
+    PooledDatabase(String),
     /// SQLite: this file.
     File(PathBuf),
     /// MySQL: this database on the server of [`mysql_url`].
@@ -162,7 +199,10 @@ where
 {
     async fn fresh() -> TestDatabase {
         match DB::NAME {
-            "PostgreSQL" => fresh_schema::<DB>().await,
+            "PostgreSQL" => match pooled() {
+                Some(pooler) => fresh_pooled::<DB>(&pooler).await,
+                None => fresh_schema::<DB>().await,
+            },
             "SQLite" => {
                 let file = temp_file(&unique("idem_test"));
                 TestDatabase {
@@ -202,6 +242,33 @@ where
             "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
         ),
         location: Location::Schema(schema),
+    }
+}
+
+/// A new database on the server of [`postgres_url`], reached through `pooler`.
+async fn fresh_pooled<DB>(pooler: &str) -> TestDatabase
+where
+    DB: Backend,
+    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
+{
+    idem_store::pooler::behind_transaction_pooler();
+    let url = postgres_url();
+    let name = unique("idem_test");
+    let admin = DB::connect(&url, 1, &settings()).await.unwrap_or_else(|e| {
+        panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+    });
+    let mut conn = admin
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    conn.execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+    drop(conn);
+    admin.close().await;
+    TestDatabase {
+        url: format!("{}/{name}?application_name={name}", base(pooler)),
+        location: Location::PooledDatabase(name),
     }
 }
 

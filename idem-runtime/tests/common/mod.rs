@@ -39,13 +39,19 @@ macro_rules! test_db {
     ($db:ty, $create:literal, $insert:literal, $deferred:expr) => {
         impl TestDb for $db {
             async fn create_effects(pool: &Pool<Self>) {
-                sqlx::query($create).execute(pool).await.unwrap();
+                sqlx::raw_sql($create).execute(pool).await.unwrap();
                 for statement in $deferred {
-                    sqlx::query(statement).execute(pool).await.unwrap();
+                    sqlx::raw_sql(statement).execute(pool).await.unwrap();
                 }
             }
             async fn write_effect(conn: &mut <Self as sqlx::Database>::Connection, note: &str) {
-                sqlx::query($insert).bind(note).execute(conn).await.unwrap();
+                // Unprepared: through a transaction pooler too (in the key's transaction).
+                sqlx::query($insert)
+                    .bind(note)
+                    .persistent(false)
+                    .execute(conn)
+                    .await
+                    .unwrap();
             }
             async fn violate_at_commit(conn: &mut <Self as sqlx::Database>::Connection) {
                 assert!(
@@ -54,24 +60,31 @@ macro_rules! test_db {
                     <Self as sqlx::Database>::NAME
                 );
                 sqlx::query("INSERT INTO deferred_child (parent_id) VALUES (99)")
+                    .persistent(false)
                     .execute(conn)
                     .await
                     .unwrap();
             }
             async fn count_effects(pool: &Pool<Self>) -> i64 {
-                sqlx::query_scalar("SELECT count(*) FROM effects")
-                    .fetch_one(pool)
-                    .await
-                    .unwrap()
+                count(pool, "SELECT count(*) FROM effects").await
             }
             async fn count_keys(pool: &Pool<Self>) -> i64 {
-                sqlx::query_scalar("SELECT count(*) FROM idempotency_keys")
-                    .fetch_one(pool)
-                    .await
-                    .unwrap()
+                count(pool, "SELECT count(*) FROM idempotency_keys").await
             }
         }
     };
+}
+
+/// The count `sql` answers, as one simple query (through a transaction pooler too).
+async fn count<DB: sqlx::Database>(pool: &Pool<DB>, sql: &'static str) -> i64
+where
+    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    use sqlx::Row as _;
+    let row = sqlx::raw_sql(sql).fetch_one(pool).await.unwrap();
+    row.get(0)
 }
 
 /// A constraint checked at commit: a `COMMIT` that fails (PostgreSQL, SQLite; MySQL has
@@ -102,6 +115,12 @@ test_db!(
     [] as [&str; 0]
 );
 
+/// `config`, with [`Config::transaction_pooler`] when the tests go through one
+/// (`PGBOUNCER_URL`, idem-testkit's harness).
+pub fn pooled(config: Config) -> Config {
+    config.transaction_pooler(idem_testkit::harness::pooled().is_some())
+}
+
 /// A store on a fresh database, with a manual clock starting at the real time.
 pub struct Harness<DB: TestDb> {
     pub idem: Idem<DB>,
@@ -116,6 +135,7 @@ impl<DB: TestDb> Harness<DB> {
 
     pub async fn with_config(config: Config) -> Self {
         let url = DB::fresh_url().await;
+        let config = pooled(config);
         let clock = ManualClock::new(SystemClock.now_millis());
         let idem = Idem::<DB>::connect(&url, config)
             .await
@@ -128,7 +148,7 @@ impl<DB: TestDb> Harness<DB> {
 
     /// A second, independent handle on the same database (another "process").
     pub async fn reopen(&self, config: Config) -> Idem<DB> {
-        Idem::<DB>::connect(&self.url, config)
+        Idem::<DB>::connect(&self.url, pooled(config))
             .await
             .unwrap()
             .with_clock(self.clock.clone())
