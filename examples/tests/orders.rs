@@ -4,7 +4,10 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{Client, Db, Kind, Server};
 use futures_util::future::join_all;
@@ -170,6 +173,88 @@ async fn concurrent_same_key(kind: Kind, servers: usize) {
     assert_eq!(db.keys().await, 1);
 }
 
+/// Two processes, each killed (`kill -9`) and restarted in turn for `duration`, while four
+/// clients post new keys and retry each on either process until it is answered `201`: one
+/// order per key, and every later answer for a key the same order.
+async fn killed_and_restarted(kind: Kind, duration: Duration) {
+    let db = Arc::new(Db::fresh(kind).await);
+    let mut servers = vec![Some(Server::start(&db)), Some(Server::start(&db))];
+    let bases = Arc::new(Mutex::new(
+        servers
+            .iter()
+            .flatten()
+            .map(|s| s.base.clone())
+            .collect::<Vec<_>>(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = (0..4).map(|client| {
+        let (bases, stop) = (Arc::clone(&bases), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("c{client}-{n}");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut attempt = 0;
+                let body = loop {
+                    let base = bases.lock().unwrap()[(n + attempt) % 2].clone();
+                    attempt += 1;
+                    match Client::for_base(&base)
+                        .try_post(Some("acme"), Some(&key), ORDER)
+                        .await
+                    {
+                        Ok(reply) if reply.status == 201 => break reply.body,
+                        // A process killed midway, a key still held by the killed one's
+                        // transaction, a pool still reconnecting: retried.
+                        Ok(reply) if [409, 503].contains(&reply.status) => {}
+                        Ok(reply) => panic!("{key}: {} {}", reply.status, reply.body),
+                        Err(_) => {}
+                    }
+                    assert!(Instant::now() < deadline, "{key} never answered 201");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                answered.push((key, body));
+                n += 1;
+            }
+            answered
+        })
+    });
+    let clients: Vec<_> = clients.collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    while started.elapsed() < duration {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let victim = kills % 2;
+        if let Some(server) = servers[victim].take() {
+            server.kill();
+        }
+        let db = Arc::clone(&db);
+        let server = tokio::task::spawn_blocking(move || Server::start(&db))
+            .await
+            .unwrap();
+        bases.lock().unwrap()[victim].clone_from(&server.base);
+        servers[victim] = Some(server);
+        kills += 1;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut answers: HashMap<String, String> = HashMap::new();
+    for client in clients {
+        answers.extend(client.await.unwrap());
+    }
+    assert!(kills >= 4 && answers.len() >= 20, "{kills} kills, {} keys", answers.len());
+    // No key lost, none duplicated: one order and one key row each.
+    assert_eq!(db.orders().await, i64::try_from(answers.len()).unwrap());
+    assert_eq!(db.keys().await, i64::try_from(answers.len()).unwrap());
+    // And every key replays the order it was answered with, on either process.
+    let replayers: Vec<Client> = servers.iter().flatten().map(Client::new).collect();
+    for (i, (key, body)) in answers.iter().enumerate() {
+        let replay = replayers[i % 2].post(Some("acme"), Some(key), ORDER).await;
+        assert_eq!(replay.status, 201, "{key}");
+        assert!(replay.replayed(), "{key}");
+        assert_eq!(&replay.body, body, "{key}");
+    }
+}
+
 /// A fault after the business write, or after the response write: both roll back, and the
 /// retry succeeds exactly once.
 async fn injected_fault(kind: Kind, point: &str) {
@@ -280,7 +365,12 @@ mod faults {
 }
 
 mod concurrency {
-    use super::{Kind, concurrent_same_key};
+    use super::{Duration, Kind, concurrent_same_key, killed_and_restarted};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_two_processes_killed_and_restarted() {
+        killed_and_restarted(Kind::Postgres, Duration::from_secs(8)).await;
+    }
 
     #[tokio::test]
     async fn postgres_two_processes() {

@@ -480,7 +480,8 @@ async fn crash_with_a_live_lease(kind: Kind, holds: bool) {
 
     let server = payments_with(&db, provider.url(), "1h", holds);
     let c = Client::new(&server);
-    if kind == Kind::Postgres && holds == "on" {
+    // (Behind a transaction pooler, `PGBOUNCER_URL`, holds are off: the lease decides.)
+    if kind == Kind::Postgres && holds == "on" && idem_testkit::harness::pooled().is_none() {
         // (The server ends the killed session as soon as it reads its closed socket.)
         let reply = post_until_final(std::slice::from_ref(&c), "k-live", PAYMENT, 20).await;
         assert_eq!(reply.status, 201, "{}", reply.body);

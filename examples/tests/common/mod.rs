@@ -5,6 +5,11 @@
 //! its server processes. An unreachable server fails the test: nothing is skipped. SQLite
 //! tests use a fresh file, in a new directory of the harness's. MySQL comes from `MYSQL_URL`
 //! (default `mysql://root@127.0.0.1:3306`), a database `idem_orders_<uuid>` per test.
+//!
+//! With `PGBOUNCER_URL` set (a transaction pooler in front of that PostgreSQL, such as
+//! `.ci/pgbouncer` starts), the servers reach each PostgreSQL database through it: their
+//! `DATABASE_URL` names the pooler and `MIGRATION_DATABASE_URL` the server, as a deployment
+//! behind PgBouncer would set them; the tests' own looks go to the server directly.
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader};
@@ -14,7 +19,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use idem_runtime::sqlx::{self, MySqlPool, PgPool, SqlitePool};
-use idem_testkit::harness::{mysql_url, new_dir, postgres_url, unique};
+use idem_testkit::harness::{direct, mysql_url, new_dir, pooled, postgres_url, unique};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
@@ -69,11 +74,12 @@ impl Db {
             Kind::Postgres => {
                 let admin_url = postgres_url();
                 let name = create_database!(PgPool, &admin_url, "PostgreSQL");
-                let mut url = reqwest::Url::parse(&admin_url).unwrap();
+                let servers_url = pooled().unwrap_or(admin_url);
+                let mut url = reqwest::Url::parse(&servers_url).unwrap();
                 url.set_path(&format!("/{name}"));
                 let url = url.to_string();
                 // The server creates the tables; connect lazily for assertions.
-                let pool = PgPool::connect_lazy(&url).unwrap();
+                let pool = PgPool::connect_lazy(&direct(&url)).unwrap();
                 Self {
                     url,
                     pool: Pool::Pg(pool),
@@ -244,6 +250,7 @@ impl Server {
             .args(args)
             .current_dir(dir)
             .env_remove("DATABASE_URL")
+            .env_remove("MIGRATION_DATABASE_URL")
             .env_remove("IDEM_FAILPOINT")
             .env("LISTEN_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info")
@@ -251,6 +258,10 @@ impl Server {
             .stderr(Stdio::inherit());
         for (name, value) in env {
             command.env(name, value);
+            // Through the tests' transaction pooler: migrations on the server itself.
+            if *name == "DATABASE_URL" && direct(value) != *value {
+                command.env("MIGRATION_DATABASE_URL", direct(value));
+            }
         }
         let mut child = command
             .spawn()
