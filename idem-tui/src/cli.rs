@@ -16,7 +16,8 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 
-    /// PostgreSQL schema holding idem's tables, when not the default search path.
+    /// PostgreSQL schema holding idem's tables, when not the default search path (sent as the
+    /// startup `options`: not through a transaction pooler, which passes none).
     #[arg(long, global = true)]
     pub schema: Option<String>,
 

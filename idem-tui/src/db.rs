@@ -80,7 +80,13 @@ impl Db {
         let shown = redact(url);
         let failed = |e: idem_store::sqlx::Error| ConnectError(format!("{shown}: {e}"));
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let mut options = PgConnectOptions::from_str(url).map_err(failed)?;
+            // The tool's statements are few: sent as a transaction pooler (PgBouncer in
+            // transaction mode) needs them, whether or not one is on the way — no prepared
+            // statements, no startup parameters it would refuse.
+            idem_store::pooler::behind_transaction_pooler();
+            let mut options = PgConnectOptions::from_str(url)
+                .map_err(failed)?
+                .extra_float_digits(None);
             if let Some(schema) = schema {
                 options = options.options([("search_path", schema)]);
             }

@@ -4,7 +4,8 @@
 //! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
 //! each test gets its own schema `idem_test_<uuid>`, passed to the tool with `--schema`.
 //! An unreachable server fails the test: nothing is skipped. SQLite uses a new file under
-//! the system's temporary directory.
+//! the system's temporary directory. With `PGBOUNCER_URL` (a transaction pooler), each
+//! PostgreSQL test gets its own database, which the tool reaches through the pooler.
 #![allow(dead_code, clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use std::collections::BTreeMap;
@@ -54,7 +55,8 @@ async fn fresh<DB: TestBackend>() -> (String, Vec<String>) {
                 schema,
             ]
         }
-        Location::File(_) | Location::Database(_) => {
+        // (Through the tests' transaction pooler: the pooler's URL, no schema.)
+        Location::File(_) | Location::Database(_) | Location::PooledDatabase(_) => {
             vec!["--database-url".into(), db.url.clone()]
         }
     };
