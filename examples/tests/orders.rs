@@ -241,7 +241,11 @@ async fn killed_and_restarted(kind: Kind, duration: Duration) {
     for client in clients {
         answers.extend(client.await.unwrap());
     }
-    assert!(kills >= 4 && answers.len() >= 20, "{kills} kills, {} keys", answers.len());
+    assert!(
+        kills >= 4 && answers.len() >= 20,
+        "{kills} kills, {} keys",
+        answers.len()
+    );
     // No key lost, none duplicated: one order and one key row each.
     assert_eq!(db.orders().await, i64::try_from(answers.len()).unwrap());
     assert_eq!(db.keys().await, i64::try_from(answers.len()).unwrap());

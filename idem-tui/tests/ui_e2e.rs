@@ -18,7 +18,6 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_store::sqlx::postgres::PgPoolOptions;
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
@@ -65,11 +64,8 @@ async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
 /// and a URL whose sessions resolve names in it.
 async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
     let url = Postgres::fresh_url().await;
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&url)
-        .await
-        .unwrap();
+    // (The store's own connect: through a transaction pooler too, `PGBOUNCER_URL`.)
+    let pool = Postgres::connect(&url, 2, &settings()).await.unwrap();
     let table = KeyTable::new(pool);
     table.migrate().await.unwrap();
     seed(&table, &["order-1", "order-2", "other-1"]).await;

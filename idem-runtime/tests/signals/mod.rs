@@ -113,7 +113,9 @@ pub async fn until_all_met_it_new(backend: &str, url: &str, lookups: &Lookups, n
 /// process ids.
 pub async fn until_advisory_lock_waits(url: &str, n: usize) -> Vec<i32> {
     // (Directly: a transaction pooler's sessions are not the test's.)
-    let pool = PgPool::connect(&idem_testkit::harness::direct(url)).await.unwrap();
+    let pool = PgPool::connect(&idem_testkit::harness::direct(url))
+        .await
+        .unwrap();
     let until = Instant::now() + DEADLINE;
     loop {
         let waiting: Vec<i32> = sqlx::query_scalar(
