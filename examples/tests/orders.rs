@@ -178,7 +178,7 @@ async fn concurrent_same_key(kind: Kind, servers: usize) {
 /// order per key, and every later answer for a key the same order.
 async fn killed_and_restarted(kind: Kind, duration: Duration) {
     let db = Arc::new(Db::fresh(kind).await);
-    let mut servers = vec![Some(Server::start(&db)), Some(Server::start(&db))];
+    let mut servers = [Some(Server::start(&db)), Some(Server::start(&db))];
     let bases = Arc::new(Mutex::new(
         servers
             .iter()

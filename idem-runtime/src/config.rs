@@ -81,7 +81,7 @@ pub struct Config {
     /// out. Default `false`: turn it on when idem connects to PostgreSQL directly. Behind a
     /// transaction pooler (PgBouncer in transaction mode) a session lock does not stay
     /// with its client — another client's statements run on the same server session —
-    /// so a hold would prove nothing there.
+    /// so a hold would prove nothing there: [`Config::transaction_pooler`] ignores it.
     ///
     /// Every process sharing the key table must set it alike: an attempt run without a
     /// hold looks unowned to a process with holds, which takes it over while it runs

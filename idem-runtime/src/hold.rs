@@ -32,7 +32,8 @@
 //!
 //! Off by default, on with [`Config::attempt_holds`](crate::Config::attempt_holds): behind
 //! a transaction pooler such as PgBouncer in transaction mode a session lock does not stay
-//! with its client, and recovery waits for the lease, as on SQLite.
+//! with its client, so [`Config::transaction_pooler`](crate::Config::transaction_pooler)
+//! turns holds off, and recovery waits for the lease, as on SQLite.
 
 use sqlx::pool::PoolConnection;
 
