@@ -98,8 +98,9 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
 /// [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler), and the
 /// examples' queries go unprepared, inside transactions. Without it, idem's migrations still
 /// work through such a pooler, but sqlx's migrator (the examples' tables) takes a session
-/// lock and prepares its statements there: a start that fails on a prepared statement or a
-/// startup parameter says to set it.
+/// lock and prepares its statements there: a start that finds such a pooler (see
+/// [`Idem::connect`](idem_runtime::Idem::connect)), or fails on a prepared statement or a
+/// startup parameter, says to set it. Empty counts as unset.
 ///
 /// # Errors
 /// When the database is unreachable or a migration fails.
@@ -107,7 +108,9 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
     url: &str,
     config: idem_runtime::Config,
 ) -> Result<idem_runtime::Idem<DB>, Box<dyn Error>> {
-    let migration_url = std::env::var("MIGRATION_DATABASE_URL").ok();
+    let migration_url = std::env::var("MIGRATION_DATABASE_URL")
+        .ok()
+        .filter(|url| !url.is_empty());
     let config = config.transaction_pooler(migration_url.is_some());
     let connected = async {
         let idem = idem_runtime::Idem::<DB>::connect(url, config).await?;

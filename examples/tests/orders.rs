@@ -259,6 +259,51 @@ async fn killed_and_restarted(kind: Kind, duration: Duration) {
     }
 }
 
+/// Started with `DATABASE_URL` alone: on the server itself `orders` serves; through a
+/// transaction pooler (`PGBOUNCER_URL`) it finds the pooler, refuses to start and says to set
+/// `MIGRATION_DATABASE_URL`.
+async fn database_url_alone(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let env = [
+        ("DATABASE_URL", db.url.as_str()),
+        // (Empty is unset; the harness would add the server's URL.)
+        ("MIGRATION_DATABASE_URL", ""),
+    ];
+    if idem_testkit::harness::pooled().is_none() {
+        let server = Server::start_with(&db, &env);
+        let reply = Client::new(&server)
+            .post(Some("acme"), Some("k1"), ORDER)
+            .await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        return;
+    }
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orders"))
+        .current_dir(&db.dir)
+        .envs(env)
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .env_remove("IDEM_FAILPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("orders started through the pooler without MIGRATION_DATABASE_URL");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("transaction pooler"), "{said}");
+    assert!(said.contains("set MIGRATION_DATABASE_URL"), "{said}");
+    // Refused before anything ran: no table was created.
+    let tables = "SELECT count(*) FROM pg_tables WHERE tablename = 'idempotency_keys'";
+    assert_eq!(db.scalar(tables).await, 0, "{said}");
+}
+
 /// A fault after the business write, or after the response write: both roll back, and the
 /// retry succeeds exactly once.
 async fn injected_fault(kind: Kind, point: &str) {
@@ -365,6 +410,15 @@ mod faults {
     #[tokio::test]
     async fn mysql_after_response_write() {
         injected_fault(Kind::MySql, "after_record").await;
+    }
+}
+
+mod pooler {
+    use super::{Kind, database_url_alone};
+
+    #[tokio::test]
+    async fn postgres_database_url_alone() {
+        database_url_alone(Kind::Postgres).await;
     }
 }
 

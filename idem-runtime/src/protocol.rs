@@ -127,14 +127,29 @@ impl<DB: Backend> Idem<DB> {
     /// `statement_timeout` in each of idem's transactions; MySQL: `utf8mb4`, the key's lock
     /// wait bounded in the statement that takes it).
     ///
+    /// Without [`Config::transaction_pooler`], on PostgreSQL, it asks two connections which
+    /// server session each is on: the same one for both means a transaction pooler is in
+    /// between (usually told at once; a busy pooler may hide it), and it refuses to go on,
+    /// rather than fail later on prepared statements the pooler does not keep.
+    ///
     /// # Errors
-    /// When the URL is invalid or the database unreachable.
+    /// When the URL is invalid or the database unreachable; [`sqlx::Error::Configuration`]
+    /// when a transaction pooler is found and [`Config::transaction_pooler`] is not set.
     pub async fn connect(url: &str, config: Config) -> Result<Self, sqlx::Error> {
         if config.transaction_pooler {
             crate::store::pooler::behind_transaction_pooler();
         }
         let settings = config.tx_settings();
         let pool = DB::connect(url, config.max_connections, &settings).await?;
+        if !config.transaction_pooler && DB::shared_sessions(&pool).await? {
+            pool.close().await;
+            return Err(sqlx::Error::Configuration(
+                "two connections of the pool met the same database session: a transaction \
+                 pooler (PgBouncer in transaction mode, say) is in between, which prepared \
+                 statements do not survive; set Config::transaction_pooler"
+                    .into(),
+            ));
+        }
         Ok(Self::with_settings(pool, config, settings))
     }
 

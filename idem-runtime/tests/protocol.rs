@@ -1418,3 +1418,34 @@ async fn postgres_literals_hold_without_standard_conforming_strings() {
     assert!(stored.is_some());
     assert_eq!(h.effects().await, 1);
 }
+
+/// A transaction pooler in front of PostgreSQL (`PGBOUNCER_URL`) is found at connect when
+/// `Config::transaction_pooler` is not set: two connections met one server session. On the
+/// server itself two connections are two sessions, and nothing is refused.
+mod pooler {
+    mod postgres {
+        use idem_runtime::sqlx::Postgres;
+        use idem_runtime::{Config, Idem};
+        use idem_testkit::harness::{TestBackend as _, pooled};
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn found_without_the_switch() {
+            let url = Postgres::fresh_url().await;
+            let unswitched = Idem::<Postgres>::connect(&url, Config::default()).await;
+            if pooled().is_none() {
+                unswitched.unwrap().close().await;
+                return;
+            }
+            match unswitched {
+                Err(idem_runtime::sqlx::Error::Configuration(error)) => {
+                    assert!(error.to_string().contains("transaction pooler"), "{error}");
+                }
+                other => panic!("connected through the pooler unswitched: {other:?}"),
+            }
+            let switched = Config::default().transaction_pooler(true);
+            let idem = Idem::<Postgres>::connect(&url, switched).await.unwrap();
+            idem.migrate().await.unwrap();
+            idem.close().await;
+        }
+    }
+}

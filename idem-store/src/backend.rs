@@ -4,7 +4,7 @@ use std::future::Future;
 
 use sqlx::{Database, Pool, Transaction};
 
-use crate::dialect::{Arg, Dialect, connect};
+use crate::dialect::{Arg, Dialect, Wire, connect};
 use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
@@ -66,6 +66,18 @@ pub trait Backend: Dialect + StagedSql {
         max_connections: u32,
         settings: &TxSettings,
     ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    /// Whether two connections of `pool`, open at once, met the same server session: then a
+    /// transaction pooler (PgBouncer in transaction mode) is in between. Each asks which
+    /// session it is on, one after the other, as one statement outside a transaction, which
+    /// such a pooler serves on whichever server session is free — usually the one the first
+    /// just gave back. `false` proves nothing (a busy pooler hands out another session);
+    /// `true` proves the pooler: without one, two open connections are two sessions.
+    /// Always `false` where the database has no such statement (SQLite), or when the pool
+    /// holds fewer than two connections.
+    fn shared_sessions(pool: &Pool<Self>)
+    -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     #[doc(hidden)]
     /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key.
@@ -187,6 +199,23 @@ impl<DB: Dialect + StagedSql> Backend for DB {
         settings: &TxSettings,
     ) -> Result<Pool<Self>, sqlx::Error> {
         connect(url, max_connections, settings).await
+    }
+
+    async fn shared_sessions(pool: &Pool<Self>) -> Result<bool, sqlx::Error> {
+        let Some(sql) = DB::SESSION_ID else {
+            return Ok(false);
+        };
+        if pool.options().get_max_connections() < 2 {
+            return Ok(false);
+        }
+        let (mut first, mut second) = (pool.acquire().await?, pool.acquire().await?);
+        let mut ids = Vec::with_capacity(2);
+        for conn in [&mut *first, &mut *second] {
+            // As a simple query: a prepared one could meet another client's statement names.
+            let row = DB::fetch_optional_on(Wire::Literal, conn, sql, &[]).await?;
+            ids.push(row.map(|row| DB::int(&row, 0)).transpose()?);
+        }
+        Ok(ids[0].is_some() && ids[0] == ids[1])
     }
 
     async fn lookup(

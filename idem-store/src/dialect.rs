@@ -374,6 +374,11 @@ pub trait Dialect: Glue {
     /// `{for_update}`.
     const BEGIN_WRITE: Option<&'static str> = None;
 
+    /// The statement that names the server session a connection is on (PostgreSQL:
+    /// `SELECT pg_backend_pid()`), where two connections could share one through a
+    /// transaction pooler: see [`crate::Backend::shared_sessions`]. Default: none.
+    const SESSION_ID: Option<&'static str> = None;
+
     /// How a migration's transaction begins: [`Dialect::BEGIN_WRITE`], or with the lock that
     /// makes one process at a time migrate where it is transaction-scoped (PostgreSQL).
     const BEGIN_MIGRATION: Option<&'static str> = Self::BEGIN_WRITE;

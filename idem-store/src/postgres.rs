@@ -138,6 +138,7 @@ impl Dialect for Postgres {
     const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
     const TEMPLATES: Sql<&'static str> = TEMPLATES;
     const ONE_TRIP_LOCK: bool = true;
+    const SESSION_ID: Option<&'static str> = Some("SELECT pg_backend_pid()::int8");
     // The lock for the transaction, with no timeouts: migrations may wait for another
     // instance's run and take longer than requests may.
     const BEGIN_MIGRATION: Option<&'static str> = Some(
