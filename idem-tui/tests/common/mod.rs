@@ -42,10 +42,14 @@ pub const UNUSED: OperationSpec = OperationSpec::new("unused:v2").ttl(Duration::
 /// The binary body of `bin-1`: not UTF-8.
 pub const BINARY_BODY: &[u8] = &[0xff, 0xfe, 0x00, 0x01, 0x80];
 
-/// A new empty database ([`TestBackend::fresh`]): the runtime's URL, and the tool's
-/// connection arguments (on PostgreSQL the server's URL and `--schema`).
-async fn fresh<DB: TestBackend>() -> (String, Vec<String>) {
+/// A new empty database ([`TestBackend::fresh`]): the runtime's URL, the tool's
+/// connection arguments (on PostgreSQL the server's URL and `--schema`), and the
+/// runtime's configuration for it ([`Config::transaction_pooler`] when
+/// `PGBOUNCER_URL` sends the tests through a pooler).
+async fn fresh<DB: TestBackend>() -> (String, Vec<String>, Config) {
     let db = DB::fresh().await;
+    let config = Config::default()
+        .transaction_pooler(matches!(db.location, Location::PooledDatabase(_)));
     let args = match db.location {
         Location::Schema(schema) => {
             vec![
@@ -60,7 +64,7 @@ async fn fresh<DB: TestBackend>() -> (String, Vec<String>) {
             vec!["--database-url".into(), db.url.clone()]
         }
     };
-    (db.url, args)
+    (db.url, args, config)
 }
 
 /// What one run of the tool gave.
@@ -135,10 +139,10 @@ pub struct Seeded<DB: TestBackend> {
 
 impl<DB: TestBackend> Seeded<DB> {
     pub async fn new() -> Self {
-        let (url, args) = fresh::<DB>().await;
+        let (url, args, config) = fresh::<DB>().await;
         let start = SystemClock.now_millis() - 10 * 86_400_000;
         let clock = ManualClock::new(start);
-        let idem = Idem::<DB>::connect(&url, Config::default())
+        let idem = Idem::<DB>::connect(&url, config)
             .await
             .unwrap()
             .with_clock(clock.clone());
@@ -340,8 +344,8 @@ pub const MESSAGES: [&str; 7] = [
 
 impl<DB: TestBackend> OutboxSeeded<DB> {
     pub async fn new() -> Self {
-        let (url, args) = fresh::<DB>().await;
-        let idem = Idem::<DB>::connect(&url, Config::default()).await.unwrap();
+        let (url, args, config) = fresh::<DB>().await;
+        let idem = Idem::<DB>::connect(&url, config).await.unwrap();
         idem.migrate().await.unwrap();
         let mut tx = idem.pool().begin().await.unwrap();
         for dedup_id in MESSAGES {
