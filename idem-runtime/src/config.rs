@@ -104,15 +104,21 @@ pub struct Config {
     ///   `options` (so no `client_connection_check_interval`: a lookup cut off by its
     ///   deadline runs to its end on the server);
     /// - no session state: [`Config::attempt_holds`] is ignored (staged recovery waits for
-    ///   the lease, as on SQLite); everything else idem does is transaction-scoped anyway.
+    ///   the lease, as on SQLite), so every process sharing the key table must run without
+    ///   holds too; everything else idem does is transaction-scoped anyway.
+    ///
+    /// Without it, [`Idem::connect`](crate::Idem::connect) on PostgreSQL refuses a pool
+    /// whose two connections reach the same server session (a pooler in between), with an
+    /// error naming this switch.
     ///
     /// What it cannot do for the application's own queries on the same connections: sqlx
-    /// prepares every query with parameters under a name it never releases, even with its
-    /// statement cache off. Behind a pooler that does not track prepared statements (PgBouncer
-    /// before 1.21, or with `max_prepared_statements = 0`), write them with
-    /// `.persistent(false)` and run them inside a transaction — the key's transaction of an
-    /// idempotent handler is one; a lone query outside a transaction goes as
-    /// `sqlx::raw_sql` or inside `pool.begin()`. Migrations take no session state either and
+    /// prepares every `sqlx::query*` call (with or without parameters) under a name it never
+    /// releases, even with its statement cache off. Behind a pooler that does not track
+    /// prepared statements (PgBouncer before 1.21, or with `max_prepared_statements = 0`, its
+    /// default before 1.24), write them with `.persistent(false)` and run them inside a
+    /// transaction — the key's transaction of an idempotent handler is one; a lone query
+    /// outside a transaction goes as `sqlx::raw_sql` or inside `pool.begin()`. The `query!`
+    /// macros cannot be made unprepared. Migrations take no session state either and
     /// work through the pooler, but a direct connection is the usual place for them (the
     /// examples' `MIGRATION_DATABASE_URL`).
     pub transaction_pooler: bool,

@@ -21,37 +21,8 @@ use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::pooler::{each_param, inline};
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
+pub(crate) use crate::sql::Arg;
 use crate::sql::{KEY_COLUMNS, OUTBOX_COLUMNS, Sql};
-
-/// A value bound to a statement's parameter, in the SQL type idem's columns hold it in.
-#[derive(Debug, Clone, Copy)]
-pub enum Arg<'a> {
-    /// `text`.
-    Text(&'a str),
-    /// `text` or `NULL`.
-    OptText(Option<&'a str>),
-    /// `bigint`.
-    Int(i64),
-    /// `bigint` or `NULL`.
-    OptInt(Option<i64>),
-    /// `integer`.
-    Int32(i32),
-    /// `bytea` / `blob`.
-    Bytes(&'a [u8]),
-    /// `boolean`.
-    Bool(bool),
-}
-
-impl<'a> Arg<'a> {
-    /// The key's three parts, the first three parameters of statements on one key.
-    pub(crate) fn key(key: KeyRef<'a>) -> [Self; 3] {
-        [
-            Self::Text(key.scope),
-            Self::Text(key.operation),
-            Self::Text(key.key),
-        ]
-    }
-}
 
 /// How a statement with parameters goes to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

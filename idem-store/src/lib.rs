@@ -99,6 +99,17 @@
 //! | 7 | PostgreSQL only: `idem_lock_key` takes a free lock without a query of its own (the same signature, so processes of the previous version call it unchanged); SQLite has no version 7 |
 //! | 8 | `idempotency_audit.forced`: set when an action was applied only because the operator forced it |
 //!
+//! Migrations go through a transaction pooler (PgBouncer in `pool_mode = transaction`) as well
+//! as on a direct connection: on PostgreSQL each migration's transaction takes the lock
+//! ([`MIGRATION_LOCK_ID`]) for itself, and the runner's statements always go as simple
+//! queries. MySQL's runner holds a session lock (`GET_LOCK`) for the whole run.
+//!
+//! # Behind a transaction pooler
+//!
+//! [`pooler::behind_transaction_pooler`] switches the process to statements a transaction
+//! pooler lets through: see the [`pooler`] module for what changes and what a tool of its own
+//! on the store must also do.
+//!
 //! # MySQL and MariaDB
 //!
 //! The same tables and the same guarantees, in InnoDB; what differs:

@@ -68,8 +68,10 @@ pub(crate) fn pending(
     Ok(pending)
 }
 
-/// The connection a migration run holds its lock on: closed rather than pooled again unless
-/// the run let go of the lock and reset the session (a run dropped halfway, say).
+/// The connection a migration run goes through, holding the session lock where the database
+/// has one (MySQL's `GET_LOCK`; elsewhere the lock is per transaction and nothing outlives
+/// the run): closed rather than pooled again unless the run let go of the lock and reset the
+/// session (a run dropped halfway, say).
 struct MigrationSession<DB: Database> {
     conn: PoolConnection<DB>,
     clean: bool,

@@ -5,7 +5,7 @@
 //! statement outside a transaction, and then to another client. Two things do not survive
 //! that:
 //!
-//! - **Prepared statements.** sqlx prepares every statement with parameters under a name
+//! - **Prepared statements.** sqlx prepares every `sqlx::query*` statement under a name
 //!   (`sqlx_s_1`, …) it keeps per client connection; on a server connection another client
 //!   named its own the same way, and the pooler (PgBouncer before 1.21, or with
 //!   `max_prepared_statements = 0`) does not track them: "prepared statement `sqlx_s_1`
@@ -17,10 +17,17 @@
 //! simple query each, their parameters written into the SQL as literals (numbers as digits,
 //! text and bytes as hexadecimal escapes: nothing from a request reaches the SQL except as
 //! hexadecimal digits). One round trip per statement, as a cached prepared statement takes,
-//! but the server parses and plans each one. idem keeps no session state anywhere: its
-//! timeouts are `SET LOCAL`, its key locks transaction-scoped, its migrations take their
-//! lock per transaction and always go as such simple queries. The runtime's
+//! but the server parses and plans each one. On PostgreSQL idem keeps no session state
+//! outside staged mode's attempt holds (session advisory locks, which the runtime's switch
+//! turns off): its timeouts are `SET LOCAL`, its key locks transaction-scoped, its
+//! migrations take their lock per transaction and always go as such simple queries (MySQL's
+//! migrations still take a session lock: this module is about PostgreSQL). The runtime's
 //! `Config::transaction_pooler` calls it, and says what else changes.
+//!
+//! A tool of your own on the store (as the `idem` operator tool does) calls
+//! [`behind_transaction_pooler`] before its first statement and opens its PostgreSQL pool
+//! with `PgConnectOptions::extra_float_digits(None)` and no `options`: PgBouncer refuses
+//! both startup parameters unless listed in its `ignore_startup_parameters`.
 //!
 //! The switch is for the whole process and one-way: literal statements are right on a direct
 //! connection too (a little slower), prepared ones are not behind a pooler, so a process in
@@ -29,7 +36,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::dialect::Arg;
+use crate::sql::Arg;
 
 static BEHIND: AtomicBool = AtomicBool::new(false);
 

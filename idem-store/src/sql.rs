@@ -22,6 +22,38 @@
 //! `ON CONFLICT`: the generic code reads the rows again, and takes a duplicate key's error
 //! for "exists already"; its statements that differ are in its own file.
 
+use crate::key::KeyRef;
+
+/// A value bound to a statement's parameter, in the SQL type idem's columns hold it in.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// `text`.
+    Text(&'a str),
+    /// `text` or `NULL`.
+    OptText(Option<&'a str>),
+    /// `bigint`.
+    Int(i64),
+    /// `bigint` or `NULL`.
+    OptInt(Option<i64>),
+    /// `integer`.
+    Int32(i32),
+    /// `bytea` / `blob`.
+    Bytes(&'a [u8]),
+    /// `boolean`.
+    Bool(bool),
+}
+
+impl<'a> Arg<'a> {
+    /// The key's three parts, the first three parameters of statements on one key.
+    pub(crate) fn key(key: KeyRef<'a>) -> [Self; 3] {
+        [
+            Self::Text(key.scope),
+            Self::Text(key.operation),
+            Self::Text(key.key),
+        ]
+    }
+}
+
 /// The statements of the store: templates (`Sql<&'static str>`), or rendered for one
 /// database (`Sql<String>`). Staged mode's holds exist only where sessions can vouch for
 /// their process (`None` elsewhere).

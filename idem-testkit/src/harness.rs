@@ -7,7 +7,7 @@
 //!   fails the test: nothing is skipped.
 //! - With `PGBOUNCER_URL` set (a transaction pooler in front of that server, such as
 //!   `.ci/pgbouncer` starts), each PostgreSQL test gets a new database `idem_test_<uuid>`
-//!   instead — a pooler passes no `options` — created on the server directly; its URL goes
+//!   instead — PgBouncer refuses a startup `options` (or drops it) — created on the server directly; its URL goes
 //!   through the pooler ([`pooled`] says so, and [`direct`] maps it back for the tests' own
 //!   looks at `pg_locks` and the like), and the process sends idem's statements as a pooler
 //!   needs them ([`behind_transaction_pooler`](idem_store::pooler::behind_transaction_pooler)).

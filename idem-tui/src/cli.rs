@@ -17,7 +17,7 @@ pub struct Cli {
     pub database_url: Option<String>,
 
     /// PostgreSQL schema holding idem's tables, when not the default search path (sent as the
-    /// startup `options`: not through a transaction pooler, which passes none).
+    /// startup `options`, which a transaction pooler refuses or drops: give a direct URL).
     #[arg(long, global = true)]
     pub schema: Option<String>,
 

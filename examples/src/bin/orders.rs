@@ -7,9 +7,11 @@
 //! - `DATABASE_URL`: unset → SQLite file `orders.db` in the working directory;
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
 //!   instances may share one PostgreSQL or MySQL database.
-//! - `MIGRATION_DATABASE_URL`: unset → migrations run on `DATABASE_URL`; set → a direct
-//!   URL of the same database for the migrations, `DATABASE_URL` then going through a
-//!   transaction pooler such as PgBouncer in transaction mode ([`server::connect`]).
+//! - `MIGRATION_DATABASE_URL`: unset (or empty) → migrations run on `DATABASE_URL`; set → a
+//!   direct URL of the same database for the migrations, `DATABASE_URL` then going through a
+//!   transaction pooler such as PgBouncer in transaction mode, and the server runs with
+//!   [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler). A start
+//!   through such a pooler without it is refused, saying to set it ([`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3000`.
 //! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
 //!   this many database connections ([`server::pool_size`]).

@@ -7,9 +7,11 @@
 //! - `DATABASE_URL`: unset → SQLite file `payments.db` in the working directory;
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
 //!   instances may share one PostgreSQL or MySQL database.
-//! - `MIGRATION_DATABASE_URL`: unset → migrations run on `DATABASE_URL`; set → a direct
-//!   URL of the same database for the migrations, `DATABASE_URL` then going through a
-//!   transaction pooler such as PgBouncer in transaction mode ([`server::connect`]).
+//! - `MIGRATION_DATABASE_URL`: unset (or empty) → migrations run on `DATABASE_URL`; set → a
+//!   direct URL of the same database for the migrations, `DATABASE_URL` then going through a
+//!   transaction pooler such as PgBouncer in transaction mode, and the server runs with
+//!   [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler). A start
+//!   through such a pooler without it is refused, saying to set it ([`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).
@@ -29,7 +31,8 @@
 //! - `PAYMENTS_ATTEMPT_HOLDS`: `on` makes every attempt hold its number on PostgreSQL
 //!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds)), so that a retry
 //!   resumes a payment at once when the process that ran its attempt is gone (its hold
-//!   ended with its connection), before the lease runs out; default `off`.
+//!   ended with its connection), before the lease runs out; default `off`. Ignored with
+//!   `MIGRATION_DATABASE_URL` (a transaction pooler keeps no session for a hold).
 //! - `DATABASE_POOL_SIZE`: the pool idem opens, default 16; the process keeps up to twice
 //!   this many database connections, and with attempt holds as many more for the holds.
 //! - `HEADER_READ_TIMEOUT_MS`, `MAX_HEADER_BYTES`, `BODY_READ_TIMEOUT_MS`,

@@ -48,8 +48,8 @@ pub const BINARY_BODY: &[u8] = &[0xff, 0xfe, 0x00, 0x01, 0x80];
 /// `PGBOUNCER_URL` sends the tests through a pooler).
 async fn fresh<DB: TestBackend>() -> (String, Vec<String>, Config) {
     let db = DB::fresh().await;
-    let config = Config::default()
-        .transaction_pooler(matches!(db.location, Location::PooledDatabase(_)));
+    let config =
+        Config::default().transaction_pooler(matches!(db.location, Location::PooledDatabase(_)));
     let args = match db.location {
         Location::Schema(schema) => {
             vec![
