@@ -580,13 +580,28 @@ impl Execution {
     }
 
     /// Runs `execution` in the span and records how it ended.
-    pub(crate) async fn run<F>(self, execution: F) -> Result<Outcome, Error>
+    ///
+    /// The execution's future — the protocol's steps with the handler's, several kilobytes
+    /// — goes on the heap here, where it is made: every future that awaits this one (the
+    /// handler the attribute writes, axum's, the middleware's) then holds a pointer, and is
+    /// not copied whole each time one of them is moved into the next (`bench/RESULTS.md`:
+    /// the copies were a third of a replay's instructions).
+    pub(crate) fn run<'a, F>(
+        self,
+        execution: F,
+    ) -> impl Future<Output = Result<Outcome, Error>> + 'a
     where
-        F: Future<Output = Result<Outcome, Error>>,
+        F: Future<Output = Result<Outcome, Error>> + 'a,
     {
-        let result = tracing::Instrument::instrument(execution, self.span.clone()).await;
-        self.finish(&result);
-        result
+        let execution = Box::pin(tracing::Instrument::instrument(
+            execution,
+            self.span.clone(),
+        ));
+        async move {
+            let result = execution.await;
+            self.finish(&result);
+            result
+        }
     }
 
     /// Records how the execution ended: the span's `outcome`, its last event, the metrics.
