@@ -51,7 +51,9 @@ pub trait Backend: Dialect + StagedSql {
     ///   timeouts (each of idem's transactions sets its own with `SET LOCAL`, so that the
     ///   application's queries on the same pool are not bound by idem's settings);
     ///   `client_connection_check_interval` of one second, so that a statement whose client
-    ///   gave up waiting is cancelled instead of holding a server process.
+    ///   gave up waiting is cancelled instead of holding a server process. Once
+    ///   [`crate::pooler::behind_transaction_pooler`] was called, no startup parameters at
+    ///   all (neither `options` nor sqlx's `extra_float_digits`), which PgBouncer refuses.
     /// - SQLite: the file is created if missing; WAL, `synchronous = FULL`, `busy_timeout` =
     ///   `settings.lock_timeout`.
     /// - Both: statements are never logged by sqlx, slow or not (idem's statements carry

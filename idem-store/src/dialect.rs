@@ -346,7 +346,7 @@ pub trait Dialect: Glue {
     const BEGIN_WRITE: Option<&'static str> = None;
 
     /// The statement that names the server session a connection is on (PostgreSQL:
-    /// `SELECT pg_backend_pid()`), where two connections could share one through a
+    /// `SELECT pg_backend_pid()::int8`), where two connections could share one through a
     /// transaction pooler: see [`crate::Backend::shared_sessions`]. Default: none.
     const SESSION_ID: Option<&'static str> = None;
 

@@ -11,7 +11,8 @@
 //!   direct URL of the same database for the migrations, `DATABASE_URL` then going through a
 //!   transaction pooler such as PgBouncer in transaction mode, and the server runs with
 //!   [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler). A start
-//!   through such a pooler without it is refused, saying to set it ([`server::connect`]).
+//!   through such a pooler without it is refused, saying to set it, whenever the pooler is
+//!   found (usually; see [`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).
