@@ -7,17 +7,23 @@
 //! are up to the pool's size more, beside it. What differs is how one comes back: sqlx's pool sends every returned connection a ping, a
 //! round trip after each request (a replay's second one), on a task of its own. Here an
 //! execution that ended (not cancelled midway) with nothing left to send hands its
-//! connection back as it is; one with a statement queued (the empty transaction after a
-//! first execution's merged `COMMIT; BEGIN`, to roll back) or one whose execution was
-//! dropped midway is brought back in step by that same ping first, as sqlx's pool would
-//! ([`Session`](crate::protocol::Session)).
+//! connection back as it is. So does a first execution whose merged `COMMIT; BEGIN` left an
+//! empty transaction, its `ROLLBACK` queued ([`give_back_with_rollback`]): the `ROLLBACK`
+//! goes out with the connection's next statement — in the same round trip when that is the
+//! next execution's `BEGIN` — and a connection left idle with it for a second is brought
+//! back in step by a task of the pool's ([`flush_idle`]). One whose execution was dropped
+//! midway, or whose store failed, is brought back in step by that same ping first, as sqlx's
+//! pool would ([`Session`](crate::protocol::Session)).
 //!
 //! A connection idle for a second or more is pinged before it is handed out again (a
 //! database restart leaves dead ones behind); one older than half an hour is replaced.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use deadpool::managed::{self, Metrics, Object, QueueMode, RecycleError, RecycleResult};
+use deadpool::managed::{
+    self, Metrics, Object, QueueMode, RecycleError, RecycleResult, Timeouts, WeakPool,
+};
 use sqlx::Connection as _;
 
 use crate::store::Backend;
@@ -38,6 +44,8 @@ pub(crate) type Conn<DB> = Object<Opener<DB>>;
 /// Opens connections through the application's pool, detached from it.
 pub(crate) struct Opener<DB: Backend> {
     pool: sqlx::Pool<DB>,
+    /// Whether [`flush_idle`] runs for this pool.
+    flushing: AtomicBool,
 }
 
 impl<DB: Backend> managed::Manager for Opener<DB> {
@@ -67,13 +75,16 @@ impl<DB: Backend> managed::Manager for Opener<DB> {
 /// until the first request.
 pub(crate) fn beside<DB: Backend>(pool: &sqlx::Pool<DB>) -> Connections<DB> {
     let max = pool.options().get_max_connections();
-    managed::Pool::builder(Opener { pool: pool.clone() })
-        .max_size(usize::try_from(max).unwrap_or(usize::MAX).max(1))
-        // The most recently used first: the busy few stay warm, the others idle.
-        .queue_mode(QueueMode::Lifo)
-        .runtime(deadpool::Runtime::Tokio1)
-        .build()
-        .unwrap_or_else(|_| unreachable!("a runtime is set"))
+    managed::Pool::builder(Opener {
+        pool: pool.clone(),
+        flushing: AtomicBool::new(false),
+    })
+    .max_size(usize::try_from(max).unwrap_or(usize::MAX).max(1))
+    // The most recently used first: the busy few stay warm, the others idle.
+    .queue_mode(QueueMode::Lifo)
+    .runtime(deadpool::Runtime::Tokio1)
+    .build()
+    .unwrap_or_else(|_| unreachable!("a runtime is set"))
 }
 
 /// A connection within `timeout`, with sqlx's errors: [`sqlx::Error::PoolTimedOut`] past it,
@@ -99,6 +110,66 @@ pub(crate) fn ping_and_return<DB: Backend>(mut conn: Conn<DB>) {
             _ => close::<DB>(Object::take(conn)).await,
         }
     });
+}
+
+/// Returns `conn`, whose only queued statement is the `ROLLBACK` of an empty transaction (a
+/// first execution's merged `COMMIT; BEGIN` left it), as it is: the `ROLLBACK` goes out with
+/// the connection's next statement, in one write with it — the next execution's `BEGIN`
+/// takes no round trip more — and [`flush_idle`] sends it within about two seconds when no
+/// execution takes the connection, so that no server session stays idle in a transaction
+/// for long. Behind a transaction pooler, where a client inside a transaction holds a server
+/// connection for itself, the connection is pinged at once instead ([`ping_and_return`]).
+pub(crate) fn give_back_with_rollback<DB: Backend>(conn: Conn<DB>) {
+    if crate::store::pooler::is_behind_transaction_pooler() {
+        return ping_and_return(conn);
+    }
+    if let Some(pool) = Object::pool(&conn)
+        && !pool.manager().flushing.swap(true, Ordering::Relaxed)
+    {
+        tokio::spawn(flush_idle(pool.weak()));
+    }
+    drop(conn);
+}
+
+/// Every second, while the pool lives: when an idle connection has had a statement queued
+/// for a second or more ([`give_back_with_rollback`]), takes every idle connection out of the
+/// pool and puts them back in their order. Taking one out recycles it, which pings one idle
+/// for a second or more ([`Opener::recycle`]): that ping sends what is queued and reads the
+/// answers, or closes a connection that fails it.
+async fn flush_idle<DB: Backend>(pool: WeakPool<Opener<DB>>) {
+    let no_wait = Timeouts {
+        wait: Some(Duration::ZERO),
+        create: Some(Duration::ZERO),
+        recycle: Some(Duration::from_secs(5)),
+    };
+    let mut tick = tokio::time::interval(IDLE_PING_AFTER);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else { return };
+        if pool.is_closed() {
+            return;
+        }
+        let mut queued = false;
+        pool.retain(|conn, metrics| {
+            queued |= conn.should_flush() && metrics.last_used() >= IDLE_PING_AFTER;
+            true
+        });
+        if !queued {
+            continue;
+        }
+        let mut taken = Vec::with_capacity(pool.status().available);
+        for _ in 0..taken.capacity() {
+            match pool.timeout_get(&no_wait).await {
+                Ok(conn) => taken.push(conn),
+                Err(_) => break,
+            }
+        }
+        // The most recently used was taken first: it goes back last, on top again.
+        while let Some(conn) = taken.pop() {
+            drop(conn);
+        }
+    }
 }
 
 /// Closes `conn` on a task of its own, taken out of the pool.

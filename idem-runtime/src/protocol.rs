@@ -507,6 +507,9 @@ impl<DB: Backend> Idem<DB> {
                 .recheck(held(slot).conn(), spec, &call, key, started, busy)
                 .await;
         }
+        // What is left queued, if anything, is the `ROLLBACK` of the empty transaction after a
+        // merged `COMMIT; BEGIN`.
+        held(slot).rollback_queued = true;
         self.inner.fail.check(FailPoint::AfterCommit)?;
         Ok(Outcome {
             kind: OutcomeKind::Executed,
@@ -578,6 +581,7 @@ impl<DB: Backend> Idem<DB> {
             beginning: false,
             discard: false,
             finished: false,
+            rollback_queued: false,
         })
     }
 
@@ -809,11 +813,13 @@ impl<DB: Backend> Idem<DB> {
 ///
 /// - **as it is**, at once, after [`Session::finish`] with an outcome that is not a store
 ///   failure and nothing queued to send: the replay's single round trip;
-/// - **after a ping** (on a task of its own, as sqlx's pool returns every connection) when a
-///   statement is queued — the `ROLLBACK` of the empty transaction a first execution's
-///   merged `COMMIT; BEGIN` left — or when the session was dropped without `finish` (its
-///   execution was dropped midway: its client went away) or the store failed: the ping reads
-///   what is left of an interrupted statement, and a connection that fails it is closed;
+/// - **as it is, with a `ROLLBACK` queued**, after a first execution whose merged
+///   `COMMIT; BEGIN` left an empty transaction: the `ROLLBACK` goes out with the
+///   connection's next statement ([`connections::give_back_with_rollback`]);
+/// - **after a ping** (on a task of its own, as sqlx's pool returns every connection) when
+///   the session was dropped without `finish` (its execution was dropped midway: its client
+///   went away) or the store failed: the ping reads what is left of an interrupted
+///   statement, and a connection that fails it is closed;
 /// - **closed** if dropped while `BEGIN` was under way (it may be inside a transaction
 ///   holding the key's lock that sqlx does not know about) or found dead.
 pub(crate) struct Session<DB: Backend> {
@@ -821,6 +827,8 @@ pub(crate) struct Session<DB: Backend> {
     beginning: bool,
     discard: bool,
     finished: bool,
+    /// What is queued, if anything, is only the `ROLLBACK` of an empty transaction.
+    rollback_queued: bool,
 }
 
 impl<DB: Backend> Session<DB> {
@@ -873,6 +881,8 @@ impl<DB: Backend> Drop for Session<DB> {
             connections::discard(conn);
         } else if self.finished && !conn.should_flush() {
             drop(conn);
+        } else if self.finished && self.rollback_queued {
+            connections::give_back_with_rollback(conn);
         } else {
             connections::ping_and_return(conn);
         }

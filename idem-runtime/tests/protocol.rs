@@ -1329,6 +1329,67 @@ async fn postgres_dead_pooled_connections_cost_no_request() {
     assert_eq!(h.effects().await, 1);
 }
 
+/// A first execution's merged `INSERT …; COMMIT; BEGIN` leaves its connection in an empty
+/// transaction whose `ROLLBACK` waits for the connection's next statement (the next
+/// execution's `BEGIN` takes it along). A connection no execution takes has it sent within
+/// about two seconds: no session of idem's stays idle in a transaction. The connection then
+/// serves the next executions as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_no_session_stays_idle_in_a_transaction() {
+    use idem_runtime::sqlx::{self, PgPool, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    let application: String = sqlx::query_scalar("SHOW application_name")
+        .fetch_one(h.idem.pool())
+        .await
+        .unwrap();
+    let admin = PgPool::connect(&idem_testkit::harness::postgres_url())
+        .await
+        .unwrap();
+    let idle_in_transaction = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = $1 AND state = 'idle in transaction'",
+        )
+        .bind(&application)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        n
+    };
+    let first = key("k-idle-1");
+    let outcome = h
+        .idem
+        .execute(&SPEC, global(&first), ok::<Postgres>("first"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.kind, OutcomeKind::Executed);
+    let returned = std::time::Instant::now();
+    assert_eq!(idle_in_transaction().await, 1, "the ROLLBACK waits");
+    signals::eventually("the empty transaction is rolled back", || async {
+        idle_in_transaction().await == 0
+    })
+    .await;
+    let waited = returned.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "rolled back after {waited:?}"
+    );
+    let second = key("k-idle-2");
+    let outcome = h
+        .idem
+        .execute(&SPEC, global(&second), ok::<Postgres>("second"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.kind, OutcomeKind::Executed);
+    let outcome = h
+        .idem
+        .execute(&SPEC, global(&first), ok::<Postgres>("again"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.kind, OutcomeKind::Replayed);
+    assert_eq!(h.effects().await, 2);
+}
+
 /// A unique constraint of the application's that is only checked at `COMMIT` refuses the
 /// merged `INSERT …; COMMIT`: a refused commit (`503`, nothing committed), not the key's row
 /// existing.
