@@ -1390,6 +1390,45 @@ async fn postgres_no_session_stays_idle_in_a_transaction() {
     assert_eq!(h.effects().await, 2);
 }
 
+/// A server that ends sessions idle in a transaction sooner than idem sends the `ROLLBACK` a
+/// first execution left queued (`idle_in_transaction_session_timeout`) costs a connection,
+/// not a request: the next use of the ended session is a stale connection, and the lookup
+/// goes on with another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_idle_in_transaction_timeout_costs_no_request() {
+    use idem_runtime::sqlx::{self, Postgres};
+    let h = Harness::<Postgres>::new().await;
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(h.idem.pool())
+        .await
+        .unwrap();
+    // Sessions opened from now on: the request path opens its first at the first execution.
+    sqlx::raw_sql(&format!(
+        "ALTER DATABASE \"{database}\" SET idle_in_transaction_session_timeout = '100ms'"
+    ))
+    .execute(h.idem.pool())
+    .await
+    .unwrap();
+    for i in 0..3 {
+        let k = key(&format!("k-ended-{i}"));
+        let outcome = h
+            .idem
+            .execute(&SPEC, global(&k), ok::<Postgres>("first"))
+            .await
+            .unwrap();
+        assert_eq!(outcome.kind, OutcomeKind::Executed);
+        // The session ends while its empty transaction waits for the `ROLLBACK`.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let outcome = h
+            .idem
+            .execute(&SPEC, global(&k), ok::<Postgres>("again"))
+            .await
+            .unwrap();
+        assert_eq!(outcome.kind, OutcomeKind::Replayed);
+    }
+    assert_eq!(h.effects().await, 3);
+}
+
 /// A unique constraint of the application's that is only checked at `COMMIT` refuses the
 /// merged `INSERT …; COMMIT`: a refused commit (`503`, nothing committed), not the key's row
 /// existing.

@@ -280,9 +280,14 @@ impl Dialect for Postgres {
             // raised by `idem_lock_key`
             Some(code) if code == "IK001" => Failure::Taken,
             // connection_exception; admin_shutdown, crash_shutdown, cannot_connect_now;
-            // internal errors: the session is gone or cannot be trusted.
+            // idle_in_transaction_session_timeout, transaction_timeout (the server ended the
+            // session); internal errors: the session is gone or cannot be trusted.
             Some(code)
-                if code.starts_with("08") || code.starts_with("57P") || code.starts_with("XX") =>
+                if code.starts_with("08")
+                    || code.starts_with("57P")
+                    || code == "25P03"
+                    || code == "25P04"
+                    || code.starts_with("XX") =>
             {
                 Failure::Disconnected
             }

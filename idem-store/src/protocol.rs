@@ -87,8 +87,9 @@ pub enum Failure {
     /// as an error of `BEGIN`'s round trip, SQLSTATE `IK001`; SQLite as [`Begun::Taken`]):
     /// after [`crate::Backend::abandon_begin`], look the key up again.
     Taken,
-    /// The connection is gone or unusable (an I/O or protocol error, PostgreSQL's class `08`
-    /// and `57P01`–`57P03`, the server shutting down): whatever was under way has an unknown
+    /// The connection is gone or unusable (an I/O or protocol error, PostgreSQL's class `08`,
+    /// `57P01`–`57P03`, the server shutting down, and `25P03`/`25P04`, the server ending a
+    /// session idle in a transaction or past `transaction_timeout`): whatever was under way has an unknown
     /// outcome, and a pooled connection found so was stale.
     Disconnected,
     /// Anything else: the database refused the statement (it failed, nothing it was part of
