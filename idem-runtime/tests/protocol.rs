@@ -1396,31 +1396,28 @@ async fn postgres_no_session_stays_idle_in_a_transaction() {
 /// goes on with another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_idle_in_transaction_timeout_costs_no_request() {
-    use idem_runtime::sqlx::{self, Postgres};
+    use idem_runtime::sqlx::{PgPool, Postgres, postgres::PgConnectOptions};
     let h = Harness::<Postgres>::new().await;
-    let database: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(h.idem.pool())
-        .await
-        .unwrap();
-    // Sessions opened from now on: the request path opens its first at the first execution.
-    sqlx::raw_sql(&format!(
-        "ALTER DATABASE \"{database}\" SET idle_in_transaction_session_timeout = '100ms'"
-    ))
-    .execute(h.idem.pool())
-    .await
-    .unwrap();
+    // The setting for this pool's sessions alone (the database is shared with other tests).
+    let options = h
+        .url
+        .parse::<PgConnectOptions>()
+        .unwrap()
+        .options([("idle_in_transaction_session_timeout", "100")]);
+    let idem = idem_runtime::Idem::<Postgres>::from_pool(
+        PgPool::connect_with(options).await.unwrap(),
+        Config::default(),
+    );
     for i in 0..3 {
         let k = key(&format!("k-ended-{i}"));
-        let outcome = h
-            .idem
+        let outcome = idem
             .execute(&SPEC, global(&k), ok::<Postgres>("first"))
             .await
             .unwrap();
         assert_eq!(outcome.kind, OutcomeKind::Executed);
         // The session ends while its empty transaction waits for the `ROLLBACK`.
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let outcome = h
-            .idem
+        let outcome = idem
             .execute(&SPEC, global(&k), ok::<Postgres>("again"))
             .await
             .unwrap();
