@@ -42,9 +42,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::BodyExt as _;
@@ -58,7 +57,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutError, TimeoutLayer};
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutBody, TimeoutError, TimeoutLayer};
 
 /// Logs to standard output, filtered by `RUST_LOG` (default `info`), in colour on a terminal.
 pub fn init_tracing() {
@@ -292,72 +291,107 @@ fn env_ms(name: &str, default: Duration) -> Result<Duration, String> {
 
 /// `router` behind the request timeout (`503` problem) and the body read timeout (`408`
 /// problem). [`serve`] applies it; it is public for serving the router some other way.
-pub fn harden(router: Router, limits: &Limits) -> Router {
-    // Outermost last: the request timeout covers everything, the body timeout wraps the
+///
+/// The layers wrap the router as a whole rather than each route (`Router::layer`): a
+/// route's layers are boxed one inside the other and cloned, box by box, for every request,
+/// while these are cloned whole, without allocating (`bench/RESULTS.md`). They run for
+/// every request, an unknown path's included.
+pub fn harden(
+    router: Router,
+    limits: &Limits,
+) -> impl tower::Service<
+    hyper::Request<Incoming>,
+    Response = Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response, Infallible>> + Send + 'static,
+> + Clone
++ Send
++ 'static {
+    // Outermost first: the request timeout covers everything, the body timeout wraps the
     // body before the handler reads it, and the 408 rewrite sees the body's errors.
-    router
-        .layer(middleware::from_fn_with_state(
-            *limits,
-            body_timeout_answers_408,
-        ))
-        .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
+    tower::ServiceBuilder::new()
+        .map_request(|request: hyper::Request<Incoming>| request.map(Body::new))
+        .map_response({
+            let limits = *limits;
+            move |response| request_timeout_problem(limits, response)
+        })
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             limits.request_timeout,
         ))
-        .layer(middleware::from_fn_with_state(
-            *limits,
-            request_timeout_problem,
-        ))
+        .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
+        .layer_fn({
+            let limits = *limits;
+            move |inner| BodyTimeoutAnswers408 { inner, limits }
+        })
+        .service(router)
 }
 
 /// The body timeout surfaces as an error of the body to whoever reads it (idem answers a
 /// `400` for an unreadable body); this notes it and answers `408` instead, closing the
 /// connection, since the rest of the body may still come.
-async fn body_timeout_answers_408(
-    State(limits): State<Limits>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let seen = Arc::clone(&timed_out);
-    let request = request.map(|body| {
-        Body::new(body.map_err(move |error| {
-            if caused_by::<TimeoutError>(&error) {
-                seen.store(true, Ordering::Relaxed);
-            }
-            error
-        }))
-    });
-    let response = next.run(request).await;
-    if !timed_out.load(Ordering::Relaxed) {
-        return response;
+#[derive(Clone)]
+struct BodyTimeoutAnswers408<S> {
+    inner: S,
+    limits: Limits,
+}
+
+impl<S> tower::Service<Request<TimeoutBody<Body>>> for BodyTimeoutAnswers408<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
     }
-    let mut response = Problem::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "urn:idem:example:body-timeout",
-        "request body timed out",
-    )
-    .with_detail(format!(
-        "no part of the request body arrived for {} ms",
-        limits.body_read_timeout.as_millis()
-    ))
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+
+    fn call(&mut self, request: Request<TimeoutBody<Body>>) -> Self::Future {
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&timed_out);
+        let request = request.map(|body| {
+            Body::new(body.map_err(move |error| {
+                if caused_by::<TimeoutError>(&*error) {
+                    seen.store(true, Ordering::Relaxed);
+                }
+                error
+            }))
+        });
+        let response = self.inner.call(request);
+        let limits = self.limits;
+        Box::pin(async move {
+            let response = response.await?;
+            if !timed_out.load(Ordering::Relaxed) {
+                return Ok(response);
+            }
+            let mut response = Problem::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "urn:idem:example:body-timeout",
+                "request body timed out",
+            )
+            .with_detail(format!(
+                "no part of the request body arrived for {} ms",
+                limits.body_read_timeout.as_millis()
+            ))
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Ok(response)
+        })
+    }
 }
 
 /// tower-http's `TimeoutLayer` answers with an empty body; this turns its bare `503` into a
 /// problem. Every `503` of the examples themselves is a problem already (it has a
 /// `Content-Type`), and passes through.
-async fn request_timeout_problem(
-    State(limits): State<Limits>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let response = next.run(request).await;
+fn request_timeout_problem(limits: Limits, response: Response) -> Response {
     if response.status() != StatusCode::SERVICE_UNAVAILABLE
         || response.headers().contains_key(header::CONTENT_TYPE)
     {

@@ -239,6 +239,19 @@ pub fn key_hash(scope: &str, key: &str) -> KeyHash {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// A key's [`key_hash`], computed when it is written: a span no subscriber records never
+/// hashes.
+struct LazyKeyHash<'a> {
+    scope: &'a str,
+    key: &'a str,
+}
+
+impl fmt::Display for LazyKeyHash<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(key_hash(self.scope, self.key).as_str())
+    }
+}
+
 /// The kind of a scope's stored form, never its owner.
 fn scope_kind(scope: &str) -> &'static str {
     match scope.split(':').next() {
@@ -528,35 +541,35 @@ pub(crate) struct Execution {
 }
 
 impl Execution {
-    /// Opens the span of an execution of `operation` for (`scope`, `key`). The key is hashed
-    /// only when the span is recorded.
+    /// Opens the span of an execution of `operation` for (`scope`, `key`). Every field the
+    /// request gives is in the span as it is made, so a subscriber formats them once (each
+    /// later `record` is another pass through every layer); the key is hashed only when a
+    /// subscriber records the span, and `operation`, the scope's kind and the hash are
+    /// written with `Display` (they are the program's or hexadecimal digits, and need no
+    /// quoting). The request id is the client's: it stays a string, for the subscriber to
+    /// quote and escape.
     pub(crate) fn start(
         operation: &str,
         scope: &str,
         key: Option<&str>,
         request_id: Option<&str>,
     ) -> Self {
+        let request_id = request_id.map(|id| {
+            let end = id
+                .char_indices()
+                .nth(REQUEST_ID_MAX)
+                .map_or(id.len(), |(at, _)| at);
+            &id[..end]
+        });
         let span = tracing::info_span!(
             "idem.execute",
-            operation,
-            scope = scope_kind(scope),
-            key = field::Empty,
-            request_id = field::Empty,
+            operation = %operation,
+            scope = %scope_kind(scope),
+            key = key.map(|key| field::display(LazyKeyHash { scope, key })),
+            request_id,
             outcome = field::Empty,
             reconciler = field::Empty,
         );
-        if !span.is_disabled() {
-            if let Some(key) = key {
-                span.record("key", key_hash(scope, key).as_str());
-            }
-            if let Some(id) = request_id {
-                let end = id
-                    .char_indices()
-                    .nth(REQUEST_ID_MAX)
-                    .map_or(id.len(), |(at, _)| at);
-                span.record("request_id", &id[..end]);
-            }
-        }
         Self {
             span,
             started: Instant::now(),
@@ -621,7 +634,7 @@ impl Execution {
             }
         }
         let outcome = ending.as_str();
-        self.span.record("outcome", outcome);
+        self.span.record("outcome", field::display(outcome));
         let elapsed_ms = millis(elapsed);
         match ending {
             Ending::Executed | Ending::Replayed | Ending::Failed => tracing::debug!(
