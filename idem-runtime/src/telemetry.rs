@@ -21,6 +21,12 @@
 //! | `outcome` | recorded when it ends: `executed`, `replayed`, `mismatch`, `in_flight`, `expired`, `failed`, `error`, or `rejected` |
 //! | `reconciler` | `true` when the [`Reconciler`](crate::staged::Reconciler) resumes a stuck key |
 //!
+//! Every field but `outcome` and `reconciler` is given as the span is made, so a formatting
+//! subscriber writes them once. `operation`, `scope`, `key` and `outcome` are the program's
+//! words or hexadecimal digits and are written with `Display` (`tracing_subscriber::fmt`
+//! prints `operation=create_order:v1`, unquoted); `request_id` comes from the client and
+//! stays a string, which such a subscriber quotes and escapes.
+//!
 //! The outcomes: `executed` — the work ran and its response was stored (a staged
 //! operation's stored permanent failure too); `replayed` — a stored response was answered,
 //! nothing ran (also the answer a concurrent execution committed first); `mismatch` — the
