@@ -258,6 +258,18 @@ impl fmt::Display for LazyKeyHash<'_> {
     }
 }
 
+/// `id`'s first [`REQUEST_ID_MAX`] characters.
+fn cut_request_id(id: &str) -> &str {
+    if id.len() <= REQUEST_ID_MAX {
+        return id; // no more characters than bytes
+    }
+    let end = id
+        .char_indices()
+        .nth(REQUEST_ID_MAX)
+        .map_or(id.len(), |(at, _)| at);
+    &id[..end]
+}
+
 /// The kind of a scope's stored form, never its owner.
 fn scope_kind(scope: &str) -> &'static str {
     match scope.split(':').next() {
@@ -560,13 +572,7 @@ impl Execution {
         key: Option<&str>,
         request_id: Option<&str>,
     ) -> Self {
-        let request_id = request_id.map(|id| {
-            let end = id
-                .char_indices()
-                .nth(REQUEST_ID_MAX)
-                .map_or(id.len(), |(at, _)| at);
-            &id[..end]
-        });
+        let request_id = request_id.map(cut_request_id);
         let span = tracing::info_span!(
             "idem.execute",
             operation = %operation,
@@ -757,6 +763,18 @@ mod tests {
         assert_eq!(hash.to_string(), hash.as_str());
         assert_ne!(hash, key_hash("tenant:acme", "order-2"));
         assert_ne!(hash, key_hash("global", "order-1"));
+    }
+
+    #[test]
+    fn request_ids_are_cut_at_128_characters_not_bytes() {
+        let ascii = "r".repeat(200);
+        assert_eq!(cut_request_id(&ascii), &ascii[..128]);
+        assert_eq!(cut_request_id(&ascii[..128]), &ascii[..128]);
+        let wide = "é".repeat(100); // 200 bytes, 100 characters
+        assert_eq!(cut_request_id(&wide), wide);
+        let wider = "é".repeat(200);
+        assert_eq!(cut_request_id(&wider).chars().count(), 128);
+        assert_eq!(cut_request_id(""), "");
     }
 
     #[test]
