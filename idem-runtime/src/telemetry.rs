@@ -765,6 +765,50 @@ mod tests {
         assert_ne!(hash, key_hash("global", "order-1"));
     }
 
+    /// What `tracing_subscriber::fmt` writes for the span: the program's words and the
+    /// hash unquoted, the client's request id quoted and escaped, the key itself nowhere.
+    #[test]
+    fn a_formatting_subscriber_quotes_only_the_request_id() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let execution = Execution::start(
+                "create_order:v1",
+                "tenant:acme",
+                Some("order-1"),
+                Some("a \"b\""),
+            );
+            execution.span().in_scope(|| tracing::info!("inside"));
+        });
+        let written = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let hash = key_hash("tenant:acme", "order-1");
+        for field in [
+            "operation=create_order:v1".to_owned(),
+            "scope=tenant".to_owned(),
+            format!("key={hash}"),
+            r#"request_id="a \"b\"""#.to_owned(),
+        ] {
+            assert!(written.contains(&field), "{field} in {written}");
+        }
+        assert!(!written.contains("order-1"), "{written}");
+        assert!(!written.contains("acme"), "{written}");
+    }
+
     #[test]
     fn request_ids_are_cut_at_128_characters_not_bytes() {
         let ascii = "r".repeat(200);
