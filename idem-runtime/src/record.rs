@@ -10,6 +10,10 @@ use idem_store::StoredResponse;
 /// Response header set on every replay.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
+/// [`REPLAYED_HEADER`] as a header name, made once: a name `http` does not know is copied
+/// into every map it is inserted into as a string.
+const REPLAYED: HeaderName = HeaderName::from_static(REPLAYED_HEADER);
+
 /// A response as the protocol stores and replays it: status, headers and body.
 ///
 /// Only the headers in the configured allow-list are stored; a replay answers with those.
@@ -100,9 +104,10 @@ impl Record {
     pub fn from_stored(stored: StoredResponse) -> Self {
         let mut headers = HeaderMap::new();
         for (name, value) in stored.headers {
+            // (The value's string becomes the header's bytes as it is, not copied.)
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(&value),
+                HeaderValue::from_maybe_shared(Bytes::from(value)),
             ) {
                 headers.append(name, value);
             }
@@ -157,7 +162,7 @@ impl IntoResponse for Outcome {
         if replayed {
             response
                 .headers_mut()
-                .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+                .insert(REPLAYED, HeaderValue::from_static("true"));
         }
         response
     }

@@ -4,7 +4,7 @@ use axum::RequestExt as _;
 use axum::extract::{FromRequest, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -155,15 +155,7 @@ json_extractor! {
 
 /// Reads and deserialises a JSON body within every limit that applies.
 async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
-    let json_content = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| {
-            let mime = mime.trim().to_ascii_lowercase();
-            mime == "application/json" || mime.ends_with("+json")
-        });
+    let json_content = req.headers().get(header::CONTENT_TYPE).is_some_and(is_json);
     if !json_content {
         return Err(Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -182,6 +174,18 @@ async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
         )
         .with_detail(error.to_string()),
     })
+}
+
+/// Whether a `Content-Type` is JSON: `application/json` or `*+json`, in any case, with or
+/// without parameters.
+fn is_json(content_type: &HeaderValue) -> bool {
+    let Ok(value) = content_type.to_str() else {
+        return false;
+    };
+    let mime = value.split(';').next().unwrap_or(value).trim().as_bytes();
+    let suffix = mime.len().checked_sub(5).map(|at| &mime[at..]);
+    mime.eq_ignore_ascii_case(b"application/json")
+        || suffix.is_some_and(|s| s.eq_ignore_ascii_case(b"+json"))
 }
 
 /// Deserialises JSON, taking a number with a zero fraction as the integer it equals when the
@@ -295,6 +299,23 @@ mod tests {
 
     use super::parse_json;
     use crate::fingerprint::Fingerprint;
+
+    #[test]
+    fn json_is_application_json_or_a_json_suffix_in_any_case() {
+        let is_json = |value: &str| super::is_json(&http::HeaderValue::from_str(value).unwrap());
+        for yes in [
+            "application/json",
+            "Application/JSON",
+            " application/json ; charset=utf-8",
+            "application/problem+json",
+            "application/vnd.api+JSON;v=1",
+        ] {
+            assert!(is_json(yes), "{yes}");
+        }
+        for no in ["text/plain", "json", "+jso", "application/jsonp", "application/json-seq", ""] {
+            assert!(!is_json(no), "{no:?}");
+        }
+    }
 
     #[derive(Debug, Deserialize, PartialEq)]
     struct Order {
