@@ -312,7 +312,14 @@ mod tests {
         ] {
             assert!(is_json(yes), "{yes}");
         }
-        for no in ["text/plain", "json", "+jso", "application/jsonp", "application/json-seq", ""] {
+        for no in [
+            "text/plain",
+            "json",
+            "+jso",
+            "application/jsonp",
+            "application/json-seq",
+            "",
+        ] {
             assert!(!is_json(no), "{no:?}");
         }
     }
