@@ -95,6 +95,15 @@
 //! table, which `idem keys --operation` takes: a handful of values per service.
 //! Executions the reconciler resumes are in the span, not in the counters.
 //!
+//! Each update asks the recorder of that moment for its metric instead of holding a handle
+//! made once. The labels are made once per operation, and the key is built from them
+//! without allocating (the recorder may allocate for its handle). A held handle is bound to
+//! one recorder: under a test's local recorder (`metrics::set_default_local_recorder`) it
+//! would count into the recorder it was made with, and `metrics-exporter-prometheus` with an
+//! `idle_timeout` drops a series nobody updated for a while, after which a held handle counts
+//! into nothing. Asking costs a replay about 1,500 of its 84,000 instructions
+//! (`bench/callgrind`; `bench/RESULTS.md`, step 6).
+//!
 //! ```
 //! use idem_runtime::telemetry::{self, key_hash};
 //!
