@@ -182,7 +182,11 @@ fn is_json(content_type: &HeaderValue) -> bool {
     let Ok(value) = content_type.to_str() else {
         return false;
     };
-    let mime = value.split(';').next().unwrap_or(value).trim().as_bytes();
+    let mime = value
+        .split_once(';')
+        .map_or(value, |(mime, _)| mime)
+        .trim()
+        .as_bytes();
     let suffix = mime.len().checked_sub(5).map(|at| &mime[at..]);
     mime.eq_ignore_ascii_case(b"application/json")
         || suffix.is_some_and(|s| s.eq_ignore_ascii_case(b"+json"))
