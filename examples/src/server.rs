@@ -101,8 +101,15 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
 /// [`Idem::connect`](idem_runtime::Idem::connect)), or fails on a prepared statement or a
 /// startup parameter, says to set it. Empty counts as unset.
 ///
+/// `IDEM_MIGRATIONS=external` says idem's tables are applied by another tool (the files of
+/// the repository's `migrations/<store>/`, in order): idem runs with
+/// [`Config::external_migrations`](idem_runtime::Config::external_migrations), applies none
+/// of its migrations, and the start fails naming the first one missing. Unset (or `idem`):
+/// idem applies them.
+///
 /// # Errors
-/// When the database is unreachable or a migration fails.
+/// When the database is unreachable, a migration fails, or (`IDEM_MIGRATIONS=external`) one
+/// is missing.
 pub async fn connect<DB: crate::orders::OrdersDb>(
     url: &str,
     config: idem_runtime::Config,
@@ -110,7 +117,19 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
     let migration_url = std::env::var("MIGRATION_DATABASE_URL")
         .ok()
         .filter(|url| !url.is_empty());
-    let config = config.transaction_pooler(migration_url.is_some());
+    let external = match std::env::var("IDEM_MIGRATIONS")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "" | "idem" => false,
+        "external" => true,
+        other => {
+            return Err(format!("IDEM_MIGRATIONS: `external` or `idem`, not `{other}`").into());
+        }
+    };
+    let config = config
+        .transaction_pooler(migration_url.is_some())
+        .external_migrations(external);
     let connected = async {
         let idem = idem_runtime::Idem::<DB>::connect(url, config).await?;
         match &migration_url {
@@ -120,7 +139,11 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
                     .connect(direct)
                     .await
                     .map_err(|e| format!("MIGRATION_DATABASE_URL: {e}"))?;
-                idem_runtime::store::migrate(&pool).await?;
+                if external {
+                    idem_runtime::store::check_schema(&pool).await?;
+                } else {
+                    idem_runtime::store::migrate(&pool).await?;
+                }
                 DB::migrate_orders(&pool).await?;
                 pool.close().await;
             }

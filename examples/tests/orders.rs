@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Db, Kind, Server};
 use futures_util::future::join_all;
+use idem_testkit::harness::{apply_with_client, direct, migration_files};
 
 const ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 2}"#;
 /// The same order, other key order and formatting.
@@ -20,6 +21,11 @@ const OTHER_ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 3}"#;
 async fn contract(kind: Kind) {
     let db = Db::fresh(kind).await;
     let server = Server::start(&db);
+    contract_on(&db, server).await;
+}
+
+/// The contract, against `server` on `db`, both fresh.
+async fn contract_on(db: &Db, server: Server) {
     let c = Client::new(&server);
 
     // Authentication comes before anything else.
@@ -277,9 +283,20 @@ async fn database_url_alone(kind: Kind) {
         assert_eq!(reply.status, 201, "{}", reply.body);
         return;
     }
+    let said = refused_start(&db, &env);
+    assert!(said.contains("transaction pooler"), "{said}");
+    assert!(said.contains("set MIGRATION_DATABASE_URL"), "{said}");
+    // Refused before anything ran: no table was created.
+    let tables = "SELECT count(*) FROM pg_tables WHERE tablename = 'idempotency_keys'";
+    assert_eq!(db.scalar(tables).await, 0, "{said}");
+}
+
+/// Runs `orders` on `db` with `env` and returns what it said, once it exited unsuccessfully
+/// (within 30 s) without ever serving.
+fn refused_start(db: &Db, env: &[(&str, &str)]) -> String {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orders"))
         .current_dir(&db.dir)
-        .envs(env)
+        .envs(env.iter().copied())
         .env("LISTEN_ADDR", "127.0.0.1:0")
         .env_remove("IDEM_FAILPOINT")
         .stdout(std::process::Stdio::piped())
@@ -290,18 +307,68 @@ async fn database_url_alone(kind: Kind) {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("orders started through the pooler without MIGRATION_DATABASE_URL");
+            panic!("orders started with {env:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let output = child.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{said}");
-    assert!(said.contains("transaction pooler"), "{said}");
-    assert!(said.contains("set MIGRATION_DATABASE_URL"), "{said}");
-    // Refused before anything ran: no table was created.
-    let tables = "SELECT count(*) FROM pg_tables WHERE tablename = 'idempotency_keys'";
-    assert_eq!(db.scalar(tables).await, 0, "{said}");
+    assert!(!said.contains("listening on"), "{said}");
+    said.into_owned()
+}
+
+/// idem's tables applied by the store's own command-line client from the repository's
+/// `migrations/`, as a team's own tooling would, and `orders` run with
+/// `IDEM_MIGRATIONS=external`: one migration behind, it refuses to start, naming that
+/// migration, and creates nothing; with every file applied it serves the whole contract, and
+/// idem never writes a migration history of its own.
+async fn external_migrations(kind: Kind) {
+    let db = Db::fresh(kind).await;
+    let url = direct(&db.url);
+    let files = migration_files(&url);
+    let (last, before) = files.split_last().unwrap();
+    apply_with_client(&url, before);
+    let env = [
+        ("DATABASE_URL", db.url.as_str()),
+        ("IDEM_MIGRATIONS", "external"),
+    ];
+    let said = refused_start(&db, &env);
+    let name = last.file_name().unwrap().to_str().unwrap();
+    assert!(said.contains(name), "{said}");
+    assert!(said.contains("not applied"), "{said}");
+    let orders_table = match kind {
+        Kind::Sqlite => "SELECT count(*) FROM sqlite_master WHERE name = 'orders'",
+        _ => {
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'orders' \
+              AND table_schema = current_schema()"
+        }
+    };
+    let orders_table = if kind == Kind::MySql {
+        orders_table.replace("current_schema()", "DATABASE()")
+    } else {
+        orders_table.to_owned()
+    };
+    assert_eq!(
+        db.scalar(&orders_table).await,
+        0,
+        "the start went on: {said}"
+    );
+
+    apply_with_client(&url, std::slice::from_ref(last));
+    let server = Server::start_with(&db, &env);
+    contract_on(&db, server).await;
+    let history = match kind {
+        Kind::Sqlite => "SELECT count(*) FROM sqlite_master WHERE name = 'idem_schema_migrations'",
+        Kind::MySql => {
+            "SELECT count(*) FROM information_schema.tables \
+                        WHERE table_name = 'idem_schema_migrations' AND table_schema = DATABASE()"
+        }
+        Kind::Postgres => {
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'idem_schema_migrations'"
+        }
+    };
+    assert_eq!(db.scalar(history).await, 0);
 }
 
 /// A fault after the business write, or after the response write: both roll back, and the
@@ -379,6 +446,7 @@ async fn persistence_across_restart(kind: Kind) {
 
 common::on_every_store!(
     contract,
+    external_migrations,
     expired_key_is_gone,
     crash_after_commit,
     persistence_across_restart,

@@ -122,6 +122,18 @@ pub struct Config {
     /// work through the pooler, but a direct connection is the usual place for them (the
     /// examples' `MIGRATION_DATABASE_URL`).
     pub transaction_pooler: bool,
+    /// Whether idem's tables are created and evolved by the application's own migration tool
+    /// (sqlx-cli, Flyway, Atlas, Liquibase, a DBA's review) from the files of the
+    /// repository's `migrations/<store>/`, applied in order. Default `false`: idem applies
+    /// them itself ([`Idem::migrate`](crate::Idem::migrate)).
+    ///
+    /// With it, [`Idem::migrate`](crate::Idem::migrate) applies nothing and writes nothing:
+    /// it checks that every migration this version of idem expects is in the database
+    /// ([`store::check_schema`](crate::store::check_schema)), and fails with
+    /// [`StoreError::Migrate`](crate::store::StoreError::Migrate) naming the first one
+    /// missing, its file and what it does. Call it at start, as without the switch, and
+    /// refuse to start when it fails.
+    pub external_migrations: bool,
 }
 
 impl Default for Config {
@@ -144,6 +156,7 @@ impl Default for Config {
             leases: Vec::new(),
             attempt_holds: false,
             transaction_pooler: false,
+            external_migrations: false,
         }
     }
 }
@@ -200,6 +213,7 @@ impl Config {
         max_connections: u32,
         attempt_holds: bool,
         transaction_pooler: bool,
+        external_migrations: bool,
     }
 
     /// Sets [`Config::stored_headers`].

@@ -226,9 +226,17 @@ impl<DB: Backend> Idem<DB> {
     /// (`idem_schema_migrations`), apart from the application's: run your own
     /// `sqlx::migrate!()` beside it, untouched.
     ///
+    /// With [`Config::external_migrations`] it applies nothing: it checks that the tables
+    /// another tool created are those this version of idem expects
+    /// ([`store::check_schema`](crate::store::check_schema)).
+    ///
     /// # Errors
-    /// When a migration fails or is refused.
+    /// When a migration fails or is refused; with [`Config::external_migrations`], when one
+    /// is missing ([`StoreError::Migrate`] names it).
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        if self.inner.config.external_migrations {
+            return crate::store::check_schema(&self.inner.pool).await;
+        }
         crate::store::migrate(&self.inner.pool).await
     }
 

@@ -85,8 +85,11 @@
 //!
 //! ## Migrations
 //!
-//! Embedded in the crate (`migrations/postgres`, `migrations/sqlite`), applied in order by
-//! [`migrate`], each with its history row in one transaction:
+//! The files of the repository's top-level `migrations/` (`postgres`, `sqlite`, `mysql`: the
+//! crate's `migrations` is a link to it, which `cargo package` follows), embedded in the
+//! crate and applied in order by [`migrate`], each with its history row in one transaction.
+//! Where the application's own tool applies them instead, [`check_schema`] checks that each
+//! is there and applies nothing (the runtime's `Config::external_migrations`).
 //!
 //! | version | what it does |
 //! |---|---|
@@ -299,7 +302,7 @@ pub use crate::backend::Backend;
 pub use crate::error::{Hazard, StoreError};
 pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
-pub use crate::migrate::{MIGRATION_LOCK_ID, migrate};
+pub use crate::migrate::{MIGRATION_LOCK_ID, check_schema, migrate};
 pub use crate::migration::Migration;
 pub use crate::operations::{OperationInfo, Registration};
 pub use crate::operator::{Acted, Action, Actor, AuditEntry, AuditFilter, Journal};

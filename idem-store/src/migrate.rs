@@ -26,7 +26,7 @@ pub(crate) const LEGACY_SQLX_VERSION: i64 = 20_261_130_000_001;
 impl Migration {
     /// [`StoreError::Migrate`] unless `recorded` is this migration's checksum.
     pub(crate) fn verify(&self, recorded: &[u8]) -> Result<(), StoreError> {
-        if recorded == self.checksum() {
+        if self.accepts(recorded) {
             return Ok(());
         }
         Err(StoreError::Migrate {
@@ -216,9 +216,42 @@ pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     run_migrations(pool).await.map_err(StoreError::refine::<DB>)
 }
 
+/// Checks that every migration of [`Backend::migrations`] is in the database, where another
+/// tool applied idem's migrations (`migrations/` at the repository's root, in order): runs
+/// each migration's [`Migration::present`] query and applies nothing. A database that
+/// recorded its migrations in `idem_schema_migrations` ([`migrate`]) passes as well.
+///
+/// # Errors
+/// [`StoreError::Migrate`] naming the first migration not applied (its version, its file and
+/// what it does), or [`StoreError::Database`] when the database fails otherwise.
+pub async fn check_schema<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
+    let mut conn = pool.acquire().await.map_err(StoreError::from)?;
+    for migration in DB::MIGRATIONS {
+        let found = DB::fetch_optional_on(Wire::Literal, &mut conn, migration.present, &[]).await;
+        let source = match found {
+            Ok(Some(_)) => continue,
+            Ok(None) => None,
+            Err(error @ sqlx::Error::Database(_)) => Some(error),
+            Err(error) => return Err(StoreError::from(error).refine::<DB>()),
+        };
+        return Err(StoreError::Migrate {
+            version: migration.version,
+            reason: format!(
+                "migration {} ({}) is not applied: idem's tables are managed by another \
+                 tool here, so idem applies nothing; apply migrations/{}, then the \
+                 files after it, in order",
+                migration.file, migration.description, migration.file
+            ),
+            source,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::migration::migration;
 
     #[test]
     fn the_migration_lock_id_is_pinned() {
@@ -232,9 +265,19 @@ mod tests {
     }
 
     static TWO: [Migration; 2] = [
-        Migration::new(1, "one", "SELECT 1"),
-        Migration::new(2, "two", "SELECT 2"),
+        migration!(1, "sqlite/0001_idempotency_keys.sql", "one", present: "SELECT 1"),
+        migration!(2, "sqlite/0002_staged.sql", "two", present: "SELECT 2"),
     ];
+
+    #[test]
+    fn a_former_checksum_is_accepted_and_nothing_else() {
+        let former = TWO[0].formerly(&["00ff"]);
+        assert!(former.accepts(&TWO[0].checksum()));
+        assert!(former.accepts(&[0x00, 0xff]));
+        assert!(!former.accepts(&[0x00, 0xfe]));
+        assert!(!TWO[0].accepts(&[0x00, 0xff]));
+        assert!(former.verify(&[0; 32]).is_err());
+    }
 
     #[test]
     fn pending_migrations_follow_the_history() {

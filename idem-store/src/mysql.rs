@@ -25,17 +25,27 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions as _, MySql, Transaction};
 
 use crate::dialect::{Arg, Dialect, Glue as _, lock_id, look_again, render_all};
-use crate::migration::Migration;
+use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{CLEAR_EXPIRED, REOPEN_EXPIRED, Sql, insert_completed, reserve};
 
 /// The migrations of the key table on MySQL: the tables as migrations 1 to 8 left them on
-/// the other databases, in one.
-static MIGRATIONS: [Migration; 1] = [Migration::new(
+/// the other databases, in one. Its `present` query fails (an unknown column or table) or
+/// finds no row until it is applied.
+static MIGRATIONS: [Migration; 1] = [migration!(
     1,
+    "mysql/0001_idempotency_keys.sql",
     "idempotency_keys, the audit trail, the outbox and the operation registry",
-    include_str!("../migrations/mysql/0001_idempotency_keys.sql"),
-)];
+    present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
+              + count(o.delivered_at) + count(r.doc) FROM idempotency_keys k, \
+              idempotency_locks l, idempotency_processing p, idempotency_audit a, \
+              idempotency_outbox o, idempotency_operations r WHERE 1 = 0 \
+              HAVING (SELECT count(*) FROM information_schema.triggers \
+              WHERE event_object_schema = DATABASE() \
+              AND event_object_table = 'idempotency_keys') >= 3"
+)
+// idem 0.1.0's text, whose update trigger was one compound statement.
+.formerly(&["e060dc77f569aa39e6ea0209bdd1d2d6b41265c2557ac579b61fa14a26d6ecb8"])];
 
 /// The statements MySQL says its own way.
 const TEMPLATES: Sql<&str> = Sql {

@@ -17,53 +17,35 @@ use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
 use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id, render_all};
 use crate::key::KeyRef;
-use crate::migration::Migration;
+use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::sql::{Sql, on_key_conflict, reopen, reserve};
 
-/// The migrations of the key table on PostgreSQL.
+/// The migrations of the key table on PostgreSQL. Each `present` query fails (an unknown
+/// column, table or function) or finds no row until its migration is applied.
 static MIGRATIONS: [Migration; 8] = [
-    Migration::new(
-        1,
-        "idempotency_keys",
-        include_str!("../migrations/postgres/0001_idempotency_keys.sql"),
-    ),
-    Migration::new(
-        2,
-        "staged mode and the audit trail",
-        include_str!("../migrations/postgres/0002_staged.sql"),
-    ),
-    Migration::new(
-        3,
-        "idempotency_outbox",
-        include_str!("../migrations/postgres/0003_outbox.sql"),
-    ),
-    Migration::new(
-        4,
-        "idempotency_operations",
-        include_str!("../migrations/postgres/0004_operations.sql"),
-    ),
-    Migration::new(
-        5,
-        "idempotency_processing",
-        include_str!("../migrations/postgres/0005_processing.sql"),
-    ),
-    Migration::new(
-        6,
-        "the documents of registered operations",
-        include_str!("../migrations/postgres/0006_operation_docs.sql"),
-    ),
-    Migration::new(
-        7,
+    migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
+        present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(2, "postgres/0002_staged.sql", "staged mode and the audit trail",
+        present: "SELECT count(k.request) + count(a.reason) FROM idempotency_keys k, \
+                  idempotency_audit a WHERE 1 = 0 HAVING to_regproc('idem_lock_key') IS NOT NULL"),
+    migration!(3, "postgres/0003_outbox.sql", "idempotency_outbox",
+        present: "SELECT count(delivered_at) FROM idempotency_outbox WHERE 1 = 0"),
+    migration!(4, "postgres/0004_operations.sql", "idempotency_operations",
+        present: "SELECT count(lease_ms) FROM idempotency_operations WHERE 1 = 0"),
+    migration!(5, "postgres/0005_processing.sql", "idempotency_processing",
+        present: "SELECT 1 FROM pg_trigger WHERE tgrelid = 'idempotency_keys'::regclass \
+                  AND tgname = 'idempotency_processing_deleted' \
+                  AND EXISTS (SELECT count(*) FROM idempotency_processing WHERE 1 = 0)"),
+    migration!(6, "postgres/0006_operation_docs.sql", "the documents of registered operations",
+        present: "SELECT count(doc) FROM idempotency_operations WHERE 1 = 0"),
+    migration!(7, "postgres/0007_lock_key_fast_path.sql",
         "the key's lock without a second query when it is free",
-        include_str!("../migrations/postgres/0007_lock_key_fast_path.sql"),
-    ),
-    Migration::new(
-        8,
-        "forced operator actions in the audit trail",
-        include_str!("../migrations/postgres/0008_audit_forced.sql"),
-    ),
+        present: "SELECT 1 FROM pg_proc WHERE oid = to_regproc('idem_lock_key') \
+                  AND prosrc LIKE '%pg_try_advisory_xact_lock%'"),
+    migration!(8, "postgres/0008_audit_forced.sql", "forced operator actions in the audit trail",
+        present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
 ];
 
 /// How long a pooled connection may sit idle before it is pinged on its next use.

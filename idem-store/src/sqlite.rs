@@ -12,47 +12,30 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use sqlx::{ConnectOptions as _, Sqlite, Transaction};
 
 use crate::dialect::{Dialect, Glue as _, look_again, prefix_pattern, render_all};
-use crate::migration::Migration;
+use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::Sql;
 
-/// The migrations of the key table on SQLite.
+/// The migrations of the key table on SQLite. Each `present` query fails (an unknown
+/// column or table) or finds no row until its migration is applied.
 static MIGRATIONS: [Migration; 7] = [
-    Migration::new(
-        1,
-        "idempotency_keys",
-        include_str!("../migrations/sqlite/0001_idempotency_keys.sql"),
-    ),
-    Migration::new(
-        2,
-        "staged mode and the audit trail",
-        include_str!("../migrations/sqlite/0002_staged.sql"),
-    ),
-    Migration::new(
-        3,
-        "idempotency_outbox",
-        include_str!("../migrations/sqlite/0003_outbox.sql"),
-    ),
-    Migration::new(
-        4,
-        "idempotency_operations",
-        include_str!("../migrations/sqlite/0004_operations.sql"),
-    ),
-    Migration::new(
-        5,
-        "idempotency_processing",
-        include_str!("../migrations/sqlite/0005_processing.sql"),
-    ),
-    Migration::new(
-        6,
-        "the documents of registered operations",
-        include_str!("../migrations/sqlite/0006_operation_docs.sql"),
-    ),
-    Migration::new(
-        8,
-        "forced operator actions in the audit trail",
-        include_str!("../migrations/sqlite/0008_audit_forced.sql"),
-    ),
+    migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
+        present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(2, "sqlite/0002_staged.sql", "staged mode and the audit trail",
+        present: "SELECT count(k.request) + count(a.reason) FROM idempotency_keys k, \
+                  idempotency_audit a WHERE 1 = 0"),
+    migration!(3, "sqlite/0003_outbox.sql", "idempotency_outbox",
+        present: "SELECT count(delivered_at) FROM idempotency_outbox WHERE 1 = 0"),
+    migration!(4, "sqlite/0004_operations.sql", "idempotency_operations",
+        present: "SELECT count(lease_ms) FROM idempotency_operations WHERE 1 = 0"),
+    migration!(5, "sqlite/0005_processing.sql", "idempotency_processing",
+        present: "SELECT 1 FROM sqlite_master WHERE type = 'trigger' \
+                  AND name = 'idempotency_processing_deleted' \
+                  AND EXISTS (SELECT count(*) FROM idempotency_processing WHERE 1 = 0)"),
+    migration!(6, "sqlite/0006_operation_docs.sql", "the documents of registered operations",
+        present: "SELECT count(doc) FROM idempotency_operations WHERE 1 = 0"),
+    migration!(8, "sqlite/0008_audit_forced.sql", "forced operator actions in the audit trail",
+        present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
 ];
 
 impl Dialect for Sqlite {

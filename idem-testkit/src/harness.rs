@@ -301,6 +301,84 @@ where
     }
 }
 
+/// idem's migration files for the database of `url` (`postgres://`, `sqlite:` or
+/// `mysql://`), in the order they apply: the repository's `migrations/<store>/*.sql`.
+pub fn migration_files(url: &str) -> Vec<PathBuf> {
+    let store = match url.split(':').next() {
+        Some("postgres" | "postgresql") => "postgres",
+        Some("sqlite") => "sqlite",
+        Some("mysql" | "mariadb") => "mysql",
+        _ => panic!("no migrations for {url}"),
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(store);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    files.retain(|file| file.extension().is_some_and(|e| e == "sql"));
+    files.sort();
+    files
+}
+
+/// Applies `files` to the database of `url` the way a team's own tooling would, with the
+/// store's command-line client, one file after the other, stopping at the first error:
+/// `psql -v ON_ERROR_STOP=1 -f FILE` (the URL as it is, its `options` and all), `sqlite3
+/// -bail FILE < SQL`, or `mariadb` (else `mysql`) reading the file on its standard input.
+/// idem's own runner takes no part: no `idem_schema_migrations` is written.
+///
+/// # Panics
+/// When the client is missing or a file fails, with what the client said.
+pub fn apply_with_client(url: &str, files: &[PathBuf]) {
+    use std::process::{Command, Stdio};
+    for file in files {
+        let sql = std::fs::File::open(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let mut command = match url.split(':').next() {
+            Some("postgres" | "postgresql") => {
+                let mut psql = Command::new("psql");
+                psql.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url]);
+                psql.env("PGOPTIONS", "-c client_min_messages=warning");
+                psql
+            }
+            Some("sqlite") => {
+                let path = url.trim_start_matches("sqlite:").trim_start_matches("//");
+                let path = path.split('?').next().unwrap_or(path);
+                let mut sqlite3 = Command::new("sqlite3");
+                sqlite3.args(["-bail", path]);
+                sqlite3
+            }
+            Some("mysql" | "mariadb") => {
+                let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+                let (user, rest) = rest.split_once('@').unwrap_or(("root", rest));
+                let (host, database) = rest.split_once('/').unwrap_or((rest, ""));
+                let (host, port) = host.split_once(':').unwrap_or((host, "3306"));
+                let client = if Command::new("mariadb").arg("--version").output().is_ok() {
+                    "mariadb"
+                } else {
+                    "mysql"
+                };
+                let mut mysql = Command::new(client);
+                mysql.args(["-u", user, "-h", host, "-P", port, database]);
+                mysql
+            }
+            _ => panic!("no client for {url}"),
+        };
+        let output = command
+            .stdin(Stdio::from(sql))
+            .output()
+            .unwrap_or_else(|e| panic!("the store's client for {url} is required: {e}"));
+        assert!(
+            output.status.success() && output.stderr.is_empty(),
+            "{} through the client: {}{}",
+            file.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 /// One `#[tokio::test]` (multi-threaded, two workers) per generic test body, on the backend
 /// `$db`: `tests_on!(Db, module: name, …)` defines `async fn name()` running
 /// `module::name::<Db>()`. `module` is where the bodies are, `super` or `common` say.

@@ -51,19 +51,25 @@ CREATE TRIGGER idempotency_processing_inserted
         SELECT NEW.scope, NEW.operation, NEW.idempotency_key FROM DUAL
         WHERE NEW.status = 'processing';
 
+-- Each trigger is one statement (no `BEGIN … END`), so that the file applies as it is through
+-- the `mysql`/`mariadb` client, which splits statements at `;`, as well as through idem's
+-- runner. (idem 0.1.0 wrote the update trigger as one compound statement, and still accepts
+-- a database it migrated so: `Migration::former_checksums`.)
 DROP TRIGGER IF EXISTS idempotency_processing_updated;
-CREATE TRIGGER idempotency_processing_updated
+DROP TRIGGER IF EXISTS idempotency_processing_reopened;
+CREATE TRIGGER idempotency_processing_reopened
     AFTER UPDATE ON idempotency_keys FOR EACH ROW
-BEGIN
-    IF OLD.status <> 'processing' AND NEW.status = 'processing' THEN
-        INSERT IGNORE INTO idempotency_processing (scope, operation, idempotency_key)
-            VALUES (NEW.scope, NEW.operation, NEW.idempotency_key);
-    ELSEIF OLD.status = 'processing' AND NEW.status <> 'processing' THEN
-        DELETE FROM idempotency_processing
-         WHERE scope = OLD.scope AND operation = OLD.operation
-           AND idempotency_key = OLD.idempotency_key;
-    END IF;
-END;
+    INSERT IGNORE INTO idempotency_processing (scope, operation, idempotency_key)
+        SELECT NEW.scope, NEW.operation, NEW.idempotency_key FROM DUAL
+        WHERE OLD.status <> 'processing' AND NEW.status = 'processing';
+
+DROP TRIGGER IF EXISTS idempotency_processing_finished;
+CREATE TRIGGER idempotency_processing_finished
+    AFTER UPDATE ON idempotency_keys FOR EACH ROW
+    DELETE FROM idempotency_processing
+     WHERE OLD.status = 'processing' AND NEW.status <> 'processing'
+       AND scope = OLD.scope AND operation = OLD.operation
+       AND idempotency_key = OLD.idempotency_key;
 
 DROP TRIGGER IF EXISTS idempotency_processing_deleted;
 CREATE TRIGGER idempotency_processing_deleted
