@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use idem_store::KeyRef;
 
 /// idem's operator tool: inspect and manage the idempotency keys of a live database.
 ///
@@ -193,6 +194,17 @@ pub struct KeyArgs {
     /// The client's idempotency key.
     #[arg(long)]
     pub key: String,
+}
+
+impl KeyArgs {
+    /// The key, as the store names it.
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
 }
 
 /// An action on one key.

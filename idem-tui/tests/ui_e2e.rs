@@ -4,8 +4,8 @@
 //! happened. Likewise in the outbox view: retry a dead message with a reason.
 //!
 //! The same on PostgreSQL, in a schema of its own (`idem_test_<uuid>`, named by the URL's
-//! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/test`); an unreachable server fails the test. Both
+//! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default: the
+//! harness's); an unreachable server fails the test. Both
 //! databases come from idem-testkit's harness.
 //!
 //! The binary gets the database from `DATABASE_URL` and the operator from `USER`, which both
@@ -59,8 +59,8 @@ async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
     (path, table)
 }
 
-/// A new schema `idem_test_<uuid>` on the PostgreSQL of `DATABASE_URL` (default
-/// `postgres://postgres@127.0.0.1:5432/test`) with the key table and three completed keys,
+/// A new schema `idem_test_<uuid>` on the PostgreSQL of `DATABASE_URL` (default: the
+/// harness's) with the key table and three completed keys,
 /// and a URL whose sessions resolve names in it.
 async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
     let url = Postgres::fresh_url().await;

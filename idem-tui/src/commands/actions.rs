@@ -7,7 +7,7 @@ use std::path::Path;
 use idem_store::{Action, Actor, StoredResponse};
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use super::keys::row_text;
 use crate::cli::{ActionArgs, ResponseArgs};
 use crate::error::CommandError;

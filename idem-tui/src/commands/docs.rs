@@ -5,7 +5,7 @@
 use idem_docs::OperationDoc;
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::cli::{DocsArgs, DocsFormat};
 use crate::error::CommandError;
 

@@ -1,10 +1,10 @@
-//! `keys list`, `stuck` and `keys show`.
+//! `keys list`, `stuck` and `keys show` (whose audit table `outbox show` prints too).
 
 use base64::Engine as _;
-use idem_store::{AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus};
+use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus};
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use crate::cli::{KeyArgs, ListArgs};
 use crate::error::CommandError;
 use crate::format::{self, relative, short_time};
@@ -126,7 +126,7 @@ pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Com
         text.push_str(&format!("\nrequest: {request}\n"));
     }
     text.push('\n');
-    text.push_str(&super::audit_text(&audit));
+    text.push_str(&audit_text(&audit));
     Ok(Report { json, text })
 }
 
@@ -171,4 +171,22 @@ pub(super) fn row_text(row: &KeyRow, now: i64) -> String {
         }
     }
     fields(&pairs)
+}
+
+/// A key's or an outbox message's audit trail, as `show` prints it: a table, newest first.
+pub(super) fn audit_text(audit: &[AuditEntry]) -> String {
+    if audit.is_empty() {
+        return "audit: no operator action\n".to_owned();
+    }
+    let mut table = Table::new(&["ID", "AT (UTC)", "OPERATOR", "ACTION", "REASON"]).right(0);
+    for entry in audit {
+        table.row(vec![
+            entry.id.to_string(),
+            short_time(entry.at_ms),
+            entry.operator.clone(),
+            format::audit_action(entry),
+            entry.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    format!("audit (newest first):\n{}", table.render())
 }

@@ -4,7 +4,7 @@
 use idem_store::Registration;
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use crate::error::CommandError;
 use crate::format::{self, counts_json, span};
 use crate::output::{Report, Table};

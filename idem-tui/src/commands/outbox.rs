@@ -4,7 +4,8 @@
 use idem_store::{Actor, AuditFilter, OutboxRow, OutboxStatus};
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
+use super::keys::audit_text;
 use crate::cli::{OutboxListArgs, OutboxRetryArgs, OutboxShowArgs};
 use crate::error::CommandError;
 use crate::format::{self, relative, span};
@@ -126,7 +127,7 @@ pub(super) async fn show(context: &Context, args: &OutboxShowArgs) -> Result<Rep
     let payload =
         serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string());
     text.push_str(&format!("\npayload:\n{payload}\n\n"));
-    text.push_str(&super::audit_text(&audit));
+    text.push_str(&audit_text(&audit));
     Ok(Report { json, text })
 }
 

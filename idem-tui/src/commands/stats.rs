@@ -3,7 +3,7 @@
 use idem_store::AuditFilter;
 use serde_json::{Value, json};
 
-use super::Context;
+use super::context::Context;
 use crate::cli::AuditArgs;
 use crate::error::CommandError;
 use crate::format::{self, counts_json, short_time, span};

@@ -6,7 +6,7 @@ use idem_spec::{DurationError, parse_duration};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use super::Context;
+use super::context::Context;
 use crate::cli::SweepArgs;
 use crate::error::CommandError;
 use crate::format::{self, rfc3339};

@@ -6,10 +6,12 @@ use idem_store::{
     OperationInfo, OutboxCounts, OutboxRow, OutboxStatus, Page, StoredResponse,
 };
 use jiff::tz::TimeZone;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
 use ratatui::text::Line;
 
 use super::detail;
+use super::format::message_state;
+use super::keymap::{self, Do, Screen, Step};
 
 /// How often the keys and an open detail are read again, unless paused.
 pub const REFRESH_EVERY_MS: i64 = 2_000;
@@ -183,22 +185,23 @@ impl Filters {
     }
 }
 
-/// What an operator can do to a key, or to the outbox's messages.
+/// What an operator can do to a key, or to the outbox's messages (the [`keymap`] binds
+/// each to a key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActKind {
-    /// `e`.
+    /// Expire the key.
     Expire,
-    /// `r`.
+    /// Release the key.
     Release,
-    /// `c`.
+    /// Complete the key with a response.
     Complete,
-    /// `f`.
+    /// Fail the key with a response.
     Fail,
-    /// `d`.
+    /// Delete the key.
     Delete,
-    /// `r` in the outbox view: retry one message.
+    /// Retry one message.
     Retry,
-    /// `A` in the outbox view: retry every message a retry applies to.
+    /// Retry every message a retry applies to.
     RetryAll,
 }
 
@@ -1028,6 +1031,99 @@ impl App {
         self.detail = None;
         self.relist()
     }
+
+    /// Where keys go: the dialog, the prompt or the help while open, else the [`page`]
+    /// shown.
+    ///
+    /// [`page`]: Self::page
+    #[must_use]
+    pub fn screen(&self) -> Screen {
+        if self.dialog.is_some() {
+            Screen::Dialog
+        } else if self.prompt.is_some() {
+            Screen::Prompt
+        } else if self.help {
+            Screen::Help
+        } else {
+            self.page()
+        }
+    }
+
+    /// The screen shown, under a dialog or the help: a detail, else the view.
+    #[must_use]
+    pub fn page(&self) -> Screen {
+        match (&self.detail, &self.message, self.view) {
+            (Some(_), _, _) => Screen::Detail,
+            (None, Some(_), _) => Screen::Message,
+            (None, None, View::Keys) => Screen::Keys,
+            (None, None, View::Operations) => Screen::Operations,
+            (None, None, View::Outbox) => Screen::Outbox,
+        }
+    }
+
+    /// Opens the selected line: a key's detail, an operation's keys, a message's detail.
+    fn open(&mut self) -> Option<Command> {
+        match self.view {
+            View::Keys => {
+                let row = self.selected_row()?.clone();
+                let key = KeyId::of(&row);
+                self.detail = Some(Detail {
+                    key: key.clone(),
+                    row: Some(row),
+                    audit: None,
+                    journal: None,
+                    scroll: 0,
+                    loading: true,
+                });
+                Some(Command::LoadDetail { key })
+            }
+            View::Operations => {
+                let line = self.operations.get(self.op_selected)?;
+                let filters = Filters {
+                    operation: Some(line.operation.clone()),
+                    ..self.filters.clone()
+                };
+                self.view = View::Keys;
+                Some(self.set_filters(filters))
+            }
+            View::Outbox => {
+                let row = self.outbox.selected_row()?.clone();
+                let id = row.id;
+                self.message = Some(MessageDetail {
+                    id,
+                    row: Some(row),
+                    audit: None,
+                    scroll: 0,
+                    loading: true,
+                });
+                Some(Command::LoadMessage { id })
+            }
+        }
+    }
+
+    /// Scrolls the open detail (a key's or a message's) by `step`: a line, a page of ten,
+    /// or to an end (its last line: a wrapped line counts once).
+    fn scroll(&mut self, step: Step) {
+        let lines = match (&self.detail, &self.message) {
+            (Some(detail), _) => detail.lines(self.now_ms, &self.tz).len(),
+            (None, Some(message)) => message.lines(self.now_ms, &self.tz).len(),
+            (None, None) => return,
+        };
+        let last = u16::try_from(lines.saturating_sub(1)).unwrap_or(u16::MAX);
+        let scroll = match (&mut self.detail, &mut self.message) {
+            (Some(detail), _) => &mut detail.scroll,
+            (None, Some(message)) => &mut message.scroll,
+            (None, None) => return,
+        };
+        *scroll = match step {
+            Step::Down => scroll.saturating_add(1).min(last),
+            Step::Up => scroll.saturating_sub(1),
+            Step::PageDown => scroll.saturating_add(10).min(last),
+            Step::PageUp => scroll.saturating_sub(10),
+            Step::Top => 0,
+            Step::Bottom => last,
+        };
+    }
 }
 
 /// Applies `msg` to `app`; returns the database work it calls for.
@@ -1204,21 +1300,6 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
     }
 }
 
-/// How a message stands at `now_ms`, in words: `dead`, `delivered`, `being delivered (in
-/// flight)`, `due (the next claim takes it)` or `waiting for its next attempt`.
-#[must_use]
-pub fn message_state(row: &OutboxRow, now_ms: i64) -> &'static str {
-    match row.status {
-        OutboxStatus::Dead => "dead",
-        OutboxStatus::Delivered => "delivered",
-        OutboxStatus::Pending if row.in_flight(now_ms) => "being delivered (in flight)",
-        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => {
-            "due (the next claim takes it)"
-        }
-        OutboxStatus::Pending => "waiting for its next attempt",
-    }
-}
-
 /// A listing of the outbox arrived: shown if it is for the filter in force, keeping the
 /// selected message.
 fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRow>, String>) {
@@ -1310,48 +1391,28 @@ fn apply_detail(app: &mut App, key: &KeyId, result: Result<DetailData, String>) 
     }
 }
 
+/// A key: looked up in the [`keymap`] for the screen it is pressed on, then done.
 fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     if key.kind == KeyEventKind::Release {
         return None;
     }
-    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
-        app.quit = true;
-        return None;
-    }
-    if app.dialog.is_some() {
-        return on_dialog_key(app, key);
-    }
-    if let Some(prompt) = &mut app.prompt {
-        match key.code {
-            KeyCode::Esc => app.prompt = None,
-            KeyCode::Enter => {
-                let text = prompt.text.clone();
-                app.prompt = None;
-                let mut filters = app.filters.clone();
-                filters.key_prefix = (!text.is_empty()).then_some(text);
-                return Some(app.set_filters(filters));
-            }
-            KeyCode::Backspace => {
-                prompt.text.pop();
-            }
-            KeyCode::Char(c) => prompt.text.push(c),
-            _ => {}
-        }
-        return None;
-    }
-    if app.help {
-        // Any key closes the help; `q` still quits.
+    let screen = app.screen();
+    if screen == Screen::Help {
+        // Any key closes the help, and does nothing else but quit.
         app.help = false;
-        if key.code == KeyCode::Char('q') {
-            app.quit = true;
-        }
-        return None;
     }
-    let page = isize::try_from(app.page_height.max(1)).unwrap_or(10);
-    match key.code {
-        KeyCode::Char('q') => app.quit = true,
-        KeyCode::Char('?') => app.help = true,
-        KeyCode::Char('p') => {
+    let Some(action) = keymap::action(screen, &key) else {
+        // Not bound: text for a dialog's field or the prompt.
+        return match screen {
+            Screen::Dialog => on_dialog_key(app, key),
+            Screen::Prompt => on_prompt_key(app, key),
+            _ => None,
+        };
+    };
+    match action {
+        Do::Quit => app.quit = true,
+        Do::Help => app.help = true,
+        Do::Pause => {
             app.paused = !app.paused;
             app.info(if app.paused {
                 "live refresh paused (p resumes)"
@@ -1362,31 +1423,50 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 return Some(app.refresh());
             }
         }
-        KeyCode::Char('R') | KeyCode::F(5) => return Some(app.refresh()),
-        _ if app.view == View::Outbox || app.message.is_some() => {
-            return on_outbox_key(app, key, page);
+        Do::Refresh => return Some(app.refresh()),
+        Do::Move(step) if matches!(screen, Screen::Detail | Screen::Message) => app.scroll(step),
+        Do::Move(step) => {
+            let page = isize::try_from(app.page_height.max(1)).unwrap_or(10);
+            return app.move_selection(match step {
+                Step::Down => 1,
+                Step::Up => -1,
+                Step::PageDown => page,
+                Step::PageUp => -page,
+                Step::Top => isize::MIN / 2,
+                Step::Bottom => isize::MAX / 2,
+            });
         }
-        KeyCode::Char('e') => app.open_dialog(ActKind::Expire),
-        KeyCode::Char('r') => app.open_dialog(ActKind::Release),
-        KeyCode::Char('c') => app.open_dialog(ActKind::Complete),
-        KeyCode::Char('f') => app.open_dialog(ActKind::Fail),
-        KeyCode::Char('d') => app.open_dialog(ActKind::Delete),
-        _ if app.detail.is_some() => return on_detail_key(app, key),
-        KeyCode::Tab => return app.switch_view(app.view.next()),
-        KeyCode::BackTab => return app.switch_view(app.view.previous()),
-        KeyCode::Down | KeyCode::Char('j') => return app.move_selection(1),
-        KeyCode::Up | KeyCode::Char('k') => return app.move_selection(-1),
-        KeyCode::PageDown => return app.move_selection(page),
-        KeyCode::PageUp => return app.move_selection(-page),
-        KeyCode::Home | KeyCode::Char('g') => return app.move_selection(isize::MIN / 2),
-        KeyCode::End | KeyCode::Char('G') => return app.move_selection(isize::MAX / 2),
-        KeyCode::Char('/') => {
+        Do::Open => return app.open(),
+        Do::Back => {
+            app.detail = None;
+            app.message = None;
+        }
+        Do::NextView => {
+            app.detail = None;
+            app.message = None;
+            return app.switch_view(app.view.next());
+        }
+        Do::PreviousView => return app.switch_view(app.view.previous()),
+        Do::Search => {
+            app.detail = None;
+            app.message = None;
             app.view = View::Keys;
             app.prompt = Some(Prompt {
                 text: app.filters.key_prefix.clone().unwrap_or_default(),
             });
         }
-        KeyCode::Char('s') => {
+        Do::CycleStatus if screen == Screen::Outbox => {
+            let status = match app.outbox.status {
+                None => Some(OutboxStatus::Pending),
+                Some(OutboxStatus::Pending) => Some(OutboxStatus::Delivered),
+                Some(OutboxStatus::Delivered) => Some(OutboxStatus::Dead),
+                Some(OutboxStatus::Dead) => None,
+            };
+            let shown = status.map_or("all", OutboxStatus::as_str);
+            app.info(format!("outbox status filter: {shown}"));
+            return Some(app.set_outbox_status(status));
+        }
+        Do::CycleStatus => {
             let mut filters = app.filters.clone();
             filters.status = match filters.status {
                 None => Some(KeyStatus::ALL[0]),
@@ -1399,7 +1479,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             app.info(format!("status filter: {shown}"));
             return Some(app.set_filters(filters));
         }
-        KeyCode::Char('o') if app.view == View::Keys => {
+        Do::FilterOperation => {
             let mut filters = app.filters.clone();
             if filters.operation.is_some() {
                 filters.operation = None;
@@ -1410,7 +1490,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             }
             return Some(app.set_filters(filters));
         }
-        KeyCode::Char('S') if app.view == View::Keys => {
+        Do::FilterScope => {
             let mut filters = app.filters.clone();
             if filters.scope.is_some() {
                 filters.scope = None;
@@ -1421,11 +1501,23 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             }
             return Some(app.set_filters(filters));
         }
-        KeyCode::Char('x') if app.filters != Filters::default() => {
-            app.info("filters cleared");
-            return Some(app.set_filters(Filters::default()));
+        Do::ClearFilters if screen == Screen::Outbox => {
+            if app.outbox.status.is_some() {
+                app.info("outbox filter cleared");
+                return Some(app.set_outbox_status(None));
+            }
         }
-        KeyCode::Char(c @ '0'..='7') if app.view == View::Keys => {
+        Do::ClearFilters => {
+            if app.filters != Filters::default() {
+                app.info("filters cleared");
+                return Some(app.set_filters(Filters::default()));
+            }
+        }
+        Do::Sort => {
+            // The keymap binds `0`…`7`.
+            let KeyCode::Char(c @ '0'..='7') = key.code else {
+                return None;
+            };
             let keep = app.selected_row().map(KeyId::of);
             let index = usize::from(u8::try_from(c).unwrap_or(b'0') - b'0');
             app.sort = match (index, app.sort) {
@@ -1437,171 +1529,41 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             };
             app.resort(keep);
         }
-        KeyCode::Enter => match app.view {
-            // (The outbox view's keys are `on_outbox_key`'s.)
-            View::Keys | View::Outbox => {
-                if let Some(row) = app.selected_row().cloned() {
-                    let key = KeyId::of(&row);
-                    app.detail = Some(Detail {
-                        key: key.clone(),
-                        row: Some(row),
-                        audit: None,
-                        journal: None,
-                        scroll: 0,
-                        loading: true,
-                    });
-                    return Some(Command::LoadDetail { key });
-                }
+        Do::Expire => app.open_dialog(ActKind::Expire),
+        Do::Release => app.open_dialog(ActKind::Release),
+        Do::Complete => app.open_dialog(ActKind::Complete),
+        Do::Fail => app.open_dialog(ActKind::Fail),
+        Do::Delete => app.open_dialog(ActKind::Delete),
+        Do::Retry => app.open_retry(false),
+        Do::RetryAll => app.open_retry(true),
+        Do::KeysOnly => {
+            if let KeyCode::Char(c) = key.code {
+                app.error(format!(
+                    "{c} acts on keys (Tab to the keys view); in the outbox, r retries the \
+                     selected message and A every dead or waiting one"
+                ));
             }
-            View::Operations => {
-                if let Some(line) = app.operations.get(app.op_selected) {
-                    let filters = Filters {
-                        operation: Some(line.operation.clone()),
-                        ..app.filters.clone()
-                    };
-                    app.view = View::Keys;
-                    return Some(app.set_filters(filters));
-                }
-            }
-        },
-        _ => {}
+        }
     }
     None
 }
 
-/// The keys of the outbox view and of a message's detail.
-fn on_outbox_key(app: &mut App, key: KeyEvent, page: isize) -> Option<Command> {
+/// The keys of the `/` prompt: they type the prefix; `Enter` applies it, `Esc` cancels.
+fn on_prompt_key(app: &mut App, key: KeyEvent) -> Option<Command> {
+    let prompt = app.prompt.as_mut()?;
     match key.code {
-        KeyCode::Char('r') => app.open_retry(false),
-        KeyCode::Char('A') => app.open_retry(true),
-        KeyCode::Char(c @ ('e' | 'c' | 'f' | 'd')) => app.error(format!(
-            "{c} acts on keys (Tab to the keys view); in the outbox, r retries the selected \
-             message and A every dead or waiting one"
-        )),
-        _ if app.message.is_some() => return on_message_key(app, key),
-        KeyCode::Tab => return app.switch_view(app.view.next()),
-        KeyCode::BackTab => return app.switch_view(app.view.previous()),
-        KeyCode::Down | KeyCode::Char('j') => return app.move_selection(1),
-        KeyCode::Up | KeyCode::Char('k') => return app.move_selection(-1),
-        KeyCode::PageDown => return app.move_selection(page),
-        KeyCode::PageUp => return app.move_selection(-page),
-        KeyCode::Home | KeyCode::Char('g') => return app.move_selection(isize::MIN / 2),
-        KeyCode::End | KeyCode::Char('G') => return app.move_selection(isize::MAX / 2),
-        KeyCode::Char('s') => {
-            let status = match app.outbox.status {
-                None => Some(OutboxStatus::Pending),
-                Some(OutboxStatus::Pending) => Some(OutboxStatus::Delivered),
-                Some(OutboxStatus::Delivered) => Some(OutboxStatus::Dead),
-                Some(OutboxStatus::Dead) => None,
-            };
-            let shown = status.map_or("all", OutboxStatus::as_str);
-            app.info(format!("outbox status filter: {shown}"));
-            return Some(app.set_outbox_status(status));
-        }
-        KeyCode::Char('x') if app.outbox.status.is_some() => {
-            app.info("outbox filter cleared");
-            return Some(app.set_outbox_status(None));
-        }
-        KeyCode::Char('/') => {
-            app.view = View::Keys;
-            app.prompt = Some(Prompt {
-                text: app.filters.key_prefix.clone().unwrap_or_default(),
-            });
-        }
+        KeyCode::Esc => app.prompt = None,
         KeyCode::Enter => {
-            if let Some(row) = app.outbox.selected_row().cloned() {
-                let id = row.id;
-                app.message = Some(MessageDetail {
-                    id,
-                    row: Some(row),
-                    audit: None,
-                    scroll: 0,
-                    loading: true,
-                });
-                return Some(Command::LoadMessage { id });
-            }
+            let text = prompt.text.clone();
+            app.prompt = None;
+            let mut filters = app.filters.clone();
+            filters.key_prefix = (!text.is_empty()).then_some(text);
+            return Some(app.set_filters(filters));
         }
-        _ => {}
-    }
-    None
-}
-
-/// Where a scrolling key moves a detail scrolled to `scroll`, whose last line is `last`:
-/// a line, a page of ten, or an end; `None` for any other key. Both details scroll so.
-fn scrolled(scroll: u16, last: u16, code: KeyCode) -> Option<u16> {
-    Some(match code {
-        KeyCode::Down | KeyCode::Char('j') => scroll.saturating_add(1).min(last),
-        KeyCode::Up | KeyCode::Char('k') => scroll.saturating_sub(1),
-        KeyCode::PageDown | KeyCode::Char(' ') => scroll.saturating_add(10).min(last),
-        KeyCode::PageUp => scroll.saturating_sub(10),
-        KeyCode::Home | KeyCode::Char('g') => 0,
-        KeyCode::End | KeyCode::Char('G') => last,
-        _ => return None,
-    })
-}
-
-/// The keys of a message's detail: scrolling, and back.
-fn on_message_key(app: &mut App, key: KeyEvent) -> Option<Command> {
-    let last = match &app.message {
-        Some(detail) => detail.lines(app.now_ms, &app.tz).len().saturating_sub(1),
-        None => return None,
-    };
-    let last = u16::try_from(last).unwrap_or(u16::MAX);
-    let Some(detail) = &mut app.message else {
-        return None;
-    };
-    if let Some(scroll) = scrolled(detail.scroll, last, key.code) {
-        detail.scroll = scroll;
-        return None;
-    }
-    match key.code {
-        KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
-            app.message = None;
+        KeyCode::Backspace => {
+            prompt.text.pop();
         }
-        KeyCode::Tab => {
-            app.message = None;
-            return app.switch_view(app.view.next());
-        }
-        KeyCode::Char('/') => {
-            app.message = None;
-            app.view = View::Keys;
-            app.prompt = Some(Prompt {
-                text: app.filters.key_prefix.clone().unwrap_or_default(),
-            });
-        }
-        _ => {}
-    }
-    None
-}
-
-fn on_detail_key(app: &mut App, key: KeyEvent) -> Option<Command> {
-    // The last line the pane can scroll to (a wrapped line counts once).
-    let last = match &app.detail {
-        Some(detail) => detail.lines(app.now_ms, &app.tz).len().saturating_sub(1),
-        None => return None,
-    };
-    let last = u16::try_from(last).unwrap_or(u16::MAX);
-    let Some(detail) = &mut app.detail else {
-        return None;
-    };
-    if let Some(scroll) = scrolled(detail.scroll, last, key.code) {
-        detail.scroll = scroll;
-        return None;
-    }
-    match key.code {
-        KeyCode::Esc | KeyCode::Enter | KeyCode::Backspace | KeyCode::Char('h') => {
-            app.detail = None;
-        }
-        KeyCode::Tab => {
-            app.detail = None;
-            app.view = View::Operations;
-        }
-        KeyCode::Char('/') => {
-            app.detail = None;
-            app.prompt = Some(Prompt {
-                text: app.filters.key_prefix.clone().unwrap_or_default(),
-            });
-        }
+        KeyCode::Char(c) => prompt.text.push(c),
         _ => {}
     }
     None

@@ -1,14 +1,13 @@
 //! The detail panes' lines: a key's row, its response, its journal and its audit history;
-//! an outbox message's row, its payload and its audit history. [`view`](super::view) draws
-//! them; [`update`](super::app::update) scrolls within them.
+//! an outbox message's row, its payload and its audit history. The view draws them; the
+//! key handler scrolls within them.
 
 use idem_store::{AuditEntry, Journal, KeyRow, OutboxRow, OutboxStatus};
 use jiff::tz::TimeZone;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::app::message_state;
-use super::format::{self, Body, message_style, status_style};
+use super::format::{self, Body, message_state, message_style, status_style};
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())

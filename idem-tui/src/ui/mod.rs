@@ -14,22 +14,10 @@
 //!
 //! # Key bindings
 //!
-//! | keys | what |
-//! |---|---|
-//! | `j`/`k`, `↑`/`↓` | move the selection (the detail: scroll); `PgUp`/`PgDn`, `g`/`G` (`Home`/`End`) by page and to the ends |
-//! | `Enter` | open the selected key's (or message's) detail (`Esc` or `Enter` goes back); in the operations view: list that operation's keys |
-//! | `Tab` | switch views: keys, operations, outbox (`BackTab` the other way) |
-//! | `/` | search keys by prefix: type it, `Enter` applies (empty clears), `Esc` cancels |
-//! | `s` | cycle the status filter: all, completed, processing, stuck, expired; in the outbox view: all, pending, delivered, dead |
-//! | `o` / `S` | filter by the selected key's operation / scope (again: clear it) |
-//! | `x` | clear every filter |
-//! | `1`…`7`, `0` | sort the loaded keys by a column (again: reverse); `0`: the database order |
-//! | `e` `r` `c` `f` `d` | expire, release, complete, fail, delete the selected key: a dialog shows what will change and asks for a reason (complete and fail also a status and a body); `Enter`/`Tab` moves between fields, then `y` confirms, `n` or `Esc` cancels |
-//! | `r`, `A` (outbox view) | retry the selected message (or the open one), or every dead message and every one waiting for its next attempt: the same dialog, a reason, `y` |
-//! | `p` | pause or resume the live refresh (keys every 2 s, counts every 10 s) |
-//! | `R`, `F5` | refresh now |
-//! | `?` | every binding (any key closes it) |
-//! | `q`, `Ctrl-C` | quit |
+//! Every binding is a line of one table, [`keymap::BINDINGS`]: its keys, what they do, the
+//! screens where they do it, its line in the help (`?`) and its hint in the footers. The key
+//! handler looks keys up in it; the footers and the help are drawn from it. In a dialog and
+//! in the `/` prompt the keys type, but for the few the [`keymap`] module names.
 //!
 //! The keys on screen (and an open detail) are read again every 2 s, and so are the outbox's
 //! messages while its view (or a message's detail) is shown. The counts in the header and
@@ -59,15 +47,17 @@
 //! # Structure
 //!
 //! Elm-like: [`app::App`] is the state, [`app::update`] applies a [`app::Msg`] (a key, a
-//! tick of the clock, a database result) and returns the [`app::Command`] to run, if any;
-//! [`view::view`] draws the state; [`detail::lines`] are the detail pane's lines, which the
-//! view draws and `update` scrolls within. [`run`] is the loop: it draws, waits for a
-//! terminal event, a tick or a result, and runs each command on its own task, so drawing
-//! never waits for the database. Errors go to the status line.
+//! tick of the clock, a database result) and returns the [`app::Command`] to run, if any
+//! (a key: what [`keymap::action`] finds for it); [`view::view`] draws the state;
+//! [`detail::lines`] are the detail pane's lines, which the view draws and `update` scrolls
+//! within. [`run`] is the loop: it draws, waits for a terminal event, a tick or a result, and
+//! runs each command on its own task, so drawing never waits for the database. Errors go to
+//! the status line.
 
 pub mod app;
 pub mod detail;
 pub mod format;
+pub mod keymap;
 pub mod view;
 
 #[cfg(test)]

@@ -11,9 +11,9 @@ use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wr
 
 use super::app::{
     ActKind, App, Column, Detail, Dialog, Field, Filters, MESSAGES, MessageDetail, Target, View,
-    message_state,
 };
-use super::format::{self, message_style, status_style};
+use super::format::{self, message_state, message_style, status_style};
+use super::keymap;
 
 /// Draws the whole screen.
 pub fn view(app: &App, frame: &mut Frame<'_>) {
@@ -503,16 +503,7 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
             },
         )
     } else {
-        let hint = if app.detail.is_some() {
-            "j/k scroll  Esc back  e/r/c/f/d act  ? help  q quit"
-        } else if app.message.is_some() {
-            "j/k scroll  Esc back  r retry  ? help  q quit"
-        } else if app.view == View::Outbox {
-            "j/k move  Enter open  s status  r retry  A retry all  Tab view  ? help  q quit"
-        } else {
-            "j/k move  Enter open  / search  s status  Tab view  ? help  q quit"
-        };
-        Line::styled(hint, Style::new().dim())
+        Line::styled(keymap::footer(app.page()), Style::new().dim())
     };
     frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: false }), area);
 }
@@ -739,56 +730,20 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
     );
 }
 
-/// Every binding, for `?` and the module doc.
-pub const HELP: &[(&str, &str)] = &[
-    ("j/k ↑/↓", "move; PgUp/PgDn, g/G: by page, to the ends"),
-    ("Enter", "open the detail, Esc back; operations: its keys"),
-    ("Tab", "switch view: keys / operations / outbox"),
-    ("/", "search by key prefix (Enter applies, empty clears)"),
-    (
-        "s",
-        "cycle status filter: completed processing stuck expired",
-    ),
-    ("o / S", "filter by the selected key's operation / scope"),
-    ("x", "clear every filter"),
-    (
-        "1-7, 0",
-        "sort loaded keys by a column (again: reverse), 0: none",
-    ),
-    (
-        "e r c f d",
-        "expire release complete fail delete (asks first)",
-    ),
-    (
-        "",
-        "refused (live lease…)? force on the command line: --force",
-    ),
-    (
-        "outbox: r A",
-        "retry the message / every dead or waiting one (asks first)",
-    ),
-    ("outbox: s", "cycle status filter: pending delivered dead"),
-    (
-        "p",
-        "pause / resume the live refresh (keys 2 s, counts 10 s)",
-    ),
-    ("R, F5", "refresh now"),
-    ("?", "this help (any key closes it)"),
-    ("q, Ctrl-C", "quit"),
-];
-
+/// The help: every binding of the [`keymap`], in its order.
 fn draw_help(frame: &mut Frame<'_>) {
-    let width = HELP
+    let help = keymap::help();
+    let width = help
         .iter()
         .map(|(keys, _)| keys.chars().count())
         .max()
         .unwrap_or(0);
-    let mut lines: Vec<Line<'_>> = HELP
-        .iter()
+    let mut lines: Vec<Line<'_>> = help
+        .into_iter()
         .map(|(keys, what)| {
             Line::from(vec![
                 Span::styled(format!("{keys:>width$}  "), Style::new().bold().cyan()),
-                Span::raw(*what),
+                Span::raw(what),
             ])
         })
         .collect();

@@ -1,7 +1,7 @@
 //! Test harness: a fresh database per test (idem-testkit's harness), seeded through idem's
 //! runtime, and the `idem` binary run as a process against it.
 //!
-//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
+//! PostgreSQL comes from `DATABASE_URL` (default: the harness's);
 //! each test gets its own schema `idem_test_<uuid>`, passed to the tool with `--schema`.
 //! An unreachable server fails the test: nothing is skipped. SQLite uses a new file under
 //! the system's temporary directory. With `PGBOUNCER_URL` (a transaction pooler), each
