@@ -242,7 +242,7 @@ async fn postgres_restart_costs_no_request() {
     pg.pg_ctl("restart");
     // An idle pool: its connections are pinged before use, so the application's own query
     // does not meet a dead one either.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(idem_runtime::store::IDLE_PING_AFTER + Duration::from_millis(200)).await;
     let get = c.get("acme", &location).await;
     assert_eq!(get.status, 200, "{}", get.body);
     for i in 0..20 {

@@ -7,7 +7,8 @@
 //! are up to the pool's size more, beside it. What differs is how one comes back: sqlx's pool sends every returned connection a ping, a
 //! round trip after each request (a replay's second one), on a task of its own. Here an
 //! execution that ended (not cancelled midway) with nothing left to send hands its
-//! connection back as it is. So does a first execution whose merged `COMMIT; BEGIN` left an
+//! connection back as it is. So does a first execution whose
+//! [merged `COMMIT; BEGIN`](crate::store#postgresql-the-record-and-its-commit-in-one-round-trip) left an
 //! empty transaction, its `ROLLBACK` queued ([`give_back_with_rollback`]): the `ROLLBACK`
 //! goes out with the connection's next statement — in the same round trip when that is the
 //! next execution's `BEGIN` — and a connection left idle with it for a second is brought
@@ -26,10 +27,7 @@ use deadpool::managed::{
 };
 use sqlx::Connection as _;
 
-use crate::store::Backend;
-
-/// How long a connection may sit idle before it is pinged on its next use.
-const IDLE_PING_AFTER: Duration = Duration::from_secs(1);
+use crate::store::{Backend, IDLE_PING_AFTER};
 
 /// How long a connection is used before it is closed and replaced (sqlx's pool's
 /// `max_lifetime`).

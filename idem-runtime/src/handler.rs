@@ -2,6 +2,16 @@
 //! ([`Ctx`]), how the handler's own extractors reuse the principal ([`Reuse`]), and
 //! [`run`], which drives the protocol around the handler and turns its outcome into a
 //! response.
+//!
+//! - **The status decides success**: a response `>= 400` is a failure, rolled back and not
+//!   stored ([`Record`](crate::protocol::Record)). That needs no knowledge of the handler's
+//!   return type, so `Result`s and plain responses work alike.
+//! - **The principal runs once.** For tenant and user scopes [`Ctx`] runs the state's
+//!   `IdemState::Principal` extractor first and keeps its value in the request's
+//!   extensions; every extractor of the handler is wrapped in [`Reuse`], which takes a value
+//!   of its type from there before running its own extractor.
+//! - **The handler takes `&mut Transaction<'_, DB>`**: the transaction borrows a connection
+//!   the execution holds, so that a failed `BEGIN` is cleaned up on that same connection.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -395,7 +405,7 @@ where
         }
     };
     // idem's error lines carry the span's fields.
-    span.in_scope(|| respond(outcome))
+    span.in_scope(|| outcome.into_response())
 }
 
 /// The answer to a request refused before the protocol, recorded as such.
@@ -403,13 +413,7 @@ fn rejected(execution: Execution, error: Error) -> Response {
     let refused = Err(error);
     let span = execution.span().clone();
     execution.finish(&refused);
-    span.in_scope(|| respond(refused))
-}
-
-/// The response for an execution's outcome: the record (marked when replayed) or the error's
-/// problem.
-fn respond(outcome: Result<crate::protocol::Outcome, Error>) -> Response {
-    outcome.into_response()
+    span.in_scope(|| refused.into_response())
 }
 
 /// What the expansion of a staged handler calls: reads the key, stores the request with it
@@ -471,7 +475,7 @@ where
         execution.run(staged).await
     });
     let outcome = attempt.await.unwrap_or(Err(Error::Panicked));
-    span.in_scope(|| respond(outcome))
+    span.in_scope(|| outcome.into_response())
 }
 
 /// A staged handler entered by the reconciler: runs the attempt it took over, and leaves the

@@ -15,6 +15,22 @@
 //! Where step 2 is one round trip that fails when the key's row exists (PostgreSQL), an
 //! operation whose keys were mostly new begins with step 2 (`first_step.rs`): a key
 //! found there goes back to the lookup and step 1.
+//!
+//! The key is held by the store's lock while the work runs, not by a reserved row
+//! ([why, and each store's lock](crate::store#the-keys-lock)); staged mode, whose effects
+//! cannot wait for a `COMMIT`, reserves a row instead ([`crate::staged`]).
+//!
+//! # What an error means
+//!
+//! The store sorts a database error into a lock wait that ran out, the key taken, a
+//! connection gone, or anything else (`Backend::classify`); the answer follows from that and
+//! from the step it happened in. The rule: an error the database answered means the statement
+//! failed and nothing of the transaction committed; only a connection that fails while
+//! `COMMIT` is under way leaves the outcome unknown. Any failure of a round trip that carried
+//! `COMMIT` answers `503` "retry with the same key", which is right whether the commit
+//! happened or not. A dead pooled connection met by the lookup (or by the key's lock, where
+//! it comes first) is dropped and the lookup retried on another; met by any other statement,
+//! it fails the execution with `503`.
 
 use std::fmt;
 use std::panic::AssertUnwindSafe;
@@ -448,7 +464,7 @@ impl<DB: Backend> Idem<DB> {
                 let failure = DB::classify(&error);
                 if lock_first && matches!(failure, Failure::Disconnected) {
                     // A stale connection: the lookup's path tries others.
-                    held(slot).discard = true;
+                    held(slot).state = State::Discarded;
                     *slot = None;
                     lock_first = false;
                     continue;
@@ -517,7 +533,7 @@ impl<DB: Backend> Idem<DB> {
         }
         // What is left queued, if anything, is the `ROLLBACK` of the empty transaction after a
         // merged `COMMIT; BEGIN`.
-        held(slot).rollback_queued = true;
+        held(slot).state = State::RollbackQueued;
         self.inner.fail.check(FailPoint::AfterCommit)?;
         Ok(Outcome {
             kind: OutcomeKind::Executed,
@@ -586,10 +602,7 @@ impl<DB: Backend> Idem<DB> {
             .map_err(Error::Store)?;
         Ok(Session {
             conn: Some(conn),
-            beginning: false,
-            discard: false,
-            finished: false,
-            rollback_queued: false,
+            state: State::Open,
         })
     }
 
@@ -636,11 +649,11 @@ impl<DB: Backend> Idem<DB> {
                 Ok(Err(error)) => match DB::classify(&error) {
                     Failure::Disconnected if tries > 1 => {
                         tries -= 1;
-                        session.discard = true;
+                        session.state = State::Discarded;
                         tracing::debug!(%error, "stale pooled connection; looking up again");
                     }
                     Failure::Disconnected => {
-                        session.discard = true;
+                        session.state = State::Discarded;
                         return Err(Error::Store(error));
                     }
                     Failure::LockTimeout => return Err(Error::StoreBusy(error)),
@@ -649,7 +662,7 @@ impl<DB: Backend> Idem<DB> {
                 Err(_) => {
                     // The statement may still be waiting on the server: this connection is
                     // not reusable.
-                    session.discard = true;
+                    session.state = State::Discarded;
                     return Err(Error::StoreBusy(sqlx::Error::Io(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "the key's lookup waited longer than in_flight_wait",
@@ -821,9 +834,10 @@ impl<DB: Backend> Idem<DB> {
 ///
 /// - **as it is**, at once, after [`Session::finish`] with an outcome that is not a store
 ///   failure and nothing queued to send: the replay's single round trip;
-/// - **as it is, with a `ROLLBACK` queued**, after a first execution whose merged
-///   `COMMIT; BEGIN` left an empty transaction: the `ROLLBACK` goes out with the
-///   connection's next statement ([`connections::give_back_with_rollback`]);
+/// - **as it is, with a `ROLLBACK` queued**, after a first execution whose
+///   [merged `COMMIT; BEGIN`](crate::store#postgresql-the-record-and-its-commit-in-one-round-trip)
+///   left an empty transaction: the `ROLLBACK` goes out with the connection's next
+///   statement ([`connections::give_back_with_rollback`]);
 /// - **after a ping** (on a task of its own, as sqlx's pool returns every connection) when
 ///   the session was dropped without `finish` (its execution was dropped midway: its client
 ///   went away) or the store failed: the ping reads what is left of an interrupted
@@ -832,11 +846,25 @@ impl<DB: Backend> Idem<DB> {
 ///   holding the key's lock that sqlx does not know about) or found dead.
 pub(crate) struct Session<DB: Backend> {
     conn: Option<Conn<DB>>,
-    beginning: bool,
-    discard: bool,
-    finished: bool,
-    /// What is queued, if anything, is only the `ROLLBACK` of an empty transaction.
-    rollback_queued: bool,
+    state: State,
+}
+
+/// Where a [`Session`]'s connection stands, which decides how it goes back when dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// In use: a statement may be unanswered, so it is pinged on its way back.
+    Open,
+    /// What is queued, if anything, is only the `ROLLBACK` of an empty transaction (after a
+    /// merged `COMMIT; BEGIN`).
+    RollbackQueued,
+    /// `BEGIN` under way: it may be inside a transaction sqlx does not know about, holding
+    /// the key's lock. Closed if dropped so.
+    Beginning,
+    /// Found stale or left mid-statement: closed.
+    Discarded,
+    /// Every statement answered ([`Session::finish`]): back as it is, with the queued
+    /// `ROLLBACK` if there is one.
+    Finished { rollback_queued: bool },
 }
 
 impl<DB: Backend> Session<DB> {
@@ -854,29 +882,38 @@ impl<DB: Backend> Session<DB> {
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'_, DB>, sqlx::Error> {
-        self.beginning = true;
+        self.state = State::Beginning;
         let conn = self
             .conn
             .as_mut()
             .unwrap_or_else(|| unreachable!("a session's connection is taken only by drop"));
         let tx = DB::begin(conn, settings, lock).await?;
-        self.beginning = false;
+        self.state = State::Open;
         Ok(tx)
     }
 
     /// Puts the connection back in a usable state after [`Session::begin`] failed.
     async fn recover(&mut self) {
         DB::abandon_begin(self.conn()).await;
-        self.beginning = false;
+        self.state = State::Open;
     }
 
     /// The execution ended with `outcome`, every statement it sent answered: the connection
     /// may go back as it is.
     pub(crate) fn finish<T>(mut self, outcome: &Result<T, Error>) {
-        self.finished = !matches!(
+        let answered = !matches!(
             outcome,
             Err(Error::Store(_) | Error::StoreBusy(_) | Error::CommitUnknown(_) | Error::Panicked)
         );
+        self.state = match self.state {
+            State::Open if answered => State::Finished {
+                rollback_queued: false,
+            },
+            State::RollbackQueued if answered => State::Finished {
+                rollback_queued: true,
+            },
+            other => other,
+        };
     }
 }
 
@@ -885,14 +922,15 @@ impl<DB: Backend> Drop for Session<DB> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if self.beginning || self.discard {
-            connections::discard(conn);
-        } else if self.finished && !conn.should_flush() {
-            drop(conn);
-        } else if self.finished && self.rollback_queued {
-            connections::give_back_with_rollback(conn);
-        } else {
-            connections::ping_and_return(conn);
+        match self.state {
+            State::Beginning | State::Discarded => connections::discard(conn),
+            State::Finished { .. } if !conn.should_flush() => drop(conn),
+            State::Finished {
+                rollback_queued: true,
+            } => connections::give_back_with_rollback(conn),
+            State::Open | State::RollbackQueued | State::Finished { .. } => {
+                connections::ping_and_return(conn);
+            }
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::row::{StoredKey, StoredResponse, StoredStatus};
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::StagedSql;
 
-/// A database idem keeps keys in: [`sqlx::Postgres`] (feature `postgres`) or [`sqlx::Sqlite`]
-/// (feature `sqlite`); the bound of [`crate::KeyTable`], [`crate::Outbox`] and
+/// A database idem keeps keys in, one of [the stores](crate#stores) (`sqlx::Postgres`,
+/// `sqlx::MySql`, `sqlx::Sqlite`); the bound of [`crate::KeyTable`], [`crate::Outbox`] and
 /// [`crate::migrate`].
 ///
 /// Its methods are the primitives of the execution protocol, which `idem-runtime` composes
@@ -28,7 +28,7 @@ use crate::staged::StagedSql;
 /// guarantees are proven by the store's conformance suite.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a database idem can keep keys in",
-    note = "idem stores keys in `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+    note = "idem stores keys in `sqlx::Postgres`, `sqlx::MySql` or `sqlx::Sqlite`, each with the feature of its name (`postgres`, `mysql`, `sqlite`)"
 )]
 pub trait Backend: Dialect + StagedSql {
     #[doc(hidden)]
@@ -169,8 +169,9 @@ pub trait Backend: Dialect + StagedSql {
 
     #[doc(hidden)]
     /// What a database error means for the protocol: a lock wait that ran out
-    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; SQLite
-    /// `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is gone, or anything else.
+    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; MySQL 1205,
+    /// 1213, 1969 and 3024; SQLite `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is
+    /// gone, or anything else.
     fn classify(error: &sqlx::Error) -> Failure;
 
     #[doc(hidden)]
@@ -224,7 +225,7 @@ impl<DB: Dialect + StagedSql> Backend for DB {
         conn: &mut DB::Connection,
         key: KeyRef<'_>,
     ) -> Result<Option<StoredKey>, sqlx::Error> {
-        let row = DB::fetch_optional(conn, &DB::sql().lookup, &Arg::key(key)).await?;
+        let row = DB::fetch_optional(conn, DB::SQL.lookup, &Arg::key(key)).await?;
         let Some(row) = row else { return Ok(None) };
         let status = StoredStatus::from_column(&DB::text(&row, 1)?);
         let response = match DB::opt_int32(&row, 2)? {
@@ -277,15 +278,15 @@ impl<DB: Dialect + StagedSql> Backend for DB {
         tx: &mut Transaction<'_, Self>,
         row: NewRow<'_>,
     ) -> Result<bool, sqlx::Error> {
-        let sql = DB::sql();
-        let statement = match (&sql.clear_expired, row.replace_expired) {
-            (_, false) => &sql.insert_completed,
-            (None, true) => &sql.insert_completed_or_replace_expired,
+        let sql = DB::SQL;
+        let statement = match (sql.clear_expired, row.replace_expired) {
+            (_, false) => sql.insert_completed,
+            (None, true) => sql.insert_completed_or_replace_expired,
             // The expired row deleted first, where the insert cannot replace it.
             (Some(clear), true) => {
                 let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
                 DB::execute(tx, clear, &args).await?;
-                &sql.insert_completed
+                sql.insert_completed
             }
         };
         let args = [

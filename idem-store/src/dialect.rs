@@ -1,8 +1,8 @@
 //! What differs between the databases idem keeps keys in ([`Dialect`]), and the typed calls
 //! into sqlx the rest of the crate makes on any of them ([`Glue`]).
 //!
-//! A backend is its SQL (its words for the templates of [`crate::sql`], the statements it
-//! says better, its migrations) plus the few functions that really differ: opening a pool,
+//! A backend is its SQL (every statement written out in its own words, [`crate::sql::Sql`],
+//! and its migrations) plus the few functions that really differ: opening a pool,
 //! beginning a transaction that holds a key, the merged insert-and-commit where a database
 //! offers one, classifying errors, probing a key's lock, locking migrations, measuring the
 //! table. Everything else is written once, generic over this trait.
@@ -19,10 +19,10 @@ use sha2::{Digest as _, Sha256};
 
 use crate::key::KeyRef;
 use crate::migration::Migration;
-use crate::pooler::{each_param, inline};
+use crate::pooler::inline;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 pub(crate) use crate::sql::Arg;
-use crate::sql::{KEY_COLUMNS, OUTBOX_COLUMNS, Sql};
+use crate::sql::Sql;
 
 /// How a statement with parameters goes to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,10 +156,6 @@ impl RowsAffected for sqlx::mysql::MySqlQueryResult {
 
 /// What sqlx's drivers do differently below the SQL.
 pub trait Quirks {
-    /// Whether parameters are `?` in order rather than numbered: the templates write `$1`,
-    /// `$2`, …, which PostgreSQL and SQLite read as they are; MySQL takes `?` in order, so a
-    /// parameter used twice is bound twice.
-    const POSITIONAL: bool = false;
     /// Whether text is read without sqlx's type check: MySQL reports a column of a binary
     /// collation (`utf8mb4_bin`, which idem's keys use to compare byte for byte) as bytes.
     const TEXT_UNCHECKED: bool = false;
@@ -178,19 +174,7 @@ impl Quirks for sqlx::Sqlite {}
 
 #[cfg(feature = "mysql")]
 impl Quirks for sqlx::MySql {
-    const POSITIONAL: bool = true;
     const TEXT_UNCHECKED: bool = true;
-}
-
-/// `sql` with its `$n` written `?`, and `args` in the order the `?` stand in. Parameters
-/// never stand inside the templates' string literals, which hold no `$`.
-fn positional<'a>(sql: &str, args: &[Arg<'a>]) -> (String, Vec<Arg<'a>>) {
-    let mut order = Vec::with_capacity(args.len());
-    let out = each_param(sql, args.len(), |i, out| {
-        out.push('?');
-        order.push(args[i]);
-    });
-    (out, order)
 }
 
 /// `sql` with `args` bound in order.
@@ -246,10 +230,6 @@ where
         if DB::LITERALS && wire == Wire::Literal {
             return conn.fetch_all(inline(sql, args).as_str()).await;
         }
-        if DB::POSITIONAL {
-            let (sql, args) = positional(sql, args);
-            return query(&sql, &args).fetch_all(conn).await;
-        }
         query(sql, args).fetch_all(conn).await
     }
 
@@ -262,10 +242,6 @@ where
         if DB::LITERALS && wire == Wire::Literal {
             return conn.fetch_optional(inline(sql, args).as_str()).await;
         }
-        if DB::POSITIONAL {
-            let (sql, args) = positional(sql, args);
-            return query(&sql, &args).fetch_optional(conn).await;
-        }
         query(sql, args).fetch_optional(conn).await
     }
 
@@ -277,9 +253,6 @@ where
     ) -> Result<u64, sqlx::Error> {
         let done = if DB::LITERALS && wire == Wire::Literal {
             conn.execute(inline(sql, args).as_str()).await?
-        } else if DB::POSITIONAL {
-            let (sql, args) = positional(sql, args);
-            query(&sql, &args).execute(conn).await?
         } else {
             query(sql, args).execute(conn).await?
         };
@@ -322,16 +295,19 @@ where
     }
 }
 
-/// A database idem keeps keys in: its words for the statement templates, its migrations, and
+/// A database idem keeps keys in: its statements, its migrations, and
 /// the few functions that really differ between databases. Private to the crate, which seals
 /// [`crate::Backend`]: every backend passes the store's conformance suite.
 pub trait Dialect: Glue {
     /// The migrations that create and evolve the key table, in order.
     const MIGRATIONS: &'static [Migration];
 
-    /// The statement templates: [`Sql::STANDARD`], with this database's own statements where
-    /// it has better ones.
-    const TEMPLATES: Sql<&'static str>;
+    /// Every statement, as this database is sent it.
+    const SQL: Sql;
+
+    /// Whether parameters are `?`, taken in order, rather than numbered (`$1`, `$2`, …):
+    /// MySQL's.
+    const POSITIONAL: bool = false;
 
     /// `idem_schema_migrations`, created if missing.
     const HISTORY: &'static str;
@@ -354,48 +330,12 @@ pub trait Dialect: Glue {
     /// makes one process at a time migrate where it is transaction-scoped (PostgreSQL).
     const BEGIN_MIGRATION: Option<&'static str> = Self::BEGIN_WRITE;
 
-    /// The rendered statements, rendered once per process: `render::<Self>()` behind a
-    /// `OnceLock`.
-    fn sql() -> &'static Sql<String>;
-
-    /// `{ms COLUMN}`: a timestamp column (or an expression of columns) in milliseconds since
-    /// the Unix epoch, `NULL` staying `NULL`.
-    fn ms(column: &str) -> String;
-
-    /// `{ts EXPR}`: milliseconds since the Unix epoch as a timestamp column's value.
-    fn ts(ms: &str) -> String;
-
-    /// `{cmp COLUMN OP EXPR}`: a timestamp column compared with milliseconds. Default: on
-    /// the column itself, so that its indexes serve the comparison.
-    fn cmp(column: &str, op: &str, ms: &str) -> String {
-        format!("{column} {op} {}", Self::ts(ms))
-    }
-
-    /// `{quoted NAME}`: a column whose name is a reserved word somewhere (`before`).
-    fn quote(name: &str) -> String {
-        format!("\"{name}\"")
-    }
-
-    /// `{greatest A, B}`.
-    fn greatest(pair: &str) -> String {
-        format!("GREATEST({pair})")
-    }
-
-    /// `{pick SUBQUERY}`: the rows of a batch, skipping rows other transactions hold where
-    /// the database can.
-    fn pick(subquery: &str) -> String {
-        format!("IN ({subquery})")
-    }
-
-    /// `{for_update}`: the end of a `SELECT` that reads a row to change it.
-    const FOR_UPDATE: &'static str = " FOR UPDATE";
-
     /// Whether `BEGIN`, the key's lock and the look at its row again are one round trip to
     /// a server (PostgreSQL's `idem_lock_key`): what [`crate::Backend::LOCK_FIRST`] says.
     const ONE_TRIP_LOCK: bool = false;
 
     /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
-    /// `{returning …}` renders as nothing and the generic code reads the rows again.
+    /// the generic code reads the rows again.
     const RETURNING: bool = true;
 
     /// Where writes return nothing: the statement that reads the id the last `INSERT`
@@ -512,50 +452,6 @@ pub trait Dialect: Glue {
     }
 }
 
-/// `template` in `DB`'s words: every word in braces replaced, innermost first (see
-/// [`crate::sql`]).
-///
-/// # Panics
-/// On a word the templates do not use: a template of this crate is wrong, which the tests
-/// that render every statement find.
-pub(crate) fn render<DB: Dialect>(template: &str) -> String {
-    let mut sql = template.to_owned();
-    while let Some(end) = sql.find('}') {
-        let Some(start) = sql[..end].rfind('{') else {
-            panic!("unbalanced braces in {template:?}");
-        };
-        let word = &sql[start + 1..end];
-        let (name, rest) = word.split_once(' ').unwrap_or((word, ""));
-        let rendered = match name {
-            "key_columns" => KEY_COLUMNS.to_owned(),
-            "outbox_columns" => OUTBOX_COLUMNS.to_owned(),
-            "for_update" => DB::FOR_UPDATE.to_owned(),
-            "quoted" => DB::quote(rest),
-            "returning" if DB::RETURNING => format!(" RETURNING {rest}"),
-            "returning" => String::new(),
-            "ms" => DB::ms(rest),
-            "ts" => DB::ts(rest),
-            "greatest" => DB::greatest(rest),
-            "pick" => DB::pick(rest),
-            "cmp" => {
-                let mut parts = rest.splitn(3, ' ');
-                match (parts.next(), parts.next(), parts.next()) {
-                    (Some(column), Some(op), Some(ms)) => DB::cmp(column, op, ms),
-                    _ => panic!("{{cmp COLUMN OP EXPR}} expected in {template:?}"),
-                }
-            }
-            other => panic!("unknown word {other:?} in {template:?}"),
-        };
-        sql.replace_range(start..=end, &rendered);
-    }
-    sql
-}
-
-/// Every statement of [`Dialect::TEMPLATES`] rendered for `DB`.
-pub(crate) fn render_all<DB: Dialect>() -> Sql<String> {
-    DB::TEMPLATES.map(render::<DB>)
-}
-
 /// A pattern matching keys that start with `prefix`: each character through `push` (which
 /// escapes the pattern language's wildcards its own way), then `any`, the wildcard for the
 /// rest.
@@ -624,7 +520,7 @@ pub(crate) async fn look_again<'c, DB: Dialect>(
     mut tx: Transaction<'c, DB>,
     lock: KeyLock<'_>,
 ) -> Result<Begun<'c, DB>, sqlx::Error> {
-    let row = DB::fetch_optional(&mut tx, &DB::sql().expires_at, &Arg::key(lock.key)).await?;
+    let row = DB::fetch_optional(&mut tx, DB::SQL.expires_at, &Arg::key(lock.key)).await?;
     let expires = row.map(|row| DB::int(&row, 0)).transpose()?;
     match (expires, lock.expired_by_ms) {
         (None, _) => Ok(Begun::Free(tx)),
@@ -646,9 +542,16 @@ pub(crate) async fn begin_write<DB: Dialect>(
 impl<'a> Arg<'a> {
     /// The key's three parts, then `rest`: the parameters of a statement on one key.
     pub(crate) fn on_key(key: KeyRef<'a>, rest: &[Self]) -> Vec<Self> {
-        let mut args = Vec::with_capacity(3 + rest.len());
+        Self::around_key(&[], key, rest)
+    }
+
+    /// `before`, the key's three parts, then `after`: the parameters of a statement that sets
+    /// columns before its `WHERE` names the key.
+    pub(crate) fn around_key(before: &[Self], key: KeyRef<'a>, after: &[Self]) -> Vec<Self> {
+        let mut args = Vec::with_capacity(before.len() + 3 + after.len());
+        args.extend_from_slice(before);
         args.extend(Self::key(key));
-        args.extend_from_slice(rest);
+        args.extend_from_slice(after);
         args
     }
 }
@@ -659,13 +562,16 @@ impl<'a> Arg<'a> {
 pub(crate) struct Statement<'a> {
     pub(crate) sql: String,
     pub(crate) args: Vec<Arg<'a>>,
+    /// [`Dialect::POSITIONAL`] of the database it is for.
+    positional: bool,
 }
 
 impl<'a> Statement<'a> {
-    pub(crate) fn new(start: &str) -> Self {
+    pub(crate) fn new<DB: Dialect>(start: &str) -> Self {
         Self {
             sql: start.to_owned(),
             args: Vec::new(),
+            positional: DB::POSITIONAL,
         }
     }
 
@@ -674,10 +580,15 @@ impl<'a> Statement<'a> {
         self
     }
 
-    /// Binds `arg` to the next parameter, and returns its name (`$n`) to write where it goes.
+    /// Binds `arg` to the next parameter, and returns its name (`$n`, or `?` where
+    /// parameters are positional) to write where it goes.
     pub(crate) fn param(&mut self, arg: Arg<'a>) -> String {
         self.args.push(arg);
-        format!("${}", self.args.len())
+        if self.positional {
+            "?".to_owned()
+        } else {
+            format!("${}", self.args.len())
+        }
     }
 
     /// Binds `arg` where the statement ends now.
@@ -691,81 +602,28 @@ impl<'a> Statement<'a> {
 mod tests {
     use super::*;
 
-    /// Every statement of `DB`, rendered: no word in braces is left.
-    fn rendered<DB: Dialect>() -> Vec<String> {
-        let mut all = Vec::new();
-        let _ = render_all::<DB>().map(|statement| all.push(statement));
-        all
-    }
-
-    fn assert_rendered<DB: Dialect>() {
-        let all = rendered::<DB>();
-        assert!(all.len() >= 38, "{}", all.len());
-        for statement in all {
-            assert!(
-                !statement.contains('{') && !statement.contains('}'),
-                "{statement}"
-            );
-        }
-    }
-
+    /// Every statement of every store, recorded: a change to one shows as a change of SQL.
     #[cfg(feature = "postgres")]
     #[test]
-    fn every_postgres_statement_renders() {
-        assert_rendered::<sqlx::Postgres>();
-        let sql = render_all::<sqlx::Postgres>();
-        assert!(sql.sweep.contains("SKIP LOCKED"), "{}", sql.sweep);
-        assert!(sql.claim.contains("SKIP LOCKED"), "{}", sql.claim);
-        assert!(sql.hold.is_some());
-        assert!(
-            sql.count_sweepable
-                .ends_with("expires_at <= to_timestamp(($1)::float8 / 1000)"),
-            "{}",
-            sql.count_sweepable
-        );
+    fn postgres_statements() {
+        insta::assert_snapshot!("postgres", <sqlx::Postgres as Dialect>::SQL.listing());
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
-    fn every_sqlite_statement_renders() {
-        assert_rendered::<sqlx::Sqlite>();
-        let sql = render_all::<sqlx::Sqlite>();
-        assert!(!sql.claim.contains("SKIP LOCKED"), "{}", sql.claim);
-        assert!(sql.get_for_update == sql.get, "{}", sql.get_for_update);
-        assert!(sql.hold.is_none());
+    fn sqlite_statements() {
+        insta::assert_snapshot!("sqlite", <sqlx::Sqlite as Dialect>::SQL.listing());
     }
 
-    #[cfg(feature = "sqlite")]
+    #[cfg(feature = "mysql")]
     #[test]
-    fn words_render_innermost_first() {
-        let complete = render::<sqlx::Sqlite>("{ts $7 + {greatest {ms a} - {ms b}, 0}}");
-        assert!(
-            complete.starts_with("strftime('%Y-%m-%d %H:%M:%f', ($7 + max("),
-            "{complete}"
-        );
-        assert!(complete.contains("julianday(a)") && complete.contains("julianday(b)"));
+    fn mysql_statements() {
+        insta::assert_snapshot!("mysql", <sqlx::MySql as Dialect>::SQL.listing());
     }
 
     #[test]
     fn like_prefixes_match_wildcards_literally() {
         assert_eq!(like_prefix("a%b_c!d"), "a!%b!_c!!d%");
         assert_eq!(like_prefix(""), "%");
-    }
-
-    #[test]
-    fn numbered_parameters_become_positional() {
-        let args = [Arg::Int(1), Arg::Text("b"), Arg::Int(3)];
-        let (sql, order) = positional("a = $1 AND b = $2 AND c <= $1 AND d = $3 AND e = $9", &args);
-        assert_eq!(sql, "a = ? AND b = ? AND c <= ? AND d = ? AND e = $9");
-        let order: Vec<String> = order.iter().map(|a| format!("{a:?}")).collect();
-        assert_eq!(order, ["Int(1)", "Text(\"b\")", "Int(1)", "Int(3)"]);
-        assert_eq!(positional("no parameters", &args).0, "no parameters");
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    #[should_panic(expected = "unknown word")]
-    fn an_unknown_word_is_a_bug() {
-        let _ = render::<sqlx::Sqlite>("SELECT {nonsense}");
     }
 }

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::dialect::{Arg, Dialect, Wire};
 use crate::error::StoreError;
 use crate::migration::Migration;
-use crate::sql::{APPLIED, APPLIED_ONE, FORGET_SQLX_VERSION, RECORD};
+use crate::sql::APPLIED;
 use sqlx::Transaction;
 
 /// The advisory lock PostgreSQL migrations run under, so that instances starting at once
@@ -123,9 +123,13 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
     for migration in pending(DB::MIGRATIONS, &recorded)? {
         let version = migration.version;
         let mut tx = begin_migration::<DB>(conn).await?;
-        let applied =
-            DB::fetch_optional_on(Wire::Literal, &mut tx, APPLIED_ONE, &[Arg::Int(version)])
-                .await?;
+        let applied = DB::fetch_optional_on(
+            Wire::Literal,
+            &mut tx,
+            DB::SQL.applied_one,
+            &[Arg::Int(version)],
+        )
+        .await?;
         if let Some(row) = applied {
             migration.verify(&DB::bytes(&row, 0)?)?;
             continue;
@@ -144,7 +148,7 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
             Arg::Text(migration.description),
             Arg::Bytes(&checksum),
         ];
-        DB::execute_on(Wire::Literal, &mut tx, RECORD, &record).await?;
+        DB::execute_on(Wire::Literal, &mut tx, DB::SQL.record, &record).await?;
         tx.commit().await?;
         tracing::info!(
             version,
@@ -174,7 +178,8 @@ async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(
         return Ok(());
     }
     let version = [Arg::Int(LEGACY_SQLX_VERSION)];
-    let forgotten = DB::execute_on(Wire::Literal, conn, FORGET_SQLX_VERSION, &version).await?;
+    let forgotten =
+        DB::execute_on(Wire::Literal, conn, DB::SQL.forget_sqlx_version, &version).await?;
     if forgotten > 0 {
         tracing::info!(
             version = LEGACY_SQLX_VERSION,

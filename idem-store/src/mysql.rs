@@ -24,10 +24,10 @@ use std::sync::OnceLock;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions as _, MySql, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, lock_id, look_again, render_all};
+use crate::dialect::{Arg, Dialect, Glue as _, lock_id, look_again};
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
-use crate::sql::{CLEAR_EXPIRED, REOPEN_EXPIRED, Sql, insert_completed, reserve};
+use crate::sql::Sql;
 
 /// The migrations of the key table on MySQL: the tables as migrations 1 to 8 left them on
 /// the other databases, in one. Its `present` query fails (an unknown column or table) or
@@ -47,33 +47,226 @@ static MIGRATIONS: [Migration; 1] = [migration!(
 // idem 0.1.0's text, whose update trigger was one compound statement.
 .formerly(&["e060dc77f569aa39e6ea0209bdd1d2d6b41265c2557ac579b61fa14a26d6ecb8"])];
 
-/// The statements MySQL says its own way.
-const TEMPLATES: Sql<&str> = Sql {
-    insert_completed: insert_completed!(),
-    insert_completed_or_replace_expired: insert_completed!(),
-    clear_expired: Some(CLEAR_EXPIRED),
-    reserve: reserve!(),
-    reserve_or_replace_expired: reserve!(),
-    reopen_expired: Some(REOPEN_EXPIRED),
+/// Every statement MySQL is sent ([`Sql`] says what each does).
+const SQL: Sql = Sql {
+    lookup: "SELECT fingerprint, status, response_status, response_headers, response_body, \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt FROM \
+         idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    expires_at: "SELECT (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) FROM \
+         idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    insert_completed: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, response_status, response_headers, response_body, created_at, completed_at, \
+         expires_at) VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    // The plain insert: `clear_expired` deleted the expired row first.
+    insert_completed_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, response_status, response_headers, response_body, created_at, completed_at, \
+         expires_at) VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    get: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
+         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+         recovery_point FROM idempotency_keys WHERE scope = ? AND operation = ? AND \
+         idempotency_key = ?",
+    get_for_update: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
+         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+         recovery_point FROM idempotency_keys WHERE scope = ? AND operation = ? AND \
+         idempotency_key = ? FOR UPDATE",
+    list: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
+         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+         recovery_point FROM idempotency_keys WHERE 1 = 1",
+    expire: "UPDATE idempotency_keys SET expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) > ?",
+    delete: "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
+         ?",
     // Single-table `DELETE … LIMIT`: MySQL refuses a subquery on the table it deletes from.
-    sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' \
-            AND expires_at <= {ts $1} ORDER BY expires_at LIMIT $2",
-    // Lock rows no execution took since the sweep's cutoff, in the sweep's batches.
-    sweep_locks: Some(
-        "DELETE FROM idempotency_locks WHERE taken_at <= {ts $1} ORDER BY taken_at LIMIT $2",
+    sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) ORDER BY expires_at LIMIT \
+         ?",
+    count_sweepable: "SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
+    counts: "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) THEN 'expired' WHEN status \
+         = 'processing' AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND) THEN 'stuck' ELSE status END AS state, count(*), \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) DIV 1000) FROM \
+         idempotency_keys GROUP BY 1, 2",
+    release: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ?",
+    complete: "UPDATE idempotency_keys SET status = 'completed', response_status = ?, \
+         response_headers = ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((? \
+         + COALESCE((SELECT ttl_ms FROM idempotency_operations WHERE operation = ?), \
+         GREATEST((TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) - \
+         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) DIV 1000), 0))) * 1000) \
+         MICROSECOND), locked_until = NULL, attempt = attempt + 1 WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ?",
+    delete_only: "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
+         ?",
+    insert_audit: "INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, \
+         action, reason, `before`, `after`, forced) VALUES (DATE_ADD('1970-01-01', INTERVAL \
+         ((?) * 1000) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    audit: "SELECT id, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000), operator, scope, \
+         operation, idempotency_key, action, reason, `before`, `after`, forced FROM \
+         idempotency_audit WHERE 1 = 1",
+    journal: "SELECT recovery_point, journal, request FROM idempotency_keys WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ?",
+    register: "INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
+         registered_at) VALUES (?, ?, ?, ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND)) ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = \
+         VALUES(ttl_ms), mode = VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), \
+         registered_at = VALUES(registered_at)",
+    registrations: "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', registered_at) DIV 1000) FROM idempotency_operations ORDER BY \
+         operation",
+    reserve: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, request, created_at, expires_at, locked_until, attempt) VALUES (?, ?, ?, ?, \
+         'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    // The plain reservation: `reopen_expired` reopened an expired row first, if any.
+    reserve_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, request, created_at, expires_at, locked_until, attempt) VALUES (?, ?, ?, ?, \
+         'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    reserve_held: None,
+    hold: None,
+    let_go: None,
+    owner_gone: None,
+    clear_expired: Some(
+        "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
+         ? AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND)",
     ),
-    sweep_delivered: "DELETE FROM idempotency_outbox WHERE status = 'delivered' \
-                      AND delivered_at <= {ts $1} ORDER BY delivered_at LIMIT $2",
-    register: "INSERT INTO idempotency_operations \
-               (operation, scope, ttl_ms, mode, lease_ms, doc, registered_at) \
-               VALUES ($1, $2, $3, $4, $5, $7, {ts $6}) \
-               ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = VALUES(ttl_ms), \
-               mode = VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), \
-               registered_at = VALUES(registered_at)",
-    enqueue: "INSERT INTO idempotency_outbox \
-              (dedup_id, topic, payload, status, attempts, next_attempt_at, created_at) \
-              VALUES ($1, $2, $3, 'pending', 0, {ts $4}, {ts $4})",
-    ..Sql::STANDARD
+    reopen_expired: Some(
+        "UPDATE idempotency_keys SET fingerprint = ?, request = ?, created_at = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), attempt = attempt + 1, \
+         journal = NULL, recovery_point = NULL, response_status = NULL, response_headers = \
+         NULL, response_body = NULL, completed_at = NULL, status = 'processing', expires_at = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ? AND status = 'completed' AND expires_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
+    ),
+    sweep_locks: Some(
+        "DELETE FROM idempotency_locks WHERE taken_at <= DATE_ADD('1970-01-01', INTERVAL ((?) \
+         * 1000) MICROSECOND) ORDER BY taken_at LIMIT ?",
+    ),
+    lease_of: "SELECT attempt, journal, request, fingerprint FROM idempotency_keys WHERE scope = ? \
+         AND operation = ? AND idempotency_key = ?",
+    claimable: "SELECT id FROM idempotency_outbox WHERE status = 'pending' AND next_attempt_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) AND (locked_until IS NULL \
+         OR locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) ORDER \
+         BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+    take_over: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ? AND status = 'processing' AND attempt = ? AND \
+         (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND))",
+    renew: "UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
+         status = 'processing' AND attempt = ?",
+    step: "UPDATE idempotency_keys SET recovery_point = ?, journal = ?, locked_until = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
+         operation = ? AND idempotency_key = ? AND status = 'processing' AND attempt = ?",
+    finish: "UPDATE idempotency_keys SET status = 'completed', response_status = ?, \
+         response_headers = ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL \
+         ((?) * 1000) MICROSECOND), locked_until = NULL WHERE scope = ? AND operation = ? AND \
+         idempotency_key = ? AND status = 'processing' AND attempt = ?",
+    give_back: "UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
+         status = 'processing' AND attempt = ?",
+    stuck: "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys WHERE \
+         (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key \
+         FROM idempotency_processing WHERE operation = ?) AND status = 'processing' AND \
+         operation = ? AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND) ORDER BY locked_until LIMIT ?",
+    enqueue: "INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
+         next_attempt_at, created_at) VALUES (?, ?, ?, 'pending', 0, DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND))",
+    claim: None,
+    mark_delivered: "UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL WHERE \
+         id = ? AND status = 'pending'",
+    mark_failed: "UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = ?, status = CASE \
+         WHEN ? THEN 'dead' ELSE 'pending' END, next_attempt_at = DATE_ADD('1970-01-01', \
+         INTERVAL ((CASE WHEN ? THEN ? ELSE ? END) * 1000) MICROSECOND), locked_until = NULL \
+         WHERE id = ? AND status = 'pending'",
+    outbox_get: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox WHERE dedup_id = ?",
+    outbox_find: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox WHERE id = ?",
+    outbox_find_for_update: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox WHERE id = ? FOR UPDATE",
+    outbox_list: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox ORDER BY id LIMIT ?",
+    outbox_list_status: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox WHERE status = ? ORDER BY id LIMIT ?",
+    outbox_counts: "SELECT status, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) \
+         DIV 1000), count(CASE WHEN locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND) THEN 1 END) FROM idempotency_outbox GROUP BY status",
+    outbox_retry: "UPDATE idempotency_outbox SET status = 'pending', attempts = ?, next_attempt_at = \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL WHERE \
+         id = ?",
+    outbox_retryable: "SELECT id FROM idempotency_outbox WHERE id > ? AND (status = 'dead' OR (status = \
+         'pending' AND next_attempt_at > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND) AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', \
+         INTERVAL ((?) * 1000) MICROSECOND)))) ORDER BY id LIMIT ?",
+    sweep_delivered: "DELETE FROM idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
+         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) ORDER BY delivered_at \
+         LIMIT ?",
+    list_completed: " AND status = 'completed' AND expires_at > DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND)",
+    list_expired: " AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND)",
+    list_processing: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
+         (locked_until IS NULL OR locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+         MICROSECOND))",
+    list_stuck: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
+         locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
+    claim_lease: "UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
+         1000) MICROSECOND) WHERE id IN (",
+    outbox_by_ids: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+         1000) FROM idempotency_outbox WHERE id IN (",
+    applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = ?",
+    record: "INSERT INTO idem_schema_migrations (version, description, checksum) VALUES (?, ?, ?)",
+    forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = ?",
 };
 
 /// The server's flavour, asked once per process: how a statement sets its own lock wait.
@@ -81,7 +274,8 @@ static MARIADB: OnceLock<bool> = OnceLock::new();
 
 impl Dialect for MySql {
     const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
-    const TEMPLATES: Sql<&'static str> = TEMPLATES;
+    const SQL: Sql = SQL;
+    const POSITIONAL: bool = true;
     const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
          version     BIGINT        NOT NULL PRIMARY KEY, \
          description TEXT          NOT NULL, \
@@ -91,23 +285,6 @@ impl Dialect for MySql {
          WHERE table_schema = DATABASE() AND table_name = '_sqlx_migrations') = 1";
     const RETURNING: bool = false;
     const LAST_INSERT_ID: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
-
-    fn sql() -> &'static Sql<String> {
-        static SQL: OnceLock<Sql<String>> = OnceLock::new();
-        SQL.get_or_init(render_all::<Self>)
-    }
-
-    fn ms(column: &str) -> String {
-        format!("(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {column}) DIV 1000)")
-    }
-
-    fn ts(ms: &str) -> String {
-        format!("DATE_ADD('1970-01-01', INTERVAL (({ms}) * 1000) MICROSECOND)")
-    }
-
-    fn quote(name: &str) -> String {
-        format!("`{name}`")
-    }
 
     fn is_duplicate(error: &sqlx::Error) -> bool {
         number(error) == Some(1062)
@@ -154,7 +331,7 @@ impl Dialect for MySql {
         let mut tx = Transaction::begin(conn, Some(begin.into())).await?;
         // Whole seconds, rounded up: a duplicate waits at least as long as configured.
         let seconds = settings.lock_timeout.as_millis().div_ceil(1000).max(1);
-        let upsert = "INTO idempotency_locks (lock_id, taken_at) VALUES ($1, UTC_TIMESTAMP(3)) \
+        let upsert = "INTO idempotency_locks (lock_id, taken_at) VALUES (?, UTC_TIMESTAMP(3)) \
                       ON DUPLICATE KEY UPDATE taken_at = UTC_TIMESTAMP(3)";
         let statement = if mariadb {
             format!("SET STATEMENT innodb_lock_wait_timeout = {seconds} FOR INSERT {upsert}")
@@ -189,7 +366,7 @@ impl Dialect for MySql {
         conn: &mut MySqlConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {
-        let sql = "SELECT lock_id FROM idempotency_locks WHERE lock_id = $1 FOR UPDATE NOWAIT";
+        let sql = "SELECT lock_id FROM idempotency_locks WHERE lock_id = ? FOR UPDATE NOWAIT";
         let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
         match Self::fetch_optional(conn, sql, &id).await {
             Ok(_) => Ok(false),

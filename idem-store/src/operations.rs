@@ -68,10 +68,10 @@ impl<DB: Backend> KeyTable<DB> {
                     Arg::Int(r.ttl_ms),
                     Arg::Text(r.mode.as_str()),
                     Arg::OptInt(r.lease_ms),
-                    Arg::Int(r.registered_at_ms),
                     Arg::OptText(r.doc.as_deref()),
+                    Arg::Int(r.registered_at_ms),
                 ];
-                DB::execute(&mut tx, &DB::sql().register, &args).await?;
+                DB::execute(&mut tx, DB::SQL.register, &args).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(())
@@ -100,7 +100,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            let rows = DB::fetch_all(&mut conn, &DB::sql().registrations, &[]).await?;
+            let rows = DB::fetch_all(&mut conn, DB::SQL.registrations, &[]).await?;
             rows.iter()
                 .map(|row| {
                     Ok(Registration {
@@ -127,7 +127,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn count_sweepable(&self, before_ms: i64) -> Result<u64, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            let sql = &DB::sql().count_sweepable;
+            let sql = DB::SQL.count_sweepable;
             let row = DB::fetch_optional(&mut conn, sql, &[Arg::Int(before_ms)]).await?;
             let n = row.map(|row| DB::int(&row, 0)).transpose()?.unwrap_or(0);
             Ok(u64::try_from(n).unwrap_or(0))

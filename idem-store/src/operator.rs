@@ -668,13 +668,13 @@ async fn act<DB: Dialect>(
     by: &Actor,
     now_ms: i64,
 ) -> Result<Acted, StoreError> {
-    let sql = DB::sql();
+    let sql = DB::SQL;
     let mut conn = pool.acquire().await?;
     // The row's lock (PostgreSQL: `FOR UPDATE`; SQLite: the write lock, from `BEGIN
     // IMMEDIATE` on): the running attempt's writes, a takeover, another operator's action
     // wait for this transaction, and then see what it did.
     let mut tx = begin_write::<DB>(&mut conn).await?;
-    let current = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
+    let current = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
     let current = current.map(|row| key_row::<DB>(&row, now_ms)).transpose()?;
     // Refused: dropping `tx` rolls back.
     let (before, forced) = check(expected, current, action, by.forced, now_ms)?;
@@ -682,28 +682,32 @@ async fn act<DB: Dialect>(
         Action::Complete(response) | Action::Fail(response) => response.headers_json(),
         _ => String::new(),
     };
-    let (statement, rest) = match action {
-        Action::Release => (Some(&sql.release), vec![Arg::Int(now_ms)]),
+    let now = Arg::Int(now_ms);
+    let (statement, leading, trailing) = match action {
+        Action::Release => (Some(sql.release), vec![now], vec![]),
         Action::Complete(response) | Action::Fail(response) => (
-            Some(&sql.complete),
+            Some(sql.complete),
             vec![
                 Arg::Int32(i32::from(response.status)),
                 Arg::Text(&headers_json),
                 Arg::Bytes(response.body.as_ref()),
-                Arg::Int(now_ms),
+                now,
+                now,
+                Arg::Text(key.operation),
             ],
+            vec![],
         ),
-        Action::Expire => (Some(&sql.expire), vec![Arg::Int(now_ms)]),
-        Action::Delete => (None, Vec::new()),
+        Action::Expire => (Some(sql.expire), vec![now], vec![now]),
+        Action::Delete => (None, Vec::new(), Vec::new()),
     };
     let after = match statement {
         Some(statement) => {
-            let args = Arg::on_key(key, &rest);
+            let args = Arg::around_key(&leading, key, &trailing);
             let row = write_key::<DB>(&mut tx, statement, &args, key, now_ms).await?;
             Some(row.ok_or(sqlx::Error::RowNotFound)?)
         }
         None => {
-            DB::execute(&mut tx, &sql.delete_only, &Arg::key(key)).await?;
+            DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
             None
         }
     };
@@ -722,9 +726,9 @@ async fn act<DB: Dialect>(
         Arg::Bool(forced),
     ];
     let row = if DB::RETURNING {
-        DB::fetch_optional(&mut tx, &sql.insert_audit, &audit).await?
+        DB::fetch_optional(&mut tx, sql.insert_audit, &audit).await?
     } else {
-        DB::execute(&mut tx, &sql.insert_audit, &audit).await?;
+        DB::execute(&mut tx, sql.insert_audit, &audit).await?;
         DB::fetch_optional(&mut tx, DB::LAST_INSERT_ID, &[]).await?
     };
     let audit_id = DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)?;
@@ -742,7 +746,7 @@ async fn audit<DB: Dialect>(
     pool: &Pool<DB>,
     filter: &AuditFilter,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut query = Statement::new(&DB::sql().audit);
+    let mut query = Statement::new::<DB>(DB::SQL.audit);
     for (column, value) in [
         ("scope", &filter.scope),
         ("operation", &filter.operation),
@@ -790,7 +794,7 @@ async fn read_journal<DB: Dialect>(
     key: KeyRef<'_>,
 ) -> Result<Option<Journal>, StoreError> {
     let mut conn = pool.acquire().await?;
-    let row = DB::fetch_optional(&mut conn, &DB::sql().journal, &Arg::key(key)).await?;
+    let row = DB::fetch_optional(&mut conn, DB::SQL.journal, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
     journal_of(
         key,

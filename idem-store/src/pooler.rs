@@ -31,7 +31,9 @@
 //!
 //! The switch is for the whole process and one-way: literal statements are right on a direct
 //! connection too (a little slower), prepared ones are not behind a pooler, so a process in
-//! which any handle goes through one sends every statement of idem's the safe way.
+//! which any handle goes through one sends every statement of idem's the safe way. A mode
+//! carried by every store handle instead would thread a flag through every signature of the
+//! store for a setting a process has once.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,7 +61,7 @@ pub fn is_behind_transaction_pooler() -> bool {
 
 /// `sql` with each `$n` (`1 ≤ n ≤ count`) replaced by what `param(n - 1, out)` writes; other
 /// text, a `$` with no number or one past `count` included, is kept. Parameters never stand
-/// inside the templates' string literals, which hold no `$`.
+/// inside the statements' string literals, which hold no `$`.
 pub(crate) fn each_param(
     sql: &str,
     count: usize,

@@ -9,18 +9,17 @@
 
 use std::fmt::Write as _;
 use std::str::FromStr;
-use std::sync::OnceLock;
 
 use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id, render_all};
+use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id};
 use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
-use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
-use crate::sql::{Sql, on_key_conflict, reopen, reserve};
+use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
+use crate::sql::Sql;
 
 /// The migrations of the key table on PostgreSQL. Each `present` query fails (an unknown
 /// column, table or function) or finds no row until its migration is applied.
@@ -48,77 +47,270 @@ static MIGRATIONS: [Migration; 8] = [
         present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
 ];
 
-/// How long a pooled connection may sit idle before it is pinged on its next use.
-const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Staged mode's reservation, and its row in `idempotency_processing` (which the key table's
-/// triggers remove once the key stops processing), in one statement. One row affected:
-/// reserved.
-macro_rules! reserve_and_list {
-    ($on_conflict:expr) => {
-        concat!(
-            "WITH reserved AS (",
-            reserve!(),
-            on_key_conflict!(),
-            $on_conflict,
-            " RETURNING scope, operation, idempotency_key) \
-             INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
-             SELECT scope, operation, idempotency_key FROM reserved \
-             ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope"
-        )
-    };
-}
-
-/// Lets go of every hold the session had, first: the `FROM` subquery runs before the
-/// statement's own calls (its volatile call keeps it from being pulled up).
-macro_rules! after_letting_go {
-    () => {
-        " FROM (SELECT pg_advisory_unlock_all()) AS released"
-    };
-}
-
-/// The statements PostgreSQL says better than the standard ones.
-const TEMPLATES: Sql<&str> = Sql {
+/// Every statement PostgreSQL is sent ([`Sql`] says what each does).
+const SQL: Sql = Sql {
+    lookup: "SELECT fingerprint, status, response_status, response_headers, response_body, \
+         (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
+         1000)::int8, attempt FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
+         idempotency_key = $3",
+    expires_at: "SELECT (extract(epoch FROM expires_at) * 1000)::int8 FROM idempotency_keys WHERE \
+         scope = $1 AND operation = $2 AND idempotency_key = $3",
+    insert_completed: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, response_status, response_headers, response_body, created_at, completed_at, \
+         expires_at) VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, \
+         to_timestamp(($8)::float8 / 1000), to_timestamp(($9)::float8 / 1000), \
+         to_timestamp(($10)::float8 / 1000)) ON CONFLICT (scope, operation, idempotency_key) \
+         DO NOTHING",
+    insert_completed_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
+         status, response_status, response_headers, response_body, created_at, completed_at, \
+         expires_at) VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, \
+         to_timestamp(($8)::float8 / 1000), to_timestamp(($9)::float8 / 1000), \
+         to_timestamp(($10)::float8 / 1000)) ON CONFLICT (scope, operation, idempotency_key) \
+         DO UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', \
+         response_status = excluded.response_status, response_headers = \
+         excluded.response_headers, response_body = excluded.response_body, created_at = \
+         excluded.created_at, completed_at = excluded.completed_at, expires_at = \
+         excluded.expires_at WHERE idempotency_keys.status = 'completed' AND \
+         idempotency_keys.expires_at <= to_timestamp(($8)::float8 / 1000)",
+    get: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
+         recovery_point FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
+         idempotency_key = $3",
+    get_for_update: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
+         recovery_point FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
+         idempotency_key = $3 FOR UPDATE",
+    list: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
+         recovery_point FROM idempotency_keys WHERE 1 = 1",
+    expire: "UPDATE idempotency_keys SET expires_at = to_timestamp(($1)::float8 / 1000) WHERE \
+         scope = $2 AND operation = $3 AND idempotency_key = $4 AND (extract(epoch FROM \
+         expires_at) * 1000)::int8 > $5 RETURNING scope, operation, idempotency_key, \
+         fingerprint, status, response_status, response_headers, response_body, \
+         (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM completed_at) * \
+         1000)::int8, (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM \
+         locked_until) * 1000)::int8, attempt, recovery_point",
+    delete: "DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key \
+         = $3 RETURNING scope, operation, idempotency_key, fingerprint, status, \
+         response_status, response_headers, response_body, (extract(epoch FROM created_at) * \
+         1000)::int8, (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM \
+         expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
+         recovery_point",
     // Small batches, skipping rows a running request holds: no long locks.
-    sweep: "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(\
-            SELECT ctid FROM idempotency_keys WHERE status = 'completed' \
-            AND expires_at <= {ts $1} LIMIT $2 FOR UPDATE SKIP LOCKED))",
-    reserve: reserve_and_list!("NOTHING"),
-    reserve_or_replace_expired: reserve_and_list!(reopen!()),
-    // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted
-    // only if the hold is taken. Answers (held, reserved).
-    reserve_held: Some(concat!(
-        "WITH held AS (SELECT pg_try_advisory_lock($9) AS ok",
-        after_letting_go!(),
-        "), reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
-         fingerprint, status, request, created_at, expires_at, locked_until, attempt) \
-         SELECT $1, $2, $3, $4, 'processing', $5, {ts $6}, {ts $7}, {ts $8}, 1 \
-         FROM held WHERE held.ok \
-         ON CONFLICT (scope, operation, idempotency_key) DO NOTHING \
-         RETURNING scope, operation, idempotency_key), \
-         processing AS (INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
-         SELECT scope, operation, idempotency_key FROM reserved \
-         ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope \
-         RETURNING 1) \
-         SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)"
-    )),
+    sweep: "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM \
+         idempotency_keys WHERE status = 'completed' AND expires_at <= \
+         to_timestamp(($1)::float8 / 1000) LIMIT $2 FOR UPDATE SKIP LOCKED))",
+    count_sweepable: "SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
+         to_timestamp(($1)::float8 / 1000)",
+    counts: "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
+         to_timestamp(($1)::float8 / 1000) THEN 'expired' WHEN status = 'processing' AND \
+         locked_until <= to_timestamp(($2)::float8 / 1000) THEN 'stuck' ELSE status END AS \
+         state, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8 FROM \
+         idempotency_keys GROUP BY 1, 2",
+    release: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+         to_timestamp(($1)::float8 / 1000) WHERE scope = $2 AND operation = $3 AND \
+         idempotency_key = $4 RETURNING scope, operation, idempotency_key, fingerprint, \
+         status, response_status, response_headers, response_body, (extract(epoch FROM \
+         created_at) * 1000)::int8, (extract(epoch FROM completed_at) * 1000)::int8, \
+         (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
+         1000)::int8, attempt, recovery_point",
+    complete: "UPDATE idempotency_keys SET status = 'completed', response_status = $1, \
+         response_headers = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 \
+         / 1000), expires_at = to_timestamp(($5 + COALESCE((SELECT ttl_ms FROM \
+         idempotency_operations WHERE operation = $6), GREATEST((extract(epoch FROM \
+         expires_at) * 1000)::int8 - (extract(epoch FROM created_at) * 1000)::int8, \
+         0)))::float8 / 1000), locked_until = NULL, attempt = attempt + 1 WHERE scope = $7 \
+         AND operation = $8 AND idempotency_key = $9 RETURNING scope, operation, \
+         idempotency_key, fingerprint, status, response_status, response_headers, \
+         response_body, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * 1000)::int8, \
+         (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
+    delete_only: "DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key \
+         = $3",
+    insert_audit: "INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, \
+         action, reason, \"before\", \"after\", forced) VALUES (to_timestamp(($1)::float8 / \
+         1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+    audit: "SELECT id, (extract(epoch FROM at) * 1000)::int8, operator, scope, operation, \
+         idempotency_key, action, reason, \"before\", \"after\", forced FROM \
+         idempotency_audit WHERE 1 = 1",
+    journal: "SELECT recovery_point, journal, request FROM idempotency_keys WHERE scope = $1 AND \
+         operation = $2 AND idempotency_key = $3",
+    register: "INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
+         registered_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp(($7)::float8 / 1000)) ON \
+         CONFLICT (operation) DO UPDATE SET scope = excluded.scope, ttl_ms = excluded.ttl_ms, \
+         mode = excluded.mode, lease_ms = excluded.lease_ms, doc = excluded.doc, \
+         registered_at = excluded.registered_at",
+    registrations: "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (extract(epoch FROM \
+         registered_at) * 1000)::int8 FROM idempotency_operations ORDER BY operation",
+    // With its row in `idempotency_processing` (which the key table's triggers remove once the
+    // key stops processing), in one statement. One row affected: reserved.
+    reserve: "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES \
+         ($1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
+         to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
+         (scope, operation, idempotency_key) DO NOTHING RETURNING scope, operation, \
+         idempotency_key) INSERT INTO idempotency_processing (scope, operation, \
+         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
+         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope",
+    reserve_or_replace_expired: "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+         fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES \
+         ($1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
+         to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
+         (scope, operation, idempotency_key) DO UPDATE SET fingerprint = \
+         excluded.fingerprint, status = 'processing', request = excluded.request, created_at \
+         = excluded.created_at, expires_at = excluded.expires_at, locked_until = \
+         excluded.locked_until, attempt = idempotency_keys.attempt + 1, journal = NULL, \
+         recovery_point = NULL, response_status = NULL, response_headers = NULL, \
+         response_body = NULL, completed_at = NULL WHERE idempotency_keys.status = \
+         'completed' AND idempotency_keys.expires_at <= excluded.created_at RETURNING scope, \
+         operation, idempotency_key) INSERT INTO idempotency_processing (scope, operation, \
+         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
+         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope",
+    // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted only
+    // if the hold is taken. Answers (held, reserved). Like `hold` and `owner_gone`, it lets go of
+    // every hold the session had first: the `FROM` subquery runs before the statement's own
+    // calls (its volatile call keeps it from being pulled up).
+    reserve_held: Some(
+        "WITH held AS (SELECT pg_try_advisory_lock($9) AS ok FROM (SELECT \
+         pg_advisory_unlock_all()) AS released), reserved AS (INSERT INTO idempotency_keys \
+         (scope, operation, idempotency_key, fingerprint, status, request, created_at, \
+         expires_at, locked_until, attempt) SELECT $1, $2, $3, $4, 'processing', $5, \
+         to_timestamp(($6)::float8 / 1000), to_timestamp(($7)::float8 / 1000), \
+         to_timestamp(($8)::float8 / 1000), 1 FROM held WHERE held.ok ON CONFLICT (scope, \
+         operation, idempotency_key) DO NOTHING RETURNING scope, operation, idempotency_key), \
+         processing AS (INSERT INTO idempotency_processing (scope, operation, \
+         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
+         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope RETURNING \
+         1) SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)",
+    ),
     // A session advisory lock, which the server lets go when the session ends.
-    hold: Some(concat!(
-        "SELECT pg_try_advisory_lock($1)",
-        after_letting_go!()
-    )),
+    hold: Some(
+        "SELECT pg_try_advisory_lock($1) FROM (SELECT pg_advisory_unlock_all()) AS released",
+    ),
     let_go: Some("SELECT pg_advisory_unlock($1)"),
     // Taken and let go again if free (`CASE` fixes the order of the two calls).
-    owner_gone: Some(concat!(
-        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END",
-        after_letting_go!()
-    )),
-    ..Sql::STANDARD
+    owner_gone: Some(
+        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END \
+         FROM (SELECT pg_advisory_unlock_all()) AS released",
+    ),
+    clear_expired: None,
+    reopen_expired: None,
+    sweep_locks: None,
+    lease_of: "SELECT attempt, journal, request, fingerprint FROM idempotency_keys WHERE scope = $1 \
+         AND operation = $2 AND idempotency_key = $3",
+    claimable: "SELECT id FROM idempotency_outbox WHERE status = 'pending' AND next_attempt_at <= \
+         to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR locked_until <= \
+         to_timestamp(($2)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
+    take_over: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+         to_timestamp(($1)::float8 / 1000) WHERE scope = $2 AND operation = $3 AND \
+         idempotency_key = $4 AND status = 'processing' AND attempt = $5 AND (locked_until IS \
+         NULL OR locked_until <= to_timestamp(($6)::float8 / 1000)) RETURNING attempt, \
+         journal, request, fingerprint",
+    renew: "UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
+         scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' AND \
+         attempt = $5",
+    step: "UPDATE idempotency_keys SET recovery_point = $1, journal = $2, locked_until = \
+         to_timestamp(($3)::float8 / 1000) WHERE scope = $4 AND operation = $5 AND \
+         idempotency_key = $6 AND status = 'processing' AND attempt = $7",
+    finish: "UPDATE idempotency_keys SET status = 'completed', response_status = $1, \
+         response_headers = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 \
+         / 1000), expires_at = to_timestamp(($5)::float8 / 1000), locked_until = NULL WHERE \
+         scope = $6 AND operation = $7 AND idempotency_key = $8 AND status = 'processing' AND \
+         attempt = $9",
+    give_back: "UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
+         scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' AND \
+         attempt = $5",
+    stuck: "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys WHERE \
+         (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key \
+         FROM idempotency_processing WHERE operation = $1) AND status = 'processing' AND \
+         operation = $2 AND locked_until <= to_timestamp(($3)::float8 / 1000) ORDER BY \
+         locked_until LIMIT $4",
+    enqueue: "INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
+         next_attempt_at, created_at) VALUES ($1, $2, $3, 'pending', 0, \
+         to_timestamp(($4)::float8 / 1000), to_timestamp(($5)::float8 / 1000)) ON CONFLICT \
+         (dedup_id) DO NOTHING",
+    claim: Some(
+        "UPDATE idempotency_outbox SET locked_until = to_timestamp(($2)::float8 / 1000) WHERE \
+         id = ANY(ARRAY(SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
+         next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR \
+         locked_until <= to_timestamp(($1)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE \
+         SKIP LOCKED)) RETURNING id, dedup_id, topic, payload, status, attempts, \
+         (extract(epoch FROM next_attempt_at) * 1000)::int8, (extract(epoch FROM \
+         locked_until) * 1000)::int8, last_error, (extract(epoch FROM created_at) * \
+         1000)::int8, (extract(epoch FROM delivered_at) * 1000)::int8",
+    ),
+    mark_delivered: "UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
+         to_timestamp(($1)::float8 / 1000), locked_until = NULL WHERE id = $2 AND status = \
+         'pending'",
+    mark_failed: "UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = $1, status = \
+         CASE WHEN $2 THEN 'dead' ELSE 'pending' END, next_attempt_at = to_timestamp((CASE \
+         WHEN $3 THEN $4 ELSE $5 END)::float8 / 1000), locked_until = NULL WHERE id = $6 AND \
+         status = 'pending'",
+    outbox_get: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE dedup_id = $1",
+    outbox_find: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id = $1",
+    outbox_find_for_update: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id = $1 FOR UPDATE",
+    outbox_list: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox ORDER BY id LIMIT $1",
+    outbox_list_status: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE status = $1 ORDER BY id \
+         LIMIT $2",
+    outbox_counts: "SELECT status, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8, \
+         count(CASE WHEN locked_until > to_timestamp(($1)::float8 / 1000) THEN 1 END) FROM \
+         idempotency_outbox GROUP BY status",
+    outbox_retry: "UPDATE idempotency_outbox SET status = 'pending', attempts = $1, next_attempt_at = \
+         to_timestamp(($2)::float8 / 1000), locked_until = NULL WHERE id = $3 RETURNING id, \
+         dedup_id, topic, payload, status, attempts, (extract(epoch FROM next_attempt_at) * \
+         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, last_error, \
+         (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM delivered_at) * \
+         1000)::int8",
+    outbox_retryable: "SELECT id FROM idempotency_outbox WHERE id > $1 AND (status = 'dead' OR (status = \
+         'pending' AND next_attempt_at > to_timestamp(($2)::float8 / 1000) AND (locked_until \
+         IS NULL OR locked_until <= to_timestamp(($3)::float8 / 1000)))) ORDER BY id LIMIT $4",
+    sweep_delivered: "DELETE FROM idempotency_outbox WHERE id = ANY(ARRAY(SELECT id FROM \
+         idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
+         to_timestamp(($1)::float8 / 1000) LIMIT $2 FOR UPDATE SKIP LOCKED))",
+    list_completed: " AND status = 'completed' AND expires_at > to_timestamp(($1)::float8 / 1000)",
+    list_expired: " AND status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
+    list_processing: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
+         (locked_until IS NULL OR locked_until > to_timestamp(($1)::float8 / 1000))",
+    list_stuck: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
+         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
+         locked_until <= to_timestamp(($1)::float8 / 1000)",
+    claim_lease: "UPDATE idempotency_outbox SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
+         id IN (",
+    outbox_by_ids: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id IN (",
+    applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = $1",
+    record: "INSERT INTO idem_schema_migrations (version, description, checksum) VALUES ($1, $2, \
+         $3)",
+    forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = $1",
 };
 
 impl Dialect for Postgres {
     const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
-    const TEMPLATES: Sql<&'static str> = TEMPLATES;
+    const SQL: Sql = SQL;
     const ONE_TRIP_LOCK: bool = true;
     const SESSION_ID: Option<&'static str> = Some("SELECT pg_backend_pid()::int8");
     // The lock for the transaction, with no timeouts: migrations may wait for another
@@ -134,25 +326,6 @@ impl Dialect for Postgres {
          applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())";
     const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
          WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations')";
-
-    fn sql() -> &'static Sql<String> {
-        static SQL: OnceLock<Sql<String>> = OnceLock::new();
-        SQL.get_or_init(render_all::<Self>)
-    }
-
-    fn ms(column: &str) -> String {
-        format!("(extract(epoch FROM {column}) * 1000)::int8")
-    }
-
-    fn ts(ms: &str) -> String {
-        format!("to_timestamp(({ms})::float8 / 1000)")
-    }
-
-    /// Rows other transactions hold are skipped, not waited for: batches at the same moment
-    /// take different rows.
-    fn pick(subquery: &str) -> String {
-        format!("= ANY(ARRAY({subquery} FOR UPDATE SKIP LOCKED))")
-    }
 
     fn connect_options(url: &str, _settings: &TxSettings) -> Result<PgConnectOptions, sqlx::Error> {
         let mut options = PgConnectOptions::from_str(url)?;

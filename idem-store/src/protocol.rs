@@ -123,3 +123,9 @@ pub(crate) fn is_connection_error(error: &sqlx::Error) -> bool {
             | sqlx::Error::WorkerCrashed
     )
 }
+
+/// How long a pooled connection may sit idle before it is pinged on its next use: on
+/// PostgreSQL, where a restart leaves the pool's connections dead, the pools the store opens
+/// and the runtime's request-path connections ping one that sat idle this long (a busy
+/// pool's never are).
+pub const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);

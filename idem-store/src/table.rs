@@ -9,7 +9,6 @@ use crate::key::KeyRef;
 use crate::list::RawRow;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::row::{KeyRow, KeyStatus};
-use crate::sql::IN_PROCESSING;
 
 /// The key table of one database, for tools: the operator CLI, tests, the runtime's sweeper.
 /// Cheap to clone (it holds a [`Pool`]).
@@ -82,7 +81,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn get(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
             let mut conn = self.pool.acquire().await?;
-            let row = DB::fetch_optional(&mut conn, &DB::sql().get, &Arg::key(key)).await?;
+            let row = DB::fetch_optional(&mut conn, DB::SQL.get, &Arg::key(key)).await?;
             row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
         }
         .await
@@ -155,17 +154,18 @@ impl<DB: Backend> KeyTable<DB> {
         now_ms: i64,
     ) -> Result<Option<(KeyRow, KeyRow)>, StoreError> {
         async {
-            let sql = DB::sql();
+            let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
             let mut tx = begin_write::<DB>(&mut conn).await?;
-            let before = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
+            let before = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
             // No row: dropping `tx` rolls back.
             let Some(before) = before else {
                 return Ok(None);
             };
             let before = key_row::<DB>(&before, now_ms)?;
-            let args = Arg::on_key(key, &[Arg::Int(now_ms)]);
-            let after = write_key::<DB>(&mut tx, &sql.expire, &args, key, now_ms).await?;
+            let now = [Arg::Int(now_ms)];
+            let args = Arg::around_key(&now, key, &now);
+            let after = write_key::<DB>(&mut tx, sql.expire, &args, key, now_ms).await?;
             // None: it had expired already, unchanged.
             let after = after.unwrap_or_else(|| before.clone());
             tx.commit().await?;
@@ -199,16 +199,16 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`].
     pub async fn delete(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
-            let sql = DB::sql();
+            let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
             if DB::RETURNING {
-                let row = DB::fetch_optional(&mut conn, &sql.delete, &Arg::key(key)).await?;
+                let row = DB::fetch_optional(&mut conn, sql.delete, &Arg::key(key)).await?;
                 return row.map(|row| key_row::<DB>(&row, now_ms)).transpose();
             }
             // The row read, then deleted, in one transaction holding it.
             let mut tx = begin_write::<DB>(&mut conn).await?;
-            let row = DB::fetch_optional(&mut tx, &sql.get_for_update, &Arg::key(key)).await?;
-            DB::execute(&mut tx, &sql.delete_only, &Arg::key(key)).await?;
+            let row = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
+            DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
             tx.commit().await?;
             // Read after the commit, as `RETURNING` does: a row tools cannot read is deleted
             // all the same.
@@ -247,12 +247,12 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
         async {
-            let sql = DB::sql();
+            let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
-            let deleted = DB::execute(&mut conn, &sql.sweep, &args).await?;
+            let deleted = DB::execute(&mut conn, sql.sweep, &args).await?;
             // Where keys are locked through rows of their own (MySQL), the rows no execution
             // took since `before` go too: the next execution of their key makes one again.
-            if let Some(sweep_locks) = &sql.sweep_locks {
+            if let Some(sweep_locks) = sql.sweep_locks {
                 DB::execute(&mut conn, sweep_locks, &args).await?;
             }
             Ok(deleted)
@@ -269,7 +269,8 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn counts(&self, now_ms: i64) -> Result<Counts, StoreError> {
         async {
             let mut conn = self.pool.acquire().await?;
-            let rows = DB::fetch_all(&mut conn, &DB::sql().counts, &[Arg::Int(now_ms)]).await?;
+            let now = [Arg::Int(now_ms), Arg::Int(now_ms)];
+            let rows = DB::fetch_all(&mut conn, DB::SQL.counts, &now).await?;
             let mut counts = Counts::default();
             for row in &rows {
                 counts.add(
@@ -290,32 +291,18 @@ impl<DB: Backend> KeyTable<DB> {
     async fn list_on(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
         let limit = filter.effective_limit();
         let prefix = filter.key_prefix.as_deref().map(DB::key_prefix);
-        let mut query = Statement::new(&DB::sql().list);
-        let now = Arg::Int(now_ms);
-        match filter.status {
-            None => {}
-            Some(KeyStatus::Completed) => {
-                let now = query.param(now);
-                query.push(" AND status = 'completed' AND ");
-                query.push(&DB::cmp("expires_at", ">", &now));
-            }
-            Some(KeyStatus::Expired) => {
-                let now = query.param(now);
-                query.push(" AND status = 'completed' AND ");
-                query.push(&DB::cmp("expires_at", "<=", &now));
-            }
-            Some(KeyStatus::Processing) => {
-                let now = query.param(now);
-                query.push(IN_PROCESSING);
-                query.push(" AND status = 'processing' AND (locked_until IS NULL OR ");
-                query.push(&DB::cmp("locked_until", ">", &now)).push(")");
-            }
-            Some(KeyStatus::Stuck) => {
-                let now = query.param(now);
-                query.push(IN_PROCESSING);
-                query.push(" AND status = 'processing' AND ");
-                query.push(&DB::cmp("locked_until", "<=", &now));
-            }
+        let mut query = Statement::new::<DB>(DB::SQL.list);
+        // The state's filter first: its time is the statement's first parameter.
+        let state = match filter.status {
+            None => None,
+            Some(KeyStatus::Completed) => Some(DB::SQL.list_completed),
+            Some(KeyStatus::Expired) => Some(DB::SQL.list_expired),
+            Some(KeyStatus::Processing) => Some(DB::SQL.list_processing),
+            Some(KeyStatus::Stuck) => Some(DB::SQL.list_stuck),
+        };
+        if let Some(state) = state {
+            query.push(state);
+            query.args.push(Arg::Int(now_ms));
         }
         if let Some(operation) = &filter.operation {
             query.push(" AND operation = ").bind(Arg::Text(operation));
@@ -379,7 +366,7 @@ pub(crate) async fn write_key<DB: Dialect>(
     let row = if DB::RETURNING {
         DB::fetch_optional(conn, statement, args).await?
     } else if DB::execute(conn, statement, args).await? > 0 {
-        DB::fetch_optional(conn, &DB::sql().get, &Arg::key(key)).await?
+        DB::fetch_optional(conn, DB::SQL.get, &Arg::key(key)).await?
     } else {
         None
     };

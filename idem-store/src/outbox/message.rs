@@ -1,5 +1,5 @@
 //! The outbox's rows: messages as they are enqueued, claimed and read (their statements are
-//! the templates of `crate::sql`).
+//! each backend's [`crate::sql::Sql`]).
 
 use std::fmt;
 use std::str::FromStr;

@@ -27,7 +27,7 @@ mod message;
 use sqlx::{Pool, Transaction};
 
 use crate::backend::Backend;
-use crate::dialect::{Arg, Statement, begin_write, render};
+use crate::dialect::{Arg, Statement, begin_write};
 use crate::error::StoreError;
 use crate::operator::Actor;
 use crate::outbox::message::{AUDIT_SCOPE, RawOutboxRow, row_json};
@@ -100,8 +100,9 @@ pub async fn enqueue<DB: Backend>(
         Arg::Text(&message.topic),
         Arg::Text(&payload),
         Arg::Int(now_ms),
+        Arg::Int(now_ms),
     ];
-    match DB::execute(tx, &DB::sql().enqueue, &args).await {
+    match DB::execute(tx, DB::SQL.enqueue, &args).await {
         Ok(inserted) => Ok(inserted == 1),
         // Without `ON CONFLICT … DO NOTHING`: the dedup id exists.
         Err(error) if DB::is_duplicate(&error) => Ok(false),
@@ -184,13 +185,13 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let batch = batch.clamp(1, Self::MAX_BATCH);
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
-        let rows = if DB::RETURNING {
+        let rows = if let Some(claim) = DB::SQL.claim {
             let args = [
                 Arg::Int(now_ms),
                 Arg::Int(until_ms),
                 Arg::Int(i64::from(batch)),
             ];
-            self.rows(&DB::sql().claim, &args).await?
+            self.rows(claim, &args).await?
         } else {
             self.claim_then_read(now_ms, until_ms, batch)
                 .await
@@ -218,8 +219,8 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// Database errors.
     pub async fn mark_delivered(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        let args = [Arg::Int(id), Arg::Int(now_ms)];
-        Ok(self.execute(&DB::sql().mark_delivered, &args).await? == 1)
+        let args = [Arg::Int(now_ms), Arg::Int(id)];
+        Ok(self.execute(DB::SQL.mark_delivered, &args).await? == 1)
     }
 
     /// Records a failed delivery of message `id` at `now_ms`: `attempts` + 1, `last_error`
@@ -238,13 +239,14 @@ impl<DB: Backend> Outbox<DB> {
         dead: bool,
     ) -> Result<bool, StoreError> {
         let args = [
-            Arg::Int(id),
             Arg::Text(error),
-            Arg::Int(next_attempt_at_ms),
+            Arg::Bool(dead),
             Arg::Bool(dead),
             Arg::Int(now_ms),
+            Arg::Int(next_attempt_at_ms),
+            Arg::Int(id),
         ];
-        Ok(self.execute(&DB::sql().mark_failed, &args).await? == 1)
+        Ok(self.execute(DB::SQL.mark_failed, &args).await? == 1)
     }
 
     /// The message enqueued with `dedup_id`, if any.
@@ -253,7 +255,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn get(&self, dedup_id: &str) -> Result<Option<OutboxRow>, StoreError> {
         let rows = self
-            .rows(&DB::sql().outbox_get, &[Arg::Text(dedup_id)])
+            .rows(DB::SQL.outbox_get, &[Arg::Text(dedup_id)])
             .await?;
         rows.into_iter()
             .next()
@@ -266,7 +268,7 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
-        let rows = self.rows(&DB::sql().outbox_find, &[Arg::Int(id)]).await?;
+        let rows = self.rows(DB::SQL.outbox_find, &[Arg::Int(id)]).await?;
         rows.into_iter()
             .next()
             .map(RawOutboxRow::into_row)
@@ -294,15 +296,15 @@ impl<DB: Backend> Outbox<DB> {
         limit: u32,
     ) -> Result<Vec<OutboxRow>, StoreError> {
         let limit = limit.clamp(1, Self::MAX_BATCH);
-        let sql = DB::sql();
+        let sql = DB::SQL;
         let rows = match status {
             None => {
-                self.rows(&sql.outbox_list, &[Arg::Int(limit.into())])
+                self.rows(sql.outbox_list, &[Arg::Int(limit.into())])
                     .await?
             }
             Some(status) => {
                 let args = [Arg::Text(status.as_str()), Arg::Int(limit.into())];
-                self.rows(&sql.outbox_list_status, &args).await?
+                self.rows(sql.outbox_list_status, &args).await?
             }
         };
         rows.into_iter().map(RawOutboxRow::into_row).collect()
@@ -318,7 +320,7 @@ impl<DB: Backend> Outbox<DB> {
         let rows = async {
             let mut conn = self.pool.acquire().await?;
             let args = [Arg::Int(now_ms)];
-            let rows = DB::fetch_all(&mut conn, &DB::sql().outbox_counts, &args).await?;
+            let rows = DB::fetch_all(&mut conn, DB::SQL.outbox_counts, &args).await?;
             rows.iter()
                 .map(|row| {
                     Ok((
@@ -472,11 +474,12 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<(u64, Option<i64>), StoreError> {
         let mut conn = self.pool.acquire().await?;
         let args = [
-            Arg::Int(now_ms),
             Arg::Int(after),
+            Arg::Int(now_ms),
+            Arg::Int(now_ms),
             Arg::Int(i64::from(Self::RETRY_BATCH)),
         ];
-        let picked = DB::fetch_all(&mut conn, &DB::sql().outbox_retryable, &args).await?;
+        let picked = DB::fetch_all(&mut conn, DB::SQL.outbox_retryable, &args).await?;
         let ids = picked
             .iter()
             .map(|row| DB::int(row, 0))
@@ -510,7 +513,7 @@ impl<DB: Backend> Outbox<DB> {
     /// Database errors.
     pub async fn sweep_delivered(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
-        self.execute(&DB::sql().sweep_delivered, &args).await
+        self.execute(DB::SQL.sweep_delivered, &args).await
     }
 
     /// [`Outbox::claim`] where writes return nothing (MySQL): in one transaction, the due
@@ -523,8 +526,12 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<RawOutboxRow>, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
         let mut tx = begin_write::<DB>(&mut conn).await?;
-        let args = [Arg::Int(now_ms), Arg::Int(i64::from(batch))];
-        let picked = DB::fetch_all(&mut tx, &DB::sql().claimable, &args).await?;
+        let args = [
+            Arg::Int(now_ms),
+            Arg::Int(now_ms),
+            Arg::Int(i64::from(batch)),
+        ];
+        let picked = DB::fetch_all(&mut tx, DB::SQL.claimable, &args).await?;
         let ids = picked
             .iter()
             .map(|row| DB::int(row, 0))
@@ -535,12 +542,9 @@ impl<DB: Backend> Outbox<DB> {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let mut lease = Statement::new("UPDATE idempotency_outbox SET locked_until = ");
-        let until = lease.param(Arg::Int(until_ms));
-        lease.push(&DB::ts(&until)).push(" WHERE id IN (");
-        let mut read = Statement::new(&render::<DB>(
-            "SELECT {outbox_columns} FROM idempotency_outbox WHERE id IN (",
-        ));
+        let mut lease = Statement::new::<DB>(DB::SQL.claim_lease);
+        lease.args.push(Arg::Int(until_ms));
+        let mut read = Statement::new::<DB>(DB::SQL.outbox_by_ids);
         for (i, id) in ids.iter().enumerate() {
             let comma = if i == 0 { "" } else { ", " };
             lease.push(comma).bind(Arg::Int(*id));
@@ -621,8 +625,8 @@ async fn retry_in<DB: Backend>(
     now_ms: i64,
     by: &Actor,
 ) -> Result<OutboxRow, StoreError> {
-    let sql = DB::sql();
-    let before = DB::fetch_optional(tx, &sql.outbox_find_for_update, &[Arg::Int(id)]).await?;
+    let sql = DB::SQL;
+    let before = DB::fetch_optional(tx, sql.outbox_find_for_update, &[Arg::Int(id)]).await?;
     let Some(before) = before else {
         return Err(StoreError::NotApplicable(format!(
             "retry: there is no outbox message with id {id}"
@@ -636,12 +640,12 @@ async fn retry_in<DB: Backend>(
         OutboxStatus::Dead => 0,
         _ => i32::try_from(before.attempts).unwrap_or(i32::MAX),
     };
-    let args = [Arg::Int(id), Arg::Int(now_ms), Arg::Int32(attempts)];
+    let args = [Arg::Int32(attempts), Arg::Int(now_ms), Arg::Int(id)];
     let after = if DB::RETURNING {
-        DB::fetch_optional(tx, &sql.outbox_retry, &args).await?
+        DB::fetch_optional(tx, sql.outbox_retry, &args).await?
     } else {
-        DB::execute(tx, &sql.outbox_retry, &args).await?;
-        DB::fetch_optional(tx, &sql.outbox_find, &[Arg::Int(id)]).await?
+        DB::execute(tx, sql.outbox_retry, &args).await?;
+        DB::fetch_optional(tx, sql.outbox_find, &[Arg::Int(id)]).await?
     };
     let after = after.ok_or(sqlx::Error::RowNotFound)?;
     let after = RawOutboxRow::read::<DB>(&after)?.into_row()?;
@@ -658,6 +662,6 @@ async fn retry_in<DB: Backend>(
         Arg::Text(&after_json),
         Arg::Bool(false),
     ];
-    DB::execute(tx, &sql.insert_audit, &audit).await?;
+    DB::execute(tx, sql.insert_audit, &audit).await?;
     Ok(after)
 }

@@ -233,17 +233,25 @@ pub trait StagedSql: Dialect {
 /// Staged mode's statements on every database, written once on its [`Dialect`]'s.
 impl<DB: Dialect> StagedSql for DB {
     async fn reserve(conn: &mut DB::Connection, r: Reservation<'_>) -> Result<bool, sqlx::Error> {
-        let sql = DB::sql();
+        let sql = DB::SQL;
         let args = Arg::on_key(r.key, &reservation_args(&r));
-        let statement = match (&sql.reopen_expired, r.replace_expired) {
-            (_, false) => &sql.reserve,
-            (None, true) => &sql.reserve_or_replace_expired,
+        let statement = match (sql.reopen_expired, r.replace_expired) {
+            (_, false) => sql.reserve,
+            (None, true) => sql.reserve_or_replace_expired,
             // An expired completed row reopened first, where the insert cannot do it.
             (Some(reopen), true) => {
-                if DB::execute(conn, reopen, &args).await? == 1 {
+                let set = [
+                    Arg::Bytes(r.fingerprint),
+                    Arg::Text(r.request),
+                    Arg::Int(r.created_ms),
+                    Arg::Int(r.locked_until_ms),
+                    Arg::Int(r.expires_ms),
+                ];
+                let reopen_args = Arg::around_key(&set, r.key, &[Arg::Int(r.created_ms)]);
+                if DB::execute(conn, reopen, &reopen_args).await? == 1 {
                     return Ok(true);
                 }
-                &sql.reserve
+                sql.reserve_or_replace_expired
             }
         };
         match DB::execute(conn, statement, &args).await {
@@ -261,18 +269,14 @@ impl<DB: Dialect> StagedSql for DB {
         now_ms: i64,
         locked_until_ms: i64,
     ) -> Result<Option<Lease>, sqlx::Error> {
-        let rest = [
-            Arg::Int(seen_attempt),
-            Arg::Int(now_ms),
-            Arg::Int(locked_until_ms),
-        ];
-        let args = Arg::on_key(key, &rest);
-        let sql = DB::sql();
+        let until = [Arg::Int(locked_until_ms)];
+        let args = Arg::around_key(&until, key, &[Arg::Int(seen_attempt), Arg::Int(now_ms)]);
+        let sql = DB::SQL;
         let row = if DB::RETURNING {
-            DB::fetch_optional(conn, &sql.take_over, &args).await?
-        } else if DB::execute(conn, &sql.take_over, &args).await? == 1 {
+            DB::fetch_optional(conn, sql.take_over, &args).await?
+        } else if DB::execute(conn, sql.take_over, &args).await? == 1 {
             // Read back under the lease just taken: no other attempt moves it on meanwhile.
-            DB::fetch_optional(conn, &sql.lease_of, &Arg::key(key)).await?
+            DB::fetch_optional(conn, sql.lease_of, &Arg::key(key)).await?
         } else {
             None
         };
@@ -293,8 +297,8 @@ impl<DB: Dialect> StagedSql for DB {
         attempt: i64,
         locked_until_ms: i64,
     ) -> Result<bool, sqlx::Error> {
-        let args = Arg::on_key(key, &[Arg::Int(attempt), Arg::Int(locked_until_ms)]);
-        Ok(DB::execute(conn, &DB::sql().renew, &args).await? == 1)
+        let args = Arg::around_key(&[Arg::Int(locked_until_ms)], key, &[Arg::Int(attempt)]);
+        Ok(DB::execute(conn, DB::SQL.renew, &args).await? == 1)
     }
 
     async fn journal(
@@ -305,14 +309,13 @@ impl<DB: Dialect> StagedSql for DB {
         journal: &str,
         locked_until_ms: i64,
     ) -> Result<bool, sqlx::Error> {
-        let rest = [
-            Arg::Int(attempt),
+        let set = [
             Arg::Text(step),
             Arg::Text(journal),
             Arg::Int(locked_until_ms),
         ];
-        let args = Arg::on_key(key, &rest);
-        Ok(DB::execute(conn, &DB::sql().step, &args).await? == 1)
+        let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+        Ok(DB::execute(conn, DB::SQL.step, &args).await? == 1)
     }
 
     async fn finish(
@@ -321,16 +324,15 @@ impl<DB: Dialect> StagedSql for DB {
         attempt: i64,
         ending: Ending<'_>,
     ) -> Result<bool, sqlx::Error> {
-        let rest = [
-            Arg::Int(attempt),
+        let set = [
             Arg::Int32(i32::from(ending.status)),
             Arg::Text(ending.headers_json),
             Arg::Bytes(ending.body),
             Arg::Int(ending.completed_ms),
             Arg::Int(ending.expires_ms),
         ];
-        let args = Arg::on_key(key, &rest);
-        Ok(DB::execute(conn, &DB::sql().finish, &args).await? == 1)
+        let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+        Ok(DB::execute(conn, DB::SQL.finish, &args).await? == 1)
     }
 
     async fn release(
@@ -339,11 +341,11 @@ impl<DB: Dialect> StagedSql for DB {
         attempt: i64,
         now_ms: i64,
     ) -> Result<bool, sqlx::Error> {
-        let args = Arg::on_key(key, &[Arg::Int(attempt), Arg::Int(now_ms)]);
-        Ok(DB::execute(conn, &DB::sql().give_back, &args).await? == 1)
+        let args = Arg::around_key(&[Arg::Int(now_ms)], key, &[Arg::Int(attempt)]);
+        Ok(DB::execute(conn, DB::SQL.give_back, &args).await? == 1)
     }
 
-    const HOLDS: bool = DB::TEMPLATES.hold.is_some();
+    const HOLDS: bool = DB::SQL.hold.is_some();
 
     async fn hold(
         conn: &mut DB::Connection,
@@ -351,7 +353,7 @@ impl<DB: Dialect> StagedSql for DB {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> Result<bool, sqlx::Error> {
-        match &DB::sql().hold {
+        match DB::SQL.hold {
             Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
             None => Ok(true),
         }
@@ -363,7 +365,7 @@ impl<DB: Dialect> StagedSql for DB {
         r: Reservation<'_>,
     ) -> Result<(bool, bool), sqlx::Error> {
         debug_assert!(!r.replace_expired, "reserve_held never replaces");
-        let Some(statement) = &DB::sql().reserve_held else {
+        let Some(statement) = DB::SQL.reserve_held else {
             return Ok((true, Self::reserve(conn, r).await?));
         };
         let mut rest = reservation_args(&r).to_vec();
@@ -380,7 +382,7 @@ impl<DB: Dialect> StagedSql for DB {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> Result<bool, sqlx::Error> {
-        match &DB::sql().let_go {
+        match DB::SQL.let_go {
             Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
             None => Ok(true),
         }
@@ -392,7 +394,7 @@ impl<DB: Dialect> StagedSql for DB {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> Result<bool, sqlx::Error> {
-        match &DB::sql().owner_gone {
+        match DB::SQL.owner_gone {
             Some(statement) => on_hold::<DB>(conn, statement, namespace, key, attempt).await,
             None => Ok(false),
         }
@@ -404,8 +406,13 @@ impl<DB: Dialect> StagedSql for DB {
         now_ms: i64,
         limit: i64,
     ) -> Result<Vec<StuckKey>, sqlx::Error> {
-        let args = [Arg::Text(operation), Arg::Int(now_ms), Arg::Int(limit)];
-        let rows = DB::fetch_all(conn, &DB::sql().stuck, &args).await?;
+        let args = [
+            Arg::Text(operation),
+            Arg::Text(operation),
+            Arg::Int(now_ms),
+            Arg::Int(limit),
+        ];
+        let rows = DB::fetch_all(conn, DB::SQL.stuck, &args).await?;
         rows.iter()
             .map(|row| {
                 Ok(StuckKey {
