@@ -8,8 +8,8 @@
 //! grow with the number of requests or of stored keys, and only their bytes grow with the
 //! body.
 //!
-//! PostgreSQL comes from `DATABASE_URL` (an admin URL, default
-//! `postgres://postgres@127.0.0.1:5432/test`); the bench creates and drops its own database.
+//! PostgreSQL comes from `DATABASE_URL` (an admin URL; by default the test harness's
+//! default); the bench creates and drops its own database.
 //! With `ALLOC_BACKENDS=sqlite` it runs on SQLite only.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
@@ -133,8 +133,7 @@ fn main() {
         if std::env::var("ALLOC_BACKENDS").is_ok_and(|b| b == "sqlite") {
             return;
         }
-        let admin = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let admin = idem_testkit::harness::postgres_url();
         let database = format!("idem_alloc_{}", std::process::id());
         let pool = sqlx::PgPool::connect(&admin).await.unwrap();
         sqlx::query(&format!("CREATE DATABASE {database}"))

@@ -10,8 +10,8 @@
 //!   idem's contract of `POST /orders` merged in ([`crate::docs`]).
 //! - `GET /orders/{id}` returns the tenant's own order, `404` otherwise.
 //!
-//! The handlers are generic over the backend so one binary serves SQLite and PostgreSQL; an
-//! application on one database writes them for that database directly.
+//! The handlers are generic over the backend so one binary serves every store idem
+//! supports; an application on one database writes them for that database directly.
 
 use std::future::Future;
 

@@ -186,7 +186,7 @@ pub enum Store {
     Postgres,
     /// `sqlite:`.
     Sqlite,
-    /// `mysql:` or `mariadb:` (MySQL 8, MariaDB 10.6 or later).
+    /// `mysql:` or `mariadb:` (which servers: the store's feature table, `idem_runtime::store`).
     MySql,
 }
 

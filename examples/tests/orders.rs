@@ -1,5 +1,5 @@
-//! The `orders` example's contract, driven over HTTP against real server processes on
-//! PostgreSQL and SQLite.
+//! The `orders` example's contract, driven over HTTP against real server processes on every
+//! store idem supports (on MySQL, the injected faults and two processes on one key).
 #![allow(clippy::unwrap_used)]
 
 mod common;

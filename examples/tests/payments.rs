@@ -1,7 +1,8 @@
 //! The `payments` example's contract, driven over HTTP against real processes — the
-//! `payments` server on PostgreSQL or SQLite and the `fake-provider` — including a process
-//! killed between the provider's charge and its recording, and a provider that fails and
-//! loses answers under two servers sharing one database.
+//! `payments` server (on PostgreSQL, and on SQLite; not run on MySQL here) and the
+//! `fake-provider` — including a process killed between the provider's charge and its
+//! recording, and a provider that fails and loses answers under two servers sharing one
+//! database.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 mod common;

@@ -27,8 +27,14 @@
 //! integers digit for digit, other numbers through `f64`.
 //!
 //! The output never depends on `serde_json`, whose `preserve_order` feature any crate of a
-//! build can switch on: nothing goes through a `serde_json::Value`. It streams; only the
-//! members of one object are buffered, to be sorted, in buffers kept in a pool and reused.
+//! build can switch on: nothing goes through a `serde_json::Value` (the runtime's tests all
+//! run with that feature on). It streams; only the members of one object are buffered, to be
+//! sorted, in buffers kept in a pool and reused.
+//!
+//! For integer and string inputs the form is byte for byte what idem 0.1.0 hashed, so
+//! fingerprints stored before an upgrade keep matching after it: a change of the form would
+//! silently turn every retry of a stored key into a `422` (pinned by the fingerprint's
+//! tests).
 //!
 //! [`Exclude`] leaves members out by their dotted path from the root: object member names
 //! joined by `.`. The wrapper object of an enum variant counts as an object (a field of a

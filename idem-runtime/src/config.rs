@@ -87,8 +87,9 @@ pub struct Config {
     /// hold looks unowned to a process with holds, which takes it over while it runs
     /// (fenced, and with the same provider keys, but run twice) — as during a rolling
     /// deploy that turns it on. It costs one more connection per running staged attempt (a
-    /// pool the size of the first) and a few per cent of a staged operation's throughput
-    /// against a provider that answers at once (`bench/run`'s `staged-held`).
+    /// pool the size of the first) and some of a staged operation's throughput against a
+    /// provider that answers at once (`bench/run`'s `staged-held`; the figures are in
+    /// `bench/RESULTS.md`).
     pub attempt_holds: bool,
     /// Whether idem's connections go through a transaction pooler: PgBouncer in
     /// `pool_mode = transaction`, or a hosted pooler that behaves like it. Default `false`.
@@ -109,7 +110,10 @@ pub struct Config {
     ///
     /// Without it, [`Idem::connect`](crate::Idem::connect) on PostgreSQL refuses a pool
     /// whose two connections reach the same server session (a pooler in between), with an
-    /// error naming this switch.
+    /// error naming this switch, rather than fail later on a prepared statement. It cannot
+    /// look through a pool of one connection or one given to
+    /// [`Idem::from_pool`](crate::Idem::from_pool). It never turns the switch on by itself:
+    /// that would hide a setting that changes how holds and cancellation behave.
     ///
     /// What it cannot do for the application's own queries on the same connections: sqlx
     /// prepares every `sqlx::query*` call (with or without parameters) under a name it never

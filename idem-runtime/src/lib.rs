@@ -56,9 +56,10 @@ pub use crate::record::REPLAYED_HEADER;
 #[doc = include_str!("../docs/idempotent.md")]
 pub use idem_macros::idempotent;
 
-/// Re-exported so that handler signatures can name `sqlx::Transaction`, `sqlx::Postgres`
-/// and `sqlx::Sqlite` without a dependency of their own. Your own queries need `sqlx` as a
-/// dependency (its macros name `::sqlx`): see the README.
+/// Re-exported so that handler signatures can name `sqlx::Transaction` and the database of
+/// every store idem supports ([`store`](crate::store#stores)) without a dependency of their
+/// own. Your own queries need `sqlx` as a dependency (its macros name `::sqlx`): see the
+/// README.
 pub use sqlx;
 
 /// Fail points are test machinery: without the `failpoints` feature they are not there.
@@ -150,7 +151,7 @@ pub mod __private {
     #[diagnostic::on_unimplemented(
         message = "the transaction argument of an `#[idempotent]` handler must be `&mut sqlx::Transaction<'_, DB>`",
         label = "not a `sqlx::Transaction` of a backend idem supports",
-        note = "DB is `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+        note = "DB is `sqlx::Postgres`, `sqlx::MySql` or `sqlx::Sqlite`, each with the feature of its name (`postgres`, `mysql`, `sqlite`)"
     )]
     pub trait TxArg {
         /// The backend.
@@ -165,7 +166,7 @@ pub mod __private {
     #[diagnostic::on_unimplemented(
         message = "a staged `#[idempotent]` handler's `Attempt` argument must be `idem_runtime::staged::Attempt<DB>`",
         label = "not an `idem_runtime::staged::Attempt`",
-        note = "DB is `sqlx::Postgres` (feature `postgres`) or `sqlx::Sqlite` (feature `sqlite`)"
+        note = "DB is `sqlx::Postgres`, `sqlx::MySql` or `sqlx::Sqlite`, each with the feature of its name (`postgres`, `mysql`, `sqlite`)"
     )]
     pub trait AttemptArg {
         /// The backend.

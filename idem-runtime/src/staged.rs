@@ -12,12 +12,13 @@
 //!   result.
 //! - [`Attempt::finish`] runs the last writes and stores the response in one transaction.
 //!
-//! An attempt holds the key with a lease its heartbeat renews. If the attempt dies (the
-//! process is killed, the provider times out), the key stays `processing`; once the lease
-//! has run out, the next retry with the same key — or the [`Reconciler`] — takes it over with
-//! a new attempt number and runs the work again from the start: recorded steps return their
-//! recorded result without running, and the first unrecorded step runs again **with the same
-//! provider key**, so the provider answers with what it did the first time.
+//! An attempt holds the key with a lease its heartbeat renews every third of it. If the
+//! attempt dies (the process is killed, the provider times out), the key stays
+//! `processing`; once the lease has run out, the next retry with the same key — or the
+//! [`Reconciler`] — takes it over with a new attempt number and runs the work again from the
+//! start: recorded steps return their recorded result without running, and the first
+//! unrecorded step runs again **with the same provider key**, so the provider answers with
+//! what it did the first time.
 //!
 //! # What may run twice
 //!

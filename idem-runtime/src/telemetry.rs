@@ -101,8 +101,8 @@
 //! one recorder: under a test's local recorder (`metrics::set_default_local_recorder`) it
 //! would count into the recorder it was made with, and `metrics-exporter-prometheus` with an
 //! `idle_timeout` drops a series nobody updated for a while, after which a held handle counts
-//! into nothing. Asking costs a replay about 1,500 of its 84,000 instructions
-//! (`bench/callgrind`; `bench/RESULTS.md`, step 6).
+//! into nothing. Asking costs a replay a small share of its instructions (`bench/callgrind`;
+//! the figure is in `bench/RESULTS.md`, step 6).
 //!
 //! ```
 //! use idem_runtime::telemetry::{self, key_hash};
@@ -618,8 +618,8 @@ impl Execution {
     /// The execution's future — the protocol's steps with the handler's, several kilobytes
     /// — goes on the heap here, where it is made: every future that awaits this one (the
     /// handler the attribute writes, axum's, the middleware's) then holds a pointer, and is
-    /// not copied whole each time one of them is moved into the next (`bench/RESULTS.md`:
-    /// the copies were a third of a replay's instructions).
+    /// not copied whole each time one of them is moved into the next (what the copies cost:
+    /// `bench/RESULTS.md`, step 3).
     pub(crate) fn run<'a, F>(
         self,
         execution: F,

@@ -1,4 +1,4 @@
-//! The typed plain function API, [`Idem::once`], on PostgreSQL and SQLite: executed then
+//! The typed plain function API, [`Idem::once`], on PostgreSQL and on SQLite: executed then
 //! replayed with the same typed value, failures that roll back and free the key, mismatches,
 //! values that cannot be read back, `?` on sqlx errors, scopes from a principal, panics, and
 //! concurrent calls on one key.

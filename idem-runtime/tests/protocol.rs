@@ -1,5 +1,5 @@
 //! The execution protocol on real databases, through the plain function API: every case
-//! runs on PostgreSQL and on SQLite.
+//! runs on every store idem supports (on MySQL all but the failed `COMMIT`).
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -8,9 +8,8 @@
 //! it): an aggregate over every key, which reads the whole table. The test runs it too and
 //! prints its time; the tool runs it off the drawing path.
 //!
-//! PostgreSQL from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`), a
-//! schema `idem_test_<uuid>` of its own (`idem_testkit::harness`); `LOAD 'auto_explain'`
-//! needs a superuser.
+//! PostgreSQL from `DATABASE_URL` or the harness's default, a schema `idem_test_<uuid>` of
+//! its own (`idem_testkit::harness`); `LOAD 'auto_explain'` needs a superuser.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::Write;

@@ -1,5 +1,5 @@
-//! The key table on MySQL / MariaDB (`MYSQL_URL`, default `mysql://root@127.0.0.1:3306`; a
-//! new database `idem_test_<uuid>` per test): what is MySQL's own, the key's lock rows.
+//! The key table on MySQL / MariaDB (`MYSQL_URL`, or the harness's default; a new database
+//! `idem_test_<uuid>` per test): what is MySQL's own, the key's lock rows.
 #![allow(clippy::unwrap_used)]
 
 use idem_store::sqlx::{self, MySql};

@@ -1,5 +1,5 @@
-//! The key table on PostgreSQL (`DATABASE_URL`, default
-//! `postgres://postgres@127.0.0.1:5432/test`; each test in a schema `idem_test_<uuid>`).
+//! The key table on PostgreSQL (`DATABASE_URL`, or the harness's default; each test in a
+//! schema `idem_test_<uuid>`).
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -157,7 +157,9 @@ pub fn settings() -> TxSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestDatabase {
     /// Its URL: on PostgreSQL the server's ([`postgres_url`]) with the schema as
-    /// `search_path` and `application_name`; on SQLite `sqlite://` and the file.
+    /// `search_path` and `application_name` (or a database of its own, through the pooler of
+    /// [`pooled`]); on SQLite `sqlite://` and the file; on MySQL the server's
+    /// ([`mysql_url`]) with the database.
     pub url: String,
     /// Where it lives.
     pub location: Location,
@@ -179,11 +181,11 @@ pub enum Location {
 
 /// A backend the tests run on: a new, empty database for each test.
 ///
-/// Implemented for every [`Backend`]: PostgreSQL and SQLite, told apart by
+/// Implemented for every [`Backend`], that is every store idem supports, told apart by
 /// [`Database::NAME`].
 pub trait TestBackend: Backend {
-    /// A new, empty database: on PostgreSQL a new schema `idem_test_<uuid>`, on SQLite a new
-    /// file. Nothing is created in it: tests connect and migrate.
+    /// A new, empty database, as [the module's docs](crate::harness) say for each store.
+    /// Nothing is created in it: tests connect and migrate.
     fn fresh() -> impl Future<Output = TestDatabase> + Send;
 
     /// The URL of a new, empty database ([`TestBackend::fresh`]).

@@ -1,5 +1,5 @@
-//! The store conformance kit on MySQL or MariaDB (`MYSQL_URL`, default
-//! `mysql://root@127.0.0.1:3306`): every case in a new database `idem_test_<uuid>`.
+//! The store conformance kit on MySQL or MariaDB (`MYSQL_URL`, or the harness's default):
+//! every case in a new database `idem_test_<uuid>`.
 
 use idem_store::sqlx::MySql;
 

@@ -1,10 +1,10 @@
 //! Harness for the examples' HTTP tests: real server processes on real databases.
 //!
-//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`,
-//! idem-testkit's harness); each test creates its own database `idem_orders_<uuid>`, for
-//! its server processes. An unreachable server fails the test: nothing is skipped. SQLite
-//! tests use a fresh file, in a new directory of the harness's. MySQL comes from `MYSQL_URL`
-//! (default `mysql://root@127.0.0.1:3306`), a database `idem_orders_<uuid>` per test.
+//! The servers are idem-testkit's harness's: PostgreSQL from `DATABASE_URL` and MySQL from
+//! `MYSQL_URL`, or the harness's defaults. On PostgreSQL each test creates its own database
+//! `idem_orders_<uuid>`, for its server processes; an unreachable server fails the test:
+//! nothing is skipped. SQLite tests use a fresh file, in a new directory of the harness's.
+//! On MySQL, a database `idem_orders_<uuid>` per test.
 //!
 //! With `PGBOUNCER_URL` set (a transaction pooler in front of that PostgreSQL, such as
 //! `.ci/pgbouncer` starts), the servers reach each PostgreSQL database through it: their

@@ -1,9 +1,9 @@
 //! Test harness: a fresh store on a real database per test, from idem-testkit's harness.
 //!
-//! PostgreSQL comes from `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`);
-//! each test gets its own schema, so runs never collide. An unreachable server fails the
-//! test: nothing is skipped. SQLite uses a new file in the system's temporary directory;
-//! MySQL (`MYSQL_URL`, default `mysql://root@127.0.0.1:3306`) a new database.
+//! PostgreSQL comes from `DATABASE_URL`, MySQL from `MYSQL_URL`, or the harness's defaults.
+//! On PostgreSQL each test gets its own schema, so runs never collide; an unreachable server
+//! fails the test: nothing is skipped. SQLite uses a new file in the system's temporary
+//! directory; MySQL a new database.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;

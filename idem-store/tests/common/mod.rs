@@ -1,8 +1,8 @@
 //! The key table on real databases, beyond the conformance kit (`idem-testkit`): every case
 //! runs on PostgreSQL (`tests/postgres.rs`) and SQLite (`tests/sqlite.rs`), each on a new
-//! database from the test harness (`idem_testkit::harness`: PostgreSQL from `DATABASE_URL`,
-//! default `postgres://postgres@127.0.0.1:5432/test`, a schema `idem_test_<uuid>` per test;
-//! SQLite, a new file).
+//! database from the test harness (`idem_testkit::harness`: PostgreSQL from `DATABASE_URL`
+//! or the harness's default, a schema `idem_test_<uuid>` per test; SQLite, a new file).
+//! MySQL's own cases are in `tests/mysql.rs`.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;

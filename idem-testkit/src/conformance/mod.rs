@@ -7,8 +7,8 @@
 //! mode's fenced writes, the outbox, and the tools' API (get, list with every filter, keyset
 //! pagination, counts, sweeps, operator actions and their audit trail, the operation
 //! registry) — is a public `async fn` in [`cases`], generic over the backend. It uses the
-//! store's public API only. idem's own PostgreSQL and SQLite stores run every one of them
-//! (this crate's `tests/conformance_{postgres,sqlite}.rs`); a new backend is accepted when it
+//! store's public API only. Every store idem supports runs every one of them (this crate's
+//! `tests/conformance_<store>.rs`, one file per store); a new backend is accepted when it
 //! passes them all.
 //!
 //! # Running the kit
@@ -29,9 +29,9 @@
 //! # Where the databases come from
 //!
 //! A [`Harness`] hands out the URL of a new, empty database for each case: by default the
-//! test harness's ([`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url): on
-//! PostgreSQL a new schema, `options=-c search_path=…` in the URL, on SQLite a new file), or
-//! any closure or `async fn` returning a URL. The kit opens its pools itself through
+//! test harness's ([`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url): what
+//! each store gets is in [the harness's docs](crate::harness)), or any closure or `async fn`
+//! returning a URL. The kit opens its pools itself through
 //! [`Backend::connect`], with the [`TxSettings`] a case needs (a short lock timeout to time a
 //! lock wait, say), and sometimes several pools on one database (one per instance, for
 //! instances migrating or claiming at once); it migrates the database itself, since some
@@ -43,8 +43,7 @@
 //! # A new backend
 //!
 //! [`Backend`] is sealed (its supertrait, the store's `Dialect`, is private to `idem-store`),
-//! so a store for another database (MySQL, say) is added to that crate, not implemented
-//! outside it. Such a backend is a `Dialect` there (its words for the statement templates,
+//! so a store for another database is added to that crate, not implemented outside it. Such a backend is a `Dialect` there (its words for the statement templates,
 //! its own statements, its migrations and the few functions that differ; [`Backend`] and
 //! staged mode's statements follow from it), implements [`ConformanceSql`] here (the few
 //! statements the kit runs beside the store's API, to read the migration history and to spoil
@@ -75,8 +74,8 @@ mod sql;
 /// migration history and spoiling rows on purpose (a tampered checksum, headers or a payload
 /// that is not JSON), to check how the store answers them.
 ///
-/// Implemented for idem's backends, with this crate's features `postgres` and `sqlite` (the
-/// SQL is in this module's `sql.rs`); a new backend implements it here.
+/// Implemented for every store idem supports, each with this crate's feature of the store's
+/// name (the SQL is in this module's `sql.rs`); a new backend implements it here.
 pub trait ConformanceSql: Backend {
     /// `idem_schema_migrations` in version order: (version, description, checksum).
     fn history(
