@@ -84,16 +84,24 @@ where
                 let principal = S::Principal::from_request_parts(parts, state)
                     .await
                     .map_err(IntoResponse::into_response)?;
-                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
-                // The handler's own argument of this type takes it from here ([`Reuse`]):
-                // authentication runs once per request.
-                parts.extensions.insert(Cached::new(principal));
-                scope
+                adopt(parts, K::KIND, principal).map_err(IntoResponse::into_response)?
             }
             _ => Scope::global(),
         };
         Ok(Self::with_scope(parts, idem, scope))
     }
+}
+
+/// The scope of `kind` that `principal` names; the principal is kept for the handler's own
+/// argument of its type, which takes it from here ([`Reuse`]): authentication runs once per
+/// request.
+fn adopt<P>(parts: &mut Parts, kind: ScopeKind, principal: P) -> Result<Scope, Error>
+where
+    P: crate::principal::Principal + Send + 'static,
+{
+    let scope = scope_of(kind, &principal)?;
+    parts.extensions.insert(Cached::new(principal));
+    Ok(scope)
 }
 
 impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {
@@ -200,13 +208,12 @@ where
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        let idem = state.idem().clone();
-        let mut principal_json = None;
         let resumption = parts.extensions.remove::<Resumption>();
-        let scope = match (K::KIND, &resumption) {
-            (ScopeKind::Tenant | ScopeKind::User, Some(resumption)) => {
+        let (ctx, principal_json) = match &resumption {
+            Some(resumption) if K::KIND != ScopeKind::Global => {
                 // No credentials come with a resumption: the principal stored with the key
                 // stands for the one extracted then.
+                let idem = state.idem().clone();
                 let stored = resumption.with(|ticket| ticket.principal.clone());
                 let principal = stored
                     .and_then(|value| serde_json::from_value::<S::Principal>(value).ok())
@@ -217,23 +224,20 @@ where
                         }
                         .into_response()
                     })?;
-                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
-                parts.extensions.insert(Cached::new(principal));
-                scope
+                let scope =
+                    adopt(parts, K::KIND, principal).map_err(IntoResponse::into_response)?;
+                (Ctx::with_scope(parts, idem, scope), None)
             }
-            (ScopeKind::Tenant | ScopeKind::User, None) => {
-                let principal = S::Principal::from_request_parts(parts, state)
-                    .await
-                    .map_err(IntoResponse::into_response)?;
-                let scope = scope_of(K::KIND, &principal).map_err(IntoResponse::into_response)?;
-                principal_json = Some(
-                    serde_json::to_value(&principal)
-                        .map_err(|error| Error::Journal(error).into_response())?,
-                );
-                parts.extensions.insert(Cached::new(principal));
-                scope
+            _ => {
+                let ctx = Ctx::from_request_parts(parts, state).await?;
+                // The principal it extracted, stored with the key.
+                let principal = parts.extensions.get::<Cached<S::Principal>>();
+                let json = principal.and_then(|cached| cached.peek(|p| serde_json::to_value(p)));
+                let json = json
+                    .transpose()
+                    .map_err(|error| Error::Journal(error).into_response())?;
+                (ctx, json)
             }
-            _ => Scope::global(),
         };
         let body = CapturedBody::default();
         parts.extensions.insert(body.clone());
@@ -245,7 +249,7 @@ where
             principal_json,
         );
         Ok(Self {
-            ctx: Ctx::with_scope(parts, idem, scope),
+            ctx,
             request,
             body,
             resumption,
@@ -294,6 +298,15 @@ impl<T> Cached<T> {
 
     fn take(&self) -> Option<T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    /// `f` of the value, if no extractor took it yet.
+    fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(f)
     }
 }
 

@@ -1,15 +1,15 @@
 //! An attempt's proof of life: how a retry after a crash knows, without waiting for the
 //! lease, that a staged key's attempt is gone.
 //!
-//! On a backend whose [`StagedSql::HOLDS`](crate::store::staged::StagedSql::HOLDS)
+//! On a backend whose [`Backend::HOLDS`](crate::store::Backend::HOLDS)
 //! (PostgreSQL), every staged attempt holds its attempt number — a session advisory lock
-//! ([`StagedSql::hold`](crate::store::staged::StagedSql::hold)) on a connection of a small
+//! ([`Backend::hold`](crate::store::Backend::hold)) on a connection of a small
 //! pool beside the application's — from before its reservation or takeover makes the number
 //! visible until after its last write. The server ends a session's locks with the session:
 //! when the process running an attempt dies (`kill -9`, a lost machine), its connection
 //! closes and the hold is free at once. A retry that finds the key `processing` with a live
 //! lease asks whether that attempt's owner is gone
-//! ([`StagedSql::owner_gone`](crate::store::staged::StagedSql::owner_gone)):
+//! ([`Backend::owner_gone`](crate::store::Backend::owner_gone)):
 //!
 //! - held → the attempt runs: `409` with `Retry-After` (or wait, with
 //!   [`InFlightPolicy::Wait`](crate::spec::InFlightPolicy::Wait));
@@ -25,7 +25,7 @@
 //! the application pool's size; a request takes its hold connection before anything else, so
 //! the two pools never wait for each other in a circle). A new key is reserved on the hold
 //! connection in the same statement that takes its hold
-//! ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)), so a first
+//! ([`Backend::reserve_held`](crate::store::Backend::reserve_held)), so a first
 //! execution makes no more round trips; a takeover makes one more (its hold), and so does a
 //! look that finds a live lease (the probe). Each of them first lets go of what the
 //! connection held before.
@@ -81,7 +81,7 @@ impl<DB: Backend> Hold<DB> {
     }
 
     /// Reserves the key holding its attempt 1, in one round trip
-    /// ([`StagedSql::reserve_held`](crate::store::staged::StagedSql::reserve_held)): `None`
+    /// ([`Backend::reserve_held`](crate::store::Backend::reserve_held)): `None`
     /// when another session holds attempt 1 (nothing reserved), else whether the key was
     /// reserved (`false`: it has a row already).
     pub(crate) async fn reserve(

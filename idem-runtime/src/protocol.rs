@@ -387,158 +387,150 @@ impl<DB: Backend> Idem<DB> {
         // The session outlives the steps: once they ended (not dropped midway), its
         // connection goes back as it is (see `Session::finish`).
         let mut session = None;
-        let outcome = self.execute_steps(&mut session, spec, call, work).await;
+        let slot = &mut session;
+        let outcome = async move {
+            let key = KeyRef {
+                scope: call.scope,
+                operation: spec.id,
+                key: call.key.as_str(),
+            };
+            let started = self.now_millis();
+            // Where it saves a round trip, an operation whose keys are mostly new begins with the
+            // key's lock (see `first_step`); a key found to exist sends it to the lookup.
+            let mut lock_first = DB::LOCK_FIRST && self.inner.first_step.lock_first(spec.id);
+            let (mut tx, replace_expired) = loop {
+                let replace_expired = if lock_first {
+                    *slot = Some(self.session().await?);
+                    false
+                } else {
+                    // One connection for the lookup and, if it comes to that, the transaction: the
+                    // one a lock that found the key kept, if any (that lock counted the key).
+                    let kept = slot.take();
+                    let counted = kept.is_some();
+                    let (session, stored) = self.first_lookup(key, kept).await?;
+                    *slot = Some(session);
+                    telemetry::looked_up(stored.as_ref(), started);
+                    if DB::LOCK_FIRST && !counted {
+                        self.inner.first_step.met(spec.id, stored.is_some());
+                    }
+                    match self.settle(spec, &call, stored, started)? {
+                        Settled::Answer(outcome) => return Ok(outcome),
+                        Settled::Run { replace_expired } => replace_expired,
+                        // (Atomic mode commits final rows only: a staged execution of the same
+                        // operation id holds this key.)
+                        Settled::Held { .. } | Settled::Stuck { .. } => {
+                            return Err(self.in_flight());
+                        }
+                    }
+                };
+                let session = held(slot);
+                let namespace = self.namespace(session.conn()).await?;
+                let lock = KeyLock {
+                    namespace,
+                    key,
+                    expired_by_ms: replace_expired.then_some(started),
+                };
+                // (What went wrong leaves through `failed`, so that no borrow of the session
+                // outlives the statement.)
+                let mut failed = None;
+                let waiting = Instant::now();
+                let begun = session.begin(&self.inner.tx_settings, Some(lock));
+                let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+                let free = begun.as_ref().map(|b| matches!(b, Begun::Free(_)));
+                telemetry::lock_taken(spec.id, waiting, free);
+                if let Some(tx) = begun.and_then(Begun::free) {
+                    if lock_first {
+                        // The lock's look again found no row: what the lookup would have said.
+                        telemetry::looked_up(None, started);
+                        self.inner.first_step.met(spec.id, false);
+                    }
+                    break (tx, replace_expired);
+                }
+                if let Some(error) = failed {
+                    let failure = DB::classify(&error);
+                    if lock_first && matches!(failure, Failure::Disconnected) {
+                        // A stale connection: the lookup's path tries others.
+                        held(slot).state = State::Discarded;
+                        *slot = None;
+                        lock_first = false;
+                        continue;
+                    }
+                    held(slot).recover().await;
+                    match failure {
+                        Failure::Taken => {}
+                        Failure::LockTimeout => {
+                            return Err(self.lock_timed_out(held(slot).conn(), lock, error).await);
+                        }
+                        _ => return Err(Error::Store(error)),
+                    }
+                }
+                if lock_first {
+                    // The key's row exists: the lookup reads it, on the same connection.
+                    self.inner.first_step.met(spec.id, true);
+                    lock_first = false;
+                    continue;
+                }
+                // Another execution stored the key while this one waited for its lock: its
+                // record is the answer, and the work does not run.
+                let busy = Err(self.in_flight());
+                return self
+                    .recheck(held(slot).conn(), spec, &call, key, started, busy)
+                    .await;
+            };
+            if spec.store_client_errors {
+                DB::savepoint(&mut tx).await.map_err(Error::Store)?;
+            }
+            let Ok(record) = AssertUnwindSafe(work(&mut tx)).catch_unwind().await else {
+                // Dropping rolls back, pipelined with the lookup that follows.
+                drop(tx);
+                let panicked = Err(Error::Panicked);
+                return self
+                    .recheck(held(slot).conn(), spec, &call, key, started, panicked)
+                    .await;
+            };
+            telemetry::work_done(record.status);
+            self.inner.fail.check(FailPoint::AfterHandler)?;
+            if record.is_failure() {
+                if spec.store_client_errors && record.status.is_client_error() {
+                    DB::rollback_to_savepoint(&mut tx)
+                        .await
+                        .map_err(Error::Store)?;
+                } else {
+                    drop(tx);
+                    let failed = Ok(Outcome {
+                        kind: OutcomeKind::Failed,
+                        record,
+                    });
+                    return self
+                        .recheck(held(slot).conn(), spec, &call, key, started, failed)
+                        .await;
+                }
+            }
+            let stored = self
+                .store(tx, spec, &call, key, &record, started, replace_expired)
+                .await?;
+            telemetry::stored(spec.id, record.body.len(), stored);
+            if !stored {
+                // Rolled back: another execution of the key committed first.
+                let busy = Err(self.in_flight());
+                return self
+                    .recheck(held(slot).conn(), spec, &call, key, started, busy)
+                    .await;
+            }
+            // What is left queued, if anything, is the `ROLLBACK` of the empty transaction after a
+            // merged `COMMIT; BEGIN`.
+            held(slot).state = State::RollbackQueued;
+            self.inner.fail.check(FailPoint::AfterCommit)?;
+            Ok(Outcome {
+                kind: OutcomeKind::Executed,
+                record,
+            })
+        }
+        .await;
         if let Some(session) = session {
             session.finish(&outcome);
         }
         outcome
-    }
-
-    /// The steps of [`Idem::execute`], on a session kept in `slot`.
-    async fn execute_steps<F>(
-        &self,
-        slot: &mut Option<Session<DB>>,
-        spec: &OperationSpec,
-        call: Call<'_>,
-        work: F,
-    ) -> Result<Outcome, Error>
-    where
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
-    {
-        let key = KeyRef {
-            scope: call.scope,
-            operation: spec.id,
-            key: call.key.as_str(),
-        };
-        let started = self.now_millis();
-        // Where it saves a round trip, an operation whose keys are mostly new begins with the
-        // key's lock (see `first_step`); a key found to exist sends it to the lookup.
-        let mut lock_first = DB::LOCK_FIRST && self.inner.first_step.lock_first(spec.id);
-        let (mut tx, replace_expired) = loop {
-            let replace_expired = if lock_first {
-                *slot = Some(self.session().await?);
-                false
-            } else {
-                // One connection for the lookup and, if it comes to that, the transaction: the
-                // one a lock that found the key kept, if any (that lock counted the key).
-                let kept = slot.take();
-                let counted = kept.is_some();
-                let (session, stored) = self.first_lookup(key, kept).await?;
-                *slot = Some(session);
-                telemetry::looked_up(stored.as_ref(), started);
-                if DB::LOCK_FIRST && !counted {
-                    self.inner.first_step.met(spec.id, stored.is_some());
-                }
-                match self.settle(spec, &call, stored, started)? {
-                    Settled::Answer(outcome) => return Ok(outcome),
-                    Settled::Run { replace_expired } => replace_expired,
-                    // (Atomic mode commits final rows only: a staged execution of the same
-                    // operation id holds this key.)
-                    Settled::Held { .. } | Settled::Stuck { .. } => return Err(self.in_flight()),
-                }
-            };
-            let session = held(slot);
-            let namespace = self.namespace(session.conn()).await?;
-            let lock = KeyLock {
-                namespace,
-                key,
-                expired_by_ms: replace_expired.then_some(started),
-            };
-            // (What went wrong leaves through `failed`, so that no borrow of the session
-            // outlives the statement.)
-            let mut failed = None;
-            let waiting = Instant::now();
-            let begun = session.begin(&self.inner.tx_settings, Some(lock));
-            let begun = begun.await.map_err(|e| failed = Some(e)).ok();
-            let free = begun.as_ref().map(|b| matches!(b, Begun::Free(_)));
-            telemetry::lock_taken(spec.id, waiting, free);
-            if let Some(tx) = begun.and_then(Begun::free) {
-                if lock_first {
-                    // The lock's look again found no row: what the lookup would have said.
-                    telemetry::looked_up(None, started);
-                    self.inner.first_step.met(spec.id, false);
-                }
-                break (tx, replace_expired);
-            }
-            if let Some(error) = failed {
-                let failure = DB::classify(&error);
-                if lock_first && matches!(failure, Failure::Disconnected) {
-                    // A stale connection: the lookup's path tries others.
-                    held(slot).state = State::Discarded;
-                    *slot = None;
-                    lock_first = false;
-                    continue;
-                }
-                held(slot).recover().await;
-                match failure {
-                    Failure::Taken => {}
-                    Failure::LockTimeout => {
-                        return Err(self.lock_timed_out(held(slot).conn(), lock, error).await);
-                    }
-                    _ => return Err(Error::Store(error)),
-                }
-            }
-            if lock_first {
-                // The key's row exists: the lookup reads it, on the same connection.
-                self.inner.first_step.met(spec.id, true);
-                lock_first = false;
-                continue;
-            }
-            // Another execution stored the key while this one waited for its lock: its
-            // record is the answer, and the work does not run.
-            let busy = Err(self.in_flight());
-            return self
-                .recheck(held(slot).conn(), spec, &call, key, started, busy)
-                .await;
-        };
-        if spec.store_client_errors {
-            DB::savepoint(&mut tx).await.map_err(Error::Store)?;
-        }
-        let Ok(record) = AssertUnwindSafe(work(&mut tx)).catch_unwind().await else {
-            // Dropping rolls back, pipelined with the lookup that follows.
-            drop(tx);
-            let panicked = Err(Error::Panicked);
-            return self
-                .recheck(held(slot).conn(), spec, &call, key, started, panicked)
-                .await;
-        };
-        telemetry::work_done(record.status);
-        self.inner.fail.check(FailPoint::AfterHandler)?;
-        if record.is_failure() {
-            if spec.store_client_errors && record.status.is_client_error() {
-                DB::rollback_to_savepoint(&mut tx)
-                    .await
-                    .map_err(Error::Store)?;
-            } else {
-                drop(tx);
-                let failed = Ok(Outcome {
-                    kind: OutcomeKind::Failed,
-                    record,
-                });
-                return self
-                    .recheck(held(slot).conn(), spec, &call, key, started, failed)
-                    .await;
-            }
-        }
-        let stored = self
-            .store(tx, spec, &call, key, &record, started, replace_expired)
-            .await?;
-        telemetry::stored(spec.id, record.body.len(), stored);
-        if !stored {
-            // Rolled back: another execution of the key committed first.
-            let busy = Err(self.in_flight());
-            return self
-                .recheck(held(slot).conn(), spec, &call, key, started, busy)
-                .await;
-        }
-        // What is left queued, if anything, is the `ROLLBACK` of the empty transaction after a
-        // merged `COMMIT; BEGIN`.
-        held(slot).state = State::RollbackQueued;
-        self.inner.fail.check(FailPoint::AfterCommit)?;
-        Ok(Outcome {
-            kind: OutcomeKind::Executed,
-            record,
-        })
     }
 
     /// Runs `work` in a transaction with no key: for operations whose key is optional.
@@ -550,47 +542,39 @@ impl<DB: Backend> Idem<DB> {
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
     {
         let mut session = None;
-        let outcome = self.execute_unkeyed_steps(&mut session, work).await;
+        let slot = &mut session;
+        let outcome = async move {
+            let session = slot.insert(self.session().await?);
+            let mut failed = None;
+            let begun = session.begin(&self.inner.tx_settings, None);
+            // (Without a key's lock there is no key to find taken.)
+            let begun = begun.await.map_err(|e| failed = Some(e)).ok();
+            let Some(mut tx) = begun.and_then(Begun::free) else {
+                session.recover().await;
+                return Err(failed.map_or(Error::Panicked, Error::Store));
+            };
+            let record = AssertUnwindSafe(work(&mut tx))
+                .catch_unwind()
+                .await
+                .map_err(|_| Error::Panicked)?;
+            if record.is_failure() {
+                tx.rollback().await.map_err(Error::Store)?;
+                return Ok(Outcome {
+                    kind: OutcomeKind::Failed,
+                    record,
+                });
+            }
+            tx.commit().await.map_err(commit_failed::<DB>)?;
+            Ok(Outcome {
+                kind: OutcomeKind::Executed,
+                record,
+            })
+        }
+        .await;
         if let Some(session) = session {
             session.finish(&outcome);
         }
         outcome
-    }
-
-    /// The steps of [`Idem::execute_unkeyed`], on a session kept in `slot`.
-    async fn execute_unkeyed_steps<F>(
-        &self,
-        slot: &mut Option<Session<DB>>,
-        work: F,
-    ) -> Result<Outcome, Error>
-    where
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> Work<'t> + Send,
-    {
-        let session = slot.insert(self.session().await?);
-        let mut failed = None;
-        let begun = session.begin(&self.inner.tx_settings, None);
-        // (Without a key's lock there is no key to find taken.)
-        let begun = begun.await.map_err(|e| failed = Some(e)).ok();
-        let Some(mut tx) = begun.and_then(Begun::free) else {
-            session.recover().await;
-            return Err(failed.map_or(Error::Panicked, Error::Store));
-        };
-        let record = AssertUnwindSafe(work(&mut tx))
-            .catch_unwind()
-            .await
-            .map_err(|_| Error::Panicked)?;
-        if record.is_failure() {
-            tx.rollback().await.map_err(Error::Store)?;
-            return Ok(Outcome {
-                kind: OutcomeKind::Failed,
-                record,
-            });
-        }
-        tx.commit().await.map_err(commit_failed::<DB>)?;
-        Ok(Outcome {
-            kind: OutcomeKind::Executed,
-            record,
-        })
     }
 
     /// One of the request path's connections ([`crate::connections`]) within

@@ -4,13 +4,17 @@ use std::future::Future;
 
 use sqlx::{Database, Pool, Transaction};
 
-use crate::dialect::{Arg, Dialect, Wire, connect};
+use sqlx::Connection;
+use sqlx::pool::PoolOptions;
+
+use crate::glue::{Arg, Glue, Wire, like_prefix};
 use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
+use crate::sql::Sql;
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
-use crate::staged::StagedSql;
+use crate::staged::{Ending, Lease, Reservation, StuckKey};
 
 /// A database idem keeps keys in, one of [the stores](crate#stores) (`sqlx::Postgres`,
 /// `sqlx::MySql`, `sqlx::Sqlite`); the bound of [`crate::KeyTable`], [`crate::Outbox`] and
@@ -24,25 +28,224 @@ use crate::staged::StagedSql;
 /// the runtime keeps the raw error, and what it means depends on the step (a failed
 /// `COMMIT` leaves the outcome unknown).
 ///
-/// Sealed: every database is written once over the crate's private dialect trait, and its
-/// guarantees are proven by the store's conformance suite.
+/// Each store implements what differs (its statements, its lock, its errors); the protocol's
+/// primitives are written once, as this trait's provided methods. Sealed: the stores are
+/// this crate's, and each passes the store's conformance suite.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres`, `sqlx::MySql` or `sqlx::Sqlite`, each with the feature of its name (`postgres`, `mysql`, `sqlite`)"
 )]
-pub trait Backend: Dialect + StagedSql {
-    #[doc(hidden)]
-    /// Whether an execution may take the key's lock before looking the key up, saving the
-    /// lookup's round trip when the key is new: where [`Backend::begin`] with a lock is one
-    /// round trip that fails with [`Failure::Taken`] when the key's row exists (PostgreSQL).
-    /// Elsewhere a key that exists would cost more round trips than the lookup saves
-    /// (MySQL), or there is no round trip to save (SQLite, in process).
-    const LOCK_FIRST: bool;
-
+pub trait Backend: Glue + sealed::Sealed {
     #[doc(hidden)]
     /// The migrations that create and evolve the key table, in order
     /// ([`crate::migrate`] applies them).
     fn migrations() -> &'static [Migration];
+
+    #[doc(hidden)]
+    /// Every statement, as this database is sent it.
+    const SQL: Sql;
+
+    #[doc(hidden)]
+    /// Whether parameters are `?`, taken in order, rather than numbered (`$1`, `$2`, …):
+    /// MySQL's.
+    const POSITIONAL: bool = false;
+
+    #[doc(hidden)]
+    /// `idem_schema_migrations`, created if missing.
+    const HISTORY: &'static str;
+
+    #[doc(hidden)]
+    /// Whether idem 0.1's migration history (sqlx's `_sqlx_migrations`) is where unqualified
+    /// names go.
+    const HAS_SQLX_HISTORY: &'static str;
+
+    #[doc(hidden)]
+    /// How a transaction that writes begins where plain `BEGIN` would take its write locks
+    /// too late (SQLite: `BEGIN IMMEDIATE`); `None` (the default): `BEGIN`, rows read with
+    /// `{for_update}`.
+    const BEGIN_WRITE: Option<&'static str> = None;
+
+    #[doc(hidden)]
+    /// The statement that names the server session a connection is on (PostgreSQL:
+    /// `SELECT pg_backend_pid()::int8`), where two connections could share one through a
+    /// transaction pooler: see [`Self::shared_sessions`]. Default: none.
+    const SESSION_ID: Option<&'static str> = None;
+
+    #[doc(hidden)]
+    /// How a migration's transaction begins: [`Self::BEGIN_WRITE`], or with the lock that
+    /// makes one process at a time migrate where it is transaction-scoped (PostgreSQL).
+    const BEGIN_MIGRATION: Option<&'static str> = Self::BEGIN_WRITE;
+
+    #[doc(hidden)]
+    /// Whether an execution may take the key's lock before looking the key up, saving the
+    /// lookup's round trip when the key is new: where [`Self::begin`] with a lock is one
+    /// round trip that fails with [`Failure::Taken`] when the key's row exists (PostgreSQL).
+    /// Elsewhere a key that exists would cost more round trips than the lookup saves
+    /// (MySQL), or there is no round trip to save (SQLite, in process).
+    const LOCK_FIRST: bool = false;
+
+    #[doc(hidden)]
+    /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
+    /// the generic code reads the rows again.
+    const RETURNING: bool = true;
+
+    #[doc(hidden)]
+    /// Where writes return nothing: the statement that reads the id the last `INSERT`
+    /// generated (the audit entry's).
+    const LAST_INSERT_ID: &'static str = "";
+
+    #[doc(hidden)]
+    /// The connection options of `url` with the protocol's settings (see
+    /// [`Self::connect`]).
+    fn connect_options(
+        url: &str,
+        settings: &TxSettings,
+    ) -> Result<<Self::Connection as Connection>::Options, sqlx::Error>;
+
+    #[doc(hidden)]
+    /// The pool's options beyond its size and acquire timeout.
+    fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {
+        options
+    }
+
+    #[doc(hidden)]
+    /// What tells this key table's locks from those of other key tables the database may hold
+    /// (PostgreSQL: `current_schema()`; SQLite: nothing, the empty string). Ask once per
+    /// process and pass it in every [`KeyLock`].
+    fn namespace(
+        conn: &mut <Self as Database>::Connection,
+    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
+    /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
+    /// of the namespace and key in the same round trip as `BEGIN` (with the `SET LOCAL`
+    /// timeouts of `settings`); SQLite takes the database's write
+    /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
+    /// [`TxSettings::lock_timeout`].
+    ///
+    /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
+    /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
+    /// duplicate never runs the work. PostgreSQL takes the lock and looks in one call of the
+    /// function `idem_lock_key` (migrations 2 and 7), which raises `IK001`: an error [`Self::classify`] calls
+    /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
+    /// [`Begun::Taken`].
+    fn begin<'c>(
+        conn: &'c mut <Self as Database>::Connection,
+        settings: &TxSettings,
+        lock: Option<KeyLock<'_>>,
+    ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    /// The statement that begins a transaction without a key's lock with the timeouts of
+    /// `settings` (PostgreSQL: `BEGIN` and `SET LOCAL`, one round trip; SQLite: `BEGIN`, the
+    /// connection's `busy_timeout` bounding its waits), for
+    /// [`sqlx::Pool::begin_with`].
+    fn begin_statement(settings: &TxSettings) -> String;
+
+    #[doc(hidden)]
+    /// Puts `conn` back in a usable state after [`Self::begin`] failed: on PostgreSQL a
+    /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
+    /// transaction that sqlx does not know about. Never fails: a connection this cannot
+    /// repair is broken, and its next use says so.
+    fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send {
+        let _ = conn;
+        async {}
+    }
+
+    #[doc(hidden)]
+    /// The completed row's `INSERT` and `COMMIT` as one batch, where that saves round trips
+    /// (PostgreSQL: `INSERT …; COMMIT; BEGIN`, one simple query); `None`: a bound `INSERT`,
+    /// then `COMMIT`.
+    fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
+        let _ = row;
+        None
+    }
+
+    #[doc(hidden)]
+    /// Whether `error` is the key table's primary key refusing the batch of
+    /// [`Self::insert_and_commit`]: another execution's row.
+    fn is_key_taken(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
+
+    #[doc(hidden)]
+    /// Whether `error` is a unique key refusing a row: where inserts have no
+    /// `ON CONFLICT … DO NOTHING` (MySQL), the generic code takes it for "exists already".
+    fn is_duplicate(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
+
+    #[doc(hidden)]
+    /// What a database error means for the protocol: a lock wait that ran out
+    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; MySQL 1205,
+    /// 1213, 1969 and 3024; SQLite `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is
+    /// gone, or anything else.
+    fn classify(error: &sqlx::Error) -> Failure;
+
+    #[doc(hidden)]
+    /// After [`Self::begin`] failed with [`Failure::LockTimeout`] (and
+    /// [`Self::abandon_begin`]): whether another transaction holds the key's lock now, that
+    /// is, whether the wait was for a duplicate of the request (PostgreSQL: the key's advisory
+    /// lock cannot be taken) rather than for a lock of something else (a table locked from
+    /// outside). SQLite cannot tell, the key's lock being the database's one write lock:
+    /// `false`.
+    fn key_lock_taken(
+        conn: &mut <Self as Database>::Connection,
+        lock: KeyLock<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        let _ = (conn, lock);
+        async { Ok(false) }
+    }
+
+    #[doc(hidden)]
+    /// A listing's condition on keys starting with `prefix`, with a `$n` for `pattern`: the
+    /// condition's text before and after the parameter, and the pattern bound to it. Default:
+    /// `LIKE` with `!` escaping the wildcards (case-sensitive on PostgreSQL, and on MySQL
+    /// through the key's binary collation).
+    fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
+        (
+            " AND idempotency_key LIKE ",
+            " ESCAPE '!'",
+            like_prefix(prefix),
+        )
+    }
+
+    #[doc(hidden)]
+    /// Takes the lock that makes one process at a time migrate, on `conn`, for the session
+    /// (MySQL: `GET_LOCK`). Default: none, each migration's [`Self::BEGIN_MIGRATION`]
+    /// transaction taking its lock.
+    fn lock_migrations(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = conn;
+        async { Ok(()) }
+    }
+
+    #[doc(hidden)]
+    /// Lets go of [`Self::lock_migrations`]'s lock and resets the session.
+    fn unlock_migrations(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = conn;
+        async { Ok(()) }
+    }
+
+    #[doc(hidden)]
+    /// The key table's size on disk with its indexes, where the database can tell.
+    fn table_bytes(
+        conn: &mut Self::Connection,
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
+
+    #[doc(hidden)]
+    /// The advisory lock id of `key`'s attempt `attempt`, where staged mode's holds exist
+    /// ([`Sql::hold`]). Default: no holds, never asked.
+    fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
+        let _ = (namespace, key, attempt);
+        0
+    }
 
     #[doc(hidden)]
     /// Opens a pool on `url` with settings suited to the protocol.
@@ -67,7 +270,18 @@ pub trait Backend: Dialect + StagedSql {
         url: &str,
         max_connections: u32,
         settings: &TxSettings,
-    ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send {
+        async move {
+            let options = Self::connect_options(url, settings)?;
+            let pool = PoolOptions::<Self>::new()
+                .max_connections(max_connections)
+                .acquire_timeout(settings.acquire_timeout)
+                // A dead connection fails its query (answered 503, retry with the same key)
+                // instead of costing every request a ping round trip.
+                .test_before_acquire(false);
+            Self::pool_options(pool).connect_with(options).await
+        }
+    }
 
     #[doc(hidden)]
     /// Whether two connections of `pool`, open at once, met the same server session: then a
@@ -78,71 +292,77 @@ pub trait Backend: Dialect + StagedSql {
     /// `true` proves the pooler: without one, two open connections are two sessions.
     /// Always `false` where the database has no such statement (SQLite), or when the pool
     /// holds fewer than two connections.
-    fn shared_sessions(pool: &Pool<Self>)
-    -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+    fn shared_sessions(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let Some(sql) = Self::SESSION_ID else {
+                return Ok(false);
+            };
+            if pool.options().get_max_connections() < 2 {
+                return Ok(false);
+            }
+            let (mut first, mut second) = (pool.acquire().await?, pool.acquire().await?);
+            let mut ids = Vec::with_capacity(2);
+            for conn in [&mut *first, &mut *second] {
+                // As a simple query: a prepared one could meet another client's statement names.
+                let row = Self::fetch_optional_on(Wire::Literal, conn, sql, &[]).await?;
+                ids.push(row.map(|row| Self::int(&row, 0)).transpose()?);
+            }
+            Ok(ids[0].is_some() && ids[0] == ids[1])
+        }
+    }
 
     #[doc(hidden)]
     /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key.
     fn lookup(
-        conn: &mut <Self as Database>::Connection,
+        conn: &mut Self::Connection,
         key: KeyRef<'_>,
-    ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send;
-
-    #[doc(hidden)]
-    /// What tells this key table's locks from those of other key tables the database may hold
-    /// (PostgreSQL: `current_schema()`; SQLite: nothing, the empty string). Ask once per
-    /// process and pass it in every [`KeyLock`].
-    fn namespace(
-        conn: &mut <Self as Database>::Connection,
-    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
-
-    #[doc(hidden)]
-    /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
-    /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
-    /// of the namespace and key in the same round trip as `BEGIN` (with the `SET LOCAL`
-    /// timeouts of `settings`); SQLite takes the database's write
-    /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
-    /// [`TxSettings::lock_timeout`].
-    ///
-    /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
-    /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
-    /// duplicate never runs the work. PostgreSQL takes the lock and looks in one call of the
-    /// function `idem_lock_key` (migrations 2 and 7), which raises `IK001`: an error [`Backend::classify`] calls
-    /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
-    /// [`Begun::Taken`].
-    fn begin<'c>(
-        conn: &'c mut <Self as Database>::Connection,
-        settings: &TxSettings,
-        lock: Option<KeyLock<'_>>,
-    ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
-
-    #[doc(hidden)]
-    /// The statement that begins a transaction without a key's lock with the timeouts of
-    /// `settings` (PostgreSQL: `BEGIN` and `SET LOCAL`, one round trip; SQLite: `BEGIN`, the
-    /// connection's `busy_timeout` bounding its waits), for
-    /// [`sqlx::Pool::begin_with`].
-    fn begin_statement(settings: &TxSettings) -> String;
-
-    #[doc(hidden)]
-    /// Puts `conn` back in a usable state after [`Backend::begin`] failed: on PostgreSQL a
-    /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
-    /// transaction that sqlx does not know about. Never fails: a connection this cannot
-    /// repair is broken, and its next use says so.
-    fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send;
+    ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send {
+        async move {
+            let row = Self::fetch_optional(conn, Self::SQL.lookup, &Arg::key(key)).await?;
+            let Some(row) = row else { return Ok(None) };
+            let status = StoredStatus::from_column(&Self::text(&row, 1)?);
+            let response = match Self::opt_int32(&row, 2)? {
+                Some(code) if status == StoredStatus::Completed => Some(StoredResponse::lenient(
+                    code,
+                    Self::opt_text(&row, 3)?.as_deref(),
+                    Self::opt_bytes(&row, 4)?,
+                )),
+                _ => None,
+            };
+            Ok(Some(StoredKey {
+                fingerprint: Self::bytes(&row, 0)?,
+                status,
+                response,
+                expires_at_ms: Self::int(&row, 5)?,
+                locked_until_ms: Self::opt_int(&row, 6)?,
+                attempt: Self::int(&row, 7)?,
+            }))
+        }
+    }
 
     #[doc(hidden)]
     /// `SAVEPOINT idem_handler`: separates the application's writes from the key row, for a
     /// failure that is stored while its writes are undone.
     fn savepoint(
         tx: &mut Transaction<'_, Self>,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        async move { Self::execute(tx, SAVEPOINT, &[]).await.map(drop) }
+    }
 
     #[doc(hidden)]
     /// `ROLLBACK TO SAVEPOINT idem_handler`: undoes the application's writes since
-    /// [`Backend::savepoint`], keeping the transaction (and the key's lock).
+    /// [`Self::savepoint`], keeping the transaction (and the key's lock).
     fn rollback_to_savepoint(
         tx: &mut Transaction<'_, Self>,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        async move {
+            Self::execute(tx, ROLLBACK_TO_SAVEPOINT, &[])
+                .await
+                .map(drop)
+        }
+    }
 
     #[doc(hidden)]
     /// Inserts the completed key row with its response, in `tx`. Returns `false`, changing
@@ -151,199 +371,441 @@ pub trait Backend: Dialect + StagedSql {
     fn insert_completed(
         tx: &mut Transaction<'_, Self>,
         row: NewRow<'_>,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let sql = Self::SQL;
+            let statement = match (sql.clear_expired, row.replace_expired) {
+                (_, false) => sql.insert_completed,
+                (None, true) => sql.insert_completed_or_replace_expired,
+                // The expired row deleted first, where the insert cannot replace it.
+                (Some(clear), true) => {
+                    let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
+                    Self::execute(tx, clear, &args).await?;
+                    sql.insert_completed
+                }
+            };
+            let args = [
+                Arg::Text(row.key.scope),
+                Arg::Text(row.key.operation),
+                Arg::Text(row.key.key),
+                Arg::Bytes(row.fingerprint),
+                Arg::Int32(i32::from(row.status)),
+                Arg::Text(row.headers_json),
+                Arg::Bytes(row.body),
+                Arg::Int(row.created_ms),
+                Arg::Int(row.completed_ms),
+                Arg::Int(row.expires_ms),
+            ];
+            match Self::execute(tx, statement, &args).await {
+                Ok(inserted) => Ok(inserted == 1),
+                // Without `ON CONFLICT … DO NOTHING`: the row exists.
+                Err(error) if Self::is_duplicate(&error) => Ok(false),
+                Err(error) => Err(error),
+            }
+        }
+    }
 
     #[doc(hidden)]
     /// Inserts the completed key row and commits, in as few round trips as the backend
     /// allows (PostgreSQL: one simple query `INSERT …; COMMIT; BEGIN`). Returns `false` when
     /// the key's row exists already; the transaction is rolled back then. An error leaves the
-    /// outcome unknown only if [`Backend::classify`] does not call it [`Failure::Other`] or
+    /// outcome unknown only if [`Self::classify`] does not call it [`Failure::Other`] or
     /// [`Failure::LockTimeout`] of a database error: the database refused a statement, and
     /// nothing committed. Ignores
     /// [`NewRow::replace_expired`]: an expired row is replaced with
-    /// [`Backend::insert_completed`] and a separate `COMMIT`.
+    /// [`Self::insert_completed`] and a separate `COMMIT`.
     fn insert_completed_and_commit(
-        tx: Transaction<'_, Self>,
-        row: NewRow<'_>,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-
-    #[doc(hidden)]
-    /// What a database error means for the protocol: a lock wait that ran out
-    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; MySQL 1205,
-    /// 1213, 1969 and 3024; SQLite `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is
-    /// gone, or anything else.
-    fn classify(error: &sqlx::Error) -> Failure;
-
-    #[doc(hidden)]
-    /// After [`Backend::begin`] failed with [`Failure::LockTimeout`] (and
-    /// [`Backend::abandon_begin`]): whether another transaction holds the key's lock now, that
-    /// is, whether the wait was for a duplicate of the request (PostgreSQL: the key's advisory
-    /// lock cannot be taken) rather than for a lock of something else (a table locked from
-    /// outside). SQLite cannot tell, the key's lock being the database's one write lock:
-    /// `false`.
-    fn key_lock_taken(
-        conn: &mut <Self as Database>::Connection,
-        lock: KeyLock<'_>,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
-}
-
-/// Every database with a dialect is a [`Backend`]: the primitives are written once, on
-/// the dialect's statements and functions.
-impl<DB: Dialect + StagedSql> Backend for DB {
-    const LOCK_FIRST: bool = DB::ONE_TRIP_LOCK;
-
-    fn migrations() -> &'static [Migration] {
-        DB::MIGRATIONS
-    }
-
-    async fn connect(
-        url: &str,
-        max_connections: u32,
-        settings: &TxSettings,
-    ) -> Result<Pool<Self>, sqlx::Error> {
-        connect(url, max_connections, settings).await
-    }
-
-    async fn shared_sessions(pool: &Pool<Self>) -> Result<bool, sqlx::Error> {
-        let Some(sql) = DB::SESSION_ID else {
-            return Ok(false);
-        };
-        if pool.options().get_max_connections() < 2 {
-            return Ok(false);
-        }
-        let (mut first, mut second) = (pool.acquire().await?, pool.acquire().await?);
-        let mut ids = Vec::with_capacity(2);
-        for conn in [&mut *first, &mut *second] {
-            // As a simple query: a prepared one could meet another client's statement names.
-            let row = DB::fetch_optional_on(Wire::Literal, conn, sql, &[]).await?;
-            ids.push(row.map(|row| DB::int(&row, 0)).transpose()?);
-        }
-        Ok(ids[0].is_some() && ids[0] == ids[1])
-    }
-
-    async fn lookup(
-        conn: &mut DB::Connection,
-        key: KeyRef<'_>,
-    ) -> Result<Option<StoredKey>, sqlx::Error> {
-        let row = DB::fetch_optional(conn, DB::SQL.lookup, &Arg::key(key)).await?;
-        let Some(row) = row else { return Ok(None) };
-        let status = StoredStatus::from_column(&DB::text(&row, 1)?);
-        let response = match DB::opt_int32(&row, 2)? {
-            Some(code) if status == StoredStatus::Completed => Some(StoredResponse::lenient(
-                code,
-                DB::opt_text(&row, 3)?.as_deref(),
-                DB::opt_bytes(&row, 4)?,
-            )),
-            _ => None,
-        };
-        Ok(Some(StoredKey {
-            fingerprint: DB::bytes(&row, 0)?,
-            status,
-            response,
-            expires_at_ms: DB::int(&row, 5)?,
-            locked_until_ms: DB::opt_int(&row, 6)?,
-            attempt: DB::int(&row, 7)?,
-        }))
-    }
-
-    async fn namespace(conn: &mut DB::Connection) -> Result<String, sqlx::Error> {
-        DB::lock_namespace(conn).await
-    }
-
-    async fn begin<'c>(
-        conn: &'c mut DB::Connection,
-        settings: &TxSettings,
-        lock: Option<KeyLock<'_>>,
-    ) -> Result<Begun<'c, Self>, sqlx::Error> {
-        DB::begin_locked(conn, settings, lock).await
-    }
-
-    fn begin_statement(settings: &TxSettings) -> String {
-        DB::begin_sql(settings)
-    }
-
-    async fn abandon_begin(conn: &mut DB::Connection) {
-        DB::after_failed_begin(conn).await;
-    }
-
-    async fn savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
-        DB::execute(tx, SAVEPOINT, &[]).await.map(drop)
-    }
-
-    async fn rollback_to_savepoint(tx: &mut Transaction<'_, Self>) -> Result<(), sqlx::Error> {
-        DB::execute(tx, ROLLBACK_TO_SAVEPOINT, &[]).await.map(drop)
-    }
-
-    async fn insert_completed(
-        tx: &mut Transaction<'_, Self>,
-        row: NewRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let sql = DB::SQL;
-        let statement = match (sql.clear_expired, row.replace_expired) {
-            (_, false) => sql.insert_completed,
-            (None, true) => sql.insert_completed_or_replace_expired,
-            // The expired row deleted first, where the insert cannot replace it.
-            (Some(clear), true) => {
-                let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
-                DB::execute(tx, clear, &args).await?;
-                sql.insert_completed
-            }
-        };
-        let args = [
-            Arg::Text(row.key.scope),
-            Arg::Text(row.key.operation),
-            Arg::Text(row.key.key),
-            Arg::Bytes(row.fingerprint),
-            Arg::Int32(i32::from(row.status)),
-            Arg::Text(row.headers_json),
-            Arg::Bytes(row.body),
-            Arg::Int(row.created_ms),
-            Arg::Int(row.completed_ms),
-            Arg::Int(row.expires_ms),
-        ];
-        match DB::execute(tx, statement, &args).await {
-            Ok(inserted) => Ok(inserted == 1),
-            // Without `ON CONFLICT … DO NOTHING`: the row exists.
-            Err(error) if DB::is_duplicate(&error) => Ok(false),
-            Err(error) => Err(error),
-        }
-    }
-
-    async fn insert_completed_and_commit(
         mut tx: Transaction<'_, Self>,
         mut row: NewRow<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let Some(batch) = DB::insert_and_commit(&row) else {
-            row.replace_expired = false; // Documented as ignored: see `insert_completed`.
-            if !Self::insert_completed(&mut tx, row).await? {
-                return Ok(false);
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let Some(batch) = Self::insert_and_commit(&row) else {
+                row.replace_expired = false; // Documented as ignored: see `insert_completed`.
+                if !Self::insert_completed(&mut tx, row).await? {
+                    return Ok(false);
+                }
+                tx.commit().await?;
+                return Ok(true);
+            };
+            match Self::batch(&mut tx, &batch).await {
+                // The batch ends with a new transaction (`…; COMMIT; BEGIN`): dropping `tx` rolls
+                // back that empty one, the `ROLLBACK` going out with the connection's next
+                // message, so that sqlx's view of the connection and the server's agree again.
+                Ok(()) => Ok(true),
+                // The key's row exists: the `INSERT` failed, the transaction is aborted, the
+                // `COMMIT` skipped, and dropping `tx` rolls back.
+                Err(error) if Self::is_key_taken(&error) => Ok(false),
+                Err(error) => Err(error),
             }
-            tx.commit().await?;
-            return Ok(true);
-        };
-        match DB::batch(&mut tx, &batch).await {
-            // The batch ends with a new transaction (`…; COMMIT; BEGIN`): dropping `tx` rolls
-            // back that empty one, the `ROLLBACK` going out with the connection's next
-            // message, so that sqlx's view of the connection and the server's agree again.
-            Ok(()) => Ok(true),
-            // The key's row exists: the `INSERT` failed, the transaction is aborted, the
-            // `COMMIT` skipped, and dropping `tx` rolls back.
-            Err(error) if DB::is_key_taken(&error) => Ok(false),
-            Err(error) => Err(error),
         }
     }
 
-    fn classify(error: &sqlx::Error) -> Failure {
-        if crate::protocol::is_connection_error(error) {
-            return Failure::Disconnected;
+    // Staged mode: each runs on a connection, which may be a transaction's (`&mut *tx`):
+    // `journal` and `finish` run in the transaction of the application's writes when a step
+    // has any, so the step's writes and its recovery point commit together. Every write of an
+    // attempt is fenced by its number (see [`crate::staged`]).
+
+    #[doc(hidden)]
+    /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
+    /// when the key has a row already (unless it is a completed row that had expired and
+    /// [`Reservation::replace_expired`]: a processing row never expires, see
+    /// [`crate::KeyStatus::at`]).
+    fn reserve(
+        conn: &mut Self::Connection,
+        r: Reservation<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let sql = Self::SQL;
+            let args = Arg::on_key(r.key, &reservation_args(&r));
+            let statement = match (sql.reopen_expired, r.replace_expired) {
+                (_, false) => sql.reserve,
+                (None, true) => sql.reserve_or_replace_expired,
+                // An expired completed row reopened first, where the insert cannot do it.
+                (Some(reopen), true) => {
+                    let set = [
+                        Arg::Bytes(r.fingerprint),
+                        Arg::Text(r.request),
+                        Arg::Int(r.created_ms),
+                        Arg::Int(r.locked_until_ms),
+                        Arg::Int(r.expires_ms),
+                    ];
+                    let reopen_args = Arg::around_key(&set, r.key, &[Arg::Int(r.created_ms)]);
+                    if Self::execute(conn, reopen, &reopen_args).await? == 1 {
+                        return Ok(true);
+                    }
+                    sql.reserve_or_replace_expired
+                }
+            };
+            match Self::execute(conn, statement, &args).await {
+                Ok(reserved) => Ok(reserved == 1),
+                // Without `ON CONFLICT … DO NOTHING`: the key has a row.
+                Err(error) if Self::is_duplicate(&error) => Ok(false),
+                Err(error) => Err(error),
+            }
         }
-        DB::failure_of(error)
     }
 
-    async fn key_lock_taken(
-        conn: &mut DB::Connection,
-        lock: KeyLock<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        DB::probe_key_lock(conn, lock).await
+    #[doc(hidden)]
+    /// Takes over a `processing` key whose lease had run out by `now_ms` and whose attempt is
+    /// still `seen_attempt`: one more attempt, leased until `locked_until_ms`. `None` when the
+    /// row is not in that state any more (another attempt took it, it completed, or its lease
+    /// was renewed).
+    fn take_over(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        seen_attempt: i64,
+        now_ms: i64,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<Option<Lease>, sqlx::Error>> + Send {
+        async move {
+            let until = [Arg::Int(locked_until_ms)];
+            let args = Arg::around_key(&until, key, &[Arg::Int(seen_attempt), Arg::Int(now_ms)]);
+            let sql = Self::SQL;
+            let row = if Self::RETURNING {
+                Self::fetch_optional(conn, sql.take_over, &args).await?
+            } else if Self::execute(conn, sql.take_over, &args).await? == 1 {
+                // Read back under the lease just taken: no other attempt moves it on meanwhile.
+                Self::fetch_optional(conn, sql.lease_of, &Arg::key(key)).await?
+            } else {
+                None
+            };
+            row.map(|row| {
+                Ok(Lease {
+                    attempt: Self::int(&row, 0)?,
+                    journal: Self::opt_text(&row, 1)?,
+                    request: Self::opt_text(&row, 2)?,
+                    fingerprint: Self::bytes(&row, 3)?,
+                })
+            })
+            .transpose()
+        }
+    }
+
+    #[doc(hidden)]
+    /// Renews `attempt`'s lease until `locked_until_ms`; `false` when the attempt was fenced
+    /// out.
+    fn renew(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let args = Arg::around_key(&[Arg::Int(locked_until_ms)], key, &[Arg::Int(attempt)]);
+            Ok(Self::execute(conn, Self::SQL.renew, &args).await? == 1)
+        }
+    }
+
+    #[doc(hidden)]
+    /// Records `step` as the recovery point with the whole `journal` (a JSON object), and
+    /// renews the lease; `false` when the attempt was fenced out.
+    fn journal(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        step: &str,
+        journal: &str,
+        locked_until_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let set = [
+                Arg::Text(step),
+                Arg::Text(journal),
+                Arg::Int(locked_until_ms),
+            ];
+            let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+            Ok(Self::execute(conn, Self::SQL.step, &args).await? == 1)
+        }
+    }
+
+    #[doc(hidden)]
+    /// Completes the key with `ending`'s response, `completed_at` and `expires_at`; `false`
+    /// when the attempt was fenced out.
+    fn finish(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        ending: Ending<'_>,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let set = [
+                Arg::Int32(i32::from(ending.status)),
+                Arg::Text(ending.headers_json),
+                Arg::Bytes(ending.body),
+                Arg::Int(ending.completed_ms),
+                Arg::Int(ending.expires_ms),
+            ];
+            let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+            Ok(Self::execute(conn, Self::SQL.finish, &args).await? == 1)
+        }
+    }
+
+    #[doc(hidden)]
+    /// Ends `attempt`'s lease at `now_ms`, leaving the key `processing` for the next retry or
+    /// the reconciler to take over; `false` when the attempt was fenced out.
+    fn release(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+        attempt: i64,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            let args = Arg::around_key(&[Arg::Int(now_ms)], key, &[Arg::Int(attempt)]);
+            Ok(Self::execute(conn, Self::SQL.give_back, &args).await? == 1)
+        }
+    }
+
+    #[doc(hidden)]
+    /// Whether [`Self::hold`] proves an attempt's owner alive (PostgreSQL: a session
+    /// advisory lock, which the server ends with the session). Where it is `false` (SQLite),
+    /// `hold` and `let_go` take nothing and answer `true`, [`Self::owner_gone`] answers
+    /// `false`, and only a lease that ran out tells that an attempt stopped.
+    const HOLDS: bool = Self::SQL.hold.is_some();
+
+    #[doc(hidden)]
+    /// Takes the hold of `key`'s attempt number `attempt` for the attempt about to run with
+    /// that number: `false` when another session holds it. A connection holds one attempt
+    /// at a time: this first lets go of every hold the connection had (in the same round
+    /// trip), so a connection back in its pool keeps its last hold only until its next use.
+    /// A hold lasts until then, [`Self::let_go`], or the end of the connection — with
+    /// the process that owned it, however it died. An attempt that holds its number from
+    /// before its reservation or takeover until after its last write proves, while its
+    /// connection lives, that it runs.
+    ///
+    /// The hold is an advisory lock whose id is derived from `namespace`, the key and the
+    /// attempt number: never the key's transaction lock ([`crate::Backend::begin`]'s), and
+    /// each attempt's its own, so a takeover never waits for the attempt it replaces.
+    fn hold(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            match Self::SQL.hold {
+                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
+                None => Ok(true),
+            }
+        }
+    }
+
+    #[doc(hidden)]
+    /// [`Self::reserve`] and [`Self::hold`] of attempt 1, in one round trip: the
+    /// key is reserved only if its hold is taken. Answers (held, reserved); (`true`,
+    /// `false`): the key has a row already, and this connection holds attempt 1 for nothing
+    /// until its next hold or probe. `reservation.replace_expired` must be `false` (a
+    /// replaced row's attempt number goes on counting: hold it once it is known). Where the
+    /// backend has no holds, this is [`Self::reserve`], held.
+    fn reserve_held(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        r: Reservation<'_>,
+    ) -> impl Future<Output = Result<(bool, bool), sqlx::Error>> + Send {
+        async move {
+            debug_assert!(!r.replace_expired, "reserve_held never replaces");
+            let Some(statement) = Self::SQL.reserve_held else {
+                return Ok((true, Self::reserve(conn, r).await?));
+            };
+            let mut rest = reservation_args(&r).to_vec();
+            rest.push(Arg::Int(Self::hold_id(namespace, r.key, 1)));
+            let args = Arg::on_key(r.key, &rest);
+            let row = Self::fetch_optional(conn, statement, &args).await?;
+            let row = row.ok_or(sqlx::Error::RowNotFound)?;
+            Ok((Self::flag(&row, 0)?, Self::int(&row, 1)? == 1))
+        }
+    }
+
+    #[doc(hidden)]
+    /// Ends the hold [`Self::hold`] took on this connection; `false` when it held
+    /// nothing.
+    fn let_go(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            match Self::SQL.let_go {
+                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
+                None => Ok(true),
+            }
+        }
+    }
+
+    #[doc(hidden)]
+    /// Whether the owner of `key`'s attempt `attempt` is provably gone: nobody holds it
+    /// (taken and let go again in one statement, after letting go of every hold this
+    /// connection had, so the probe holds nothing after). Only meaningful for an attempt
+    /// whose row is `processing` with that number, which its owner held before the row said
+    /// so. Always `false` where the backend has no holds.
+    fn owner_gone(
+        conn: &mut Self::Connection,
+        namespace: &str,
+        key: KeyRef<'_>,
+        attempt: i64,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+        async move {
+            match Self::SQL.owner_gone {
+                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
+                None => Ok(false),
+            }
+        }
+    }
+
+    #[doc(hidden)]
+    /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`,
+    /// the longest stuck first.
+    fn stuck(
+        conn: &mut Self::Connection,
+        operation: &str,
+        now_ms: i64,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<StuckKey>, sqlx::Error>> + Send {
+        async move {
+            let args = [
+                Arg::Text(operation),
+                Arg::Text(operation),
+                Arg::Int(now_ms),
+                Arg::Int(limit),
+            ];
+            let rows = Self::fetch_all(conn, Self::SQL.stuck, &args).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(StuckKey {
+                        scope: Self::text(row, 0)?,
+                        operation: Self::text(row, 1)?,
+                        key: Self::text(row, 2)?,
+                        attempt: Self::int(row, 3)?,
+                    })
+                })
+                .collect()
+        }
+    }
+}
+
+/// Seals [`Backend`]: the stores are this crate's.
+mod sealed {
+    pub trait Sealed {}
+    #[cfg(feature = "postgres")]
+    impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "sqlite")]
+    impl Sealed for sqlx::Sqlite {}
+    #[cfg(feature = "mysql")]
+    impl Sealed for sqlx::MySql {}
+}
+
+/// The end of a `begin` that holds the key's lock in a transaction (SQLite's write lock,
+/// MySQL's lock row): the key looked at again, under the lock. A row committed while the
+/// lock was awaited (or not expired by [`KeyLock::expired_by_ms`]) rolls the transaction
+/// back: [`Begun::Taken`].
+pub(crate) async fn look_again<'c, DB: Backend>(
+    mut tx: Transaction<'c, DB>,
+    lock: KeyLock<'_>,
+) -> Result<Begun<'c, DB>, sqlx::Error> {
+    let row = DB::fetch_optional(&mut tx, DB::SQL.expires_at, &Arg::key(lock.key)).await?;
+    let expires = row.map(|row| DB::int(&row, 0)).transpose()?;
+    match (expires, lock.expired_by_ms) {
+        (None, _) => Ok(Begun::Free(tx)),
+        (Some(expires), Some(by)) if expires <= by => Ok(Begun::Free(tx)),
+        (Some(_), _) => {
+            tx.rollback().await?;
+            Ok(Begun::Taken)
+        }
+    }
+}
+
+/// `Transaction::begin` with [`Backend::BEGIN_WRITE`].
+pub(crate) async fn begin_write<DB: Backend>(
+    conn: &mut DB::Connection,
+) -> Result<Transaction<'_, DB>, sqlx::Error> {
+    Transaction::begin(conn, DB::BEGIN_WRITE.map(Into::into)).await
+}
+
+/// A reservation's parameters after the key's: `$4` to `$8`.
+fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 5] {
+    [
+        Arg::Bytes(r.fingerprint),
+        Arg::Text(r.request),
+        Arg::Int(r.created_ms),
+        Arg::Int(r.expires_ms),
+        Arg::Int(r.locked_until_ms),
+    ]
+}
+
+/// Runs a statement on the hold of `key`'s attempt `attempt` (its one parameter), answering
+/// its one boolean.
+async fn on_hold<DB: Backend>(
+    conn: &mut DB::Connection,
+    statement: &str,
+    namespace: &str,
+    key: KeyRef<'_>,
+    attempt: i64,
+) -> Result<bool, sqlx::Error> {
+    let id = [Arg::Int(DB::hold_id(namespace, key, attempt))];
+    let row = DB::fetch_optional(conn, statement, &id).await?;
+    row.map_or(Ok(false), |row| DB::flag(&row, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement of every store, recorded: a change to one shows as a change of SQL.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_statements() {
+        insta::assert_snapshot!("postgres", <sqlx::Postgres as Backend>::SQL.listing());
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_statements() {
+        insta::assert_snapshot!("sqlite", <sqlx::Sqlite as Backend>::SQL.listing());
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_statements() {
+        insta::assert_snapshot!("mysql", <sqlx::MySql as Backend>::SQL.listing());
     }
 }

@@ -1,6 +1,6 @@
 //! [`StoreError`]: everything that can go wrong in this crate.
 
-use crate::dialect::Dialect;
+use crate::backend::Backend;
 use crate::protocol::Failure;
 use crate::row::KeyRow;
 
@@ -133,9 +133,9 @@ impl StoreError {
     }
 
     /// Tells lock timeouts apart from other database errors, the way `DB` reports them.
-    pub(crate) fn refine<DB: Dialect>(self) -> Self {
+    pub(crate) fn refine<DB: Backend>(self) -> Self {
         match self {
-            Self::Database(error) if DB::failure_of(&error) == Failure::LockTimeout => {
+            Self::Database(error) if DB::classify(&error) == Failure::LockTimeout => {
                 Self::LockTimeout(error)
             }
             other => other,

@@ -8,8 +8,8 @@
 )]
 
 mod backend;
-mod dialect;
 mod error;
+mod glue;
 mod key;
 mod list;
 mod migrate;

@@ -4,8 +4,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Database, Pool};
 
 use crate::backend::Backend;
-use crate::dialect::{Arg, Dialect, Wire};
 use crate::error::StoreError;
+use crate::glue::{Arg, Wire};
 use crate::migration::Migration;
 use crate::sql::APPLIED;
 use sqlx::Transaction;
@@ -86,9 +86,9 @@ impl<DB: Database> Drop for MigrationSession<DB> {
 }
 
 /// Applies `DB`'s pending migrations, each in its own transaction with its history row,
-/// under [`Dialect::lock_migrations`] (MySQL) or [`Dialect::BEGIN_MIGRATION`]'s lock
+/// under [`Backend::lock_migrations`] (MySQL) or [`Backend::BEGIN_MIGRATION`]'s lock
 /// (PostgreSQL).
-pub(crate) async fn run_migrations<DB: Dialect>(pool: &Pool<DB>) -> Result<(), StoreError> {
+pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     let mut session = MigrationSession {
         conn: pool.acquire().await?,
         clean: false,
@@ -105,12 +105,12 @@ pub(crate) async fn run_migrations<DB: Dialect>(pool: &Pool<DB>) -> Result<(), S
 }
 
 /// Applies the pending migrations. The caller holds the migration lock where the database
-/// has a session one (MySQL); each transaction begins with [`Dialect::BEGIN_MIGRATION`],
+/// has a session one (MySQL); each transaction begins with [`Backend::BEGIN_MIGRATION`],
 /// which takes the lock for the transaction (PostgreSQL) or the database's write lock
 /// (SQLite), and looks at the history again, so that another process that migrated
 /// meanwhile is seen. Every statement goes as [`Wire::Literal`]: no prepared statement
 /// outlives a run (a transaction pooler on the way, say).
-async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError> {
+async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError> {
     // The history table, created under the lock: instances creating it at once would race.
     let mut tx = begin_migration::<DB>(conn).await?;
     DB::batch(&mut tx, DB::HISTORY).await?;
@@ -120,7 +120,7 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
         .iter()
         .map(|row| Ok((DB::int(row, 0)?, DB::bytes(row, 1)?)))
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
-    for migration in pending(DB::MIGRATIONS, &recorded)? {
+    for migration in pending(DB::migrations(), &recorded)? {
         let version = migration.version;
         let mut tx = begin_migration::<DB>(conn).await?;
         let applied = DB::fetch_optional_on(
@@ -159,8 +159,8 @@ async fn apply<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), StoreError>
     Ok(())
 }
 
-/// `Transaction::begin` with [`Dialect::BEGIN_MIGRATION`].
-async fn begin_migration<DB: Dialect>(
+/// `Transaction::begin` with [`Backend::BEGIN_MIGRATION`].
+async fn begin_migration<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
     Transaction::begin(conn, DB::BEGIN_MIGRATION.map(Into::into)).await
@@ -168,7 +168,7 @@ async fn begin_migration<DB: Dialect>(
 
 /// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
 /// the one migration 1 just adopted.
-async fn forget_sqlx_history<DB: Dialect>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
+async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
     let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::HAS_SQLX_HISTORY, &[]).await?;
     if !exists
         .map(|row| DB::flag(&row, 0))
@@ -231,7 +231,7 @@ pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
 /// what it does), or [`StoreError::Database`] when the database fails otherwise.
 pub async fn check_schema<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     let mut conn = pool.acquire().await.map_err(StoreError::from)?;
-    for migration in DB::MIGRATIONS {
+    for migration in DB::migrations() {
         let found = DB::fetch_optional_on(Wire::Literal, &mut conn, migration.present, &[]).await;
         let source = match found {
             Ok(Some(_)) => continue,

@@ -24,7 +24,8 @@ use std::sync::OnceLock;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions as _, MySql, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, lock_id, look_again};
+use crate::backend::{Backend, look_again};
+use crate::glue::{Arg, Glue as _, lock_id};
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::Sql;
@@ -49,231 +50,300 @@ static MIGRATIONS: [Migration; 1] = [migration!(
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: "SELECT fingerprint, status, response_status, response_headers, response_body, \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt FROM \
-         idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    expires_at: "SELECT (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) FROM \
-         idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    insert_completed: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, response_status, response_headers, response_body, created_at, completed_at, \
-         expires_at) VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    lookup: "\
+        SELECT fingerprint, status, response_status, response_headers, response_body, \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    expires_at: "\
+        SELECT (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    insert_completed: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
+        VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
     // The plain insert: `clear_expired` deleted the expired row first.
-    insert_completed_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, response_status, response_headers, response_body, created_at, completed_at, \
-         expires_at) VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
-    get: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
-         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-         recovery_point FROM idempotency_keys WHERE scope = ? AND operation = ? AND \
-         idempotency_key = ?",
-    get_for_update: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
-         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-         recovery_point FROM idempotency_keys WHERE scope = ? AND operation = ? AND \
-         idempotency_key = ? FOR UPDATE",
-    list: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV \
-         1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-         recovery_point FROM idempotency_keys WHERE 1 = 1",
-    expire: "UPDATE idempotency_keys SET expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) > ?",
-    delete: "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
-         ?",
+    insert_completed_or_replace_expired: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
+        VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    get: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
+        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+        recovery_point \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    get_for_update: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
+        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+        recovery_point \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ? FOR \
+        UPDATE",
+    list: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
+        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
+        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
+        recovery_point \
+        FROM idempotency_keys WHERE 1 = 1",
+    list_completed: " \
+        AND status = 'completed' AND expires_at > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND)",
+    list_expired: " \
+        AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND)",
+    list_processing: " \
+        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
+        idempotency_processing) AND status = 'processing' AND (locked_until IS NULL OR \
+        locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    list_stuck: " \
+        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
+        idempotency_processing) AND status = 'processing' AND locked_until <= \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
+    expire: "\
+        UPDATE idempotency_keys SET expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', expires_at) DIV 1000) > ?",
+    delete: "\
+        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
     // Single-table `DELETE … LIMIT`: MySQL refuses a subquery on the table it deletes from.
-    sweep: "DELETE FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) ORDER BY expires_at LIMIT \
-         ?",
-    count_sweepable: "SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
-    counts: "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) THEN 'expired' WHEN status \
-         = 'processing' AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND) THEN 'stuck' ELSE status END AS state, count(*), \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) DIV 1000) FROM \
-         idempotency_keys GROUP BY 1, 2",
-    release: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ?",
-    complete: "UPDATE idempotency_keys SET status = 'completed', response_status = ?, \
-         response_headers = ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((? \
-         + COALESCE((SELECT ttl_ms FROM idempotency_operations WHERE operation = ?), \
-         GREATEST((TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) - \
-         (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) DIV 1000), 0))) * 1000) \
-         MICROSECOND), locked_until = NULL, attempt = attempt + 1 WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ?",
-    delete_only: "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
-         ?",
-    insert_audit: "INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, \
-         action, reason, `before`, `after`, forced) VALUES (DATE_ADD('1970-01-01', INTERVAL \
-         ((?) * 1000) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    audit: "SELECT id, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000), operator, scope, \
-         operation, idempotency_key, action, reason, `before`, `after`, forced FROM \
-         idempotency_audit WHERE 1 = 1",
-    journal: "SELECT recovery_point, journal, request FROM idempotency_keys WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ?",
-    register: "INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
-         registered_at) VALUES (?, ?, ?, ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND)) ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = \
-         VALUES(ttl_ms), mode = VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), \
-         registered_at = VALUES(registered_at)",
-    registrations: "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', registered_at) DIV 1000) FROM idempotency_operations ORDER BY \
-         operation",
-    reserve: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, request, created_at, expires_at, locked_until, attempt) VALUES (?, ?, ?, ?, \
-         'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    sweep: "\
+        DELETE FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
+        ORDER BY expires_at LIMIT ?",
+    count_sweepable: "\
+        SELECT count(*) FROM idempotency_keys \
+        WHERE status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND)",
+    counts: "\
+        SELECT operation, CASE WHEN status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', \
+        INTERVAL ((?) * 1000) MICROSECOND) THEN 'expired' WHEN status = 'processing' AND \
+        locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) THEN 'stuck' \
+        ELSE status END AS state, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        min(created_at)) DIV 1000) \
+        FROM idempotency_keys GROUP BY 1, 2",
+    release: "\
+        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = DATE_ADD('1970-01-01', \
+        INTERVAL ((?) * 1000) MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    complete: "\
+        UPDATE idempotency_keys SET status = 'completed', response_status = ?, response_headers = \
+        ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((? + COALESCE((SELECT ttl_ms \
+        FROM idempotency_operations WHERE operation = ?), GREATEST((TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', expires_at) DIV 1000) - (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), 0))) * 1000) MICROSECOND), locked_until = NULL, attempt = attempt \
+        + 1 \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    delete_only: "\
+        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    insert_audit: "\
+        INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, action, \
+        reason, `before`, `after`, forced) \
+        VALUES (DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, \
+        ?, ?)",
+    audit: "\
+        SELECT id, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000), operator, scope, \
+        operation, idempotency_key, action, reason, `before`, `after`, forced \
+        FROM idempotency_audit WHERE 1 = 1",
+    journal: "\
+        SELECT recovery_point, journal, request \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    register: "\
+        INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
+        registered_at) \
+        VALUES (?, ?, ?, ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) \
+        ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = VALUES(ttl_ms), mode = \
+        VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), registered_at = \
+        VALUES(registered_at)",
+    registrations: "\
+        SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', registered_at) DIV 1000) \
+        FROM idempotency_operations ORDER BY operation",
+    reserve: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        request, created_at, expires_at, locked_until, attempt) \
+        VALUES (?, ?, ?, ?, 'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), 1)",
     // The plain reservation: `reopen_expired` reopened an expired row first, if any.
-    reserve_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, request, created_at, expires_at, locked_until, attempt) VALUES (?, ?, ?, ?, \
-         'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    reserve_or_replace_expired: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        request, created_at, expires_at, locked_until, attempt) \
+        VALUES (?, ?, ?, ?, 'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), 1)",
     reserve_held: None,
     hold: None,
     let_go: None,
     owner_gone: None,
     clear_expired: Some(
-        "DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = \
-         ? AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND)",
+        "\
+        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ? \
+        AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND)",
     ),
     reopen_expired: Some(
-        "UPDATE idempotency_keys SET fingerprint = ?, request = ?, created_at = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), attempt = attempt + 1, \
-         journal = NULL, recovery_point = NULL, response_status = NULL, response_headers = \
-         NULL, response_body = NULL, completed_at = NULL, status = 'processing', expires_at = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ? AND status = 'completed' AND expires_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
+        "\
+        UPDATE idempotency_keys SET fingerprint = ?, request = ?, created_at = \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), attempt = attempt + 1, journal \
+        = NULL, recovery_point = NULL, response_status = NULL, response_headers = NULL, \
+        response_body = NULL, completed_at = NULL, status = 'processing', expires_at = \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'completed' AND \
+        expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
     ),
     sweep_locks: Some(
-        "DELETE FROM idempotency_locks WHERE taken_at <= DATE_ADD('1970-01-01', INTERVAL ((?) \
-         * 1000) MICROSECOND) ORDER BY taken_at LIMIT ?",
+        "\
+        DELETE FROM idempotency_locks WHERE taken_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+        1000) MICROSECOND) \
+        ORDER BY taken_at LIMIT ?",
     ),
-    lease_of: "SELECT attempt, journal, request, fingerprint FROM idempotency_keys WHERE scope = ? \
-         AND operation = ? AND idempotency_key = ?",
-    claimable: "SELECT id FROM idempotency_outbox WHERE status = 'pending' AND next_attempt_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) AND (locked_until IS NULL \
-         OR locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) ORDER \
-         BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-    take_over: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ? AND status = 'processing' AND attempt = ? AND \
-         (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND))",
-    renew: "UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
-         status = 'processing' AND attempt = ?",
-    step: "UPDATE idempotency_keys SET recovery_point = ?, journal = ?, locked_until = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) WHERE scope = ? AND \
-         operation = ? AND idempotency_key = ? AND status = 'processing' AND attempt = ?",
-    finish: "UPDATE idempotency_keys SET status = 'completed', response_status = ?, \
-         response_headers = ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL \
-         ((?) * 1000) MICROSECOND), locked_until = NULL WHERE scope = ? AND operation = ? AND \
-         idempotency_key = ? AND status = 'processing' AND attempt = ?",
-    give_back: "UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND) WHERE scope = ? AND operation = ? AND idempotency_key = ? AND \
-         status = 'processing' AND attempt = ?",
-    stuck: "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys WHERE \
-         (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key \
-         FROM idempotency_processing WHERE operation = ?) AND status = 'processing' AND \
-         operation = ? AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND) ORDER BY locked_until LIMIT ?",
-    enqueue: "INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
-         next_attempt_at, created_at) VALUES (?, ?, ?, 'pending', 0, DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND))",
+    lease_of: "\
+        SELECT attempt, journal, request, fingerprint \
+        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    take_over: "\
+        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = DATE_ADD('1970-01-01', \
+        INTERVAL ((?) * 1000) MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
+        attempt = ? AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', INTERVAL \
+        ((?) * 1000) MICROSECOND))",
+    renew: "\
+        UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
+        attempt = ?",
+    step: "\
+        UPDATE idempotency_keys SET recovery_point = ?, journal = ?, locked_until = \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
+        attempt = ?",
+    finish: "\
+        UPDATE idempotency_keys SET status = 'completed', response_status = ?, response_headers = \
+        ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        locked_until = NULL \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
+        attempt = ?",
+    give_back: "\
+        UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND) \
+        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
+        attempt = ?",
+    stuck: "\
+        SELECT scope, operation, idempotency_key, attempt \
+        FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
+        operation, idempotency_key FROM idempotency_processing WHERE operation = ?) AND status = \
+        'processing' AND operation = ? AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+        1000) MICROSECOND) \
+        ORDER BY locked_until LIMIT ?",
+    enqueue: "\
+        INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
+        next_attempt_at, created_at) \
+        VALUES (?, ?, ?, 'pending', 0, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
     claim: None,
-    mark_delivered: "UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL WHERE \
-         id = ? AND status = 'pending'",
-    mark_failed: "UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = ?, status = CASE \
-         WHEN ? THEN 'dead' ELSE 'pending' END, next_attempt_at = DATE_ADD('1970-01-01', \
-         INTERVAL ((CASE WHEN ? THEN ? ELSE ? END) * 1000) MICROSECOND), locked_until = NULL \
-         WHERE id = ? AND status = 'pending'",
-    outbox_get: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox WHERE dedup_id = ?",
-    outbox_find: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox WHERE id = ?",
-    outbox_find_for_update: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox WHERE id = ? FOR UPDATE",
-    outbox_list: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox ORDER BY id LIMIT ?",
-    outbox_list_status: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox WHERE status = ? ORDER BY id LIMIT ?",
-    outbox_counts: "SELECT status, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) \
-         DIV 1000), count(CASE WHEN locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND) THEN 1 END) FROM idempotency_outbox GROUP BY status",
-    outbox_retry: "UPDATE idempotency_outbox SET status = 'pending', attempts = ?, next_attempt_at = \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL WHERE \
-         id = ?",
-    outbox_retryable: "SELECT id FROM idempotency_outbox WHERE id > ? AND (status = 'dead' OR (status = \
-         'pending' AND next_attempt_at > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND) AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', \
-         INTERVAL ((?) * 1000) MICROSECOND)))) ORDER BY id LIMIT ?",
-    sweep_delivered: "DELETE FROM idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
-         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) ORDER BY delivered_at \
-         LIMIT ?",
-    list_completed: " AND status = 'completed' AND expires_at > DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND)",
-    list_expired: " AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND)",
-    list_processing: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
-         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
-         (locked_until IS NULL OR locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-         MICROSECOND))",
-    list_stuck: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
-         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
-         locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
-    claim_lease: "UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
-         1000) MICROSECOND) WHERE id IN (",
-    outbox_by_ids: "SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-         '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-         created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-         1000) FROM idempotency_outbox WHERE id IN (",
+    claimable: "\
+        SELECT id FROM idempotency_outbox \
+        WHERE status = 'pending' AND next_attempt_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
+        1000) MICROSECOND) AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', \
+        INTERVAL ((?) * 1000) MICROSECOND)) \
+        ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+    claim_lease: "\
+        UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND) \
+        WHERE id IN (",
+    outbox_by_ids: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox WHERE id IN (",
+    mark_delivered: "\
+        UPDATE idempotency_outbox SET status = 'delivered', delivered_at = DATE_ADD('1970-01-01', \
+        INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL \
+        WHERE id = ? AND status = 'pending'",
+    mark_failed: "\
+        UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = ?, status = CASE WHEN \
+        ? THEN 'dead' ELSE 'pending' END, next_attempt_at = DATE_ADD('1970-01-01', INTERVAL \
+        ((CASE WHEN ? THEN ? ELSE ? END) * 1000) MICROSECOND), locked_until = NULL \
+        WHERE id = ? AND status = 'pending'",
+    outbox_get: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox WHERE dedup_id = ?",
+    outbox_find: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox WHERE id = ?",
+    outbox_find_for_update: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox WHERE id = ? FOR UPDATE",
+    outbox_list: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox ORDER BY id LIMIT ?",
+    outbox_list_status: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
+        FROM idempotency_outbox WHERE status = ? \
+        ORDER BY id LIMIT ?",
+    outbox_counts: "\
+        SELECT status, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) DIV \
+        1000), count(CASE WHEN locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
+        MICROSECOND) THEN 1 END) \
+        FROM idempotency_outbox GROUP BY status",
+    outbox_retry: "\
+        UPDATE idempotency_outbox SET status = 'pending', attempts = ?, next_attempt_at = \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL \
+        WHERE id = ?",
+    outbox_retryable: "\
+        SELECT id FROM idempotency_outbox \
+        WHERE id > ? AND (status = 'dead' OR (status = 'pending' AND next_attempt_at > \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) AND (locked_until IS NULL OR \
+        locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)))) \
+        ORDER BY id LIMIT ?",
+    sweep_delivered: "\
+        DELETE FROM idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
+        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
+        ORDER BY delivered_at LIMIT ?",
     applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = ?",
-    record: "INSERT INTO idem_schema_migrations (version, description, checksum) VALUES (?, ?, ?)",
+    record: "\
+        INSERT INTO idem_schema_migrations (version, description, checksum) \
+        VALUES (?, ?, ?)",
     forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = ?",
 };
 
 /// The server's flavour, asked once per process: how a statement sets its own lock wait.
 static MARIADB: OnceLock<bool> = OnceLock::new();
 
-impl Dialect for MySql {
-    const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
+impl Backend for MySql {
+    fn migrations() -> &'static [Migration] {
+        &MIGRATIONS
+    }
     const SQL: Sql = SQL;
     const POSITIONAL: bool = true;
     const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
@@ -300,7 +370,7 @@ impl Dialect for MySql {
             .disable_statement_logging())
     }
 
-    async fn lock_namespace(conn: &mut MySqlConnection) -> Result<String, sqlx::Error> {
+    async fn namespace(conn: &mut MySqlConnection) -> Result<String, sqlx::Error> {
         let row = Self::fetch_optional(conn, "SELECT DATABASE()", &[]).await?;
         Ok(row
             .map(|row| Self::opt_text(&row, 0))
@@ -309,7 +379,7 @@ impl Dialect for MySql {
             .unwrap_or_default())
     }
 
-    async fn begin_locked<'c>(
+    async fn begin<'c>(
         conn: &'c mut MySqlConnection,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
@@ -343,13 +413,16 @@ impl Dialect for MySql {
         look_again(tx, lock).await
     }
 
-    fn begin_sql(_settings: &TxSettings) -> String {
+    fn begin_statement(_settings: &TxSettings) -> String {
         // Lock waits are bounded by the server's `innodb_lock_wait_timeout`: a session
         // setting would outlive idem's transaction on the application's connection.
         "BEGIN".to_owned()
     }
 
-    fn failure_of(error: &sqlx::Error) -> Failure {
+    fn classify(error: &sqlx::Error) -> Failure {
+        if crate::protocol::is_connection_error(error) {
+            return Failure::Disconnected;
+        }
         match number(error) {
             // Lock wait timeout, deadlock (a duplicate's wait that InnoDB broke), and a
             // statement cut by `max_statement_time` (MariaDB) or `max_execution_time`.
@@ -362,7 +435,7 @@ impl Dialect for MySql {
 
     /// Whether another transaction holds the key's lock row (or is inserting it): a read of
     /// it that may not wait (`NOWAIT`) fails. Outside a transaction it holds nothing after.
-    async fn probe_key_lock(
+    async fn key_lock_taken(
         conn: &mut MySqlConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {

@@ -5,8 +5,8 @@ use idem_spec::{Mode, ScopeKind};
 use sqlx::Transaction;
 
 use crate::backend::Backend;
-use crate::dialect::Arg;
 use crate::error::StoreError;
+use crate::glue::Arg;
 use crate::list::{Counts, StatusCounts};
 use crate::table::KeyTable;
 

@@ -19,11 +19,12 @@ use serde_json::{Map, Value, json};
 
 use sqlx::Pool;
 
-use crate::backend::Backend;
-use crate::dialect::{Arg, Dialect, Statement, begin_write};
+use crate::backend::{Backend, begin_write};
 use crate::error::{Hazard, StoreError};
+use crate::glue::Arg;
 use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+use crate::sql::Statement;
 use crate::table::{KeyTable, key_row, write_key};
 
 /// Who acts on a key, and why: recorded with every action in the audit trail.
@@ -660,7 +661,7 @@ pub(crate) fn journal_of(
 
 /// [`KeyTable::act`], its arguments validated: one transaction holding the key's row reads
 /// it, checks it ([`check`]), applies `action` and inserts the audit row.
-async fn act<DB: Dialect>(
+async fn act<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
     expected: &KeyRow,
@@ -742,11 +743,11 @@ async fn act<DB: Dialect>(
 }
 
 /// [`KeyTable::audit`].
-async fn audit<DB: Dialect>(
+async fn audit<DB: Backend>(
     pool: &Pool<DB>,
     filter: &AuditFilter,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut query = Statement::new::<DB>(DB::SQL.audit);
+    let mut query = Statement::new(DB::SQL.audit, DB::POSITIONAL);
     for (column, value) in [
         ("scope", &filter.scope),
         ("operation", &filter.operation),
@@ -789,7 +790,7 @@ async fn audit<DB: Dialect>(
 }
 
 /// [`KeyTable::journal`].
-async fn read_journal<DB: Dialect>(
+async fn read_journal<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
 ) -> Result<Option<Journal>, StoreError> {

@@ -14,7 +14,8 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::dialect::{Arg, Dialect, Glue as _, advisory_id, lock_id};
+use crate::backend::Backend;
+use crate::glue::{Arg, Glue as _, advisory_id, lock_id};
 use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
@@ -49,269 +50,339 @@ static MIGRATIONS: [Migration; 8] = [
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: "SELECT fingerprint, status, response_status, response_headers, response_body, \
-         (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
-         1000)::int8, attempt FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
-         idempotency_key = $3",
-    expires_at: "SELECT (extract(epoch FROM expires_at) * 1000)::int8 FROM idempotency_keys WHERE \
-         scope = $1 AND operation = $2 AND idempotency_key = $3",
-    insert_completed: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, response_status, response_headers, response_body, created_at, completed_at, \
-         expires_at) VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, \
-         to_timestamp(($8)::float8 / 1000), to_timestamp(($9)::float8 / 1000), \
-         to_timestamp(($10)::float8 / 1000)) ON CONFLICT (scope, operation, idempotency_key) \
-         DO NOTHING",
-    insert_completed_or_replace_expired: "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, \
-         status, response_status, response_headers, response_body, created_at, completed_at, \
-         expires_at) VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, \
-         to_timestamp(($8)::float8 / 1000), to_timestamp(($9)::float8 / 1000), \
-         to_timestamp(($10)::float8 / 1000)) ON CONFLICT (scope, operation, idempotency_key) \
-         DO UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', \
-         response_status = excluded.response_status, response_headers = \
-         excluded.response_headers, response_body = excluded.response_body, created_at = \
-         excluded.created_at, completed_at = excluded.completed_at, expires_at = \
-         excluded.expires_at WHERE idempotency_keys.status = 'completed' AND \
-         idempotency_keys.expires_at <= to_timestamp(($8)::float8 / 1000)",
-    get: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
-         recovery_point FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
-         idempotency_key = $3",
-    get_for_update: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
-         recovery_point FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND \
-         idempotency_key = $3 FOR UPDATE",
-    list: "SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-         response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-         (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
-         recovery_point FROM idempotency_keys WHERE 1 = 1",
-    expire: "UPDATE idempotency_keys SET expires_at = to_timestamp(($1)::float8 / 1000) WHERE \
-         scope = $2 AND operation = $3 AND idempotency_key = $4 AND (extract(epoch FROM \
-         expires_at) * 1000)::int8 > $5 RETURNING scope, operation, idempotency_key, \
-         fingerprint, status, response_status, response_headers, response_body, \
-         (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM completed_at) * \
-         1000)::int8, (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM \
-         locked_until) * 1000)::int8, attempt, recovery_point",
-    delete: "DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key \
-         = $3 RETURNING scope, operation, idempotency_key, fingerprint, status, \
-         response_status, response_headers, response_body, (extract(epoch FROM created_at) * \
-         1000)::int8, (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM \
-         expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, \
-         recovery_point",
+    lookup: "\
+        SELECT fingerprint, status, response_status, response_headers, response_body, \
+        (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
+        1000)::int8, attempt \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    expires_at: "\
+        SELECT (extract(epoch FROM expires_at) * 1000)::int8 \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    insert_completed: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
+        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp(($8)::float8 / 1000), \
+        to_timestamp(($9)::float8 / 1000), to_timestamp(($10)::float8 / 1000)) \
+        ON CONFLICT (scope, operation, idempotency_key) DO NOTHING",
+    insert_completed_or_replace_expired: "\
+        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
+        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp(($8)::float8 / 1000), \
+        to_timestamp(($9)::float8 / 1000), to_timestamp(($10)::float8 / 1000)) \
+        ON CONFLICT (scope, operation, idempotency_key) DO \
+        UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', response_status = \
+        excluded.response_status, response_headers = excluded.response_headers, response_body = \
+        excluded.response_body, created_at = excluded.created_at, completed_at = \
+        excluded.completed_at, expires_at = excluded.expires_at \
+        WHERE idempotency_keys.status = 'completed' AND idempotency_keys.expires_at <= \
+        to_timestamp(($8)::float8 / 1000)",
+    get: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    get_for_update: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 FOR \
+        UPDATE",
+    list: "\
+        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
+        FROM idempotency_keys WHERE 1 = 1",
+    list_completed: " \
+        AND status = 'completed' AND expires_at > to_timestamp(($1)::float8 / 1000)",
+    list_expired: " AND status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
+    list_processing: " \
+        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
+        idempotency_processing) AND status = 'processing' AND (locked_until IS NULL OR \
+        locked_until > to_timestamp(($1)::float8 / 1000))",
+    list_stuck: " \
+        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
+        idempotency_processing) AND status = 'processing' AND locked_until <= \
+        to_timestamp(($1)::float8 / 1000)",
+    expire: "\
+        UPDATE idempotency_keys SET expires_at = to_timestamp(($1)::float8 / 1000) \
+        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND (extract(epoch FROM \
+        expires_at) * 1000)::int8 > $5 \
+        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
+    delete: "\
+        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
+        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
     // Small batches, skipping rows a running request holds: no long locks.
-    sweep: "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM \
-         idempotency_keys WHERE status = 'completed' AND expires_at <= \
-         to_timestamp(($1)::float8 / 1000) LIMIT $2 FOR UPDATE SKIP LOCKED))",
-    count_sweepable: "SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
-         to_timestamp(($1)::float8 / 1000)",
-    counts: "SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
-         to_timestamp(($1)::float8 / 1000) THEN 'expired' WHEN status = 'processing' AND \
-         locked_until <= to_timestamp(($2)::float8 / 1000) THEN 'stuck' ELSE status END AS \
-         state, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8 FROM \
-         idempotency_keys GROUP BY 1, 2",
-    release: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-         to_timestamp(($1)::float8 / 1000) WHERE scope = $2 AND operation = $3 AND \
-         idempotency_key = $4 RETURNING scope, operation, idempotency_key, fingerprint, \
-         status, response_status, response_headers, response_body, (extract(epoch FROM \
-         created_at) * 1000)::int8, (extract(epoch FROM completed_at) * 1000)::int8, \
-         (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
-         1000)::int8, attempt, recovery_point",
-    complete: "UPDATE idempotency_keys SET status = 'completed', response_status = $1, \
-         response_headers = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 \
-         / 1000), expires_at = to_timestamp(($5 + COALESCE((SELECT ttl_ms FROM \
-         idempotency_operations WHERE operation = $6), GREATEST((extract(epoch FROM \
-         expires_at) * 1000)::int8 - (extract(epoch FROM created_at) * 1000)::int8, \
-         0)))::float8 / 1000), locked_until = NULL, attempt = attempt + 1 WHERE scope = $7 \
-         AND operation = $8 AND idempotency_key = $9 RETURNING scope, operation, \
-         idempotency_key, fingerprint, status, response_status, response_headers, \
-         response_body, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * 1000)::int8, \
-         (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
-    delete_only: "DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key \
-         = $3",
-    insert_audit: "INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, \
-         action, reason, \"before\", \"after\", forced) VALUES (to_timestamp(($1)::float8 / \
-         1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-    audit: "SELECT id, (extract(epoch FROM at) * 1000)::int8, operator, scope, operation, \
-         idempotency_key, action, reason, \"before\", \"after\", forced FROM \
-         idempotency_audit WHERE 1 = 1",
-    journal: "SELECT recovery_point, journal, request FROM idempotency_keys WHERE scope = $1 AND \
-         operation = $2 AND idempotency_key = $3",
-    register: "INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
-         registered_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp(($7)::float8 / 1000)) ON \
-         CONFLICT (operation) DO UPDATE SET scope = excluded.scope, ttl_ms = excluded.ttl_ms, \
-         mode = excluded.mode, lease_ms = excluded.lease_ms, doc = excluded.doc, \
-         registered_at = excluded.registered_at",
-    registrations: "SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (extract(epoch FROM \
-         registered_at) * 1000)::int8 FROM idempotency_operations ORDER BY operation",
+    sweep: "\
+        DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys \
+        WHERE status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000) LIMIT $2 \
+        FOR UPDATE SKIP LOCKED))",
+    count_sweepable: "\
+        SELECT count(*) FROM idempotency_keys \
+        WHERE status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
+    counts: "\
+        SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
+        to_timestamp(($1)::float8 / 1000) THEN 'expired' WHEN status = 'processing' AND \
+        locked_until <= to_timestamp(($2)::float8 / 1000) THEN 'stuck' ELSE status END AS state, \
+        count(*), (extract(epoch FROM min(created_at)) * 1000)::int8 \
+        FROM idempotency_keys GROUP BY 1, 2",
+    release: "\
+        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+        to_timestamp(($1)::float8 / 1000) \
+        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 \
+        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
+    complete: "\
+        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
+        = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 / 1000), expires_at = \
+        to_timestamp(($5 + COALESCE((SELECT ttl_ms FROM idempotency_operations WHERE operation = \
+        $6), GREATEST((extract(epoch FROM expires_at) * 1000)::int8 - (extract(epoch FROM \
+        created_at) * 1000)::int8, 0)))::float8 / 1000), locked_until = NULL, attempt = attempt + \
+        1 \
+        WHERE scope = $7 AND operation = $8 AND idempotency_key = $9 \
+        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
+        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
+        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
+        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
+    delete_only: "\
+        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    insert_audit: "\
+        INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, action, \
+        reason, \"before\", \"after\", forced) \
+        VALUES (to_timestamp(($1)::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+        RETURNING id",
+    audit: "\
+        SELECT id, (extract(epoch FROM at) * 1000)::int8, operator, scope, operation, \
+        idempotency_key, action, reason, \"before\", \"after\", forced \
+        FROM idempotency_audit WHERE 1 = 1",
+    journal: "\
+        SELECT recovery_point, journal, request \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    register: "\
+        INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
+        registered_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, to_timestamp(($7)::float8 / 1000)) \
+        ON CONFLICT (operation) DO UPDATE \
+        SET scope = excluded.scope, ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = \
+        excluded.lease_ms, doc = excluded.doc, registered_at = excluded.registered_at",
+    registrations: "\
+        SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (extract(epoch FROM registered_at) \
+        * 1000)::int8 \
+        FROM idempotency_operations ORDER BY operation",
     // With its row in `idempotency_processing` (which the key table's triggers remove once the
     // key stops processing), in one statement. One row affected: reserved.
-    reserve: "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
-         fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES \
-         ($1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
-         to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
-         (scope, operation, idempotency_key) DO NOTHING RETURNING scope, operation, \
-         idempotency_key) INSERT INTO idempotency_processing (scope, operation, \
-         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
-         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope",
-    reserve_or_replace_expired: "WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
-         fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES \
-         ($1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
-         to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
-         (scope, operation, idempotency_key) DO UPDATE SET fingerprint = \
-         excluded.fingerprint, status = 'processing', request = excluded.request, created_at \
-         = excluded.created_at, expires_at = excluded.expires_at, locked_until = \
-         excluded.locked_until, attempt = idempotency_keys.attempt + 1, journal = NULL, \
-         recovery_point = NULL, response_status = NULL, response_headers = NULL, \
-         response_body = NULL, completed_at = NULL WHERE idempotency_keys.status = \
-         'completed' AND idempotency_keys.expires_at <= excluded.created_at RETURNING scope, \
-         operation, idempotency_key) INSERT INTO idempotency_processing (scope, operation, \
-         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
-         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope",
+    reserve: "\
+        WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+        fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES ($1, \
+        $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
+        to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
+        (scope, operation, idempotency_key) DO NOTHING RETURNING scope, operation, \
+        idempotency_key) \
+        INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+        SELECT scope, operation, idempotency_key \
+        FROM reserved ON CONFLICT (scope, operation, idempotency_key) DO \
+        UPDATE SET scope = excluded.scope",
+    reserve_or_replace_expired: "\
+        WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
+        fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES ($1, \
+        $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
+        to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
+        (scope, operation, idempotency_key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+        status = 'processing', request = excluded.request, created_at = excluded.created_at, \
+        expires_at = excluded.expires_at, locked_until = excluded.locked_until, attempt = \
+        idempotency_keys.attempt + 1, journal = NULL, recovery_point = NULL, response_status = \
+        NULL, response_headers = NULL, response_body = NULL, completed_at = NULL WHERE \
+        idempotency_keys.status = 'completed' AND idempotency_keys.expires_at <= \
+        excluded.created_at RETURNING scope, operation, idempotency_key) \
+        INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
+        SELECT scope, operation, idempotency_key \
+        FROM reserved ON CONFLICT (scope, operation, idempotency_key) DO \
+        UPDATE SET scope = excluded.scope",
     // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted only
     // if the hold is taken. Answers (held, reserved). Like `hold` and `owner_gone`, it lets go of
     // every hold the session had first: the `FROM` subquery runs before the statement's own
     // calls (its volatile call keeps it from being pulled up).
     reserve_held: Some(
-        "WITH held AS (SELECT pg_try_advisory_lock($9) AS ok FROM (SELECT \
-         pg_advisory_unlock_all()) AS released), reserved AS (INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, request, created_at, \
-         expires_at, locked_until, attempt) SELECT $1, $2, $3, $4, 'processing', $5, \
-         to_timestamp(($6)::float8 / 1000), to_timestamp(($7)::float8 / 1000), \
-         to_timestamp(($8)::float8 / 1000), 1 FROM held WHERE held.ok ON CONFLICT (scope, \
-         operation, idempotency_key) DO NOTHING RETURNING scope, operation, idempotency_key), \
-         processing AS (INSERT INTO idempotency_processing (scope, operation, \
-         idempotency_key) SELECT scope, operation, idempotency_key FROM reserved ON CONFLICT \
-         (scope, operation, idempotency_key) DO UPDATE SET scope = excluded.scope RETURNING \
-         1) SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)",
+        "\
+        WITH held AS (SELECT pg_try_advisory_lock($9) AS ok FROM (SELECT \
+        pg_advisory_unlock_all()) AS released), reserved AS (INSERT INTO idempotency_keys (scope, \
+        operation, idempotency_key, fingerprint, status, request, created_at, expires_at, \
+        locked_until, attempt) SELECT $1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 \
+        / 1000), to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1 FROM \
+        held WHERE held.ok ON CONFLICT (scope, operation, idempotency_key) DO NOTHING RETURNING \
+        scope, operation, idempotency_key), processing AS (INSERT INTO idempotency_processing \
+        (scope, operation, idempotency_key) SELECT scope, operation, idempotency_key FROM \
+        reserved ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = \
+        excluded.scope RETURNING 1) \
+        SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)",
     ),
     // A session advisory lock, which the server lets go when the session ends.
     hold: Some(
-        "SELECT pg_try_advisory_lock($1) FROM (SELECT pg_advisory_unlock_all()) AS released",
+        "\
+        SELECT pg_try_advisory_lock($1) \
+        FROM (SELECT pg_advisory_unlock_all()) AS released",
     ),
     let_go: Some("SELECT pg_advisory_unlock($1)"),
     // Taken and let go again if free (`CASE` fixes the order of the two calls).
     owner_gone: Some(
-        "SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END \
-         FROM (SELECT pg_advisory_unlock_all()) AS released",
+        "\
+        SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END \
+        FROM (SELECT pg_advisory_unlock_all()) AS released",
     ),
     clear_expired: None,
     reopen_expired: None,
     sweep_locks: None,
-    lease_of: "SELECT attempt, journal, request, fingerprint FROM idempotency_keys WHERE scope = $1 \
-         AND operation = $2 AND idempotency_key = $3",
-    claimable: "SELECT id FROM idempotency_outbox WHERE status = 'pending' AND next_attempt_at <= \
-         to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR locked_until <= \
-         to_timestamp(($2)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
-    take_over: "UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-         to_timestamp(($1)::float8 / 1000) WHERE scope = $2 AND operation = $3 AND \
-         idempotency_key = $4 AND status = 'processing' AND attempt = $5 AND (locked_until IS \
-         NULL OR locked_until <= to_timestamp(($6)::float8 / 1000)) RETURNING attempt, \
-         journal, request, fingerprint",
-    renew: "UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
-         scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' AND \
-         attempt = $5",
-    step: "UPDATE idempotency_keys SET recovery_point = $1, journal = $2, locked_until = \
-         to_timestamp(($3)::float8 / 1000) WHERE scope = $4 AND operation = $5 AND \
-         idempotency_key = $6 AND status = 'processing' AND attempt = $7",
-    finish: "UPDATE idempotency_keys SET status = 'completed', response_status = $1, \
-         response_headers = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 \
-         / 1000), expires_at = to_timestamp(($5)::float8 / 1000), locked_until = NULL WHERE \
-         scope = $6 AND operation = $7 AND idempotency_key = $8 AND status = 'processing' AND \
-         attempt = $9",
-    give_back: "UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
-         scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' AND \
-         attempt = $5",
-    stuck: "SELECT scope, operation, idempotency_key, attempt FROM idempotency_keys WHERE \
-         (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key \
-         FROM idempotency_processing WHERE operation = $1) AND status = 'processing' AND \
-         operation = $2 AND locked_until <= to_timestamp(($3)::float8 / 1000) ORDER BY \
-         locked_until LIMIT $4",
-    enqueue: "INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
-         next_attempt_at, created_at) VALUES ($1, $2, $3, 'pending', 0, \
-         to_timestamp(($4)::float8 / 1000), to_timestamp(($5)::float8 / 1000)) ON CONFLICT \
-         (dedup_id) DO NOTHING",
+    lease_of: "\
+        SELECT attempt, journal, request, fingerprint \
+        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
+    take_over: "\
+        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
+        to_timestamp(($1)::float8 / 1000) \
+        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
+        AND attempt = $5 AND (locked_until IS NULL OR locked_until <= to_timestamp(($6)::float8 / \
+        1000)) \
+        RETURNING attempt, journal, request, fingerprint",
+    renew: "\
+        UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) \
+        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
+        AND attempt = $5",
+    step: "\
+        UPDATE idempotency_keys SET recovery_point = $1, journal = $2, locked_until = \
+        to_timestamp(($3)::float8 / 1000) \
+        WHERE scope = $4 AND operation = $5 AND idempotency_key = $6 AND status = 'processing' \
+        AND attempt = $7",
+    finish: "\
+        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
+        = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 / 1000), expires_at = \
+        to_timestamp(($5)::float8 / 1000), locked_until = NULL \
+        WHERE scope = $6 AND operation = $7 AND idempotency_key = $8 AND status = 'processing' \
+        AND attempt = $9",
+    give_back: "\
+        UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) \
+        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
+        AND attempt = $5",
+    stuck: "\
+        SELECT scope, operation, idempotency_key, attempt \
+        FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
+        operation, idempotency_key FROM idempotency_processing WHERE operation = $1) AND status = \
+        'processing' AND operation = $2 AND locked_until <= to_timestamp(($3)::float8 / 1000) \
+        ORDER BY locked_until LIMIT $4",
+    enqueue: "\
+        INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
+        next_attempt_at, created_at) \
+        VALUES ($1, $2, $3, 'pending', 0, to_timestamp(($4)::float8 / 1000), \
+        to_timestamp(($5)::float8 / 1000)) \
+        ON CONFLICT (dedup_id) DO NOTHING",
     claim: Some(
-        "UPDATE idempotency_outbox SET locked_until = to_timestamp(($2)::float8 / 1000) WHERE \
-         id = ANY(ARRAY(SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
-         next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR \
-         locked_until <= to_timestamp(($1)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE \
-         SKIP LOCKED)) RETURNING id, dedup_id, topic, payload, status, attempts, \
-         (extract(epoch FROM next_attempt_at) * 1000)::int8, (extract(epoch FROM \
-         locked_until) * 1000)::int8, last_error, (extract(epoch FROM created_at) * \
-         1000)::int8, (extract(epoch FROM delivered_at) * 1000)::int8",
+        "\
+        UPDATE idempotency_outbox SET locked_until = to_timestamp(($2)::float8 / 1000) \
+        WHERE id = ANY(ARRAY(SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
+        next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR \
+        locked_until <= to_timestamp(($1)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE SKIP \
+        LOCKED)) \
+        RETURNING id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8",
     ),
-    mark_delivered: "UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
-         to_timestamp(($1)::float8 / 1000), locked_until = NULL WHERE id = $2 AND status = \
-         'pending'",
-    mark_failed: "UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = $1, status = \
-         CASE WHEN $2 THEN 'dead' ELSE 'pending' END, next_attempt_at = to_timestamp((CASE \
-         WHEN $3 THEN $4 ELSE $5 END)::float8 / 1000), locked_until = NULL WHERE id = $6 AND \
-         status = 'pending'",
-    outbox_get: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE dedup_id = $1",
-    outbox_find: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id = $1",
-    outbox_find_for_update: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id = $1 FOR UPDATE",
-    outbox_list: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox ORDER BY id LIMIT $1",
-    outbox_list_status: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE status = $1 ORDER BY id \
-         LIMIT $2",
-    outbox_counts: "SELECT status, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8, \
-         count(CASE WHEN locked_until > to_timestamp(($1)::float8 / 1000) THEN 1 END) FROM \
-         idempotency_outbox GROUP BY status",
-    outbox_retry: "UPDATE idempotency_outbox SET status = 'pending', attempts = $1, next_attempt_at = \
-         to_timestamp(($2)::float8 / 1000), locked_until = NULL WHERE id = $3 RETURNING id, \
-         dedup_id, topic, payload, status, attempts, (extract(epoch FROM next_attempt_at) * \
-         1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, last_error, \
-         (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM delivered_at) * \
-         1000)::int8",
-    outbox_retryable: "SELECT id FROM idempotency_outbox WHERE id > $1 AND (status = 'dead' OR (status = \
-         'pending' AND next_attempt_at > to_timestamp(($2)::float8 / 1000) AND (locked_until \
-         IS NULL OR locked_until <= to_timestamp(($3)::float8 / 1000)))) ORDER BY id LIMIT $4",
-    sweep_delivered: "DELETE FROM idempotency_outbox WHERE id = ANY(ARRAY(SELECT id FROM \
-         idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
-         to_timestamp(($1)::float8 / 1000) LIMIT $2 FOR UPDATE SKIP LOCKED))",
-    list_completed: " AND status = 'completed' AND expires_at > to_timestamp(($1)::float8 / 1000)",
-    list_expired: " AND status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
-    list_processing: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
-         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
-         (locked_until IS NULL OR locked_until > to_timestamp(($1)::float8 / 1000))",
-    list_stuck: " AND (scope, operation, idempotency_key) IN (SELECT scope, operation, \
-         idempotency_key FROM idempotency_processing) AND status = 'processing' AND \
-         locked_until <= to_timestamp(($1)::float8 / 1000)",
-    claim_lease: "UPDATE idempotency_outbox SET locked_until = to_timestamp(($1)::float8 / 1000) WHERE \
-         id IN (",
-    outbox_by_ids: "SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-         next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-         delivered_at) * 1000)::int8 FROM idempotency_outbox WHERE id IN (",
+    claimable: "\
+        SELECT id FROM idempotency_outbox \
+        WHERE status = 'pending' AND next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND \
+        (locked_until IS NULL OR locked_until <= to_timestamp(($2)::float8 / 1000)) \
+        ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
+    claim_lease: "\
+        UPDATE idempotency_outbox SET locked_until = to_timestamp(($1)::float8 / 1000) \
+        WHERE id IN (",
+    outbox_by_ids: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox WHERE id IN (",
+    mark_delivered: "\
+        UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
+        to_timestamp(($1)::float8 / 1000), locked_until = NULL \
+        WHERE id = $2 AND status = 'pending'",
+    mark_failed: "\
+        UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = $1, status = CASE \
+        WHEN $2 THEN 'dead' ELSE 'pending' END, next_attempt_at = to_timestamp((CASE WHEN $3 THEN \
+        $4 ELSE $5 END)::float8 / 1000), locked_until = NULL \
+        WHERE id = $6 AND status = 'pending'",
+    outbox_get: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox WHERE dedup_id = $1",
+    outbox_find: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox WHERE id = $1",
+    outbox_find_for_update: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox WHERE id = $1 FOR UPDATE",
+    outbox_list: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox ORDER BY id LIMIT $1",
+    outbox_list_status: "\
+        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
+        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8 \
+        FROM idempotency_outbox WHERE status = $1 \
+        ORDER BY id LIMIT $2",
+    outbox_counts: "\
+        SELECT status, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8, count(CASE \
+        WHEN locked_until > to_timestamp(($1)::float8 / 1000) THEN 1 END) \
+        FROM idempotency_outbox GROUP BY status",
+    outbox_retry: "\
+        UPDATE idempotency_outbox SET status = 'pending', attempts = $1, next_attempt_at = \
+        to_timestamp(($2)::float8 / 1000), locked_until = NULL \
+        WHERE id = $3 RETURNING id, dedup_id, topic, payload, status, attempts, (extract(epoch \
+        FROM next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
+        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
+        delivered_at) * 1000)::int8",
+    outbox_retryable: "\
+        SELECT id FROM idempotency_outbox \
+        WHERE id > $1 AND (status = 'dead' OR (status = 'pending' AND next_attempt_at > \
+        to_timestamp(($2)::float8 / 1000) AND (locked_until IS NULL OR locked_until <= \
+        to_timestamp(($3)::float8 / 1000)))) \
+        ORDER BY id LIMIT $4",
+    sweep_delivered: "\
+        DELETE FROM idempotency_outbox WHERE id = ANY(ARRAY(SELECT id FROM idempotency_outbox \
+        WHERE status = 'delivered' AND delivered_at <= to_timestamp(($1)::float8 / 1000) LIMIT $2 \
+        FOR UPDATE SKIP LOCKED))",
     applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = $1",
-    record: "INSERT INTO idem_schema_migrations (version, description, checksum) VALUES ($1, $2, \
-         $3)",
+    record: "\
+        INSERT INTO idem_schema_migrations (version, description, checksum) \
+        VALUES ($1, $2, $3)",
     forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = $1",
 };
 
-impl Dialect for Postgres {
-    const MIGRATIONS: &'static [Migration] = &MIGRATIONS;
+impl Backend for Postgres {
+    fn migrations() -> &'static [Migration] {
+        &MIGRATIONS
+    }
     const SQL: Sql = SQL;
-    const ONE_TRIP_LOCK: bool = true;
+    const LOCK_FIRST: bool = true;
     const SESSION_ID: Option<&'static str> = Some("SELECT pg_backend_pid()::int8");
     // The lock for the transaction, with no timeouts: migrations may wait for another
     // instance's run and take longer than requests may.
@@ -359,19 +430,19 @@ impl Dialect for Postgres {
         })
     }
 
-    async fn lock_namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
+    async fn namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
         let row = Self::fetch_optional(conn, "SELECT current_schema()", &[]).await?;
         row.map_or(Ok(String::new()), |row| Self::text(&row, 0))
     }
 
-    async fn begin_locked<'c>(
+    async fn begin<'c>(
         conn: &'c mut PgConnection,
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // One round trip: the simple-query protocol takes several statements. The timeouts
         // are the transaction's own: the application's queries on the pool keep theirs.
-        let mut statement = Self::begin_sql(settings);
+        let mut statement = Self::begin_statement(settings);
         if let Some(lock) = lock {
             // The advisory lock and the look again, in one call (migration 2; migration 7
             // takes a free lock without a query of its own).
@@ -399,7 +470,7 @@ impl Dialect for Postgres {
             .map(Begun::Free)
     }
 
-    fn begin_sql(settings: &TxSettings) -> String {
+    fn begin_statement(settings: &TxSettings) -> String {
         format!(
             "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
             settings.lock_timeout.as_millis().max(1),
@@ -407,7 +478,7 @@ impl Dialect for Postgres {
         )
     }
 
-    async fn after_failed_begin(conn: &mut PgConnection) {
+    async fn abandon_begin(conn: &mut PgConnection) {
         // `BEGIN` went through and a later statement failed: the session is in an aborted
         // transaction. If even this fails the connection is broken, and its next use says so.
         if let Err(error) = Self::batch(conn, "ROLLBACK").await {
@@ -428,7 +499,10 @@ impl Dialect for Postgres {
         })
     }
 
-    fn failure_of(error: &sqlx::Error) -> Failure {
+    fn classify(error: &sqlx::Error) -> Failure {
+        if crate::protocol::is_connection_error(error) {
+            return Failure::Disconnected;
+        }
         match error.as_database_error().and_then(|e| e.code()) {
             // lock_not_available (lock_timeout), query_canceled (statement_timeout)
             Some(code) if code == "55P03" || code == "57014" => Failure::LockTimeout,
@@ -450,7 +524,7 @@ impl Dialect for Postgres {
         }
     }
 
-    async fn probe_key_lock(
+    async fn key_lock_taken(
         conn: &mut PgConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {
@@ -547,7 +621,7 @@ mod tests {
 
     #[test]
     fn migrations_take_the_documented_lock() {
-        let begin = <Postgres as Dialect>::BEGIN_MIGRATION.unwrap_or_default();
+        let begin = <Postgres as Backend>::BEGIN_MIGRATION.unwrap_or_default();
         let lock = format!("pg_advisory_xact_lock({})", crate::MIGRATION_LOCK_ID);
         assert!(begin.ends_with(&lock), "{begin}");
     }

@@ -16,7 +16,7 @@
 //! Where the databases differ otherwise: PostgreSQL's batches skip rows others hold
 //! (`FOR UPDATE SKIP LOCKED`); SQLite needs no `FOR UPDATE` (`BEGIN IMMEDIATE` holds the
 //! database); MySQL has neither `RETURNING` (the generic code reads a written row again:
-//! [`crate::dialect::Dialect::RETURNING`]) nor `ON CONFLICT` (it takes a duplicate key's error
+//! [`crate::Backend::RETURNING`]) nor `ON CONFLICT` (it takes a duplicate key's error
 //! for "exists already", and deletes or reopens an expired row before inserting its key
 //! again), and sweeps with `DELETE … ORDER BY … LIMIT`.
 
@@ -58,7 +58,7 @@ impl<'a> Arg<'a> {
 /// recovery point), an outbox row's in the order of `RawOutboxRow`; "the key" is the first
 /// three parameters, `scope`, `operation`, `idempotency_key`, unless a statement says where.
 ///
-/// Public only as the sealed `Dialect` trait's vocabulary: not nameable outside the crate.
+/// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
 #[derive(Debug, Clone, Copy)]
 pub struct Sql {
     // The protocol.
@@ -221,6 +221,49 @@ pub struct Sql {
     pub record: &'static str,
     /// idem 0.1's row in sqlx's `_sqlx_migrations` deleted.
     pub forget_sqlx_version: &'static str,
+}
+
+/// A statement put together at run time (a listing and its filters), its parameters
+/// numbered as they are bound.
+#[derive(Debug)]
+pub(crate) struct Statement<'a> {
+    pub(crate) sql: String,
+    pub(crate) args: Vec<Arg<'a>>,
+    /// Whether parameters are `?` ([`crate::Backend::POSITIONAL`]).
+    positional: bool,
+}
+
+impl<'a> Statement<'a> {
+    /// A statement starting with `start`, its parameters `?` if `positional`, else `$n`.
+    pub(crate) fn new(start: &str, positional: bool) -> Self {
+        Self {
+            sql: start.to_owned(),
+            args: Vec::new(),
+            positional,
+        }
+    }
+
+    pub(crate) fn push(&mut self, sql: &str) -> &mut Self {
+        self.sql.push_str(sql);
+        self
+    }
+
+    /// Binds `arg` to the next parameter, and returns its name (`$n`, or `?` where
+    /// parameters are positional) to write where it goes.
+    pub(crate) fn param(&mut self, arg: Arg<'a>) -> String {
+        self.args.push(arg);
+        if self.positional {
+            "?".to_owned()
+        } else {
+            format!("${}", self.args.len())
+        }
+    }
+
+    /// Binds `arg` where the statement ends now.
+    pub(crate) fn bind(&mut self, arg: Arg<'a>) -> &mut Self {
+        let name = self.param(arg);
+        self.push(&name)
+    }
 }
 
 /// Every migration recorded, in order.

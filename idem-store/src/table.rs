@@ -2,13 +2,14 @@
 
 use sqlx::Pool;
 
-use crate::backend::Backend;
-use crate::dialect::{Arg, Dialect, Glue, Statement, begin_write};
+use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
+use crate::glue::{Arg, Glue};
 use crate::key::KeyRef;
 use crate::list::RawRow;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::row::{KeyRow, KeyStatus};
+use crate::sql::Statement;
 
 /// The key table of one database, for tools: the operator CLI, tests, the runtime's sweeper.
 /// Cheap to clone (it holds a [`Pool`]).
@@ -291,7 +292,7 @@ impl<DB: Backend> KeyTable<DB> {
     async fn list_on(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
         let limit = filter.effective_limit();
         let prefix = filter.key_prefix.as_deref().map(DB::key_prefix);
-        let mut query = Statement::new::<DB>(DB::SQL.list);
+        let mut query = Statement::new(DB::SQL.list, DB::POSITIONAL);
         // The state's filter first: its time is the statement's first parameter.
         let state = match filter.status {
             None => None,
@@ -356,7 +357,7 @@ pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
 /// reads the row as the write left it: from the statement, or where writes return nothing
 /// (MySQL), read again on the same connection (the caller's transaction holds the row).
 /// `None`: the write changed no row.
-pub(crate) async fn write_key<DB: Dialect>(
+pub(crate) async fn write_key<DB: Backend>(
     conn: &mut DB::Connection,
     statement: &str,
     args: &[Arg<'_>],

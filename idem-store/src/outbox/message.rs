@@ -6,8 +6,8 @@ use std::str::FromStr;
 
 use serde_json::json;
 
-use crate::dialect::Glue;
 use crate::error::StoreError;
+use crate::glue::Glue;
 use crate::key::KeyRef;
 
 /// A message to enqueue ([`enqueue`](crate::enqueue)).

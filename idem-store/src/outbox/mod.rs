@@ -26,11 +26,12 @@ mod message;
 
 use sqlx::{Pool, Transaction};
 
-use crate::backend::Backend;
-use crate::dialect::{Arg, Statement, begin_write};
+use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
+use crate::glue::Arg;
 use crate::operator::Actor;
 use crate::outbox::message::{AUDIT_SCOPE, RawOutboxRow, row_json};
+use crate::sql::Statement;
 
 pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus};
 
@@ -542,9 +543,9 @@ impl<DB: Backend> Outbox<DB> {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let mut lease = Statement::new::<DB>(DB::SQL.claim_lease);
+        let mut lease = Statement::new(DB::SQL.claim_lease, DB::POSITIONAL);
         lease.args.push(Arg::Int(until_ms));
-        let mut read = Statement::new::<DB>(DB::SQL.outbox_by_ids);
+        let mut read = Statement::new(DB::SQL.outbox_by_ids, DB::POSITIONAL);
         for (i, id) in ids.iter().enumerate() {
             let comma = if i == 0 { "" } else { ", " };
             lease.push(comma).bind(Arg::Int(*id));
