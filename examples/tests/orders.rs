@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Client, Db, Kind, Server};
+use common::{Client, Db, Kind, Server, Store};
 use futures_util::future::join_all;
 use idem_testkit::harness::{apply_with_client, direct, migration_files};
 
@@ -18,7 +18,8 @@ const ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 2}"#;
 const ORDER_REFORMATTED: &str = r#"{"quantity":2,"sku":"BOOK-1"}"#;
 const OTHER_ORDER: &str = r#"{"sku": "BOOK-1", "quantity": 3}"#;
 
-async fn contract(kind: Kind) {
+async fn contract<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let server = Server::start(&db);
     contract_on(&db, server).await;
@@ -133,7 +134,8 @@ async fn contract_on(db: &Db, server: Server) {
     assert!(server.stop().success(), "graceful shutdown exits 0");
 }
 
-async fn expired_key_is_gone(kind: Kind) {
+async fn expired_key_is_gone<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let server = Server::start(&db);
     let c = Client::new(&server);
@@ -323,7 +325,8 @@ fn refused_start(db: &Db, env: &[(&str, &str)]) -> String {
 /// `IDEM_MIGRATIONS=external`: one migration behind, it refuses to start, naming that
 /// migration, and creates nothing; with every file applied it serves the whole contract, and
 /// idem never writes a migration history of its own.
-async fn external_migrations(kind: Kind) {
+async fn external_migrations<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let url = direct(&db.url);
     let files = migration_files(&url);
@@ -397,7 +400,8 @@ async fn injected_fault(kind: Kind, point: &str) {
 
 /// The process dies after COMMIT, before the response leaves: the retry, on a restarted
 /// server, replays the committed order.
-async fn crash_after_commit(kind: Kind) {
+async fn crash_after_commit<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let mut crashing = Server::start_with(
         &db,
@@ -427,7 +431,8 @@ async fn crash_after_commit(kind: Kind) {
 }
 
 /// Restarts keep every key: the store is the database, not memory.
-async fn persistence_across_restart(kind: Kind) {
+async fn persistence_across_restart<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let server = Server::start(&db);
     let first = Client::new(&server)
@@ -444,7 +449,8 @@ async fn persistence_across_restart(kind: Kind) {
     assert_eq!(db.orders().await, 1);
 }
 
-common::on_every_store!(
+idem_testkit::on_every_store!(
+    #[flavor = current_thread]
     contract,
     external_migrations,
     expired_key_is_gone,

@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Client, Db, Kind, Reply, Server, eventually};
+use common::{Client, Db, Kind, Reply, Server, Store, eventually};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -159,7 +159,8 @@ async fn payments_rows(db: &Db) -> i64 {
 }
 
 /// Case 1: the happy path, refusals, replays and reads.
-async fn contract(kind: Kind) {
+async fn contract<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let provider = Provider::start(&db);
     let server = payments(&db, provider.url(), "30s");
@@ -284,7 +285,8 @@ async fn contract(kind: Kind) {
 }
 
 /// Case 2: a declined card: `402`, stored and replayed; no payment, no charge.
-async fn declined(kind: Kind) {
+async fn declined<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let provider = Provider::start(&db);
     let server = payments(&db, provider.url(), "30s");
@@ -314,7 +316,8 @@ async fn declined(kind: Kind) {
 }
 
 /// Case 3: a failing provider: `503` with `Retry-After`; the retry resumes and charges once.
-async fn provider_failure(kind: Kind) {
+async fn provider_failure<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let provider = Provider::start(&db);
     let server = payments(&db, provider.url(), "30s");
@@ -609,7 +612,12 @@ async fn default_database_is_a_sqlite_file_in_the_working_directory() {
     assert!(server.stop().success());
 }
 
-common::on_every_store!(contract, declined, provider_failure);
+idem_testkit::on_every_store!(
+    #[flavor = current_thread]
+    contract,
+    declined,
+    provider_failure
+);
 
 mod crash {
     use super::{Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease};

@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Client, Db, Kind, Reply, Server, eventually};
+use common::{Client, Db, Kind, Reply, Server, Store, eventually};
 use idem_runtime::webhooks::WebhookSecret;
 use serde_json::{Value, json};
 
@@ -179,7 +179,8 @@ async fn settled(db: &Db, times: i64) -> i64 {
 
 /// Every event delivered several times, some copies at once, some before the payment
 /// naming their charge is committed: each payment is settled exactly once.
-async fn provider_events_apply_once(kind: Kind) {
+async fn provider_events_apply_once<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
     pair.control(json!({ "webhook_duplicate_rate": 1.0 })).await;
@@ -219,7 +220,8 @@ async fn provider_events_apply_once(kind: Kind) {
 
 /// Only signed, fresh deliveries are applied; a repeated event id replays; an event whose
 /// charge no payment names yet is not recorded, so that it is delivered again.
-async fn signatures_and_repeats(kind: Kind) {
+async fn signatures_and_repeats<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
     pair.pay(1).await;
@@ -326,7 +328,8 @@ async fn signatures_and_repeats(kind: Kind) {
 
 /// `payments`' outbox: a receiver answering 404 for a while loses nothing, and `/metrics`
 /// shows the outbox.
-async fn outbox_outlasts_a_refusing_receiver(kind: Kind) {
+async fn outbox_outlasts_a_refusing_receiver<DB: Store>() {
+    let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
     pair.control(json!({ "webhook_status": 404 })).await;
@@ -391,7 +394,8 @@ fn metric(page: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-common::on_every_store!(
+idem_testkit::on_every_store!(
+    #[flavor = current_thread]
     provider_events_apply_once,
     signatures_and_repeats,
     outbox_outlasts_a_refusing_receiver,

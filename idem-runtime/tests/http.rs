@@ -6,72 +6,18 @@ mod common;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path, Query};
-use axum::http::request::Parts;
+use axum::extract::{Path, Query};
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use common::app::{Amount, Setup, effect, send};
 use common::{Harness, TestDb};
-use http_body_util::BodyExt as _;
-use idem_runtime::fingerprint::{Fingerprint, FingerprintError, InputWriter, part};
+use idem_runtime::fingerprint::Fingerprint;
 use idem_runtime::key::KeyFormat;
 use idem_runtime::sqlx::Transaction;
-use idem_runtime::{Config, Idem, IdemState, Input, JsonBody, Principal, Problem, idempotent};
-use idem_testkit::on_both_backends;
+use idem_runtime::{Config, JsonBody, Problem, idempotent};
 use serde::{Deserialize, Serialize};
 use tower::ServiceExt as _;
-
-#[derive(Debug)]
-struct State<DB: TestDb> {
-    idem: Idem<DB>,
-}
-
-impl<DB: TestDb> Clone for State<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            idem: self.idem.clone(),
-        }
-    }
-}
-
-impl<DB: TestDb> IdemState<DB> for State<DB> {
-    type Principal = Caller;
-    fn idem(&self) -> &Idem<DB> {
-        &self.idem
-    }
-}
-
-/// `x-tenant` / `x-user` headers: a test stand-in for an authenticated extractor.
-struct Caller {
-    tenant: Option<String>,
-    user: Option<String>,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = StatusCode;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
-        let get = |name: &str| {
-            parts
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        match (get("x-tenant"), get("x-user")) {
-            (None, None) => Err(StatusCode::UNAUTHORIZED),
-            (tenant, user) => Ok(Self { tenant, user }),
-        }
-    }
-}
-
-impl Principal for Caller {
-    fn tenant(&self) -> Option<&str> {
-        self.tenant.as_deref()
-    }
-    fn user(&self) -> Option<&str> {
-        self.user.as_deref()
-    }
-}
 
 #[derive(Debug, Deserialize, Serialize)]
 struct Item {
@@ -83,32 +29,6 @@ struct Item {
 #[derive(Debug, Deserialize, Serialize)]
 struct Page {
     dry_run: bool,
-}
-
-/// A custom input extractor: the `x-amount` header, fingerprinted as the query part.
-struct Amount(u32);
-
-impl<S: Send + Sync> FromRequestParts<S> for Amount {
-    type Rejection = StatusCode;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
-        parts
-            .headers
-            .get("x-amount")
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .map(Amount)
-            .ok_or(StatusCode::BAD_REQUEST)
-    }
-}
-
-impl Input for Amount {
-    type Part = part::Query;
-    fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
-        out.value(&self.0)
-    }
-}
-
-async fn effect<DB: TestDb>(tx: &mut Transaction<'_, DB>, note: &str) {
-    DB::write_effect(&mut **tx, note).await;
 }
 
 fn created(body: String) -> Response {
@@ -210,58 +130,20 @@ async fn hook_by_parts<DB: TestDb>(
 }
 
 async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
-    let h = Harness::<DB>::with_config(config).await;
-    let router = Router::new()
-        .route("/users/{id}", post(by_user::<DB>))
-        .route("/optional", post(optional_key::<DB>))
-        .route("/declines", post(declines::<DB>))
-        .route("/panics", post(panics::<DB>))
-        .route("/huge", post(huge::<DB>))
-        .route("/amounts", post(amounts::<DB>))
-        .route("/hooks/header", post(hook_by_header::<DB>))
-        .route("/hooks/body", post(hook_by_body::<DB>))
-        .route("/hooks/parts", post(hook_by_parts::<DB>))
-        .with_state(State {
-            idem: h.idem.clone(),
-        });
-    (h, router)
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn replayed(&self) -> bool {
-        self.headers
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true")
-    }
-    fn problem(&self, status: StatusCode) -> serde_json::Value {
-        assert_eq!(self.status, status, "{}", self.body);
-        assert_eq!(self.headers["content-type"], "application/problem+json");
-        serde_json::from_str(&self.body).unwrap()
-    }
-}
-
-async fn send(router: &Router, uri: &str, headers: &[(&str, &str)], body: &str) -> Reply {
-    let mut request = Request::post(uri).header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = router
-        .clone()
-        .oneshot(request.body(Body::from(body.to_owned())).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = response.into_parts();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap(),
-    }
+    let s = Setup::<DB>::new(config).await;
+    let router = s.router(
+        Router::new()
+            .route("/users/{id}", post(by_user::<DB>))
+            .route("/optional", post(optional_key::<DB>))
+            .route("/declines", post(declines::<DB>))
+            .route("/panics", post(panics::<DB>))
+            .route("/huge", post(huge::<DB>))
+            .route("/amounts", post(amounts::<DB>))
+            .route("/hooks/header", post(hook_by_header::<DB>))
+            .route("/hooks/body", post(hook_by_body::<DB>))
+            .route("/hooks/parts", post(hook_by_parts::<DB>)),
+    );
+    (s.h, router)
 }
 
 async fn inputs_are_path_query_and_body<DB: TestDb>() {
@@ -297,7 +179,7 @@ async fn inputs_are_path_query_and_body<DB: TestDb>() {
     ] {
         send(&app, uri, &user, body)
             .await
-            .problem(StatusCode::UNPROCESSABLE_ENTITY);
+            .problem_json(StatusCode::UNPROCESSABLE_ENTITY);
     }
     // The scope is the user: another user's identical key is independent.
     let bob = [("x-user", "bob"), ("idempotency-key", "k1")];
@@ -327,7 +209,7 @@ async fn principal_rules<DB: TestDb>() {
         r#"{"name":"a"}"#,
     )
     .await
-    .problem(StatusCode::FORBIDDEN);
+    .problem_json(StatusCode::FORBIDDEN);
     assert_eq!(h.keys().await, 0);
 }
 
@@ -342,7 +224,7 @@ async fn key_rules<DB: TestDb>() {
         r#"{"name":"a"}"#,
     )
     .await;
-    let problem = bare.problem(StatusCode::BAD_REQUEST);
+    let problem = bare.problem_json(StatusCode::BAD_REQUEST);
     assert_eq!(problem["type"], "urn:idem:problem:invalid-key");
     let quoted = send(
         &app,
@@ -364,7 +246,7 @@ async fn key_rules<DB: TestDb>() {
         r#"{"name":"a"}"#,
     )
     .await;
-    twice.problem(StatusCode::BAD_REQUEST);
+    twice.problem_json(StatusCode::BAD_REQUEST);
     // `key = "optional"`: without a key the handler runs every time.
     for _ in 0..2 {
         let unkeyed = send(&app, "/optional", &[t], r#"{"name":"a"}"#).await;
@@ -398,7 +280,7 @@ async fn keys_from_the_request<DB: TestDb>() {
         r#"{"id":"evt_1","type":"charge.refunded"}"#,
     )
     .await;
-    reused.problem(StatusCode::UNPROCESSABLE_ENTITY);
+    reused.problem_json(StatusCode::UNPROCESSABLE_ENTITY);
     let missing = send(
         &app,
         "/hooks/header",
@@ -406,7 +288,7 @@ async fn keys_from_the_request<DB: TestDb>() {
         event,
     )
     .await;
-    let problem = missing.problem(StatusCode::BAD_REQUEST);
+    let problem = missing.problem_json(StatusCode::BAD_REQUEST);
     assert_eq!(problem["type"], "urn:idem:problem:missing-key");
     assert!(
         problem["detail"]
@@ -429,7 +311,7 @@ async fn keys_from_the_request<DB: TestDb>() {
         (r#"{"id":{"a":1}}"#, "urn:idem:problem:invalid-key"),
     ] {
         let refused = send(&app, "/hooks/body", &[], body).await;
-        assert_eq!(refused.problem(StatusCode::BAD_REQUEST)["type"], kind);
+        assert_eq!(refused.problem_json(StatusCode::BAD_REQUEST)["type"], kind);
     }
     let malformed = send(&app, "/hooks/body", &[], "{not json").await;
     assert_eq!(malformed.status, StatusCode::BAD_REQUEST);
@@ -481,7 +363,7 @@ async fn stored_client_error_is_replayed<DB: TestDb>() {
     let (h, app) = app::<DB>(Config::default()).await;
     let key = [("idempotency-key", "k")];
     let first = send(&app, "/declines", &key, r#"{"name":"a"}"#).await;
-    first.problem(StatusCode::PAYMENT_REQUIRED);
+    first.problem_json(StatusCode::PAYMENT_REQUIRED);
     let again = send(&app, "/declines", &key, r#"{"name":"a"}"#).await;
     assert!(again.replayed());
     assert_eq!(again.body, first.body);
@@ -498,7 +380,7 @@ async fn panic_is_500_and_leaves_nothing<DB: TestDb>() {
     let key = [("idempotency-key", "k")];
     send(&app, "/panics", &key, r#"{"name":"boom"}"#)
         .await
-        .problem(StatusCode::INTERNAL_SERVER_ERROR);
+        .problem_json(StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!((h.effects().await, h.keys().await), (0, 0));
     // The key is free: a corrected request with it runs.
     let key2 = [("idempotency-key", "k2")];
@@ -515,7 +397,7 @@ async fn oversized_response_rolls_back<DB: TestDb>() {
     let key = [("idempotency-key", "k")];
     let problem = send(&app, "/huge", &key, r#"{"name":"abcdefgh"}"#)
         .await
-        .problem(StatusCode::INTERNAL_SERVER_ERROR);
+        .problem_json(StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(problem["type"], "urn:idem:problem:response-too-large");
     assert_eq!((h.effects().await, h.keys().await), (0, 0));
     let small = send(&app, "/huge", &key, r#"{"name":"ab"}"#).await;
@@ -528,7 +410,7 @@ async fn body_limits_and_media_type<DB: TestDb>() {
     let big = format!(r#"{{"name":"{}"}}"#, "a".repeat(100));
     send(&app, "/huge", &key, &big)
         .await
-        .problem(StatusCode::PAYLOAD_TOO_LARGE);
+        .problem_json(StatusCode::PAYLOAD_TOO_LARGE);
     let response = app
         .clone()
         .oneshot(
@@ -573,7 +455,7 @@ async fn custom_input_extractor<DB: TestDb>() {
         "",
     )
     .await
-    .problem(StatusCode::UNPROCESSABLE_ENTITY);
+    .problem_json(StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(h.effects().await, 1);
     let stored = h
         .idem
@@ -590,7 +472,7 @@ async fn custom_input_extractor<DB: TestDb>() {
     assert_eq!(stored.unwrap().fingerprint, expected.unwrap().as_bytes());
 }
 
-on_both_backends!(
+idem_testkit::on_every_store!(
     inputs_are_path_query_and_body,
     principal_rules,
     key_rules,

@@ -6,93 +6,30 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Json as AxJson;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use common::{Harness, TestDb};
-use http_body_util::BodyExt as _;
+use common::TestDb;
+use common::app::{Amount, App, Caller, Reply, Setup, call, effect, send};
 use idem_runtime::fingerprint::{Fingerprint, FingerprintError, InputWriter, part};
 use idem_runtime::sqlx::Transaction;
 use idem_runtime::store::KeyRef;
-use idem_runtime::{
-    Check, Checked, Config, Idem, IdemState, Input, JsonBody, Principal, Problem, idempotent,
-};
-use idem_testkit::on_both_backends;
+use idem_runtime::{Check, Checked, Config, Input, JsonBody, Problem, idempotent};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
-use tower::ServiceExt as _;
 
 // ---------------------------------------------------------------------------------------
-// The application: state, principal, extractors, handlers.
-
-/// The router's state; `auth_runs` counts the principal extractor's runs (per test).
-#[derive(Debug)]
-struct App<DB: TestDb> {
-    idem: Idem<DB>,
-    auth_runs: Arc<AtomicUsize>,
-}
-
-impl<DB: TestDb> Clone for App<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            idem: self.idem.clone(),
-            auth_runs: Arc::clone(&self.auth_runs),
-        }
-    }
-}
-
-impl<DB: TestDb> IdemState<DB> for App<DB> {
-    type Principal = Caller;
-    fn idem(&self) -> &Idem<DB> {
-        &self.idem
-    }
-}
-
-/// `x-tenant` / `x-user` headers: a stand-in for an authenticating extractor, which counts
-/// its runs in the state.
-#[derive(Debug)]
-struct Caller {
-    tenant: Option<String>,
-    user: Option<String>,
-}
-
-impl<DB: TestDb> FromRequestParts<App<DB>> for Caller {
-    type Rejection = StatusCode;
-    async fn from_request_parts(parts: &mut Parts, state: &App<DB>) -> Result<Self, StatusCode> {
-        state.auth_runs.fetch_add(1, Ordering::SeqCst);
-        let get = |name: &str| {
-            parts
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        match (get("x-tenant"), get("x-user")) {
-            (None, None) => Err(StatusCode::UNAUTHORIZED),
-            (tenant, user) => Ok(Self { tenant, user }),
-        }
-    }
-}
-
-impl Principal for Caller {
-    fn tenant(&self) -> Option<&str> {
-        self.tenant.as_deref()
-    }
-    fn user(&self) -> Option<&str> {
-        self.user.as_deref()
-    }
-}
+// The application (its state, principal and `Amount` input are `common::app`'s): extractors,
+// handlers.
 
 #[derive(Debug, Deserialize, Serialize)]
 struct Transfer {
@@ -125,28 +62,6 @@ where
 
 impl<T: Serialize> Input for AppJson<T> {
     type Part = part::Body;
-    fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
-        out.value(&self.0)
-    }
-}
-
-/// A custom input of the query part, beside axum's `Query`: the `x-amount` header.
-struct Amount(u32);
-
-impl<S: Send + Sync> FromRequestParts<S> for Amount {
-    type Rejection = StatusCode;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
-        parts
-            .headers
-            .get("x-amount")
-            .and_then(|v| v.to_str().ok()?.parse().ok())
-            .map(Amount)
-            .ok_or(StatusCode::BAD_REQUEST)
-    }
-}
-
-impl Input for Amount {
-    type Part = part::Query;
     fn write(&self, out: InputWriter<'_>) -> Result<(), FingerprintError> {
         out.value(&self.0)
     }
@@ -271,10 +186,6 @@ impl garde::Validate for Order {
 struct Receipt {
     id: String,
     quantity: u32,
-}
-
-async fn effect<DB: TestDb>(tx: &mut Transaction<'_, DB>, note: &str) {
-    DB::write_effect(&mut **tx, note).await;
 }
 
 /// `201` with a body unique to this execution: a replay is recognised by its body.
@@ -451,101 +362,6 @@ fn routes<DB: TestDb>() -> Router<App<DB>> {
     router
 }
 
-struct Setup<DB: TestDb> {
-    h: Harness<DB>,
-    state: App<DB>,
-}
-
-impl<DB: TestDb> Setup<DB> {
-    async fn new(config: Config) -> Self {
-        let h = Harness::<DB>::with_config(config).await;
-        let state = App {
-            idem: h.idem.clone(),
-            auth_runs: Arc::new(AtomicUsize::new(0)),
-        };
-        Self { h, state }
-    }
-
-    fn router(&self) -> Router {
-        routes::<DB>().with_state(self.state.clone())
-    }
-
-    fn auth_runs(&self) -> usize {
-        self.state.auth_runs.load(Ordering::SeqCst)
-    }
-
-    async fn effects_and_keys(&self) -> (i64, i64) {
-        (self.h.effects().await, self.h.keys().await)
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Requests and replies.
-
-#[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn replayed(&self) -> bool {
-        self.headers
-            .get(idem_runtime::REPLAYED_HEADER)
-            .is_some_and(|v| v == "true")
-    }
-
-    /// Asserts a problem+json answer of `status` and `type_uri`.
-    #[track_caller]
-    fn problem(&self, status: StatusCode, type_uri: &str) -> serde_json::Value {
-        assert_eq!(self.status, status, "{}", self.body);
-        assert_eq!(
-            self.headers[header::CONTENT_TYPE],
-            "application/problem+json",
-            "{}",
-            self.body
-        );
-        let problem: serde_json::Value = serde_json::from_str(&self.body).unwrap();
-        assert_eq!(problem["type"], type_uri, "{}", self.body);
-        assert_eq!(problem["status"], status.as_u16());
-        problem
-    }
-
-    #[track_caller]
-    fn created(&self) -> &Self {
-        assert_eq!(self.status, StatusCode::CREATED, "{}", self.body);
-        assert!(!self.replayed());
-        self
-    }
-
-    #[track_caller]
-    fn replay_of(&self, first: &Self) {
-        assert_eq!(self.status, first.status, "{}", self.body);
-        assert!(self.replayed(), "not a replay: {self:?}");
-        assert_eq!(self.body, first.body);
-    }
-}
-
-async fn call(router: &Router, request: axum::http::Request<Body>) -> Reply {
-    let response = router.clone().oneshot(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap(),
-    }
-}
-
-/// A POST with a JSON content type, the given headers and a body of known length.
-async fn send(router: &Router, uri: &str, headers: &[(&str, &str)], body: &str) -> Reply {
-    let mut request = axum::http::Request::post(uri).header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    call(router, request.body(Body::from(body.to_owned())).unwrap()).await
-}
-
 /// The same, with an explicit `Content-Length`, as real clients send it.
 async fn send_sized(router: &Router, uri: &str, key: &str, body: &str) -> Reply {
     let request = axum::http::Request::post(uri)
@@ -604,7 +420,7 @@ async fn assert_body_is_fingerprinted<DB: TestDb>(s: &Setup<DB>, app: &Router, u
 
 async fn custom_rejection_wrapper_is_fingerprinted<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     assert_body_is_fingerprinted(&s, &app, "/app-json").await;
     // Its own rejection still answers (the wrapper is really used).
     send(&app, "/app-json", &key("bad"), "{")
@@ -614,12 +430,12 @@ async fn custom_rejection_wrapper_is_fingerprinted<DB: TestDb>() {
 
 async fn renamed_axum_json_is_fingerprinted<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    assert_body_is_fingerprinted(&s, &s.router(), "/ax-json").await;
+    assert_body_is_fingerprinted(&s, &s.router(routes::<DB>()), "/ax-json").await;
 }
 
 async fn bytes_body_is_fingerprinted<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     assert_body_is_fingerprinted(&s, &app, "/bytes").await;
     // Raw bodies are compared as sent: a body that is not UTF-8 too.
     let binary = |bytes: &'static [u8]| {
@@ -641,12 +457,12 @@ async fn bytes_body_is_fingerprinted<DB: TestDb>() {
 
 async fn string_body_is_fingerprinted<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    assert_body_is_fingerprinted(&s, &s.router(), "/string").await;
+    assert_body_is_fingerprinted(&s, &s.router(routes::<DB>()), "/string").await;
 }
 
 async fn parts_of_the_same_kind_do_not_overwrite_each_other<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let k = |amount: &'static str| [("idempotency-key", "pair"), ("x-amount", amount)];
     let first = send(&app, "/pair/one/two?c=three", &k("5"), "").await;
     first.created();
@@ -701,7 +517,7 @@ fn tally_json(reversed: bool, label_last: bool) -> String {
 async fn hash_map_bodies_replay_whatever_their_order<DB: TestDb>() {
     assert_preserve_order_is_on();
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let k = key("tally");
     let first = send(&app, "/tally", &k, &tally_json(false, false)).await;
     first.created();
@@ -729,7 +545,7 @@ async fn hash_map_bodies_replay_whatever_their_order<DB: TestDb>() {
 async fn json_values_replay_with_reordered_keys<DB: TestDb>() {
     assert_preserve_order_is_on();
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let k = key("value");
     let first = send(
         &app,
@@ -902,7 +718,7 @@ async fn tower_http_limit_on_a_chunked_body_is_413<DB: TestDb>() {
 
 async fn idem_max_request_body_is_413<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default().max_request_body(100)).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     too_large_burns_nothing(&s, &app, Sent::Sized).await;
     too_large_burns_nothing(&s, &app, Sent::Chunked).await;
     // Within the limit, a chunked body is read whole.
@@ -913,7 +729,7 @@ async fn idem_max_request_body_is_413<DB: TestDb>() {
 
 async fn broken_body_is_400_body_unreadable<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
         Ok(Bytes::from_static(br#"{"to":"#)),
         Err(std::io::Error::new(
@@ -940,7 +756,7 @@ async fn broken_body_is_400_body_unreadable<DB: TestDb>() {
 
 async fn json_value_body_needs_no_trait<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let first = send(&app, "/value", &key("v"), BOB).await;
     first.created();
     assert!(first.body.starts_with("bob:"), "{}", first.body);
@@ -951,7 +767,7 @@ async fn json_value_body_needs_no_trait<DB: TestDb>() {
 /// An invalid body answers `status`/`type_uri` and stores nothing; the key then runs a valid
 /// body.
 async fn assert_refused_before_the_store<DB: TestDb>(s: &Setup<DB>, uri: &str, type_uri: &str) {
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let k = key(uri.trim_start_matches('/'));
     send(&app, uri, &k, r#"{"quantity":0}"#)
         .await
@@ -992,7 +808,7 @@ async fn garde_body_answers_invalid_body<DB: TestDb>() {
 
 async fn json_body_is_a_json_response<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let first = send(&app, "/receipts", &key("r"), r#"{"quantity":4}"#).await;
     first.created();
     assert_eq!(first.headers[header::CONTENT_TYPE], "application/json");
@@ -1008,7 +824,7 @@ async fn json_body_is_a_json_response<DB: TestDb>() {
 
 async fn principal_runs_once_per_request<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let headers = [
         ("idempotency-key", "who"),
         ("x-tenant", "t1"),
@@ -1063,7 +879,7 @@ async fn principal_runs_once_per_request<DB: TestDb>() {
 
 async fn input_without_canonical_form_is_400_invalid_input<DB: TestDb>() {
     let s = Setup::<DB>::new(Config::default()).await;
-    let app = s.router();
+    let app = s.router(routes::<DB>());
     let cells = [("idempotency-key", "cells"), ("x-cells", "1,2=3;4,5=6")];
     let problem = send(&app, "/cells", &cells, "")
         .await
@@ -1080,7 +896,7 @@ async fn input_without_canonical_form_is_400_invalid_input<DB: TestDb>() {
     send(&app, "/nan?x=1.5", &key("nan"), "").await.created();
 }
 
-on_both_backends!(
+idem_testkit::on_every_store!(
     custom_rejection_wrapper_is_fingerprinted,
     renamed_axum_json_is_fingerprinted,
     bytes_body_is_fingerprinted,
@@ -1102,11 +918,11 @@ on_both_backends!(
 #[cfg(feature = "validator")]
 mod validator_crate {
     use super::*;
-    on_both_backends!(validator_body_answers_invalid_body);
+    idem_testkit::on_every_store!(validator_body_answers_invalid_body);
 }
 
 #[cfg(feature = "garde")]
 mod garde_crate {
     use super::*;
-    on_both_backends!(garde_body_answers_invalid_body);
+    idem_testkit::on_every_store!(garde_body_answers_invalid_body);
 }

@@ -1,4 +1,4 @@
-//! The typed plain function API, [`Idem::once`], on PostgreSQL and on SQLite: executed then
+//! The typed plain function API, [`Idem::once`], on every store: executed then
 //! replayed with the same typed value, failures that roll back and free the key, mismatches,
 //! values that cannot be read back, `?` on sqlx errors, scopes from a principal, panics, and
 //! concurrent calls on one key.
@@ -17,7 +17,6 @@ use idem_runtime::spec::{OperationSpec, Scope, ScopeKind};
 use idem_runtime::sqlx::{self, Postgres, Sqlite, Transaction};
 use idem_runtime::store::KeyRef;
 use idem_runtime::{Config, Done, Error, IdempotencyKey, OnceError, Principal};
-use idem_testkit::on_both_backends;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -64,11 +63,11 @@ trait Sql: TestDb {
 }
 
 macro_rules! sql {
-    ($($db:ty),*) => {$(
+    ($($db:ty: $insert:literal),*) => {$(
         impl Sql for $db {
             async fn insert(tx: &mut Transaction<'_, Self>, note: &str) -> Result<u64, sqlx::Error> {
                 // Unprepared: through a transaction pooler too (see the harness).
-                let done = sqlx::query("INSERT INTO effects (note) VALUES ($1)")
+                let done = sqlx::query($insert)
                     .bind(note)
                     .persistent(false)
                     .execute(&mut **tx)
@@ -85,7 +84,12 @@ macro_rules! sql {
         }
     )*};
 }
-sql!(Postgres, Sqlite);
+sql!(
+    Postgres: "INSERT INTO effects (note) VALUES ($1)",
+    Sqlite: "INSERT INTO effects (note) VALUES ($1)"
+);
+#[cfg(feature = "mysql")]
+sql!(idem_runtime::sqlx::MySql: "INSERT INTO effects (note) VALUES (?)");
 
 /// `once` with the global scope, writing one effect and returning a new receipt.
 async fn receipt<DB: Sql>(
@@ -454,7 +458,7 @@ async fn concurrent_calls_on_one_key_commit_once<DB: Sql>() {
     assert!(runs.load(Ordering::SeqCst) >= 1);
 }
 
-on_both_backends!(
+idem_testkit::on_every_store!(
     executed_then_replayed_with_the_same_value,
     failed_work_rolls_back_and_frees_the_key,
     same_key_other_input_is_a_mismatch,

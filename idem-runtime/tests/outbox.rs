@@ -1,4 +1,4 @@
-//! The outbox end to end, on both backends: messages enqueued in committed transactions are
+//! The outbox end to end, on every store: messages enqueued in committed transactions are
 //! delivered by dispatchers, to a real HTTP receiver through `WebhookSink` or to in-memory
 //! sinks; failures back off and die; an aborted dispatcher's messages are delivered by
 //! another once the lease ends; two dispatchers share one outbox without delivering a
@@ -21,7 +21,6 @@ use idem_runtime::outbox::{
 };
 use idem_runtime::store::Actor;
 use idem_runtime::webhooks::WebhookSecret;
-use idem_testkit::on_both_backends;
 use serde_json::{Value, json};
 
 fn message(id: &str) -> OutboxMessage {
@@ -639,7 +638,7 @@ async fn deliveries_run_concurrently<DB: TestDb>() {
     );
 }
 
-on_both_backends!(
+idem_testkit::on_every_store!(
     every_failure_is_retried_and_deliveries_are_signed,
     deliveries_run_concurrently,
     committed_messages_are_delivered_as_webhooks,

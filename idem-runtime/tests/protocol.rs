@@ -16,7 +16,6 @@ use idem_runtime::spec::{ExpiryPolicy, OperationSpec};
 use idem_runtime::sqlx::Transaction;
 use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
-use idem_testkit::on_both_backends;
 use serde_json::json;
 use signals::Lookups;
 use tokio::sync::oneshot;
@@ -1109,60 +1108,38 @@ async fn fault_after_response_write<DB: TestDb>() {
     injected_fault_rolls_back::<DB>(idem_runtime::failpoint::FailPoint::AfterRecord).await;
 }
 
-/// The cases every store runs, and after them `$extra`, as `$run!(…)`.
-macro_rules! shared_cases {
-    ($run:ident $(, $extra:ident)*) => {
-        $run!(
-            sequential_replay,
-            awkward_values_round_trip,
-            replay_survives_a_new_process,
-            mismatch_runs_nothing,
-            scopes_and_operations_are_independent,
-            failure_is_rolled_back_and_frees_the_key,
-            client_errors_can_be_stored_without_their_writes,
-            panic_rolls_back,
-            either_first_step_gives_the_same_answers,
-            expired_key_is_gone,
-            expired_key_reexecutes,
-            concurrent_duplicates_execute_once,
-            waiting_duplicate_runs_when_the_first_rolls_back,
-            duplicate_past_the_wait_is_in_flight,
-            waiting_duplicate_never_runs_and_replays,
-            simultaneous_duplicates_never_run_twice,
-            spread_duplicates_never_run_twice,
-            connection_is_clean_after_giving_up,
-            dropped_duplicate_leaves_no_lock,
-            dropped_execution_leaves_its_connection_usable,
-            sweeper_deletes_only_expired_keys,
-            unkeyed_work_runs_each_time,
-            $($extra),*
-        );
-    };
-}
-
-/// The cases as `mysql::name` on MySQL / MariaDB.
-#[cfg(feature = "mysql")]
-macro_rules! on_mysql {
-    ($($name:ident),* $(,)?) => {
-        mod mysql {
-            idem_testkit::tests_on!(idem_runtime::sqlx::MySql, super: $($name),*);
-        }
-    };
-}
-
-shared_cases!(
-    on_both_backends,
-    failed_commit_answers_503_and_keeps_nothing
+idem_testkit::on_every_store!(
+    sequential_replay,
+    awkward_values_round_trip,
+    replay_survives_a_new_process,
+    mismatch_runs_nothing,
+    scopes_and_operations_are_independent,
+    failure_is_rolled_back_and_frees_the_key,
+    client_errors_can_be_stored_without_their_writes,
+    panic_rolls_back,
+    either_first_step_gives_the_same_answers,
+    expired_key_is_gone,
+    expired_key_reexecutes,
+    concurrent_duplicates_execute_once,
+    waiting_duplicate_runs_when_the_first_rolls_back,
+    duplicate_past_the_wait_is_in_flight,
+    waiting_duplicate_never_runs_and_replays,
+    simultaneous_duplicates_never_run_twice,
+    spread_duplicates_never_run_twice,
+    connection_is_clean_after_giving_up,
+    dropped_duplicate_leaves_no_lock,
+    dropped_execution_leaves_its_connection_usable,
+    sweeper_deletes_only_expired_keys,
+    unkeyed_work_runs_each_time,
+    // Not on MySQL: it checks no constraint at commit, so nothing makes a `COMMIT` fail on
+    // purpose.
+    failed_commit_answers_503_and_keeps_nothing [postgres, sqlite],
 );
-// All but the failed `COMMIT`: MySQL checks no constraint at commit, so nothing makes one
-// fail on purpose.
-#[cfg(feature = "mysql")]
-shared_cases!(on_mysql);
 
 #[cfg(feature = "failpoints")]
 mod faults {
     use super::*;
-    on_both_backends!(fault_after_business_write, fault_after_response_write);
+    idem_testkit::on_every_store!(fault_after_business_write, fault_after_response_write);
 }
 
 /// A pool the application opened itself: the timeouts are set per transaction.

@@ -1,6 +1,6 @@
 //! Staged mode on real databases: reservation, journaled steps, leases, takeover, fencing,
-//! outcomes and the reconciler. Every case runs on PostgreSQL and on SQLite, and the
-//! protocol's cases on PostgreSQL with attempts holding their number too.
+//! outcomes and the reconciler. Every case runs on every store, and the protocol's cases on
+//! PostgreSQL with attempts holding their number too.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -17,7 +17,6 @@ use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::{Config, Error, IdempotencyKey};
-use idem_testkit::on_both_backends;
 use serde_json::json;
 
 /// An hour: no heartbeat fires during a test; leases run out only when the test's clock
@@ -695,37 +694,11 @@ impl Holding for Held {
     }
 }
 
-/// Every case on PostgreSQL without and with holds, and on SQLite.
-macro_rules! on_backends_and_holds {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Postgres, super::Unheld>().await;
-                }
-            )*
-        }
-        mod postgres_held {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Postgres, super::Held>().await;
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<idem_runtime::sqlx::Sqlite, super::Unheld>().await;
-                }
-            )*
-        }
-    };
-}
-
-on_backends_and_holds!(
+// Every case on every store without holds, and on PostgreSQL with holds too (`postgres_held`:
+// attempt holds are PostgreSQL's alone; on the other stores the lease decides).
+idem_testkit::on_every_store!(
+    #[with(super::Unheld)]
+    #[also postgres_held = postgres(super::Held)]
     reservation_commits_at_once,
     waiting_duplicate_gets_the_response,
     retryable_failure_resumes_after_recorded_steps,
@@ -740,15 +713,8 @@ on_backends_and_holds!(
 );
 
 mod owner_gone {
-    use super::an_attempt_whose_owner_is_gone_is_taken_over_at_once as case;
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres() {
-        case::<idem_runtime::sqlx::Postgres>().await;
-    }
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite() {
-        case::<idem_runtime::sqlx::Sqlite>().await;
-    }
+    use super::an_attempt_whose_owner_is_gone_is_taken_over_at_once;
+    idem_testkit::on_every_store!(an_attempt_whose_owner_is_gone_is_taken_over_at_once);
 }
 
 /// The attribute in staged mode: `#[idempotent(mode = "staged", lease = …)]` on a handler
@@ -992,7 +958,7 @@ mod attribute {
         assert_eq!(stored, json!({ "amount": 5 }));
     }
 
-    on_both_backends!(
+    idem_testkit::on_every_store!(
         staged_attribute_over_http,
         reconciler_resumes_the_attribute_through_the_router,
         hand_written_handler,

@@ -1,6 +1,6 @@
 //! Tracing and metrics on real databases: the span of each execution and its outcome, the
 //! step events, the request id, the counters and histograms, the stuck-keys gauge — and no
-//! key, tenant or body written as it is. Every case runs on PostgreSQL and on SQLite.
+//! key, tenant or body written as it is. Every case runs on every store.
 //!
 //! Each test runs on a current-thread runtime with a capturing `tracing` subscriber and a
 //! `DebuggingRecorder` set as the thread's defaults, so that tests running in parallel never
@@ -284,27 +284,6 @@ where
         snapshotter,
         metrics: RefCell::default(),
     }));
-}
-
-macro_rules! on_both_backends_observed {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    super::observed(super::$name::<idem_runtime::sqlx::Postgres>);
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::observed(super::$name::<idem_runtime::sqlx::Sqlite>);
-                }
-            )*
-        }
-    };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -698,7 +677,8 @@ async fn staged_and_stuck_keys<DB: TestDb>(seen: Observed) {
     }
 }
 
-on_both_backends_observed!(
+idem_testkit::on_every_store!(
+    #[run = observed]
     outcomes_spans_and_counters,
     error_lines_carry_the_span,
     request_id_extension_wins,

@@ -93,17 +93,4 @@ where
     assert_eq!(stored.expires_at_ms, NOW + HOUR);
 }
 
-#[cfg(feature = "postgres")]
-mod postgres {
-    idem_testkit::tests_on!(idem_store::sqlx::Postgres, super: the_files_are_what_idem_runs, applied_by_a_plain_client);
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    idem_testkit::tests_on!(idem_store::sqlx::Sqlite, super: the_files_are_what_idem_runs, applied_by_a_plain_client);
-}
-
-#[cfg(feature = "mysql")]
-mod mysql {
-    idem_testkit::tests_on!(idem_store::sqlx::MySql, super: the_files_are_what_idem_runs, applied_by_a_plain_client);
-}
+idem_testkit::on_every_store!(the_files_are_what_idem_runs, applied_by_a_plain_client);

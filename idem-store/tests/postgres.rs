@@ -11,20 +11,6 @@ use idem_store::sqlx::{self, Postgres};
 use idem_store::{Backend, KeyTable, MIGRATION_LOCK_ID, TxSettings};
 use idem_testkit::harness::{TestBackend as _, settings};
 
-impl TestDb for Postgres {
-    // A processing row, and its row in `idempotency_processing` as staged mode's
-    // reservation writes both (on SQLite a trigger writes the second).
-    crate::test_db_sql!(
-        "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
-         VALUES ($1, $2, $3, decode('00', 'hex'), 'processing', \
-         to_timestamp($4::float8 / 1000), to_timestamp($5::float8 / 1000))",
-        "INSERT INTO idempotency_processing VALUES ($1, $2, $3)"
-    );
-}
-
-crate::all_cases!(Postgres);
-
 /// Session advisory locks with [`MIGRATION_LOCK_ID`] the pool's one session holds.
 async fn migration_locks_held(pool: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar(

@@ -3,25 +3,10 @@
 
 mod common;
 
-use common::TestDb;
 use idem_store::sqlx::{self, Sqlite};
 use idem_store::{KeyFilter, KeyRef, KeyStatus};
 use idem_testkit::conformance::put;
 use idem_testkit::harness::{HOUR, NOW};
-
-impl TestDb for Sqlite {
-    crate::test_db_sql!(
-        "INSERT INTO idempotency_keys \
-         (scope, operation, idempotency_key, fingerprint, status, created_at, expires_at) \
-         VALUES (?1, ?2, ?3, X'00', 'processing', \
-         strftime('%Y-%m-%d %H:%M:%f', ?4 / 1000.0, 'unixepoch'), \
-         strftime('%Y-%m-%d %H:%M:%f', ?5 / 1000.0, 'unixepoch'))",
-        // The key table's trigger writes `idempotency_processing`.
-        ""
-    );
-}
-
-crate::all_cases!(Sqlite);
 
 /// An `expires_at` an operator wrote by hand as a number is read as Unix seconds, by the
 /// protocol, the tools and the filters alike.

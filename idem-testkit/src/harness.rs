@@ -22,8 +22,8 @@
 //!
 //! [`TestBackend`] is implemented for every [`Backend`] the test's crate enables, so the
 //! harness needs no feature of its own: generic test bodies take `DB: TestBackend`, and
-//! [`on_both_backends!`](crate::on_both_backends) or [`tests_on!`](crate::tests_on) turn
-//! them into `#[tokio::test]`s.
+//! [`on_every_store!`](crate::on_every_store) turns them into one `#[tokio::test]` per store
+//! whose feature the test's crate turns on.
 //!
 //! ```ignore
 //! use idem_store::KeyTable;
@@ -36,8 +36,9 @@
 //!     // …
 //! }
 //!
-//! // `postgres::a_new_table_is_empty` and `sqlite::a_new_table_is_empty`.
-//! idem_testkit::on_both_backends!(a_new_table_is_empty);
+//! // `postgres::a_new_table_is_empty`, `sqlite::a_new_table_is_empty` and
+//! // `mysql::a_new_table_is_empty`.
+//! idem_testkit::on_every_store!(a_new_table_is_empty);
 //! ```
 
 use std::future::Future;
@@ -200,107 +201,74 @@ where
     for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
 {
     async fn fresh() -> TestDatabase {
+        let name = unique("idem_test");
         match DB::NAME {
-            "PostgreSQL" => match pooled() {
-                Some(pooler) => fresh_pooled::<DB>(&pooler).await,
-                None => fresh_schema::<DB>().await,
-            },
+            "PostgreSQL" => {
+                let server = postgres_url();
+                match pooled() {
+                    // A database of its own, reached through the pooler.
+                    Some(pooler) => {
+                        idem_store::pooler::behind_transaction_pooler();
+                        create::<DB>("PostgreSQL", &server, &format!("CREATE DATABASE {name}"))
+                            .await;
+                        TestDatabase {
+                            url: format!("{}/{name}?application_name={name}", base(&pooler)),
+                            location: Location::PooledDatabase(name),
+                        }
+                    }
+                    // A schema of its own, as the URL's `search_path`.
+                    None => {
+                        create::<DB>("PostgreSQL", &server, &format!("CREATE SCHEMA {name}")).await;
+                        let separator = if server.contains('?') { '&' } else { '?' };
+                        TestDatabase {
+                            url: format!(
+                                "{server}{separator}options=-c%20search_path%3D{name}&application_name={name}"
+                            ),
+                            location: Location::Schema(name),
+                        }
+                    }
+                }
+            }
             "SQLite" => {
-                let file = temp_file(&unique("idem_test"));
+                let file = temp_file(&name);
                 TestDatabase {
                     url: format!("sqlite://{}", file.display()),
                     location: Location::File(file),
                 }
             }
-            "MySQL" => fresh_database::<DB>().await,
+            "MySQL" => {
+                let server = mysql_url();
+                let server = server.trim_end_matches('/');
+                create::<DB>("MySQL", server, &format!("CREATE DATABASE {name}")).await;
+                TestDatabase {
+                    url: format!("{server}/{name}"),
+                    location: Location::Database(name),
+                }
+            }
             other => panic!("the test harness knows no database {other}"),
         }
     }
 }
 
-/// A new schema on the server of [`postgres_url`].
-async fn fresh_schema<DB>() -> TestDatabase
+/// Runs `statement` (a `CREATE` of the test's schema or database) on the `store` server at
+/// `url`, through a connection of its own; an unreachable server fails the test.
+async fn create<DB>(store: &str, url: &str, statement: &str)
 where
     DB: Backend,
     for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
 {
-    let url = postgres_url();
-    let schema = unique("idem_test");
-    let admin = DB::connect(&url, 1, &settings()).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
+    let admin = DB::connect(url, 1, &settings()).await.unwrap_or_else(|e| {
+        panic!("{store} is required for these tests and is unreachable at {url}: {e}")
     });
     let mut conn = admin
         .acquire()
         .await
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
-    conn.execute(format!("CREATE SCHEMA {schema}").as_str())
+    conn.execute(statement)
         .await
-        .unwrap_or_else(|e| panic!("CREATE SCHEMA {schema}: {e}"));
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
     drop(conn);
     admin.close().await;
-    let separator = if url.contains('?') { '&' } else { '?' };
-    TestDatabase {
-        url: format!(
-            "{url}{separator}options=-c%20search_path%3D{schema}&application_name={schema}"
-        ),
-        location: Location::Schema(schema),
-    }
-}
-
-/// A new database on the server of [`postgres_url`], reached through `pooler`.
-async fn fresh_pooled<DB>(pooler: &str) -> TestDatabase
-where
-    DB: Backend,
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-{
-    idem_store::pooler::behind_transaction_pooler();
-    let url = postgres_url();
-    let name = unique("idem_test");
-    let admin = DB::connect(&url, 1, &settings()).await.unwrap_or_else(|e| {
-        panic!("PostgreSQL is required for these tests and is unreachable at {url}: {e}")
-    });
-    let mut conn = admin
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
-    conn.execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-    drop(conn);
-    admin.close().await;
-    TestDatabase {
-        url: format!("{}/{name}?application_name={name}", base(pooler)),
-        location: Location::PooledDatabase(name),
-    }
-}
-
-/// A new database on the server of [`mysql_url`].
-async fn fresh_database<DB>() -> TestDatabase
-where
-    DB: Backend,
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-{
-    let server = mysql_url();
-    let server = server.trim_end_matches('/');
-    let name = unique("idem_test");
-    let admin = DB::connect(server, 1, &settings())
-        .await
-        .unwrap_or_else(|e| {
-            panic!("MySQL is required for these tests and is unreachable at {server}: {e}")
-        });
-    let mut conn = admin
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {server}: {e}"));
-    conn.execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-    drop(conn);
-    admin.close().await;
-    TestDatabase {
-        url: format!("{server}/{name}"),
-        location: Location::Database(name),
-    }
 }
 
 /// idem's migration files for the database of `url` (`postgres://`, `sqlite:` or
@@ -381,36 +349,112 @@ pub fn apply_with_client(url: &str, files: &[PathBuf]) {
     }
 }
 
-/// One `#[tokio::test]` (multi-threaded, two workers) per generic test body, on the backend
-/// `$db`: `tests_on!(Db, module: name, …)` defines `async fn name()` running
-/// `module::name::<Db>()`. `module` is where the bodies are, `super` or `common` say.
+/// The test matrix: every generic test body `name::<DB>()` of the invoking module as one
+/// `#[tokio::test]` per store, `postgres::name`, `sqlite::name` and `mysql::name`.
 ///
-/// The invoking crate needs `tokio` (features `macros`, `rt-multi-thread`).
+/// Each store's module is compiled under the invoking crate's feature of the store's name
+/// (`#[cfg(feature = "postgres")]`, `"sqlite"`, `"mysql"`): a store whose feature is off has
+/// no tests. The invoking crate needs `tokio` (features `macros`, `rt-multi-thread`).
+///
+/// ```ignore
+/// idem_testkit::on_every_store!(
+///     // Options, each optional, in this order:
+///     // - `#[flavor = current_thread]`: `#[tokio::test]` on one thread (by default
+///     //   multi-threaded, two workers);
+///     // - `#[run = observed]`: a plain `#[test]` that calls `observed(name::<DB>)` instead;
+///     // - `#[with(A, …)]`: more generic arguments after the store, `name::<DB, A, …>()`;
+///     // - `#[also module = store(A, …)]` (repeatable): one more module on one store, its
+///     //   generic arguments those instead of `with`'s (staged mode with attempt holds, say).
+///     #[also postgres_held = postgres(super::Held)]
+///     // The bodies, each on every store or only on those in brackets (say why in a comment).
+///     a_new_table_is_empty,
+///     a_failed_commit [postgres, sqlite],
+/// );
+/// ```
+///
+/// The bodies are `super::name` from the store's module: define or import them where the
+/// macro is invoked. The types of `with` and `also` are named from the store's module too
+/// (`super::Held`).
 #[macro_export]
-macro_rules! tests_on {
-    ($db:ty, $module:ident: $($name:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                $module::$name::<$db>().await;
-            }
-        )*
+macro_rules! on_every_store {
+    (
+        $(#[flavor = $flavor:ident])?
+        $(#[run = $run:ident])?
+        $(#[with($($with:ty),+ $(,)?)])?
+        $(#[also $also:ident = $also_store:ident($($also_with:ty),+ $(,)?)])*
+        $($case:ident $([$($only:ident),+ $(,)?])?),+ $(,)?
+    ) => {
+        $crate::on_every_store!(
+            @targets [[$($flavor)?] [$($run)?]]
+            [$($case [$($($only,)+ @)?])+]
+            [postgres postgres [$($($with),+)?]]
+            [sqlite sqlite [$($($with),+)?]]
+            [mysql mysql [$($($with),+)?]]
+            $([$also_store $also [$($also_with),+]])*
+        );
     };
-}
-
-/// Every generic test body `name::<DB>()` of the invoking module as two `#[tokio::test]`s,
-/// `postgres::name` and `sqlite::name` ([`tests_on!`](crate::tests_on)).
-///
-/// The invoking crate enables both backends (sqlx's `postgres` and `sqlite`) and needs
-/// `tokio` (features `macros`, `rt-multi-thread`).
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod postgres {
-            $crate::tests_on!($crate::__private::sqlx::Postgres, super: $($name),*);
+    // One module per target: its store, its name, its generic arguments after the store.
+    (@targets $options:tt $cases:tt $([$store:ident $module:ident $with:tt])+) => {
+        $($crate::on_every_store!(@module $store $module $with $options $cases);)+
+    };
+    (@module postgres $module:ident $with:tt $options:tt [$($case:ident $only:tt)+]) => {
+        #[cfg(feature = "postgres")]
+        mod $module {
+            $($crate::on_every_store!(
+                @case postgres $crate::__private::sqlx::Postgres, $with $options $case $only
+            );)+
         }
-        mod sqlite {
-            $crate::tests_on!($crate::__private::sqlx::Sqlite, super: $($name),*);
+    };
+    (@module sqlite $module:ident $with:tt $options:tt [$($case:ident $only:tt)+]) => {
+        #[cfg(feature = "sqlite")]
+        mod $module {
+            $($crate::on_every_store!(
+                @case sqlite $crate::__private::sqlx::Sqlite, $with $options $case $only
+            );)+
+        }
+    };
+    (@module mysql $module:ident $with:tt $options:tt [$($case:ident $only:tt)+]) => {
+        #[cfg(feature = "mysql")]
+        mod $module {
+            $($crate::on_every_store!(
+                @case mysql $crate::__private::sqlx::MySql, $with $options $case $only
+            );)+
+        }
+    };
+    // A case on every store (`[]`), or on the stores it lists (`[store, …, @]`).
+    (@case $store:ident $db:ty, $with:tt $options:tt $case:ident []) => {
+        $crate::on_every_store!(@test $db, $with $options $case);
+    };
+    (@case $store:ident $db:ty, $with:tt $options:tt $case:ident [@]) => {};
+    (@case postgres $db:ty, $with:tt $options:tt $case:ident [postgres, $($rest:tt)*]) => {
+        $crate::on_every_store!(@test $db, $with $options $case);
+    };
+    (@case sqlite $db:ty, $with:tt $options:tt $case:ident [sqlite, $($rest:tt)*]) => {
+        $crate::on_every_store!(@test $db, $with $options $case);
+    };
+    (@case mysql $db:ty, $with:tt $options:tt $case:ident [mysql, $($rest:tt)*]) => {
+        $crate::on_every_store!(@test $db, $with $options $case);
+    };
+    (@case $store:ident $db:ty, $with:tt $options:tt $case:ident [$other:ident, $($rest:tt)*]) => {
+        $crate::on_every_store!(@case $store $db, $with $options $case [$($rest)*]);
+    };
+    // The test itself.
+    (@test $db:ty, [$($with:ty),*] [[$(multi_thread)?] []] $case:ident) => {
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            super::$case::<$db $(, $with)*>().await;
+        }
+    };
+    (@test $db:ty, [$($with:ty),*] [[current_thread] []] $case:ident) => {
+        #[::tokio::test]
+        async fn $case() {
+            super::$case::<$db $(, $with)*>().await;
+        }
+    };
+    (@test $db:ty, [$($with:ty),*] [[$($flavor:ident)?] [$run:ident]] $case:ident) => {
+        #[test]
+        fn $case() {
+            super::$run(super::$case::<$db $(, $with)*>);
         }
     };
 }

@@ -1,11 +1,11 @@
 //! The kit of idem's own tests, for its crates' dev-dependencies only (not published):
 //!
 //! - [`harness`]: the one test harness. Each test gets a new, empty database on any store
-//!   idem supports ([`harness::TestBackend`]); [`tests_on!`] runs generic test bodies on one
-//!   backend, [`on_both_backends!`] on PostgreSQL and on SQLite.
+//!   idem supports ([`harness::TestBackend`]), and [`on_every_store!`], the one test matrix,
+//!   runs generic test bodies on every store whose feature the test's crate turns on.
 //! - [`conformance`]: the store conformance kit. The contract of `idem-store`'s `Backend`
-//!   and `KeyTable` as cases generic over the backend, run by [`conformance_tests!`] as one
-//!   test per case. It uses the store's public API only, and [`conformance::ConformanceSql`]
+//!   and `KeyTable` as cases generic over the backend, which `tests/conformance.rs` runs on
+//!   every store. It uses the store's public API only, and [`conformance::ConformanceSql`]
 //!   for the few statements beside it (one feature per store, named as the store's).
 #![warn(missing_docs, unreachable_pub)]
 

@@ -1,5 +1,5 @@
 //! The `idem` command line, run as a process against real databases seeded through idem's
-//! runtime: every case that touches a database runs on PostgreSQL and on SQLite.
+//! runtime: every case that touches a database runs on every store.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,7 +12,6 @@ use idem_runtime::clock::{Clock as _, SystemClock};
 use idem_runtime::outbox::OutboxStatus;
 use idem_runtime::store::{AuditFilter, KeyStatus};
 use idem_testkit::harness::TestBackend;
-use idem_testkit::on_both_backends;
 use serde_json::Value;
 
 const EXIT_USAGE: i32 = 2;
@@ -980,7 +979,8 @@ async fn outbox_retries_are_audited<DB: TestBackend>() {
     );
 }
 
-on_both_backends!(
+// The tool reads and acts on every store's key table.
+idem_testkit::on_every_store!(
     outbox_lists_messages,
     outbox_shows_a_message,
     outbox_retries_are_audited,
@@ -990,21 +990,6 @@ on_both_backends!(
     actions_are_fenced_and_audited,
     stats_sweep_and_operations,
 );
-
-/// The same on MySQL / MariaDB (`MYSQL_URL`): the tool reads and acts on its key table too.
-mod mysql {
-    idem_testkit::tests_on!(
-        idem_store::sqlx::MySql,
-        super: docs_from_the_database,
-        lists_filter_and_paginate,
-        show_tells_everything,
-        actions_are_fenced_and_audited,
-        stats_sweep_and_operations,
-        outbox_lists_messages,
-        outbox_shows_a_message,
-        outbox_retries_are_audited,
-    );
-}
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|a| (*a).to_owned()).collect()

@@ -30,6 +30,21 @@ pub enum Kind {
     MySql,
 }
 
+/// A store, as the type `idem_testkit::on_every_store!` hands a test body (`name::<DB>()`).
+pub use idem_runtime::sqlx::Database as Store;
+
+impl Kind {
+    /// The store `DB` is.
+    pub fn of<DB: Store>() -> Self {
+        match DB::NAME {
+            "PostgreSQL" => Self::Postgres,
+            "SQLite" => Self::Sqlite,
+            "MySQL" => Self::MySql,
+            other => panic!("no example runs on {other}"),
+        }
+    }
+}
+
 /// A fresh database and a direct connection to it, for assertions.
 pub struct Db {
     pub url: String,
@@ -457,35 +472,6 @@ impl Client {
 pub fn exists(path: &Path) -> bool {
     path.try_exists().unwrap_or(false)
 }
-
-/// One `#[tokio::test]` per store (`postgres::name`, `sqlite::name`, `mysql::name`) for
-/// each test body `name(kind, args…)` of the invoking module. (Not every test file of the
-/// examples uses it.)
-#[allow(unused_macros)]
-macro_rules! on_every_store {
-    ($($name:ident $(($($arg:expr),*))? ),* $(,)?) => {
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Postgres $($(, $arg)*)?).await;
-            })*
-        }
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::Sqlite $($(, $arg)*)?).await;
-            })*
-        }
-        mod mysql {
-            $(#[tokio::test]
-            async fn $name() {
-                super::$name(super::Kind::MySql $($(, $arg)*)?).await;
-            })*
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use on_every_store;
 
 /// Waits until `check` holds, for at most `within` (looking every 50 ms).
 pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)

@@ -6,6 +6,8 @@
 //! directory; MySQL a new database.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod app;
+
 use std::future::Future;
 use std::time::Duration;
 

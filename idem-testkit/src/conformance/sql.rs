@@ -1,11 +1,52 @@
-//! [`ConformanceSql`] for idem's backends (features `postgres`, `sqlite` and `mysql`): the
-//! same statements, their parameters numbered (`$n`) or, on MySQL, in order (`?`).
+//! [`ConformanceSql`], and its statements on idem's backends (features `postgres`, `sqlite`
+//! and `mysql`): the same statements, their parameters numbered (`$n`) or, on MySQL, in
+//! order (`?`).
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-use idem_store::sqlx;
+use std::future::Future;
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-use super::ConformanceSql;
+use idem_store::KeyRef;
+use idem_store::sqlx::{self, Pool};
+
+use crate::harness::TestBackend;
+
+/// The few statements the kit runs on a backend beside the store's API: reading the
+/// migration history and spoiling rows on purpose (a tampered checksum, headers or a payload
+/// that is not JSON), to check how the store answers them.
+///
+/// Implemented for every store idem supports, each with this crate's feature of the store's
+/// name.
+pub trait ConformanceSql: TestBackend {
+    /// `idem_schema_migrations` in version order: (version, description, checksum).
+    fn history(
+        pool: &Pool<Self>,
+    ) -> impl Future<Output = Result<Vec<(i64, String, Vec<u8>)>, sqlx::Error>> + Send;
+
+    /// Overwrites the recorded checksum of migration `version` with 32 zero bytes.
+    fn tamper_checksum(
+        pool: &Pool<Self>,
+        version: i64,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// Records migration `version` as a newer version of idem would have applied it (a
+    /// version this one does not know), with `description`.
+    fn record_unknown_migration(
+        pool: &Pool<Self>,
+        version: i64,
+        description: &str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// Sets the `response_headers` of `key`'s row to text that is not JSON.
+    fn corrupt_headers(
+        pool: &Pool<Self>,
+        key: KeyRef<'_>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// Sets the payload of the outbox message `dedup_id` to text that is not JSON.
+    fn corrupt_payload(
+        pool: &Pool<Self>,
+        dedup_id: &str,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
 
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! impl_conformance_sql {

@@ -12,7 +12,9 @@ use idem_store::{
     StoredResponse, StoredStatus,
 };
 
-use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, fresh, key, put};
+use crate::harness::{HOUR, NOW};
 
 /// A staged key reserved 30 hours ago with a TTL of a day (its `expires_at` six hours
 /// past), its first attempt's lease until `lease_ms`: a payment killed mid-charge whose TTL
@@ -56,10 +58,10 @@ async fn listed<DB: Backend>(table: &KeyTable<DB>, status: KeyStatus) -> Vec<Str
 /// A processing key past its `expires_at` reads `Processing` while its lease is live and
 /// `Stuck` once it ran out — in `get`, the protocol's lookup, every listing filter and the
 /// counts — and never `Expired`; the stuck one is listed by
-/// [`idem_store::staged::StagedSql::stuck`] and can be taken over, the live one cannot. Only the
+/// [`idem_store::Backend::stuck`] and can be taken over, the live one cannot. Only the
 /// completed key past its `expires_at` is `Expired`.
-pub async fn unfinished_keys_never_expire<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     overdue_keys(&table).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     for (k, status) in [
@@ -113,7 +115,7 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>(harness: &impl Har
         .into_iter()
         .map(|s| s.key)
         .collect::<Vec<_>>();
-    assert_eq!(stuck, ["stuck"], "StagedSql::stuck");
+    assert_eq!(stuck, ["stuck"], "Backend::stuck");
     assert_eq!(
         DB::take_over(&mut conn, key("live"), 1, NOW, NOW + 30_000)
             .await
@@ -137,8 +139,8 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>(harness: &impl Har
 /// The sweep deletes completed keys past their `expires_at` and nothing else: a processing
 /// key, live or stuck, stays however long ago its `expires_at` passed, and
 /// [`KeyTable::count_sweepable`] counts what the sweep deletes.
-pub async fn unfinished_keys_are_never_swept<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn unfinished_keys_are_never_swept<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     overdue_keys(&table).await;
     let far = NOW + 1000 * HOUR;
     assert_eq!(table.count_sweepable(NOW).await.must("count_sweepable"), 1);
@@ -158,8 +160,8 @@ pub async fn unfinished_keys_are_never_swept<DB: ConformanceSql>(harness: &impl 
 /// Neither a reservation that replaces expired keys ([`Reservation::replace_expired`]) nor
 /// the atomic mode's replacing insert ([`NewRow::replace_expired`]) replaces a processing
 /// row, live or stuck, past its `expires_at`; both replace the completed one.
-pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     overdue_keys(&table).await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
@@ -232,11 +234,11 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>(harness: &im
     tx.commit().await.must("commit");
 }
 
-/// [`idem_store::staged::StagedSql::finish`] sets `expires_at` from [`Ending::expires_ms`]: a key
+/// [`idem_store::Backend::finish`] sets `expires_at` from [`Ending::expires_ms`]: a key
 /// completed after its reservation's `expires_at` passed has its whole TTL from its
 /// completion — completed (replayed) until then, expired and swept after.
-pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("stuck");
     overdue(table.pool(), k, NOW - 1_000).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
@@ -277,8 +279,8 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>(harness: 
 /// An operator's complete (or fail) counts the key's TTL from the action: the operation's
 /// registered TTL (`idempotency_operations.ttl_ms`), or, for an operation not registered,
 /// the row's own (`expires_at - created_at`, what its reservation set).
-pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn operator_complete_counts_the_ttl_from_now<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let registered = key("registered");
     overdue(table.pool(), registered, NOW - 1_000).await;
     let other = KeyRef {

@@ -2,15 +2,15 @@
 
 use idem_store::{KeyTable, Outbox, OutboxMessage, StoreError, enqueue};
 
-use crate::conformance::{
-    ConformanceSql, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
-};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, connect, fresh, key, put, settings};
+use crate::harness::{HOUR, NOW};
 
 /// Migrating a new database applies every migration of [`idem_store::Backend::migrations`] in
 /// order and records each (version, description, checksum); migrating again, through
 /// [`KeyTable::migrate`] or [`idem_store::migrate`], changes nothing.
-pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &impl Harness) {
-    let url = harness.fresh_database().await;
+pub async fn migrations_apply_and_record_history<DB: ConformanceSql>() {
+    let url = DB::fresh_url().await;
     let pool = connect::<DB>(&url, &settings()).await;
     assert!(
         DB::history(&pool).await.is_err(),
@@ -61,8 +61,8 @@ pub async fn migrations_apply_and_record_history<DB: ConformanceSql>(harness: &i
 
 /// A recorded migration whose checksum is not the one this version has is refused
 /// ([`StoreError::Migrate`] naming its version), every time.
-pub async fn changed_checksum_is_refused<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn changed_checksum_is_refused<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     DB::tamper_checksum(table.pool(), 1)
         .await
         .must("overwriting the checksum of migration 1");
@@ -91,8 +91,8 @@ pub async fn changed_checksum_is_refused<DB: ConformanceSql>(harness: &impl Harn
 
 /// Versions recorded by a newer version of idem (during a rolling deploy) are left alone:
 /// migrating succeeds and keeps them.
-pub async fn unknown_migrations_are_left_alone<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn unknown_migrations_are_left_alone<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let newer = DB::migrations()
         .last()
         .must("the backend's migrations")
@@ -120,8 +120,8 @@ pub async fn unknown_migrations_are_left_alone<DB: ConformanceSql>(harness: &imp
 
 /// Four instances starting at once, each with its own pool: every one succeeds, and each
 /// migration is applied once.
-pub async fn concurrent_migrations<DB: ConformanceSql>(harness: &impl Harness) {
-    let url = harness.fresh_database().await;
+pub async fn concurrent_migrations<DB: ConformanceSql>() {
+    let url = DB::fresh_url().await;
     let mut tables = Vec::new();
     for _ in 0..4 {
         tables.push(KeyTable::new(connect::<DB>(&url, &settings()).await));

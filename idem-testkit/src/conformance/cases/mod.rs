@@ -1,6 +1,6 @@
-//! The cases of the kit, one `async fn` each, generic over the backend. Each takes a
-//! [`Harness`](super::Harness), gets a new database from it, and panics with a message
-//! naming what differed from the contract.
+//! The cases of the kit, one `async fn name<DB: ConformanceSql>()` each, generic over the
+//! backend ([`ConformanceSql`](super::ConformanceSql)). Each gets a new database from the
+//! test harness, and panics with a message naming what differed from the contract.
 
 mod life;
 mod migrations;

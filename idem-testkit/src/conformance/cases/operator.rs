@@ -11,7 +11,9 @@ use idem_store::{
 use serde_json::json;
 
 use super::staged::{JOURNAL, staged_key};
-use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, settings};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, fresh, settings};
+use crate::harness::{HOUR, NOW};
 
 fn key(key: &str) -> KeyRef<'_> {
     KeyRef {
@@ -162,8 +164,8 @@ fn assert_json_is_row(json: &serde_json::Value, row: &KeyRow) {
 
 /// Processing keys whose lease ran out are stuck: listed as such, counted, the oldest one's
 /// creation reported.
-pub async fn stuck_keys_are_listed_and_counted<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn stuck_keys_are_listed_and_counted<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     staged_key(pool, key("s-1"), NOW - 3 * HOUR, NOW - 1_000, 1).await;
     // A lease that runs out exactly now has run out.
@@ -213,8 +215,8 @@ pub async fn stuck_keys_are_listed_and_counted<DB: ConformanceSql>(harness: &imp
 
 /// Releasing a stuck key makes it takeable at once, one attempt on; releasing a live one
 /// fences its running attempt out.
-pub async fn act_release<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_release<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let stuck = key("stuck");
     staged_key(table.pool(), stuck, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, stuck, NOW).await;
@@ -278,8 +280,8 @@ pub async fn act_release<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// Completing a processing or stuck key stores the operator's response: replayed from then
 /// on, the lease gone, the running attempt fenced out.
-pub async fn act_complete<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_complete<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("k");
     staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, k, NOW).await;
@@ -318,8 +320,8 @@ pub async fn act_complete<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// Failing stores a failure, any body (a binary one is hexadecimal in the audit trail), and
 /// refuses a success.
-pub async fn act_fail<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_fail<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("k");
     staged_key(table.pool(), k, NOW - HOUR, NOW + 30_000, 1).await;
     let seen = row(&table, k, NOW).await;
@@ -365,8 +367,8 @@ pub async fn act_fail<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// Expiring sets `expires_at` to now, once; deleting removes the row.
-pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_expire_and_delete<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("c");
     store(&table, k, NOW + HOUR).await;
     let seen = row(&table, k, NOW).await;
@@ -441,8 +443,8 @@ pub async fn act_expire_and_delete<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// Releasing, completing or failing a completed (or expired) key does not apply.
-pub async fn act_not_applicable<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_not_applicable<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let completed = key("c");
     let expired = key("e");
     store(&table, completed, NOW + HOUR).await;
@@ -483,8 +485,8 @@ pub async fn act_not_applicable<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// A row that moved between the operator's read and the action refuses the action, changes
 /// nothing and audits nothing.
-pub async fn act_fenced_refusals<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_fenced_refusals<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     staged_key(pool, k, NOW - HOUR, NOW - 1_000, 1).await;
@@ -627,8 +629,8 @@ async fn audited_forced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, forced
 /// release, complete, fail and delete; forced, it fences the running attempt out (its
 /// staged writes change nothing afterwards) and the audit trail says it was forced. Expire
 /// does not apply to a key that is not final, forced or not; a stuck key needs no force.
-pub async fn act_live_lease_needs_force<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_live_lease_needs_force<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let lease = NOW + 30_000;
     let actions = [
         ("l-release", Action::Release),
@@ -732,8 +734,8 @@ pub async fn act_live_lease_needs_force<DB: ConformanceSql>(harness: &impl Harne
 /// Deleting a completed staged key (its steps' effects exist; a new execution would run them
 /// again) is refused unless forced, and the forced delete is audited as such; a completed
 /// atomic key (attempt 0, no journal) is deleted as before.
-pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let staged = key("staged");
     staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
     let mut conn = table.pool().acquire().await.must("acquire");
@@ -810,8 +812,8 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>(harness
 }
 
 /// What the store refuses before reading anything.
-pub async fn act_invalid_arguments<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn act_invalid_arguments<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("k");
     staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     let seen = row(&table, k, NOW).await;
@@ -835,8 +837,8 @@ pub async fn act_invalid_arguments<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// The audit trail, newest first, by key and by operator, page by page.
-pub async fn audit_filters<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn audit_filters<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let (a, b) = (key("a"), key("b"));
     store(&table, a, NOW + HOUR).await;
     store(&table, b, NOW + HOUR).await;
@@ -914,8 +916,8 @@ pub async fn audit_filters<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// A staged key's journal and request, for tools.
-pub async fn journal_for_tools<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn journal_for_tools<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let staged = key("s");
     staged_key(table.pool(), staged, NOW - HOUR, NOW + 30_000, 1).await;
     let journal = table
@@ -946,8 +948,8 @@ pub async fn journal_for_tools<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// Two operators act on one row at once: one succeeds, the other is told the row changed.
-pub async fn concurrent_acts<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn concurrent_acts<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = key("k");
     staged_key(table.pool(), k, NOW - HOUR, NOW - 1_000, 1).await;
     const ROUNDS: i64 = 5;
@@ -989,8 +991,8 @@ pub async fn concurrent_acts<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// Registered operations and operations seen in the key table, merged by id; the sweep's
 /// count matches what the sweep deletes.
-pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn operations_registry<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     store(&table, key("o-live"), NOW + HOUR).await;
     store(&table, key("o-old"), NOW - 2 * HOUR).await;
     let staged = Registration {
@@ -1093,10 +1095,10 @@ pub async fn operations_registry<DB: ConformanceSql>(harness: &impl Harness) {
 /// `idempotency_processing` holds exactly the keys in `processing`: a reservation adds the
 /// key (also one replacing an expired key), and finishing, an operator's complete, fail or
 /// delete take it out; the sweep never sees it (a processing key does not expire).
-pub async fn processing_table_follows_the_keys<DB: ConformanceSql>(harness: &impl Harness) {
+pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
     use idem_store::staged::{Ending, Reservation};
 
-    let table = fresh::<DB>(harness).await;
+    let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquire");
     let keys = [
         "pr-finish",

@@ -10,7 +10,9 @@ use idem_store::{
 };
 use serde_json::{Value, json};
 
-use crate::conformance::{ConformanceSql, Harness, Must as _, NOW, connect, fresh, settings};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, connect, fresh, settings};
+use crate::harness::NOW;
 
 fn message(id: &str) -> OutboxMessage {
     OutboxMessage::new(
@@ -30,8 +32,8 @@ async fn put<DB: Backend>(pool: &Pool<DB>, message: &OutboxMessage, now_ms: i64)
 
 /// [`enqueue`] inserts a message due at once, and nothing for a dedup id the table has
 /// (committed before, or earlier in the same transaction).
-pub async fn outbox_enqueue_dedups<DB: ConformanceSql>(harness: &impl Harness) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_enqueue_dedups<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     let first = message("order-1/created");
     assert!(put(outbox.pool(), &first, NOW).await);
     // The same dedup id, another payload: not enqueued, in a transaction that commits.
@@ -77,10 +79,8 @@ pub async fn outbox_enqueue_dedups<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// A message enqueued in a transaction that rolls back (or is dropped) is not there; its
 /// dedup id stays free.
-pub async fn outbox_rolled_back_transaction_leaves_no_message<DB: ConformanceSql>(
-    harness: &impl Harness,
-) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_rolled_back_transaction_leaves_no_message<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     let mut tx = outbox.pool().begin().await.must("begin");
     assert!(enqueue(&mut tx, &message("m-1"), NOW).await.must("enqueue"));
     tx.rollback().await.must("rollback");
@@ -99,8 +99,8 @@ pub async fn outbox_rolled_back_transaction_leaves_no_message<DB: ConformanceSql
 
 /// [`Outbox::claim`] takes due messages in id order under a lease; leased messages are not
 /// claimed again until the lease ends; an outcome is recorded once.
-pub async fn outbox_claims_are_leased<DB: ConformanceSql>(harness: &impl Harness) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_claims_are_leased<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     for i in 0..5 {
         assert!(put(outbox.pool(), &message(&format!("m-{i}")), NOW).await);
     }
@@ -182,8 +182,8 @@ pub async fn outbox_claims_are_leased<DB: ConformanceSql>(harness: &impl Harness
 
 /// A failed delivery is due again later; a message given up on is dead until
 /// [`Outbox::retry`] puts it back; delivered messages are swept once old enough.
-pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &impl Harness) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     assert!(put(outbox.pool(), &message("m-1"), NOW).await);
     let claimed = outbox.claim(NOW, 10, 60_000).await.must("claim");
     assert_eq!(claimed.len(), 1);
@@ -300,8 +300,8 @@ pub async fn outbox_failures_back_off_then_die<DB: ConformanceSql>(harness: &imp
 
 /// [`Outbox::list`] by status in id order, limited; [`Outbox::counts`] by status with the
 /// oldest pending message.
-pub async fn outbox_listing_and_counts<DB: ConformanceSql>(harness: &impl Harness) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_listing_and_counts<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     for i in 0..6 {
         assert!(put(outbox.pool(), &message(&format!("m-{i}")), NOW + i).await);
     }
@@ -350,8 +350,8 @@ pub async fn outbox_listing_and_counts<DB: ConformanceSql>(harness: &impl Harnes
 
 /// A payload edited by hand into something that is not JSON cannot be delivered: the claim
 /// marks it dead instead of failing on it forever.
-pub async fn outbox_unreadable_payloads_die<DB: ConformanceSql>(harness: &impl Harness) {
-    let outbox = Outbox::new(fresh::<DB>(harness).await.pool().clone());
+pub async fn outbox_unreadable_payloads_die<DB: ConformanceSql>() {
+    let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     assert!(put(outbox.pool(), &message("bad"), NOW).await);
     assert!(put(outbox.pool(), &message("good"), NOW).await);
     DB::corrupt_payload(outbox.pool(), "bad")
@@ -381,10 +381,8 @@ pub async fn outbox_unreadable_payloads_die<DB: ConformanceSql>(harness: &impl H
 
 /// Four dispatchers, each with its own pool (four processes), claim 200 messages in small
 /// batches: every message is claimed, and by exactly one of them.
-pub async fn outbox_concurrent_claimers_never_share_a_message<DB: ConformanceSql>(
-    harness: &impl Harness,
-) {
-    let url = harness.fresh_database().await;
+pub async fn outbox_concurrent_claimers_never_share_a_message<DB: ConformanceSql>() {
+    let url = DB::fresh_url().await;
     let pool = connect::<DB>(&url, &settings()).await;
     idem_store::migrate(&pool).await.must("migrate");
     let outbox = Outbox::new(pool);
@@ -461,8 +459,8 @@ async fn audited<DB: Backend>(
 /// for its backoff is due now with its attempts kept; a message in flight, delivered, due
 /// already or missing is refused; every retry is audited in the same transaction, refusals
 /// not at all.
-pub async fn outbox_retry_is_audited<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn outbox_retry_is_audited<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let outbox = Outbox::new(table.pool().clone());
     let ids = claimed(
         &outbox,
@@ -605,8 +603,8 @@ pub async fn outbox_retry_is_audited<DB: ConformanceSql>(harness: &impl Harness)
 /// [`Outbox::retry_all`] retries every dead message and every one waiting for its backoff,
 /// batch after batch ([`Outbox::RETRY_BATCH`]), each with its audit entry, and leaves the
 /// others alone.
-pub async fn outbox_retry_all_in_batches<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn outbox_retry_all_in_batches<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let outbox = Outbox::new(table.pool().clone());
     let dead_count = usize::try_from(Outbox::<DB>::RETRY_BATCH).must("a batch") + 30;
     let mut names: Vec<String> = (0..dead_count).map(|i| format!("dead-{i:03}")).collect();

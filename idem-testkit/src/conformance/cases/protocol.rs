@@ -10,9 +10,9 @@ use idem_store::{
     StoredStatus, TxSettings, enqueue,
 };
 
-use crate::conformance::{
-    ConformanceSql, HEADERS, HOUR, Harness, Must as _, NOW, connect, fresh, key, put, settings,
-};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{HEADERS, Must as _, connect, fresh, key, put, settings};
+use crate::harness::{HOUR, NOW};
 
 /// A completed row of `key`, created at `created_ms`.
 fn new_row<'a>(
@@ -89,8 +89,8 @@ async fn committed<DB: Backend>(pool: &Pool<DB>, id: &str) -> bool {
 /// (every column the protocol reads), an expired row as it is (its expiry in the past: the
 /// caller judges), a staged key as processing, and nothing for a key that differs in scope or
 /// operation only.
-pub async fn lookup_absent_present_expired<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
     let k = key("k-1");
@@ -198,8 +198,8 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>(harness: &impl Ha
 /// bodies with quotes, backslashes and SQL, a large body, headers in order with a repeated
 /// name and text beyond ASCII, no headers at all; keys, scopes and operations with quotes and
 /// text beyond ASCII.
-pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let every_byte: Vec<u8> = (0..=255).collect();
     let large: Vec<u8> = (0..1_048_576_u32)
@@ -301,8 +301,8 @@ pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>(harness: &impl 
 /// [`Backend::begin`] without a lock, and with the lock of a key that has no row, gives a
 /// transaction ([`Begun::Free`]); the row inserted in it is there once committed, and not
 /// at all when the transaction is dropped instead.
-pub async fn begin_takes_a_free_key<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
     let namespace = DB::namespace(&mut conn).await.must("namespace");
@@ -358,8 +358,8 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>(harness: &impl Harness) 
 /// [`Backend::begin`] with the lock of a key whose row is committed finds it taken (as
 /// [`Begun::Taken`] or an error classified [`Failure::Taken`]); the connection is usable
 /// afterwards.
-pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"first").await);
@@ -390,8 +390,8 @@ pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>(harness: &imp
 /// An execution replacing an expired row ([`KeyLock::expired_by_ms`]) gets the key only if
 /// the row had expired by then (`expires_at <= expired_by`); without `expired_by` any row
 /// takes the key.
-pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     assert!(put(pool, k, NOW - 2 * HOUR, NOW - HOUR, b"old").await);
@@ -449,8 +449,8 @@ pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl H
 /// error [`Backend::classify`] calls [`Failure::LockTimeout`]; after
 /// [`Backend::abandon_begin`] the connection is usable, and once the holder is gone the key
 /// is free and [`Backend::key_lock_taken`] says nobody holds it.
-pub async fn lock_wait_times_out<DB: ConformanceSql>(harness: &impl Harness) {
-    let url = harness.fresh_database().await;
+pub async fn lock_wait_times_out<DB: ConformanceSql>() {
+    let url = DB::fresh_url().await;
     let quick = TxSettings {
         lock_timeout: Duration::from_millis(400),
         ..settings()
@@ -520,8 +520,8 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>(harness: &impl Harness) {
 /// A duplicate that waits for the key's lock while the first execution commits its row
 /// finds the key taken once it holds the lock, and its lookup returns the first's row: the
 /// duplicate's work never runs.
-pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     let mut first = pool.acquire().await.must("acquiring a connection");
@@ -566,10 +566,8 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>(harness: &impl H
 /// [`Backend::insert_completed_and_commit`] on a key whose row exists answers `false` and
 /// commits nothing: neither the row nor the transaction's other writes; the row stays the
 /// first one's. It ignores [`NewRow::replace_expired`].
-pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>(
-    harness: &impl Harness,
-) {
-    let table = fresh::<DB>(harness).await;
+pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"first").await);
@@ -615,8 +613,8 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>(
 
 /// [`Backend::insert_completed`] on a key whose row exists answers `false` and changes
 /// nothing; the transaction stays usable and its other writes commit.
-pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"first").await);
@@ -656,8 +654,8 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>(harne
 /// [`NewRow::replace_expired`]: [`Backend::insert_completed`] replaces a row that had expired
 /// by the execution's start (`created_ms`), and only such a row; on a free key it inserts.
 /// The replacing row is the new one in every column.
-pub async fn replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     let live = key("live");
@@ -744,8 +742,8 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness
 /// [`Backend::rollback_to_savepoint`] undoes the writes since [`Backend::savepoint`] and
 /// keeps the transaction, its earlier writes and the key's lock: the failure stored after it
 /// commits with the writes before the savepoint only.
-pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     let mut conn = pool.acquire().await.must("acquiring a connection");

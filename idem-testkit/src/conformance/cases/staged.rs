@@ -1,4 +1,4 @@
-//! Staged mode's statements ([`idem_store::staged::StagedSql`]): reservation, leases and
+//! Staged mode's statements ([`idem_store::Backend`]): reservation, leases and
 //! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
 
 use idem_store::sqlx::{Connection as _, Pool};
@@ -7,7 +7,9 @@ use idem_store::{
     Backend, KeyRef, KeyStatus, Outbox, OutboxMessage, StoredResponse, StoredStatus, enqueue,
 };
 
-use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, key, put};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, fresh, key, put};
+use crate::harness::{HOUR, NOW};
 
 /// The journal [`staged_key`] records: two steps.
 pub(crate) const JOURNAL: &str = r#"{"reserve":{"hold":"h-1"},"charge":{"payment":"p-9"}}"#;
@@ -54,11 +56,11 @@ pub(crate) async fn staged_key<DB: Backend>(
     assert!(journaled, "journaling the running attempt");
 }
 
-/// [`idem_store::staged::StagedSql::reserve`] inserts the key as processing, attempt 1, with its
+/// [`idem_store::Backend::reserve`] inserts the key as processing, attempt 1, with its
 /// lease, fingerprint and request; a second reservation (replacing expired rows or not)
 /// finds the key taken and changes nothing.
-pub async fn reserve_once<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn reserve_once<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     let first = reservation(k, NOW, NOW + 30_000);
@@ -120,8 +122,8 @@ pub async fn reserve_once<DB: ConformanceSql>(harness: &impl Harness) {
 /// start as a new attempt (one more than the row's), its response, journal and recovery point
 /// gone; a row expiring later stays, and so does a processing row whatever its `expires_at`
 /// (a key that is not final never expires).
-pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
     let completed = key("completed");
@@ -208,12 +210,12 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>(harness: &impl
     }
 }
 
-/// [`idem_store::staged::StagedSql::take_over`] takes a key whose lease ran out (at or before
+/// [`idem_store::Backend::take_over`] takes a key whose lease ran out (at or before
 /// now) and whose attempt is the one seen, as the next attempt, returning the journal,
 /// request and fingerprint; a lease still running, a stale attempt number or a renewed
-/// lease refuse it. [`idem_store::staged::StagedSql::renew`] works for the current attempt only.
-pub async fn lease_takeover_and_renewal<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+/// lease refuse it. [`idem_store::Backend::renew`] works for the current attempt only.
+pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
@@ -291,12 +293,12 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>(harness: &impl Harne
     );
 }
 
-/// [`idem_store::staged::StagedSql::journal`] records the recovery point and the journal and
-/// renews the lease, for the running attempt only; [`idem_store::staged::StagedSql::finish`]
+/// [`idem_store::Backend::journal`] records the recovery point and the journal and
+/// renews the lease, for the running attempt only; [`idem_store::Backend::finish`]
 /// completes the key with its response, for the running attempt only, after which no write
 /// of any attempt applies.
-pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
@@ -441,11 +443,11 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>(harness: &impl Ha
     );
 }
 
-/// [`idem_store::staged::StagedSql::release`] ends the running attempt's lease at once, leaving
+/// [`idem_store::Backend::release`] ends the running attempt's lease at once, leaving
 /// the key processing — stuck from then on — for the next attempt to take over; a stale
 /// attempt cannot release it.
-pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
@@ -493,15 +495,15 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>(harness: &impl Harness
     );
 }
 
-/// [`idem_store::staged::StagedSql::hold`]: where the backend [`HOLDS`](idem_store::staged::StagedSql::HOLDS),
+/// [`idem_store::Backend::hold`]: where the backend [`HOLDS`](idem_store::Backend::HOLDS),
 /// one session at a time holds a key's attempt, and a session holds one attempt at a time
-/// (a new hold or probe lets go of the old one); [`idem_store::staged::StagedSql::owner_gone`]
+/// (a new hold or probe lets go of the old one); [`idem_store::Backend::owner_gone`]
 /// answers `false` while the attempt is held and `true` once its owner let go or its
 /// connection ended (a process killed with its attempt running), holding nothing itself;
 /// the next attempt's hold and the key's transaction lock are other locks. Elsewhere holds
 /// take nothing and `owner_gone` is always `false`.
-pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let namespace = {
         let mut conn = pool.acquire().await.must("acquiring a connection");
@@ -606,11 +608,11 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>(harness: &impl Har
     assert!(gone, "the hold of a closed session outlived it");
 }
 
-/// [`idem_store::staged::StagedSql::reserve_held`] reserves a free key holding its attempt 1, in
+/// [`idem_store::Backend::reserve_held`] reserves a free key holding its attempt 1, in
 /// one round trip; it reserves nothing while another session holds attempt 1, and finds a
 /// reserved key taken. Without holds it is `reserve`.
-pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut one = pool.acquire().await.must("acquiring a connection");
     let mut two = pool.acquire().await.must("acquiring a connection");
@@ -660,8 +662,8 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>(harnes
 /// Staged writes run in the application's transaction: a step journaled in a transaction
 /// that rolls back is not recorded, nor are the transaction's other writes; committed, both
 /// are.
-pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let k = key("k");
     {
@@ -704,11 +706,11 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>(harness: &
     }
 }
 
-/// [`idem_store::staged::StagedSql::stuck`] lists the processing keys of one operation whose
+/// [`idem_store::Backend::stuck`] lists the processing keys of one operation whose
 /// lease ran out by now (a lease ending exactly now has), the longest stuck first, at most
 /// `limit`.
-pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
     for (k, lease) in [

@@ -10,7 +10,9 @@ use idem_store::{
     StoreError,
 };
 
-use crate::conformance::{ConformanceSql, HOUR, Harness, Must as _, NOW, fresh, put, settings};
+use crate::conformance::sql::ConformanceSql;
+use crate::conformance::support::{Must as _, fresh, put, settings};
+use crate::harness::{HOUR, NOW};
 
 fn kr<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
     KeyRef {
@@ -56,8 +58,8 @@ async fn insert_many<DB: Backend>(pool: &Pool<DB>, operation: &str, n: usize, ex
 /// [`KeyTable::get`], [`KeyTable::expire`] and [`KeyTable::delete`] of one key: nothing for
 /// an absent key; the row as stored (expired later on); expiring sets the expiry to now and
 /// never postpones it; deleting returns the row and frees the key.
-pub async fn get_expire_delete<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn get_expire_delete<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = kr("tenant:t1", "create_order:v1", "k-1");
     assert!(table.get(k, NOW).await.must("get").is_none());
     assert!(table.expire(k, NOW).await.must("expire").is_none());
@@ -183,8 +185,8 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
 
 /// [`KeyTable::list`] with each filter (status at now, operation, scope, key prefix) and all
 /// at once, in (scope, operation, key) order; operation and scope match exactly.
-pub async fn list_filters<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn list_filters<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     populate(&table).await;
     let list = |filter: KeyFilter| {
         let table = table.clone();
@@ -282,8 +284,8 @@ pub async fn list_filters<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// Key prefixes are literal and case-sensitive: `%`, `_`, `[`, `*`, `?`, `!` and `\\` match
 /// themselves only.
-pub async fn prefixes_are_literal<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn prefixes_are_literal<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let keys = [
         "a%b1", "a%b2", "axb1", "a_c", "abc", "A%b3", "a[1]", "a1]", "a*1", "a?1", "a!1", "a\\1",
         "a\\\\",
@@ -318,8 +320,8 @@ pub async fn prefixes_are_literal<DB: ConformanceSql>(harness: &impl Harness) {
 /// Keyset pagination: pages in (scope, operation, key) order without duplicates or gaps, also
 /// when keys are added and deleted behind and ahead of the cursor between pages; cursors
 /// survive being written out; the last page has no next cursor.
-pub async fn pagination<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn pagination<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let mut all = BTreeSet::new();
     for scope in ["global", "tenant:t1"] {
         for operation in ["op:v1", "op:v2"] {
@@ -420,8 +422,8 @@ pub async fn pagination<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// Page sizes: at most 1000, at least 1, 50 by default.
-pub async fn limits_are_clamped<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn limits_are_clamped<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     insert_many(table.pool(), "bulk:v1", 1005, NOW + HOUR).await;
     let page = table
         .list(&KeyFilter::new().limit(5000), NOW)
@@ -446,8 +448,8 @@ pub async fn limits_are_clamped<DB: ConformanceSql>(harness: &impl Harness) {
 }
 
 /// [`KeyTable::counts`]: keys by state and by operation at a given time.
-pub async fn counts<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn counts<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let empty = table.counts(NOW).await.must("counts");
     assert_eq!(empty.by_status.total(), 0);
     assert!(empty.by_operation.is_empty());
@@ -482,8 +484,8 @@ pub async fn counts<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// [`KeyTable::sweep_batch`] deletes keys expired at or before its time, at most a batch
 /// (at least one) per call.
-pub async fn sweep_deletes_only_expired<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn sweep_deletes_only_expired<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     populate(&table).await;
     // Expired by NOW - 1: a-2 (NOW - 1), a-3 (NOW - HOUR). Not b-1 (NOW).
     assert_eq!(table.sweep_batch(NOW - 1, 1).await.must("sweep_batch"), 1);
@@ -512,8 +514,8 @@ pub async fn sweep_deletes_only_expired<DB: ConformanceSql>(harness: &impl Harne
 
 /// A row whose headers are not JSON: the tools are told ([`StoreError::Corrupt`]), the
 /// protocol replays the body without headers, and the row can still be deleted.
-pub async fn unreadable_rows<DB: ConformanceSql>(harness: &impl Harness) {
-    let table = fresh::<DB>(harness).await;
+pub async fn unreadable_rows<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
     let k = kr("global", "op:v1", "k");
     assert!(put(table.pool(), k, NOW, NOW + HOUR, b"body").await);
     DB::corrupt_headers(table.pool(), k)
@@ -545,14 +547,14 @@ pub async fn unreadable_rows<DB: ConformanceSql>(harness: &impl Harness) {
 
 /// Cursors are checked when parsed: text that is not one is [`StoreError::InvalidCursor`];
 /// one written out reads back as the same position, whatever the key holds.
-pub async fn invalid_cursor_is_an_error<DB: ConformanceSql>(harness: &impl Harness) {
+pub async fn invalid_cursor_is_an_error<DB: ConformanceSql>() {
     for text in ["not a cursor", "0", "00000001", "0000000161"] {
         match text.parse::<Cursor>() {
             Err(StoreError::InvalidCursor) => {}
             other => panic!("parsing {text:?} as a cursor: {other:?}"),
         }
     }
-    let table = fresh::<DB>(harness).await;
+    let table = fresh::<DB>().await;
     let odd = kr("tenant:ä", "op:v1", "k'%\\é");
     assert!(put(table.pool(), odd, NOW, NOW + HOUR, b"").await);
     assert!(
