@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{
-    ExpiryPolicy, InFlightPolicy, KeyRequirement, KeySource, Mode, ScopeKind, describe_duration,
-};
+use crate::duration::describe_duration;
+use crate::key_source::KeySource;
+use crate::words::{ExpiryPolicy, InFlightPolicy, KeyRequirement, Mode, ScopeKind};
 
 /// Why an operation name was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::ScopeKind;
+use crate::words::ScopeKind;
 
 /// The namespace of one key: its [`ScopeKind`] and, for tenant and user scopes, the owner.
 ///
