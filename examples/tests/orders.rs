@@ -332,8 +332,11 @@ async fn external_migrations<DB: Store>() {
     let files = migration_files(&url);
     let (last, before) = files.split_last().unwrap();
     apply_with_client(&url, before);
+    // Through the tests' transaction pooler, the check goes to the server itself, as the
+    // harness's servers do.
     let env = [
         ("DATABASE_URL", db.url.as_str()),
+        ("MIGRATION_DATABASE_URL", if url == db.url { "" } else { url.as_str() }),
         ("IDEM_MIGRATIONS", "external"),
     ];
     let said = refused_start(&db, &env);
