@@ -336,7 +336,10 @@ async fn external_migrations<DB: Store>() {
     // harness's servers do.
     let env = [
         ("DATABASE_URL", db.url.as_str()),
-        ("MIGRATION_DATABASE_URL", if url == db.url { "" } else { url.as_str() }),
+        (
+            "MIGRATION_DATABASE_URL",
+            if url == db.url { "" } else { url.as_str() },
+        ),
         ("IDEM_MIGRATIONS", "external"),
     ];
     let said = refused_start(&db, &env);

@@ -28,7 +28,7 @@ use crate::backend::{Backend, look_again};
 use crate::glue::{Arg, Glue as _, lock_id};
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
-use crate::sql::Sql;
+use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on MySQL: the tables as migrations 1 to 8 left them on
 /// the other databases, in one. Its `present` query fails (an unknown column or table) or
@@ -254,23 +254,25 @@ const SQL: Sql = Sql {
         next_attempt_at, created_at) \
         VALUES (?, ?, ?, 'pending', 0, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
         DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
-    claim: None,
-    claimable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE status = 'pending' AND next_attempt_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-        1000) MICROSECOND) AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', \
-        INTERVAL ((?) * 1000) MICROSECOND)) \
-        ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-    claim_lease: "\
-        UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND) \
-        WHERE id IN (",
-    outbox_by_ids: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox WHERE id IN (",
+    claim: Claim::Reread {
+        pick: "\
+            SELECT id FROM idempotency_outbox \
+            WHERE status = 'pending' AND next_attempt_at <= DATE_ADD('1970-01-01', INTERVAL ((?) \
+            * 1000) MICROSECOND) AND (locked_until IS NULL OR locked_until <= \
+            DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) \
+            ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
+        lease: "\
+            UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
+            1000) MICROSECOND) \
+            WHERE id IN (",
+        read: "\
+            SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
+            '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+            locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
+            created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
+            1000) \
+            FROM idempotency_outbox WHERE id IN (",
+    },
     mark_delivered: "\
         UPDATE idempotency_outbox SET status = 'delivered', delivered_at = DATE_ADD('1970-01-01', \
         INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL \

@@ -20,7 +20,7 @@ use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
 use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
-use crate::sql::Sql;
+use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on PostgreSQL. Each `present` query fails (an unknown
 /// column, table or function) or finds no row until its migration is applied.
@@ -283,7 +283,7 @@ const SQL: Sql = Sql {
         VALUES ($1, $2, $3, 'pending', 0, to_timestamp(($4)::float8 / 1000), \
         to_timestamp(($5)::float8 / 1000)) \
         ON CONFLICT (dedup_id) DO NOTHING",
-    claim: Some(
+    claim: Claim::Returning(
         "\
         UPDATE idempotency_outbox SET locked_until = to_timestamp(($2)::float8 / 1000) \
         WHERE id = ANY(ARRAY(SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
@@ -295,20 +295,6 @@ const SQL: Sql = Sql {
         last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
         delivered_at) * 1000)::int8",
     ),
-    claimable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE status = 'pending' AND next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND \
-        (locked_until IS NULL OR locked_until <= to_timestamp(($2)::float8 / 1000)) \
-        ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
-    claim_lease: "\
-        UPDATE idempotency_outbox SET locked_until = to_timestamp(($1)::float8 / 1000) \
-        WHERE id IN (",
-    outbox_by_ids: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox WHERE id IN (",
     mark_delivered: "\
         UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
         to_timestamp(($1)::float8 / 1000), locked_until = NULL \

@@ -53,7 +53,7 @@ impl<'a> Arg<'a> {
 }
 
 /// Every statement of the store on one database. A key row's columns are read in the order
-/// of [`crate::row::RawRow`] (scope, operation, key, fingerprint, status, response status,
+/// of [`crate::list::RawRow`] (scope, operation, key, fingerprint, status, response status,
 /// headers and body, created, completed, expires, locked until in milliseconds, attempt,
 /// recovery point), an outbox row's in the order of `RawOutboxRow`; "the key" is the first
 /// three parameters, `scope`, `operation`, `idempotency_key`, unless a statement says where.
@@ -175,18 +175,8 @@ pub struct Sql {
     /// A message (dedup id, topic, payload), due at once (now, twice); nothing if the dedup
     /// id exists.
     pub enqueue: &'static str,
-    /// Due, unleased pending rows (due at `$1`) in `id` order, up to `$3`, leased until `$2`,
-    /// returned; skipping rows others hold where the database can. `None` where writes return
-    /// nothing (MySQL): [`Sql::claimable`], [`Sql::claim_lease`] and
-    /// [`Sql::outbox_by_ids`] instead.
-    pub claim: Option<&'static str>,
-    /// The ids [`Sql::claim`] would lease (due and unleased at now, twice; up to the batch),
-    /// held for this transaction.
-    pub claimable: &'static str,
-    /// Those ids leased until the first parameter; the ids follow, then `)`.
-    pub claim_lease: &'static str,
-    /// Outbox rows by id; the ids follow, then `)`.
-    pub outbox_by_ids: &'static str,
+    /// A batch of due, unleased pending messages in `id` order, leased and returned.
+    pub claim: Claim,
     /// A message delivered (now; the id), if still pending.
     pub mark_delivered: &'static str,
     /// A failed delivery (the error; dead?, twice; when dead; the next attempt; the id), if
@@ -266,6 +256,24 @@ impl<'a> Statement<'a> {
     }
 }
 
+/// How a batch of outbox messages is claimed ([`Sql::claim`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Claim {
+    /// One `UPDATE … RETURNING`: due at `$1`, leased until `$2`, up to `$3`; rows other
+    /// transactions hold are skipped where the database can.
+    Returning(&'static str),
+    /// Where writes return nothing (MySQL): three statements of one transaction.
+    Reread {
+        /// The ids to lease (due and unleased at now, twice; up to the batch), held for
+        /// this transaction, skipping rows others hold.
+        pick: &'static str,
+        /// Those ids leased until the first parameter; the ids follow, then `)`.
+        lease: &'static str,
+        /// The messages by id; the ids follow, then `)`.
+        read: &'static str,
+    },
+}
+
 /// Every migration recorded, in order.
 pub(crate) const APPLIED: &str =
     "SELECT version, checksum FROM idem_schema_migrations ORDER BY version";
@@ -279,7 +287,7 @@ impl Sql {
     pub(crate) fn listing(&self) -> String {
         let debug = format!("{self:#?}");
         let mut out = String::new();
-        let mut field = "";
+        let (mut prefix, mut field) = ("", "");
         for line in debug.lines().map(str::trim) {
             let value = match line.split_once(": ") {
                 Some((name, value)) if !line.starts_with('"') => {
@@ -289,8 +297,21 @@ impl Sql {
                 _ => line,
             };
             let value = value.trim_end_matches(',');
-            if value == "Some(" || value == ")" || value == "Sql {" || value == "}" {
+            if value.ends_with(" {") && value != "Sql {" {
+                // An enum's fields (`Claim::Reread`): named after it.
+                prefix = field;
                 continue;
+            }
+            if value == "}" {
+                prefix = "";
+                continue;
+            }
+            if value.ends_with('(') || value == ")" || value == "Sql {" {
+                continue;
+            }
+            if !prefix.is_empty() {
+                out.push_str(prefix);
+                out.push('.');
             }
             let sql = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
                 Some(quoted) => quoted.replace("\\\"", "\"").replace("\\\\", "\\"),

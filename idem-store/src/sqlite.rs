@@ -14,7 +14,7 @@ use crate::backend::{Backend, look_again};
 use crate::glue::{Glue as _, prefix_pattern};
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
-use crate::sql::Sql;
+use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on SQLite. Each `present` query fails (an unknown
 /// column or table) or finds no row until its migration is applied.
@@ -331,7 +331,7 @@ const SQL: Sql = Sql {
         VALUES ($1, $2, $3, 'pending', 0, strftime('%Y-%m-%d %H:%M:%f', ($4) / 1000.0, \
         'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($5) / 1000.0, 'unixepoch')) \
         ON CONFLICT (dedup_id) DO NOTHING",
-    claim: Some(
+    claim: Claim::Returning(
         "\
         UPDATE idempotency_outbox SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ($2) / 1000.0, \
         'unixepoch') \
@@ -351,29 +351,6 @@ const SQL: Sql = Sql {
         1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
         INTEGER) END)",
     ),
-    claimable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE status = 'pending' AND next_attempt_at <= strftime('%Y-%m-%d %H:%M:%f', ($1) / \
-        1000.0, 'unixepoch') AND (locked_until IS NULL OR locked_until <= strftime('%Y-%m-%d \
-        %H:%M:%f', ($2) / 1000.0, 'unixepoch')) \
-        ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED",
-    claim_lease: "\
-        UPDATE idempotency_outbox SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch') \
-        WHERE id IN (",
-    outbox_by_ids: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox WHERE id IN (",
     mark_delivered: "\
         UPDATE idempotency_outbox SET status = 'delivered', delivered_at = strftime('%Y-%m-%d \
         %H:%M:%f', ($1) / 1000.0, 'unixepoch'), locked_until = NULL \

@@ -31,7 +31,7 @@ use crate::error::StoreError;
 use crate::glue::Arg;
 use crate::operator::Actor;
 use crate::outbox::message::{AUDIT_SCOPE, RawOutboxRow, row_json};
-use crate::sql::Statement;
+use crate::sql::{Claim, Statement};
 
 pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus};
 
@@ -186,17 +186,19 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let batch = batch.clamp(1, Self::MAX_BATCH);
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
-        let rows = if let Some(claim) = DB::SQL.claim {
-            let args = [
-                Arg::Int(now_ms),
-                Arg::Int(until_ms),
-                Arg::Int(i64::from(batch)),
-            ];
-            self.rows(claim, &args).await?
-        } else {
-            self.claim_then_read(now_ms, until_ms, batch)
+        let rows = match DB::SQL.claim {
+            Claim::Returning(claim) => {
+                let args = [
+                    Arg::Int(now_ms),
+                    Arg::Int(until_ms),
+                    Arg::Int(i64::from(batch)),
+                ];
+                self.rows(claim, &args).await?
+            }
+            Claim::Reread { pick, lease, read } => self
+                .claim_then_read([pick, lease, read], now_ms, until_ms, batch)
                 .await
-                .map_err(|e| StoreError::from(e).refine::<DB>())?
+                .map_err(|e| StoreError::from(e).refine::<DB>())?,
         };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
@@ -518,9 +520,11 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// [`Outbox::claim`] where writes return nothing (MySQL): in one transaction, the due
-    /// rows picked with `FOR UPDATE SKIP LOCKED`, leased, and read.
+    /// rows picked with `FOR UPDATE SKIP LOCKED`, leased, and read ([`Claim::Reread`]'s
+    /// statements, in that order).
     async fn claim_then_read(
         &self,
+        [pick, lease, read]: [&str; 3],
         now_ms: i64,
         until_ms: i64,
         batch: u32,
@@ -532,7 +536,7 @@ impl<DB: Backend> Outbox<DB> {
             Arg::Int(now_ms),
             Arg::Int(i64::from(batch)),
         ];
-        let picked = DB::fetch_all(&mut tx, DB::SQL.claimable, &args).await?;
+        let picked = DB::fetch_all(&mut tx, pick, &args).await?;
         let ids = picked
             .iter()
             .map(|row| DB::int(row, 0))
@@ -543,9 +547,9 @@ impl<DB: Backend> Outbox<DB> {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let mut lease = Statement::new(DB::SQL.claim_lease, DB::POSITIONAL);
+        let mut lease = Statement::new(lease, DB::POSITIONAL);
         lease.args.push(Arg::Int(until_ms));
-        let mut read = Statement::new(DB::SQL.outbox_by_ids, DB::POSITIONAL);
+        let mut read = Statement::new(read, DB::POSITIONAL);
         for (i, id) in ids.iter().enumerate() {
             let comma = if i == 0 { "" } else { ", " };
             lease.push(comma).bind(Arg::Int(*id));

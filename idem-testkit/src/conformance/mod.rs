@@ -27,8 +27,8 @@
 //!
 //! # A new backend
 //!
-//! [`Backend`](idem_store::Backend) is sealed (its supertrait, the store's `Dialect`, is
-//! private to `idem-store`), so a store for another database is added to that crate. It
+//! [`Backend`](idem_store::Backend) is sealed (its supertrait `Sealed` is private to
+//! `idem-store`), so a store for another database is added to that crate. It
 //! implements [`ConformanceSql`] here (the few statements the kit runs beside the store's
 //! API, to read the migration history and to spoil rows on purpose, in `sql.rs`), is added to
 //! the [harness](crate::harness) and to [`on_every_store!`](crate::on_every_store), and passes
