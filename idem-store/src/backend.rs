@@ -621,12 +621,7 @@ pub trait Backend: Glue + sealed::Sealed {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
-        async move {
-            match Self::SQL.hold {
-                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
-                None => Ok(true),
-            }
-        }
+        on_hold::<Self>(conn, Self::SQL.hold, true, namespace, key, attempt)
     }
 
     #[doc(hidden)]
@@ -664,12 +659,7 @@ pub trait Backend: Glue + sealed::Sealed {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
-        async move {
-            match Self::SQL.let_go {
-                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
-                None => Ok(true),
-            }
-        }
+        on_hold::<Self>(conn, Self::SQL.let_go, true, namespace, key, attempt)
     }
 
     #[doc(hidden)]
@@ -684,12 +674,7 @@ pub trait Backend: Glue + sealed::Sealed {
         key: KeyRef<'_>,
         attempt: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
-        async move {
-            match Self::SQL.owner_gone {
-                Some(statement) => on_hold::<Self>(conn, statement, namespace, key, attempt).await,
-                None => Ok(false),
-            }
-        }
+        on_hold::<Self>(conn, Self::SQL.owner_gone, false, namespace, key, attempt)
     }
 
     #[doc(hidden)]
@@ -772,15 +757,19 @@ fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 5] {
     ]
 }
 
-/// Runs a statement on the hold of `key`'s attempt `attempt` (its one parameter), answering
-/// its one boolean.
+/// Runs `statement` on the hold of `key`'s attempt `attempt` (its one parameter), answering
+/// its one boolean; `without` where the backend has no such statement (no holds).
 async fn on_hold<DB: Backend>(
     conn: &mut DB::Connection,
-    statement: &str,
+    statement: Option<&str>,
+    without: bool,
     namespace: &str,
     key: KeyRef<'_>,
     attempt: i64,
 ) -> Result<bool, sqlx::Error> {
+    let Some(statement) = statement else {
+        return Ok(without);
+    };
     let id = [Arg::Int(DB::hold_id(namespace, key, attempt))];
     let row = DB::fetch_optional(conn, statement, &id).await?;
     row.map_or(Ok(false), |row| DB::flag(&row, 0))
