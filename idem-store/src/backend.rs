@@ -779,22 +779,30 @@ async fn on_hold<DB: Backend>(
 mod tests {
     use super::*;
 
-    /// Every statement of every store, recorded: a change to one shows as a change of SQL.
+    /// Every statement of every store, in one file per store beside the statements
+    /// (`sql/<store>.snap`): a change to the SQL, or to which statement a field names, shows
+    /// there as a change of SQL.
+    fn record<DB: Backend>(store: &str) {
+        insta::with_settings!({ snapshot_path => "../sql", prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!(store, DB::SQL.listing());
+        });
+    }
+
     #[cfg(feature = "postgres")]
     #[test]
     fn postgres_statements() {
-        insta::assert_snapshot!("postgres", <sqlx::Postgres as Backend>::SQL.listing());
+        record::<sqlx::Postgres>("postgres");
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
     fn sqlite_statements() {
-        insta::assert_snapshot!("sqlite", <sqlx::Sqlite as Backend>::SQL.listing());
+        record::<sqlx::Sqlite>("sqlite");
     }
 
     #[cfg(feature = "mysql")]
     #[test]
     fn mysql_statements() {
-        insta::assert_snapshot!("mysql", <sqlx::MySql as Backend>::SQL.listing());
+        record::<sqlx::MySql>("mysql");
     }
 }

@@ -50,293 +50,71 @@ static MIGRATIONS: [Migration; 1] = [migration!(
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: "\
-        SELECT fingerprint, status, response_status, response_headers, response_body, \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    expires_at: "\
-        SELECT (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000) \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    insert_completed: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    lookup: include_str!("../sql/mysql/lookup.sql"),
+    expires_at: include_str!("../sql/mysql/expires_at.sql"),
+    insert_completed: include_str!("../sql/mysql/insert_completed.sql"),
     // The plain insert: `clear_expired` deleted the expired row first.
-    insert_completed_or_replace_expired: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
-    get: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
-        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    get_for_update: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
-        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ? FOR \
-        UPDATE",
-    list: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) \
-        DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', completed_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), \
-        (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', locked_until) DIV 1000), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE 1 = 1",
-    list_completed: " \
-        AND status = 'completed' AND expires_at > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND)",
-    list_expired: " \
-        AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND)",
-    list_processing: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND (locked_until IS NULL OR \
-        locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
-    list_stuck: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND locked_until <= \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
-    expire: "\
-        UPDATE idempotency_keys SET expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', expires_at) DIV 1000) > ?",
-    delete: "\
-        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
+    insert_completed_or_replace_expired: include_str!(
+        "../sql/mysql/insert_completed_or_replace_expired.sql"
+    ),
+    get: include_str!("../sql/mysql/get.sql"),
+    get_for_update: include_str!("../sql/mysql/get_for_update.sql"),
+    list: include_str!("../sql/mysql/list.sql"),
+    list_completed: include_str!("../sql/mysql/list_completed.sql"),
+    list_expired: include_str!("../sql/mysql/list_expired.sql"),
+    list_processing: include_str!("../sql/mysql/list_processing.sql"),
+    list_stuck: include_str!("../sql/mysql/list_stuck.sql"),
+    expire: include_str!("../sql/mysql/expire.sql"),
+    delete: include_str!("../sql/mysql/delete.sql"),
     // Single-table `DELETE … LIMIT`: MySQL refuses a subquery on the table it deletes from.
-    sweep: "\
-        DELETE FROM idempotency_keys WHERE status = 'completed' AND expires_at <= \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
-        ORDER BY expires_at LIMIT ?",
-    count_sweepable: "\
-        SELECT count(*) FROM idempotency_keys \
-        WHERE status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND)",
-    counts: "\
-        SELECT operation, CASE WHEN status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', \
-        INTERVAL ((?) * 1000) MICROSECOND) THEN 'expired' WHEN status = 'processing' AND \
-        locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) THEN 'stuck' \
-        ELSE status END AS state, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        min(created_at)) DIV 1000) \
-        FROM idempotency_keys GROUP BY 1, 2",
-    release: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = DATE_ADD('1970-01-01', \
-        INTERVAL ((?) * 1000) MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    complete: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = ?, response_headers = \
-        ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((? + COALESCE((SELECT ttl_ms \
-        FROM idempotency_operations WHERE operation = ?), GREATEST((TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', expires_at) DIV 1000) - (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), 0))) * 1000) MICROSECOND), locked_until = NULL, attempt = attempt \
-        + 1 \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    delete_only: "\
-        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    insert_audit: "\
-        INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, action, \
-        reason, `before`, `after`, forced) \
-        VALUES (DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), ?, ?, ?, ?, ?, ?, ?, \
-        ?, ?)",
-    audit: "\
-        SELECT id, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', at) DIV 1000), operator, scope, \
-        operation, idempotency_key, action, reason, `before`, `after`, forced \
-        FROM idempotency_audit WHERE 1 = 1",
-    journal: "\
-        SELECT recovery_point, journal, request \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    register: "\
-        INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
-        registered_at) \
-        VALUES (?, ?, ?, ?, ?, ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) \
-        ON DUPLICATE KEY UPDATE scope = VALUES(scope), ttl_ms = VALUES(ttl_ms), mode = \
-        VALUES(mode), lease_ms = VALUES(lease_ms), doc = VALUES(doc), registered_at = \
-        VALUES(registered_at)",
-    registrations: "\
-        SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', registered_at) DIV 1000) \
-        FROM idempotency_operations ORDER BY operation",
-    reserve: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        request, created_at, expires_at, locked_until, attempt) \
-        VALUES (?, ?, ?, ?, 'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    sweep: include_str!("../sql/mysql/sweep.sql"),
+    count_sweepable: include_str!("../sql/mysql/count_sweepable.sql"),
+    counts: include_str!("../sql/mysql/counts.sql"),
+    release: include_str!("../sql/mysql/release.sql"),
+    complete: include_str!("../sql/mysql/complete.sql"),
+    delete_only: include_str!("../sql/mysql/delete_only.sql"),
+    insert_audit: include_str!("../sql/mysql/insert_audit.sql"),
+    audit: include_str!("../sql/mysql/audit.sql"),
+    journal: include_str!("../sql/mysql/journal.sql"),
+    register: include_str!("../sql/mysql/register.sql"),
+    registrations: include_str!("../sql/mysql/registrations.sql"),
+    reserve: include_str!("../sql/mysql/reserve.sql"),
     // The plain reservation: `reopen_expired` reopened an expired row first, if any.
-    reserve_or_replace_expired: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        request, created_at, expires_at, locked_until, attempt) \
-        VALUES (?, ?, ?, ?, 'processing', ?, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), 1)",
+    reserve_or_replace_expired: include_str!("../sql/mysql/reserve_or_replace_expired.sql"),
     reserve_held: None,
     hold: None,
     let_go: None,
     owner_gone: None,
-    clear_expired: Some(
-        "\
-        DELETE FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ? \
-        AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND)",
-    ),
-    reopen_expired: Some(
-        "\
-        UPDATE idempotency_keys SET fingerprint = ?, request = ?, created_at = \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), attempt = attempt + 1, journal \
-        = NULL, recovery_point = NULL, response_status = NULL, response_headers = NULL, \
-        response_body = NULL, completed_at = NULL, status = 'processing', expires_at = \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'completed' AND \
-        expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)",
-    ),
-    sweep_locks: Some(
-        "\
-        DELETE FROM idempotency_locks WHERE taken_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-        1000) MICROSECOND) \
-        ORDER BY taken_at LIMIT ?",
-    ),
-    lease_of: "\
-        SELECT attempt, journal, request, fingerprint \
-        FROM idempotency_keys WHERE scope = ? AND operation = ? AND idempotency_key = ?",
-    take_over: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = DATE_ADD('1970-01-01', \
-        INTERVAL ((?) * 1000) MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
-        attempt = ? AND (locked_until IS NULL OR locked_until <= DATE_ADD('1970-01-01', INTERVAL \
-        ((?) * 1000) MICROSECOND))",
-    renew: "\
-        UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
-        attempt = ?",
-    step: "\
-        UPDATE idempotency_keys SET recovery_point = ?, journal = ?, locked_until = \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
-        attempt = ?",
-    finish: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = ?, response_headers = \
-        ?, response_body = ?, completed_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND), expires_at = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        locked_until = NULL \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
-        attempt = ?",
-    give_back: "\
-        UPDATE idempotency_keys SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND) \
-        WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'processing' AND \
-        attempt = ?",
-    stuck: "\
-        SELECT scope, operation, idempotency_key, attempt \
-        FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
-        operation, idempotency_key FROM idempotency_processing WHERE operation = ?) AND status = \
-        'processing' AND operation = ? AND locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * \
-        1000) MICROSECOND) \
-        ORDER BY locked_until LIMIT ?",
-    enqueue: "\
-        INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
-        next_attempt_at, created_at) \
-        VALUES (?, ?, ?, 'pending', 0, DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND))",
+    clear_expired: Some(include_str!("../sql/mysql/clear_expired.sql")),
+    reopen_expired: Some(include_str!("../sql/mysql/reopen_expired.sql")),
+    sweep_locks: Some(include_str!("../sql/mysql/sweep_locks.sql")),
+    lease_of: include_str!("../sql/mysql/lease_of.sql"),
+    take_over: include_str!("../sql/mysql/take_over.sql"),
+    renew: include_str!("../sql/mysql/renew.sql"),
+    step: include_str!("../sql/mysql/step.sql"),
+    finish: include_str!("../sql/mysql/finish.sql"),
+    give_back: include_str!("../sql/mysql/give_back.sql"),
+    stuck: include_str!("../sql/mysql/stuck.sql"),
+    enqueue: include_str!("../sql/mysql/enqueue.sql"),
     claim: Claim::Reread {
-        pick: "\
-            SELECT id FROM idempotency_outbox \
-            WHERE status = 'pending' AND next_attempt_at <= DATE_ADD('1970-01-01', INTERVAL ((?) \
-            * 1000) MICROSECOND) AND (locked_until IS NULL OR locked_until <= \
-            DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)) \
-            ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-        lease: "\
-            UPDATE idempotency_outbox SET locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * \
-            1000) MICROSECOND) \
-            WHERE id IN (",
-        read: "\
-            SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-            '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-            locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-            created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV \
-            1000) \
-            FROM idempotency_outbox WHERE id IN (",
+        pick: include_str!("../sql/mysql/claim_pick.sql"),
+        lease: include_str!("../sql/mysql/claim_lease.sql"),
+        read: include_str!("../sql/mysql/claim_read.sql"),
     },
-    mark_delivered: "\
-        UPDATE idempotency_outbox SET status = 'delivered', delivered_at = DATE_ADD('1970-01-01', \
-        INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL \
-        WHERE id = ? AND status = 'pending'",
-    mark_failed: "\
-        UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = ?, status = CASE WHEN \
-        ? THEN 'dead' ELSE 'pending' END, next_attempt_at = DATE_ADD('1970-01-01', INTERVAL \
-        ((CASE WHEN ? THEN ? ELSE ? END) * 1000) MICROSECOND), locked_until = NULL \
-        WHERE id = ? AND status = 'pending'",
-    outbox_get: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox WHERE dedup_id = ?",
-    outbox_find: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox WHERE id = ?",
-    outbox_find_for_update: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox WHERE id = ? FOR UPDATE",
-    outbox_list: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox ORDER BY id LIMIT ?",
-    outbox_list_status: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (TIMESTAMPDIFF(MICROSECOND, \
-        '1970-01-01', next_attempt_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        locked_until) DIV 1000), last_error, (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', \
-        created_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', delivered_at) DIV 1000) \
-        FROM idempotency_outbox WHERE status = ? \
-        ORDER BY id LIMIT ?",
-    outbox_counts: "\
-        SELECT status, count(*), (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', min(created_at)) DIV \
-        1000), count(CASE WHEN locked_until > DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) \
-        MICROSECOND) THEN 1 END) \
-        FROM idempotency_outbox GROUP BY status",
-    outbox_retry: "\
-        UPDATE idempotency_outbox SET status = 'pending', attempts = ?, next_attempt_at = \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND), locked_until = NULL \
-        WHERE id = ?",
-    outbox_retryable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE id > ? AND (status = 'dead' OR (status = 'pending' AND next_attempt_at > \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) AND (locked_until IS NULL OR \
-        locked_until <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)))) \
-        ORDER BY id LIMIT ?",
-    sweep_delivered: "\
-        DELETE FROM idempotency_outbox WHERE status = 'delivered' AND delivered_at <= \
-        DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND) \
-        ORDER BY delivered_at LIMIT ?",
-    applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = ?",
-    record: "\
-        INSERT INTO idem_schema_migrations (version, description, checksum) \
-        VALUES (?, ?, ?)",
-    forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = ?",
+    mark_delivered: include_str!("../sql/mysql/mark_delivered.sql"),
+    mark_failed: include_str!("../sql/mysql/mark_failed.sql"),
+    outbox_get: include_str!("../sql/mysql/outbox_get.sql"),
+    outbox_find: include_str!("../sql/mysql/outbox_find.sql"),
+    outbox_find_for_update: include_str!("../sql/mysql/outbox_find_for_update.sql"),
+    outbox_list: include_str!("../sql/mysql/outbox_list.sql"),
+    outbox_list_status: include_str!("../sql/mysql/outbox_list_status.sql"),
+    outbox_counts: include_str!("../sql/mysql/outbox_counts.sql"),
+    outbox_retry: include_str!("../sql/mysql/outbox_retry.sql"),
+    outbox_retryable: include_str!("../sql/mysql/outbox_retryable.sql"),
+    sweep_delivered: include_str!("../sql/mysql/sweep_delivered.sql"),
+    applied_one: include_str!("../sql/mysql/applied_one.sql"),
+    record: include_str!("../sql/mysql/record.sql"),
+    forget_sqlx_version: include_str!("../sql/mysql/forget_sqlx_version.sql"),
 };
 
 /// The server's flavour, asked once per process: how a statement sets its own lock wait.

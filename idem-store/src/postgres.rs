@@ -50,317 +50,73 @@ static MIGRATIONS: [Migration; 8] = [
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: "\
-        SELECT fingerprint, status, response_status, response_headers, response_body, \
-        (extract(epoch FROM expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * \
-        1000)::int8, attempt \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    expires_at: "\
-        SELECT (extract(epoch FROM expires_at) * 1000)::int8 \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    insert_completed: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp(($8)::float8 / 1000), \
-        to_timestamp(($9)::float8 / 1000), to_timestamp(($10)::float8 / 1000)) \
-        ON CONFLICT (scope, operation, idempotency_key) DO NOTHING",
-    insert_completed_or_replace_expired: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, to_timestamp(($8)::float8 / 1000), \
-        to_timestamp(($9)::float8 / 1000), to_timestamp(($10)::float8 / 1000)) \
-        ON CONFLICT (scope, operation, idempotency_key) DO \
-        UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', response_status = \
-        excluded.response_status, response_headers = excluded.response_headers, response_body = \
-        excluded.response_body, created_at = excluded.created_at, completed_at = \
-        excluded.completed_at, expires_at = excluded.expires_at \
-        WHERE idempotency_keys.status = 'completed' AND idempotency_keys.expires_at <= \
-        to_timestamp(($8)::float8 / 1000)",
-    get: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    get_for_update: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 FOR \
-        UPDATE",
-    list: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point \
-        FROM idempotency_keys WHERE 1 = 1",
-    list_completed: " \
-        AND status = 'completed' AND expires_at > to_timestamp(($1)::float8 / 1000)",
-    list_expired: " AND status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
-    list_processing: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND (locked_until IS NULL OR \
-        locked_until > to_timestamp(($1)::float8 / 1000))",
-    list_stuck: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND locked_until <= \
-        to_timestamp(($1)::float8 / 1000)",
-    expire: "\
-        UPDATE idempotency_keys SET expires_at = to_timestamp(($1)::float8 / 1000) \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND (extract(epoch FROM \
-        expires_at) * 1000)::int8 > $5 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
-    delete: "\
-        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
+    lookup: include_str!("../sql/postgres/lookup.sql"),
+    expires_at: include_str!("../sql/postgres/expires_at.sql"),
+    insert_completed: include_str!("../sql/postgres/insert_completed.sql"),
+    insert_completed_or_replace_expired: include_str!(
+        "../sql/postgres/insert_completed_or_replace_expired.sql"
+    ),
+    get: include_str!("../sql/postgres/get.sql"),
+    get_for_update: include_str!("../sql/postgres/get_for_update.sql"),
+    list: include_str!("../sql/postgres/list.sql"),
+    list_completed: include_str!("../sql/postgres/list_completed.sql"),
+    list_expired: include_str!("../sql/postgres/list_expired.sql"),
+    list_processing: include_str!("../sql/postgres/list_processing.sql"),
+    list_stuck: include_str!("../sql/postgres/list_stuck.sql"),
+    expire: include_str!("../sql/postgres/expire.sql"),
+    delete: include_str!("../sql/postgres/delete.sql"),
     // Small batches, skipping rows a running request holds: no long locks.
-    sweep: "\
-        DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys \
-        WHERE status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000) LIMIT $2 \
-        FOR UPDATE SKIP LOCKED))",
-    count_sweepable: "\
-        SELECT count(*) FROM idempotency_keys \
-        WHERE status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)",
-    counts: "\
-        SELECT operation, CASE WHEN status = 'completed' AND expires_at <= \
-        to_timestamp(($1)::float8 / 1000) THEN 'expired' WHEN status = 'processing' AND \
-        locked_until <= to_timestamp(($2)::float8 / 1000) THEN 'stuck' ELSE status END AS state, \
-        count(*), (extract(epoch FROM min(created_at)) * 1000)::int8 \
-        FROM idempotency_keys GROUP BY 1, 2",
-    release: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-        to_timestamp(($1)::float8 / 1000) \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
-    complete: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
-        = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 / 1000), expires_at = \
-        to_timestamp(($5 + COALESCE((SELECT ttl_ms FROM idempotency_operations WHERE operation = \
-        $6), GREATEST((extract(epoch FROM expires_at) * 1000)::int8 - (extract(epoch FROM \
-        created_at) * 1000)::int8, 0)))::float8 / 1000), locked_until = NULL, attempt = attempt + \
-        1 \
-        WHERE scope = $7 AND operation = $8 AND idempotency_key = $9 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (extract(epoch FROM created_at) * 1000)::int8, \
-        (extract(epoch FROM completed_at) * 1000)::int8, (extract(epoch FROM expires_at) * \
-        1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt, recovery_point",
-    delete_only: "\
-        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    insert_audit: "\
-        INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, action, \
-        reason, \"before\", \"after\", forced) \
-        VALUES (to_timestamp(($1)::float8 / 1000), $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-        RETURNING id",
-    audit: "\
-        SELECT id, (extract(epoch FROM at) * 1000)::int8, operator, scope, operation, \
-        idempotency_key, action, reason, \"before\", \"after\", forced \
-        FROM idempotency_audit WHERE 1 = 1",
-    journal: "\
-        SELECT recovery_point, journal, request \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    register: "\
-        INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
-        registered_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, to_timestamp(($7)::float8 / 1000)) \
-        ON CONFLICT (operation) DO UPDATE \
-        SET scope = excluded.scope, ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = \
-        excluded.lease_ms, doc = excluded.doc, registered_at = excluded.registered_at",
-    registrations: "\
-        SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (extract(epoch FROM registered_at) \
-        * 1000)::int8 \
-        FROM idempotency_operations ORDER BY operation",
+    sweep: include_str!("../sql/postgres/sweep.sql"),
+    count_sweepable: include_str!("../sql/postgres/count_sweepable.sql"),
+    counts: include_str!("../sql/postgres/counts.sql"),
+    release: include_str!("../sql/postgres/release.sql"),
+    complete: include_str!("../sql/postgres/complete.sql"),
+    delete_only: include_str!("../sql/postgres/delete_only.sql"),
+    insert_audit: include_str!("../sql/postgres/insert_audit.sql"),
+    audit: include_str!("../sql/postgres/audit.sql"),
+    journal: include_str!("../sql/postgres/journal.sql"),
+    register: include_str!("../sql/postgres/register.sql"),
+    registrations: include_str!("../sql/postgres/registrations.sql"),
     // With its row in `idempotency_processing` (which the key table's triggers remove once the
     // key stops processing), in one statement. One row affected: reserved.
-    reserve: "\
-        WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
-        fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES ($1, \
-        $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
-        to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
-        (scope, operation, idempotency_key) DO NOTHING RETURNING scope, operation, \
-        idempotency_key) \
-        INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
-        SELECT scope, operation, idempotency_key \
-        FROM reserved ON CONFLICT (scope, operation, idempotency_key) DO \
-        UPDATE SET scope = excluded.scope",
-    reserve_or_replace_expired: "\
-        WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, \
-        fingerprint, status, request, created_at, expires_at, locked_until, attempt) VALUES ($1, \
-        $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), \
-        to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1) ON CONFLICT \
-        (scope, operation, idempotency_key) DO UPDATE SET fingerprint = excluded.fingerprint, \
-        status = 'processing', request = excluded.request, created_at = excluded.created_at, \
-        expires_at = excluded.expires_at, locked_until = excluded.locked_until, attempt = \
-        idempotency_keys.attempt + 1, journal = NULL, recovery_point = NULL, response_status = \
-        NULL, response_headers = NULL, response_body = NULL, completed_at = NULL WHERE \
-        idempotency_keys.status = 'completed' AND idempotency_keys.expires_at <= \
-        excluded.created_at RETURNING scope, operation, idempotency_key) \
-        INSERT INTO idempotency_processing (scope, operation, idempotency_key) \
-        SELECT scope, operation, idempotency_key \
-        FROM reserved ON CONFLICT (scope, operation, idempotency_key) DO \
-        UPDATE SET scope = excluded.scope",
+    reserve: include_str!("../sql/postgres/reserve.sql"),
+    reserve_or_replace_expired: include_str!("../sql/postgres/reserve_or_replace_expired.sql"),
     // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted only
     // if the hold is taken. Answers (held, reserved). Like `hold` and `owner_gone`, it lets go of
     // every hold the session had first: the `FROM` subquery runs before the statement's own
     // calls (its volatile call keeps it from being pulled up).
-    reserve_held: Some(
-        "\
-        WITH held AS (SELECT pg_try_advisory_lock($9) AS ok FROM (SELECT \
-        pg_advisory_unlock_all()) AS released), reserved AS (INSERT INTO idempotency_keys (scope, \
-        operation, idempotency_key, fingerprint, status, request, created_at, expires_at, \
-        locked_until, attempt) SELECT $1, $2, $3, $4, 'processing', $5, to_timestamp(($6)::float8 \
-        / 1000), to_timestamp(($7)::float8 / 1000), to_timestamp(($8)::float8 / 1000), 1 FROM \
-        held WHERE held.ok ON CONFLICT (scope, operation, idempotency_key) DO NOTHING RETURNING \
-        scope, operation, idempotency_key), processing AS (INSERT INTO idempotency_processing \
-        (scope, operation, idempotency_key) SELECT scope, operation, idempotency_key FROM \
-        reserved ON CONFLICT (scope, operation, idempotency_key) DO UPDATE SET scope = \
-        excluded.scope RETURNING 1) \
-        SELECT (SELECT ok FROM held), (SELECT count(*) FROM processing)",
-    ),
+    reserve_held: Some(include_str!("../sql/postgres/reserve_held.sql")),
     // A session advisory lock, which the server lets go when the session ends.
-    hold: Some(
-        "\
-        SELECT pg_try_advisory_lock($1) \
-        FROM (SELECT pg_advisory_unlock_all()) AS released",
-    ),
-    let_go: Some("SELECT pg_advisory_unlock($1)"),
+    hold: Some(include_str!("../sql/postgres/hold.sql")),
+    let_go: Some(include_str!("../sql/postgres/let_go.sql")),
     // Taken and let go again if free (`CASE` fixes the order of the two calls).
-    owner_gone: Some(
-        "\
-        SELECT CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END \
-        FROM (SELECT pg_advisory_unlock_all()) AS released",
-    ),
+    owner_gone: Some(include_str!("../sql/postgres/owner_gone.sql")),
     clear_expired: None,
     reopen_expired: None,
     sweep_locks: None,
-    lease_of: "\
-        SELECT attempt, journal, request, fingerprint \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    take_over: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = \
-        to_timestamp(($1)::float8 / 1000) \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5 AND (locked_until IS NULL OR locked_until <= to_timestamp(($6)::float8 / \
-        1000)) \
-        RETURNING attempt, journal, request, fingerprint",
-    renew: "\
-        UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5",
-    step: "\
-        UPDATE idempotency_keys SET recovery_point = $1, journal = $2, locked_until = \
-        to_timestamp(($3)::float8 / 1000) \
-        WHERE scope = $4 AND operation = $5 AND idempotency_key = $6 AND status = 'processing' \
-        AND attempt = $7",
-    finish: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
-        = $2, response_body = $3, completed_at = to_timestamp(($4)::float8 / 1000), expires_at = \
-        to_timestamp(($5)::float8 / 1000), locked_until = NULL \
-        WHERE scope = $6 AND operation = $7 AND idempotency_key = $8 AND status = 'processing' \
-        AND attempt = $9",
-    give_back: "\
-        UPDATE idempotency_keys SET locked_until = to_timestamp(($1)::float8 / 1000) \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5",
-    stuck: "\
-        SELECT scope, operation, idempotency_key, attempt \
-        FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
-        operation, idempotency_key FROM idempotency_processing WHERE operation = $1) AND status = \
-        'processing' AND operation = $2 AND locked_until <= to_timestamp(($3)::float8 / 1000) \
-        ORDER BY locked_until LIMIT $4",
-    enqueue: "\
-        INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
-        next_attempt_at, created_at) \
-        VALUES ($1, $2, $3, 'pending', 0, to_timestamp(($4)::float8 / 1000), \
-        to_timestamp(($5)::float8 / 1000)) \
-        ON CONFLICT (dedup_id) DO NOTHING",
-    claim: Claim::Returning(
-        "\
-        UPDATE idempotency_outbox SET locked_until = to_timestamp(($2)::float8 / 1000) \
-        WHERE id = ANY(ARRAY(SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
-        next_attempt_at <= to_timestamp(($1)::float8 / 1000) AND (locked_until IS NULL OR \
-        locked_until <= to_timestamp(($1)::float8 / 1000)) ORDER BY id LIMIT $3 FOR UPDATE SKIP \
-        LOCKED)) \
-        RETURNING id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8",
-    ),
-    mark_delivered: "\
-        UPDATE idempotency_outbox SET status = 'delivered', delivered_at = \
-        to_timestamp(($1)::float8 / 1000), locked_until = NULL \
-        WHERE id = $2 AND status = 'pending'",
-    mark_failed: "\
-        UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = $1, status = CASE \
-        WHEN $2 THEN 'dead' ELSE 'pending' END, next_attempt_at = to_timestamp((CASE WHEN $3 THEN \
-        $4 ELSE $5 END)::float8 / 1000), locked_until = NULL \
-        WHERE id = $6 AND status = 'pending'",
-    outbox_get: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox WHERE dedup_id = $1",
-    outbox_find: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox WHERE id = $1",
-    outbox_find_for_update: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox WHERE id = $1 FOR UPDATE",
-    outbox_list: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox ORDER BY id LIMIT $1",
-    outbox_list_status: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (extract(epoch FROM \
-        next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8 \
-        FROM idempotency_outbox WHERE status = $1 \
-        ORDER BY id LIMIT $2",
-    outbox_counts: "\
-        SELECT status, count(*), (extract(epoch FROM min(created_at)) * 1000)::int8, count(CASE \
-        WHEN locked_until > to_timestamp(($1)::float8 / 1000) THEN 1 END) \
-        FROM idempotency_outbox GROUP BY status",
-    outbox_retry: "\
-        UPDATE idempotency_outbox SET status = 'pending', attempts = $1, next_attempt_at = \
-        to_timestamp(($2)::float8 / 1000), locked_until = NULL \
-        WHERE id = $3 RETURNING id, dedup_id, topic, payload, status, attempts, (extract(epoch \
-        FROM next_attempt_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, \
-        last_error, (extract(epoch FROM created_at) * 1000)::int8, (extract(epoch FROM \
-        delivered_at) * 1000)::int8",
-    outbox_retryable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE id > $1 AND (status = 'dead' OR (status = 'pending' AND next_attempt_at > \
-        to_timestamp(($2)::float8 / 1000) AND (locked_until IS NULL OR locked_until <= \
-        to_timestamp(($3)::float8 / 1000)))) \
-        ORDER BY id LIMIT $4",
-    sweep_delivered: "\
-        DELETE FROM idempotency_outbox WHERE id = ANY(ARRAY(SELECT id FROM idempotency_outbox \
-        WHERE status = 'delivered' AND delivered_at <= to_timestamp(($1)::float8 / 1000) LIMIT $2 \
-        FOR UPDATE SKIP LOCKED))",
-    applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = $1",
-    record: "\
-        INSERT INTO idem_schema_migrations (version, description, checksum) \
-        VALUES ($1, $2, $3)",
-    forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = $1",
+    lease_of: include_str!("../sql/postgres/lease_of.sql"),
+    take_over: include_str!("../sql/postgres/take_over.sql"),
+    renew: include_str!("../sql/postgres/renew.sql"),
+    step: include_str!("../sql/postgres/step.sql"),
+    finish: include_str!("../sql/postgres/finish.sql"),
+    give_back: include_str!("../sql/postgres/give_back.sql"),
+    stuck: include_str!("../sql/postgres/stuck.sql"),
+    enqueue: include_str!("../sql/postgres/enqueue.sql"),
+    claim: Claim::Returning(include_str!("../sql/postgres/claim.sql")),
+    mark_delivered: include_str!("../sql/postgres/mark_delivered.sql"),
+    mark_failed: include_str!("../sql/postgres/mark_failed.sql"),
+    outbox_get: include_str!("../sql/postgres/outbox_get.sql"),
+    outbox_find: include_str!("../sql/postgres/outbox_find.sql"),
+    outbox_find_for_update: include_str!("../sql/postgres/outbox_find_for_update.sql"),
+    outbox_list: include_str!("../sql/postgres/outbox_list.sql"),
+    outbox_list_status: include_str!("../sql/postgres/outbox_list_status.sql"),
+    outbox_counts: include_str!("../sql/postgres/outbox_counts.sql"),
+    outbox_retry: include_str!("../sql/postgres/outbox_retry.sql"),
+    outbox_retryable: include_str!("../sql/postgres/outbox_retryable.sql"),
+    sweep_delivered: include_str!("../sql/postgres/sweep_delivered.sql"),
+    applied_one: include_str!("../sql/postgres/applied_one.sql"),
+    record: include_str!("../sql/postgres/record.sql"),
+    forget_sqlx_version: include_str!("../sql/postgres/forget_sqlx_version.sql"),
 };
 
 impl Backend for Postgres {

@@ -1,7 +1,8 @@
 //! Every statement of the store, as each database is sent it: [`Sql`] says what each
-//! statement does, and each backend writes all of them out in full, in its own words
-//! (`postgres::SQL`, `sqlite::SQL`, `mysql::SQL`). The snapshots in `src/snapshots` list
-//! every statement of every backend, so that a change to one shows as a change of SQL.
+//! statement does, and each backend writes all of them out in full, in its own words, one
+//! file a statement named after its field: `sql/<store>/<field>.sql` in the crate
+//! (`postgres::SQL`, `sqlite::SQL` and `mysql::SQL` embed them). `sql/<store>.snap` records
+//! every statement of a store by field, so that a change to one shows as a change of SQL.
 //!
 //! **Parameters** stand in the order of the arguments a statement is run with, one argument
 //! each: `$1`, `$2`, … on PostgreSQL and SQLite, `?` on MySQL, so that one argument list
@@ -9,8 +10,9 @@
 //!
 //! **Times** cross as milliseconds since the Unix epoch; each database converts them its
 //! own way: PostgreSQL `to_timestamp(ms / 1000)` and `extract(epoch …) * 1000`; SQLite text
-//! through `strftime`, read back through `julianday`, or a number an operator wrote by hand
-//! read as Unix seconds (so SQLite compares milliseconds, not columns); MySQL `DATETIME(3)`
+//! through `strftime`, read back through `unixepoch(…, 'auto', 'subsec')`, which also reads a
+//! number an operator wrote by hand as Unix seconds (so SQLite compares milliseconds, not
+//! columns; it needs SQLite 3.42 or later, which sqlx bundles); MySQL `DATETIME(3)`
 //! by arithmetic from `1970-01-01`, in UTC whatever the session's `time_zone`.
 //!
 //! Where the databases differ otherwise: PostgreSQL's batches skip rows others hold
@@ -314,13 +316,17 @@ impl Sql {
                 out.push('.');
             }
             let sql = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-                Some(quoted) => quoted.replace("\\\"", "\"").replace("\\\\", "\\"),
+                Some(quoted) => quoted
+                    .replace("\\n", "\n")
+                    .replace("\\\"", "\"")
+                    .replace("\\\\", "\\"),
                 None => value.to_owned(),
             };
+            out.push_str("-- ");
             out.push_str(field);
-            out.push_str(": ");
-            out.push_str(&sql);
             out.push('\n');
+            out.push_str(sql.trim_end());
+            out.push_str("\n\n");
         }
         out
     }

@@ -40,245 +40,34 @@ static MIGRATIONS: [Migration; 7] = [
 
 /// Every statement SQLite is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: "\
-        SELECT fingerprint, status, response_status, response_headers, response_body, (CASE WHEN \
-        CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(expires_at AS REAL) * 1000 \
-        AS INTEGER) ELSE CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) \
-        END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    expires_at: "\
-        SELECT (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(expires_at \
-        AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - 2440587.5) * \
-        86400000.0) AS INTEGER) END) \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    insert_completed: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, strftime('%Y-%m-%d %H:%M:%f', ($8) / \
-        1000.0, 'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($9) / 1000.0, 'unixepoch'), \
-        strftime('%Y-%m-%d %H:%M:%f', ($10) / 1000.0, 'unixepoch')) \
-        ON CONFLICT (scope, operation, idempotency_key) DO NOTHING",
-    insert_completed_or_replace_expired: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        response_status, response_headers, response_body, created_at, completed_at, expires_at) \
-        VALUES ($1, $2, $3, $4, 'completed', $5, $6, $7, strftime('%Y-%m-%d %H:%M:%f', ($8) / \
-        1000.0, 'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($9) / 1000.0, 'unixepoch'), \
-        strftime('%Y-%m-%d %H:%M:%f', ($10) / 1000.0, 'unixepoch')) \
-        ON CONFLICT (scope, operation, idempotency_key) DO \
-        UPDATE SET fingerprint = excluded.fingerprint, status = 'completed', response_status = \
-        excluded.response_status, response_headers = excluded.response_headers, response_body = \
-        excluded.response_body, created_at = excluded.created_at, completed_at = \
-        excluded.completed_at, expires_at = excluded.expires_at \
-        WHERE idempotency_keys.status = 'completed' AND (CASE WHEN \
-        CAST(idempotency_keys.expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(idempotency_keys.expires_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(idempotency_keys.expires_at) - 2440587.5) * 86400000.0) AS INTEGER) \
-        END) <= $8",
-    get: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    get_for_update: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    list: "\
-        SELECT scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point \
-        FROM idempotency_keys WHERE 1 = 1",
-    list_completed: " \
-        AND status = 'completed' AND (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) END) > $1",
-    list_expired: " \
-        AND status = 'completed' AND (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) END) <= $1",
-    list_processing: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND (locked_until IS NULL OR (CASE WHEN \
-        CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) > $1)",
-    list_stuck: " \
-        AND (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM \
-        idempotency_processing) AND status = 'processing' AND (CASE WHEN CAST(locked_until AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END) <= $1",
-    expire: "\
-        UPDATE idempotency_keys SET expires_at = strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch') \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND (CASE WHEN \
-        CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(expires_at AS REAL) * 1000 \
-        AS INTEGER) ELSE CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) \
-        END) > $5 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point",
-    delete: "\
-        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point",
-    sweep: "\
-        DELETE FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
-        operation, idempotency_key FROM idempotency_keys WHERE status = 'completed' AND \
-        expires_at <= strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, 'unixepoch') LIMIT $2)",
-    count_sweepable: "\
-        SELECT count(*) FROM idempotency_keys \
-        WHERE status = 'completed' AND expires_at <= strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch')",
-    counts: "\
-        SELECT operation, CASE WHEN status = 'completed' AND (CASE WHEN CAST(expires_at AS TEXT) \
-        NOT GLOB '*[^0-9.]*' THEN CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) END) <= $1 THEN \
-        'expired' WHEN status = 'processing' AND (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END) <= $2 \
-        THEN 'stuck' ELSE status END AS state, count(*), (CASE WHEN CAST(min(created_at) AS TEXT) \
-        NOT GLOB '*[^0-9.]*' THEN CAST(CAST(min(created_at) AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(min(created_at)) - 2440587.5) * 86400000.0) AS INTEGER) END) \
-        FROM idempotency_keys GROUP BY 1, 2",
-    release: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = strftime('%Y-%m-%d \
-        %H:%M:%f', ($1) / 1000.0, 'unixepoch') \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point",
-    complete: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
-        = $2, response_body = $3, completed_at = strftime('%Y-%m-%d %H:%M:%f', ($4) / 1000.0, \
-        'unixepoch'), expires_at = strftime('%Y-%m-%d %H:%M:%f', ($5 + COALESCE((SELECT ttl_ms \
-        FROM idempotency_operations WHERE operation = $6), max((CASE WHEN CAST(expires_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(expires_at) - 2440587.5) * 86400000.0) AS INTEGER) END) - (CASE \
-        WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), 0))) / 1000.0, 'unixepoch'), locked_until = NULL, attempt = attempt + 1 \
-        WHERE scope = $7 AND operation = $8 AND idempotency_key = $9 \
-        RETURNING scope, operation, idempotency_key, fingerprint, status, response_status, \
-        response_headers, response_body, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(completed_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(completed_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(completed_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END), (CASE WHEN CAST(expires_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(expires_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(expires_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), attempt, \
-        recovery_point",
-    delete_only: "\
-        DELETE FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    insert_audit: "\
-        INSERT INTO idempotency_audit (at, operator, scope, operation, idempotency_key, action, \
-        reason, \"before\", \"after\", forced) \
-        VALUES (strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, 'unixepoch'), $2, $3, $4, $5, $6, \
-        $7, $8, $9, $10) \
-        RETURNING id",
-    audit: "\
-        SELECT id, (CASE WHEN CAST(at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(at) - 2440587.5) * 86400000.0) AS INTEGER) \
-        END), operator, scope, operation, idempotency_key, action, reason, \"before\", \"after\", \
-        forced \
-        FROM idempotency_audit WHERE 1 = 1",
-    journal: "\
-        SELECT recovery_point, journal, request \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    register: "\
-        INSERT INTO idempotency_operations (operation, scope, ttl_ms, mode, lease_ms, doc, \
-        registered_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, strftime('%Y-%m-%d %H:%M:%f', ($7) / 1000.0, \
-        'unixepoch')) \
-        ON CONFLICT (operation) DO UPDATE \
-        SET scope = excluded.scope, ttl_ms = excluded.ttl_ms, mode = excluded.mode, lease_ms = \
-        excluded.lease_ms, doc = excluded.doc, registered_at = excluded.registered_at",
-    registrations: "\
-        SELECT operation, scope, ttl_ms, mode, lease_ms, doc, (CASE WHEN CAST(registered_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(registered_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(registered_at) - 2440587.5) * 86400000.0) AS INTEGER) END) \
-        FROM idempotency_operations ORDER BY operation",
-    reserve: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        request, created_at, expires_at, locked_until, attempt) \
-        VALUES ($1, $2, $3, $4, 'processing', $5, strftime('%Y-%m-%d %H:%M:%f', ($6) / 1000.0, \
-        'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($7) / 1000.0, 'unixepoch'), \
-        strftime('%Y-%m-%d %H:%M:%f', ($8) / 1000.0, 'unixepoch'), 1) \
-        ON CONFLICT (scope, operation, idempotency_key) DO NOTHING",
-    reserve_or_replace_expired: "\
-        INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
-        request, created_at, expires_at, locked_until, attempt) \
-        VALUES ($1, $2, $3, $4, 'processing', $5, strftime('%Y-%m-%d %H:%M:%f', ($6) / 1000.0, \
-        'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($7) / 1000.0, 'unixepoch'), \
-        strftime('%Y-%m-%d %H:%M:%f', ($8) / 1000.0, 'unixepoch'), 1) \
-        ON CONFLICT (scope, operation, idempotency_key) DO \
-        UPDATE SET fingerprint = excluded.fingerprint, status = 'processing', request = \
-        excluded.request, created_at = excluded.created_at, expires_at = excluded.expires_at, \
-        locked_until = excluded.locked_until, attempt = idempotency_keys.attempt + 1, journal = \
-        NULL, recovery_point = NULL, response_status = NULL, response_headers = NULL, \
-        response_body = NULL, completed_at = NULL \
-        WHERE idempotency_keys.status = 'completed' AND idempotency_keys.expires_at <= \
-        excluded.created_at",
+    lookup: include_str!("../sql/sqlite/lookup.sql"),
+    expires_at: include_str!("../sql/sqlite/expires_at.sql"),
+    insert_completed: include_str!("../sql/sqlite/insert_completed.sql"),
+    insert_completed_or_replace_expired: include_str!(
+        "../sql/sqlite/insert_completed_or_replace_expired.sql"
+    ),
+    get: include_str!("../sql/sqlite/get.sql"),
+    get_for_update: include_str!("../sql/sqlite/get_for_update.sql"),
+    list: include_str!("../sql/sqlite/list.sql"),
+    list_completed: include_str!("../sql/sqlite/list_completed.sql"),
+    list_expired: include_str!("../sql/sqlite/list_expired.sql"),
+    list_processing: include_str!("../sql/sqlite/list_processing.sql"),
+    list_stuck: include_str!("../sql/sqlite/list_stuck.sql"),
+    expire: include_str!("../sql/sqlite/expire.sql"),
+    delete: include_str!("../sql/sqlite/delete.sql"),
+    sweep: include_str!("../sql/sqlite/sweep.sql"),
+    count_sweepable: include_str!("../sql/sqlite/count_sweepable.sql"),
+    counts: include_str!("../sql/sqlite/counts.sql"),
+    release: include_str!("../sql/sqlite/release.sql"),
+    complete: include_str!("../sql/sqlite/complete.sql"),
+    delete_only: include_str!("../sql/sqlite/delete_only.sql"),
+    insert_audit: include_str!("../sql/sqlite/insert_audit.sql"),
+    audit: include_str!("../sql/sqlite/audit.sql"),
+    journal: include_str!("../sql/sqlite/journal.sql"),
+    register: include_str!("../sql/sqlite/register.sql"),
+    registrations: include_str!("../sql/sqlite/registrations.sql"),
+    reserve: include_str!("../sql/sqlite/reserve.sql"),
+    reserve_or_replace_expired: include_str!("../sql/sqlite/reserve_or_replace_expired.sql"),
     reserve_held: None,
     hold: None,
     let_go: None,
@@ -286,182 +75,29 @@ const SQL: Sql = Sql {
     clear_expired: None,
     reopen_expired: None,
     sweep_locks: None,
-    lease_of: "\
-        SELECT attempt, journal, request, fingerprint \
-        FROM idempotency_keys WHERE scope = $1 AND operation = $2 AND idempotency_key = $3",
-    take_over: "\
-        UPDATE idempotency_keys SET attempt = attempt + 1, locked_until = strftime('%Y-%m-%d \
-        %H:%M:%f', ($1) / 1000.0, 'unixepoch') \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5 AND (locked_until IS NULL OR locked_until <= strftime('%Y-%m-%d \
-        %H:%M:%f', ($6) / 1000.0, 'unixepoch')) \
-        RETURNING attempt, journal, request, fingerprint",
-    renew: "\
-        UPDATE idempotency_keys SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch') \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5",
-    step: "\
-        UPDATE idempotency_keys SET recovery_point = $1, journal = $2, locked_until = \
-        strftime('%Y-%m-%d %H:%M:%f', ($3) / 1000.0, 'unixepoch') \
-        WHERE scope = $4 AND operation = $5 AND idempotency_key = $6 AND status = 'processing' \
-        AND attempt = $7",
-    finish: "\
-        UPDATE idempotency_keys SET status = 'completed', response_status = $1, response_headers \
-        = $2, response_body = $3, completed_at = strftime('%Y-%m-%d %H:%M:%f', ($4) / 1000.0, \
-        'unixepoch'), expires_at = strftime('%Y-%m-%d %H:%M:%f', ($5) / 1000.0, 'unixepoch'), \
-        locked_until = NULL \
-        WHERE scope = $6 AND operation = $7 AND idempotency_key = $8 AND status = 'processing' \
-        AND attempt = $9",
-    give_back: "\
-        UPDATE idempotency_keys SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch') \
-        WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' \
-        AND attempt = $5",
-    stuck: "\
-        SELECT scope, operation, idempotency_key, attempt \
-        FROM idempotency_keys WHERE (scope, operation, idempotency_key) IN (SELECT scope, \
-        operation, idempotency_key FROM idempotency_processing WHERE operation = $1) AND status = \
-        'processing' AND operation = $2 AND locked_until <= strftime('%Y-%m-%d %H:%M:%f', ($3) / \
-        1000.0, 'unixepoch') \
-        ORDER BY locked_until LIMIT $4",
-    enqueue: "\
-        INSERT INTO idempotency_outbox (dedup_id, topic, payload, status, attempts, \
-        next_attempt_at, created_at) \
-        VALUES ($1, $2, $3, 'pending', 0, strftime('%Y-%m-%d %H:%M:%f', ($4) / 1000.0, \
-        'unixepoch'), strftime('%Y-%m-%d %H:%M:%f', ($5) / 1000.0, 'unixepoch')) \
-        ON CONFLICT (dedup_id) DO NOTHING",
-    claim: Claim::Returning(
-        "\
-        UPDATE idempotency_outbox SET locked_until = strftime('%Y-%m-%d %H:%M:%f', ($2) / 1000.0, \
-        'unixepoch') \
-        WHERE id IN (SELECT id FROM idempotency_outbox WHERE status = 'pending' AND \
-        next_attempt_at <= strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, 'unixepoch') AND \
-        (locked_until IS NULL OR locked_until <= strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch')) ORDER BY id LIMIT $3) \
-        RETURNING id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at \
-        AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END)",
-    ),
-    mark_delivered: "\
-        UPDATE idempotency_outbox SET status = 'delivered', delivered_at = strftime('%Y-%m-%d \
-        %H:%M:%f', ($1) / 1000.0, 'unixepoch'), locked_until = NULL \
-        WHERE id = $2 AND status = 'pending'",
-    mark_failed: "\
-        UPDATE idempotency_outbox SET attempts = attempts + 1, last_error = $1, status = CASE \
-        WHEN $2 THEN 'dead' ELSE 'pending' END, next_attempt_at = strftime('%Y-%m-%d %H:%M:%f', \
-        (CASE WHEN $3 THEN $4 ELSE $5 END) / 1000.0, 'unixepoch'), locked_until = NULL \
-        WHERE id = $6 AND status = 'pending'",
-    outbox_get: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox WHERE dedup_id = $1",
-    outbox_find: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox WHERE id = $1",
-    outbox_find_for_update: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox WHERE id = $1",
-    outbox_list: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox ORDER BY id LIMIT $1",
-    outbox_list_status: "\
-        SELECT id, dedup_id, topic, payload, status, attempts, (CASE WHEN CAST(next_attempt_at AS \
-        TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS REAL) * 1000 AS INTEGER) \
-        ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(locked_until AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(locked_until) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(created_at) - 2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN \
-        CAST(delivered_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * \
-        1000 AS INTEGER) ELSE CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS \
-        INTEGER) END) \
-        FROM idempotency_outbox WHERE status = $1 \
-        ORDER BY id LIMIT $2",
-    outbox_counts: "\
-        SELECT status, count(*), (CASE WHEN CAST(min(created_at) AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(min(created_at) AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(min(created_at)) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        count(CASE WHEN locked_until > strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, 'unixepoch') \
-        THEN 1 END) \
-        FROM idempotency_outbox GROUP BY status",
-    outbox_retry: "\
-        UPDATE idempotency_outbox SET status = 'pending', attempts = $1, next_attempt_at = \
-        strftime('%Y-%m-%d %H:%M:%f', ($2) / 1000.0, 'unixepoch'), locked_until = NULL \
-        WHERE id = $3 RETURNING id, dedup_id, topic, payload, status, attempts, (CASE WHEN \
-        CAST(next_attempt_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN CAST(CAST(next_attempt_at AS \
-        REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(next_attempt_at) - 2440587.5) * \
-        86400000.0) AS INTEGER) END), (CASE WHEN CAST(locked_until AS TEXT) NOT GLOB '*[^0-9.]*' \
-        THEN CAST(CAST(locked_until AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(locked_until) - 2440587.5) * 86400000.0) AS INTEGER) END), \
-        last_error, (CASE WHEN CAST(created_at AS TEXT) NOT GLOB '*[^0-9.]*' THEN \
-        CAST(CAST(created_at AS REAL) * 1000 AS INTEGER) ELSE CAST(round((julianday(created_at) - \
-        2440587.5) * 86400000.0) AS INTEGER) END), (CASE WHEN CAST(delivered_at AS TEXT) NOT GLOB \
-        '*[^0-9.]*' THEN CAST(CAST(delivered_at AS REAL) * 1000 AS INTEGER) ELSE \
-        CAST(round((julianday(delivered_at) - 2440587.5) * 86400000.0) AS INTEGER) END)",
-    outbox_retryable: "\
-        SELECT id FROM idempotency_outbox \
-        WHERE id > $1 AND (status = 'dead' OR (status = 'pending' AND next_attempt_at > \
-        strftime('%Y-%m-%d %H:%M:%f', ($2) / 1000.0, 'unixepoch') AND (locked_until IS NULL OR \
-        locked_until <= strftime('%Y-%m-%d %H:%M:%f', ($3) / 1000.0, 'unixepoch')))) \
-        ORDER BY id LIMIT $4",
-    sweep_delivered: "\
-        DELETE FROM idempotency_outbox WHERE id IN (SELECT id FROM idempotency_outbox WHERE \
-        status = 'delivered' AND delivered_at <= strftime('%Y-%m-%d %H:%M:%f', ($1) / 1000.0, \
-        'unixepoch') LIMIT $2)",
-    applied_one: "SELECT checksum FROM idem_schema_migrations WHERE version = $1",
-    record: "\
-        INSERT INTO idem_schema_migrations (version, description, checksum) \
-        VALUES ($1, $2, $3)",
-    forget_sqlx_version: "DELETE FROM _sqlx_migrations WHERE version = $1",
+    lease_of: include_str!("../sql/sqlite/lease_of.sql"),
+    take_over: include_str!("../sql/sqlite/take_over.sql"),
+    renew: include_str!("../sql/sqlite/renew.sql"),
+    step: include_str!("../sql/sqlite/step.sql"),
+    finish: include_str!("../sql/sqlite/finish.sql"),
+    give_back: include_str!("../sql/sqlite/give_back.sql"),
+    stuck: include_str!("../sql/sqlite/stuck.sql"),
+    enqueue: include_str!("../sql/sqlite/enqueue.sql"),
+    claim: Claim::Returning(include_str!("../sql/sqlite/claim.sql")),
+    mark_delivered: include_str!("../sql/sqlite/mark_delivered.sql"),
+    mark_failed: include_str!("../sql/sqlite/mark_failed.sql"),
+    outbox_get: include_str!("../sql/sqlite/outbox_get.sql"),
+    outbox_find: include_str!("../sql/sqlite/outbox_find.sql"),
+    outbox_find_for_update: include_str!("../sql/sqlite/outbox_find_for_update.sql"),
+    outbox_list: include_str!("../sql/sqlite/outbox_list.sql"),
+    outbox_list_status: include_str!("../sql/sqlite/outbox_list_status.sql"),
+    outbox_counts: include_str!("../sql/sqlite/outbox_counts.sql"),
+    outbox_retry: include_str!("../sql/sqlite/outbox_retry.sql"),
+    outbox_retryable: include_str!("../sql/sqlite/outbox_retryable.sql"),
+    sweep_delivered: include_str!("../sql/sqlite/sweep_delivered.sql"),
+    applied_one: include_str!("../sql/sqlite/applied_one.sql"),
+    record: include_str!("../sql/sqlite/record.sql"),
+    forget_sqlx_version: include_str!("../sql/sqlite/forget_sqlx_version.sql"),
 };
 
 impl Backend for Sqlite {

@@ -302,7 +302,7 @@ impl<DB: Backend> KeyTable<DB> {
             Some(KeyStatus::Stuck) => Some(DB::SQL.list_stuck),
         };
         if let Some(state) = state {
-            query.push(state);
+            query.push(" ").push(state);
             query.args.push(Arg::Int(now_ms));
         }
         if let Some(operation) = &filter.operation {

@@ -1,0 +1,3 @@
+DELETE FROM idempotency_keys
+WHERE scope = ? AND operation = ? AND idempotency_key = ? AND status = 'completed' AND expires_at <=
+    DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)

@@ -1,0 +1,2 @@
+DELETE FROM idempotency_keys
+WHERE scope = ? AND operation = ? AND idempotency_key = ?

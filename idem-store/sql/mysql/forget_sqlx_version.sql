@@ -1,0 +1,2 @@
+DELETE FROM _sqlx_migrations
+WHERE version = ?

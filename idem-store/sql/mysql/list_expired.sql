@@ -1,0 +1,1 @@
+AND status = 'completed' AND expires_at <= DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)

@@ -1,0 +1,2 @@
+INSERT INTO idem_schema_migrations (version, description, checksum)
+VALUES (?, ?, ?)

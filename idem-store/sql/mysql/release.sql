@@ -1,0 +1,3 @@
+UPDATE idempotency_keys
+SET attempt = attempt + 1, locked_until = DATE_ADD('1970-01-01', INTERVAL ((?) * 1000) MICROSECOND)
+WHERE scope = ? AND operation = ? AND idempotency_key = ?

@@ -1,0 +1,3 @@
+SELECT checksum
+FROM idem_schema_migrations
+WHERE version = $1

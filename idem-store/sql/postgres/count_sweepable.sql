@@ -1,0 +1,3 @@
+SELECT count(*)
+FROM idempotency_keys
+WHERE status = 'completed' AND expires_at <= to_timestamp(($1)::float8 / 1000)

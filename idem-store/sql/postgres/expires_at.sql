@@ -1,0 +1,3 @@
+SELECT (extract(epoch FROM expires_at) * 1000)::int8
+FROM idempotency_keys
+WHERE scope = $1 AND operation = $2 AND idempotency_key = $3

@@ -1,0 +1,3 @@
+SELECT attempt, journal, request, fingerprint
+FROM idempotency_keys
+WHERE scope = $1 AND operation = $2 AND idempotency_key = $3
