@@ -57,7 +57,7 @@ impl<'a> Arg<'a> {
 /// Every statement of the store on one database. A key row's columns are read in the order
 /// of [`crate::list::RawRow`] (scope, operation, key, fingerprint, status, response status,
 /// headers and body, created, completed, expires, locked until in milliseconds, attempt,
-/// recovery point), an outbox row's in the order of `RawOutboxRow`; "the key" is the first
+/// recovery point), an outbox row's in the order of `OutboxRow`'s fields; "the key" is the first
 /// three parameters, `scope`, `operation`, `idempotency_key`, unless a statement says where.
 ///
 /// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.

@@ -225,86 +225,25 @@ pub(crate) fn row_json(row: &OutboxRow) -> String {
     .to_string()
 }
 
-/// The columns of one row, in the order of [`crate::sql::OUTBOX_COLUMNS`].
-#[derive(Debug)]
-pub(crate) struct RawOutboxRow {
-    pub(crate) id: i64,
-    pub(crate) dedup_id: String,
-    pub(crate) topic: String,
-    pub(crate) payload: String,
-    pub(crate) status: String,
-    pub(crate) attempts: i32,
-    pub(crate) next_attempt_at_ms: i64,
-    pub(crate) locked_until_ms: Option<i64>,
-    pub(crate) last_error: Option<String>,
-    pub(crate) created_at_ms: i64,
-    pub(crate) delivered_at_ms: Option<i64>,
-}
-
-impl RawOutboxRow {
-    /// The row, or [`StoreError::Corrupt`] for a status this version does not know or a
-    /// payload that is not JSON.
-    pub(crate) fn into_row(self) -> Result<OutboxRow, StoreError> {
-        let status = self.status.parse::<OutboxStatus>().map_err(|_| {
-            StoreError::Corrupt(format!(
-                "outbox message {} has the unknown status {:?}",
-                self.id, self.status
-            ))
-        })?;
-        let payload = self.payload()?;
-        Ok(OutboxRow {
-            id: self.id,
-            dedup_id: self.dedup_id,
-            topic: self.topic,
-            payload,
-            status,
-            attempts: attempts(self.attempts),
-            next_attempt_at_ms: self.next_attempt_at_ms,
-            locked_until_ms: self.locked_until_ms,
-            last_error: self.last_error,
-            created_at_ms: self.created_at_ms,
-            delivered_at_ms: self.delivered_at_ms,
-        })
-    }
-
-    fn payload(&self) -> Result<serde_json::Value, StoreError> {
-        serde_json::from_str(&self.payload).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "outbox message {} has a payload that is not JSON: {e}",
-                self.id
-            ))
-        })
-    }
-
-    /// The claimed message; `Err` carries the reason it cannot be delivered.
-    pub(crate) fn into_claimed(self, locked_until_ms: i64) -> Result<Claimed, (i64, StoreError)> {
-        let payload = self.payload().map_err(|e| (self.id, e))?;
-        Ok(Claimed {
-            id: self.id,
-            dedup_id: self.dedup_id,
-            topic: self.topic,
-            payload,
-            attempts: attempts(self.attempts),
-            created_at_ms: self.created_at_ms,
-            locked_until_ms: self.locked_until_ms.unwrap_or(locked_until_ms),
-        })
-    }
-}
-
-fn attempts(n: i32) -> u32 {
-    u32::try_from(n).unwrap_or(0)
-}
-
-impl RawOutboxRow {
-    /// A row's columns, in the order of [`crate::sql::OUTBOX_COLUMNS`].
-    pub(crate) fn read<DB: Glue>(row: &DB::Row) -> Result<Self, sqlx::Error> {
+impl OutboxRow {
+    /// A row's columns: id, dedup id, topic, payload, status, attempts, next attempt,
+    /// locked until, last error, created, delivered. [`StoreError::Corrupt`] for a status this
+    /// version does not know or a payload that is not JSON.
+    pub(crate) fn read<DB: Glue>(row: &DB::Row) -> Result<Self, StoreError> {
+        let id = DB::int(row, 0)?;
+        let corrupt = |what: String| StoreError::Corrupt(format!("outbox message {id} {what}"));
+        let status = DB::text(row, 4)?;
+        let status = (status.parse::<OutboxStatus>())
+            .map_err(|_| corrupt(format!("has the unknown status {status:?}")))?;
+        let payload = serde_json::from_str(&DB::text(row, 3)?)
+            .map_err(|e| corrupt(format!("has a payload that is not JSON: {e}")))?;
         Ok(Self {
-            id: DB::int(row, 0)?,
+            id,
             dedup_id: DB::text(row, 1)?,
             topic: DB::text(row, 2)?,
-            payload: DB::text(row, 3)?,
-            status: DB::text(row, 4)?,
-            attempts: DB::opt_int32(row, 5)?.unwrap_or(0),
+            payload,
+            status,
+            attempts: u32::try_from(DB::opt_int32(row, 5)?.unwrap_or(0)).unwrap_or(0),
             next_attempt_at_ms: DB::int(row, 6)?,
             locked_until_ms: DB::opt_int(row, 7)?,
             last_error: DB::opt_text(row, 8)?,

@@ -30,7 +30,7 @@ use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
 use crate::glue::Arg;
 use crate::operator::Actor;
-use crate::outbox::message::{AUDIT_SCOPE, RawOutboxRow, row_json};
+use crate::outbox::message::{AUDIT_SCOPE, row_json};
 use crate::sql::{Claim, Statement};
 
 pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus};
@@ -202,13 +202,23 @@ impl<DB: Backend> Outbox<DB> {
         };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
-            match row.into_claimed(until_ms) {
-                Ok(message) => claimed.push(message),
-                Err((id, error)) => {
+            match OutboxRow::read::<DB>(&row) {
+                Ok(row) => claimed.push(Claimed {
+                    id: row.id,
+                    dedup_id: row.dedup_id,
+                    topic: row.topic,
+                    payload: row.payload,
+                    attempts: row.attempts,
+                    created_at_ms: row.created_at_ms,
+                    locked_until_ms: row.locked_until_ms.unwrap_or(until_ms),
+                }),
+                Err(error @ StoreError::Corrupt(_)) => {
+                    let id = DB::int(&row, 0)?;
                     tracing::warn!(id, %error, "outbox message cannot be delivered; marked dead");
                     self.mark_failed(id, now_ms, &error.to_string(), now_ms, true)
                         .await?;
                 }
+                Err(error) => return Err(error),
             }
         }
         claimed.sort_by_key(|message| message.id);
@@ -260,10 +270,7 @@ impl<DB: Backend> Outbox<DB> {
         let rows = self
             .rows(DB::SQL.outbox_get, &[Arg::Text(dedup_id)])
             .await?;
-        rows.into_iter()
-            .next()
-            .map(RawOutboxRow::into_row)
-            .transpose()
+        rows.first().map(OutboxRow::read::<DB>).transpose()
     }
 
     /// The message whose row id ([`OutboxRow::id`], [`Claimed::id`]) is `id`, if any.
@@ -272,10 +279,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
         let rows = self.rows(DB::SQL.outbox_find, &[Arg::Int(id)]).await?;
-        rows.into_iter()
-            .next()
-            .map(RawOutboxRow::into_row)
-            .transpose()
+        rows.first().map(OutboxRow::read::<DB>).transpose()
     }
 
     /// Up to `limit` messages (1 to [`Outbox::MAX_BATCH`]) in `status`, or in any status, in
@@ -310,7 +314,7 @@ impl<DB: Backend> Outbox<DB> {
                 self.rows(sql.outbox_list_status, &args).await?
             }
         };
-        rows.into_iter().map(RawOutboxRow::into_row).collect()
+        rows.iter().map(OutboxRow::read::<DB>).collect()
     }
 
     /// How many messages are in each state at `now_ms` (pending ones in flight: leased past
@@ -528,7 +532,7 @@ impl<DB: Backend> Outbox<DB> {
         now_ms: i64,
         until_ms: i64,
         batch: u32,
-    ) -> Result<Vec<RawOutboxRow>, sqlx::Error> {
+    ) -> Result<Vec<DB::Row>, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
         let mut tx = begin_write::<DB>(&mut conn).await?;
         let args = [
@@ -560,20 +564,17 @@ impl<DB: Backend> Outbox<DB> {
         DB::execute(&mut tx, &lease.sql, &lease.args).await?;
         let rows = DB::fetch_all(&mut tx, &read.sql, &read.args).await?;
         tx.commit().await?;
-        rows.iter().map(RawOutboxRow::read::<DB>).collect()
+        Ok(rows)
     }
 
     /// The rows `sql` returns, on a connection of the pool.
-    async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<RawOutboxRow>, StoreError> {
+    async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<DB::Row>, StoreError> {
         async {
             let mut conn = self.pool.acquire().await?;
-            let rows = DB::fetch_all(&mut conn, sql, args).await?;
-            rows.iter()
-                .map(RawOutboxRow::read::<DB>)
-                .collect::<Result<Vec<_>, _>>()
+            DB::fetch_all(&mut conn, sql, args).await
         }
         .await
-        .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
+        .map_err(|e| StoreError::from(e).refine::<DB>())
     }
 
     /// Runs `sql` on a connection of the pool; how many rows it changed.
@@ -637,7 +638,7 @@ async fn retry_in<DB: Backend>(
             "retry: there is no outbox message with id {id}"
         )));
     };
-    let before = RawOutboxRow::read::<DB>(&before)?.into_row()?;
+    let before = OutboxRow::read::<DB>(&before)?;
     if let Some(why) = refusal(&before, now_ms) {
         return Err(StoreError::NotApplicable(why));
     }
@@ -653,7 +654,7 @@ async fn retry_in<DB: Backend>(
         DB::fetch_optional(tx, sql.outbox_find, &[Arg::Int(id)]).await?
     };
     let after = after.ok_or(sqlx::Error::RowNotFound)?;
-    let after = RawOutboxRow::read::<DB>(&after)?.into_row()?;
+    let after = OutboxRow::read::<DB>(&after)?;
     let (before_json, after_json) = (row_json(&before), row_json(&after));
     let audit = [
         Arg::Int(now_ms),
