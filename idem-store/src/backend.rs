@@ -10,6 +10,7 @@ use sqlx::pool::PoolOptions;
 use crate::glue::{Arg, Glue, Wire, like_prefix};
 use crate::key::KeyRef;
 use crate::migration::Migration;
+use crate::pooler::inline;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
 use crate::sql::Sql;
@@ -155,11 +156,10 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// The completed row's `INSERT` and `COMMIT` as one batch, where that saves round trips
-    /// (PostgreSQL: `INSERT …; COMMIT; BEGIN`, one simple query); `None`: a bound `INSERT`,
-    /// then `COMMIT`.
+    /// ([`Sql::insert_and_commit`], its values written in); `None`: a bound `INSERT`, then
+    /// `COMMIT`.
     fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
-        let _ = row;
-        None
+        (Self::SQL.insert_and_commit).map(|sql| inline(sql, &new_row_args(row)))
     }
 
     #[doc(hidden)]
@@ -384,19 +384,7 @@ pub trait Backend: Glue + sealed::Sealed {
                     sql.insert_completed
                 }
             };
-            let args = [
-                Arg::Text(row.key.scope),
-                Arg::Text(row.key.operation),
-                Arg::Text(row.key.key),
-                Arg::Bytes(row.fingerprint),
-                Arg::Int32(i32::from(row.status)),
-                Arg::Text(row.headers_json),
-                Arg::Bytes(row.body),
-                Arg::Int(row.created_ms),
-                Arg::Int(row.completed_ms),
-                Arg::Int(row.expires_ms),
-            ];
-            match Self::execute(tx, statement, &args).await {
+            match Self::execute(tx, statement, &new_row_args(&row)).await {
                 Ok(inserted) => Ok(inserted == 1),
                 // Without `ON CONFLICT … DO NOTHING`: the row exists.
                 Err(error) if Self::is_duplicate(&error) => Ok(false),
@@ -744,6 +732,23 @@ pub(crate) async fn begin_write<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
     Transaction::begin(conn, DB::BEGIN_WRITE.map(Into::into)).await
+}
+
+/// A completed row's parameters: the key; fingerprint, status, headers, body; created,
+/// completed, expires.
+fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 10] {
+    [
+        Arg::Text(row.key.scope),
+        Arg::Text(row.key.operation),
+        Arg::Text(row.key.key),
+        Arg::Bytes(row.fingerprint),
+        Arg::Int32(i32::from(row.status)),
+        Arg::Text(row.headers_json),
+        Arg::Bytes(row.body),
+        Arg::Int(row.created_ms),
+        Arg::Int(row.completed_ms),
+        Arg::Int(row.expires_ms),
+    ]
 }
 
 /// A reservation's parameters after the key's: `$4` to `$8`.

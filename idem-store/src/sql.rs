@@ -75,6 +75,15 @@ pub struct Sql {
     /// a processing row is never replaced (it is not final, so it does not expire). MySQL:
     /// the plain insert, after [`Sql::clear_expired`].
     pub insert_completed_or_replace_expired: &'static str,
+    /// PostgreSQL: [`Sql::insert_completed`] with no `ON CONFLICT`, then `COMMIT; BEGIN`: one
+    /// simple query, its values written in as literals ([`crate::pooler`]'s), one round trip
+    /// where a bound `INSERT` and a `COMMIT` take two. A row that exists fails the `INSERT`,
+    /// which aborts the transaction and skips the `COMMIT`.
+    pub insert_and_commit: Option<&'static str>,
+    /// PostgreSQL: the key's advisory lock taken and the key looked at again, in `BEGIN`'s
+    /// round trip, its values written in as literals (the lock id; the key; expired by, or
+    /// `NULL`): `idem_lock_key` (migrations 2 and 7) raises `IK001` when the key has a row.
+    pub lock_key: Option<&'static str>,
 
     // Tools.
     /// The key's row.
