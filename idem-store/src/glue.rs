@@ -343,14 +343,3 @@ impl<'a> Arg<'a> {
         args
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn like_prefixes_match_wildcards_literally() {
-        assert_eq!(like_prefix("a%b_c!d"), "a!%b!_c!!d%");
-        assert_eq!(like_prefix(""), "%");
-    }
-}
