@@ -52,32 +52,6 @@ pub trait Backend: Glue + sealed::Sealed {
     const POSITIONAL: bool = false;
 
     #[doc(hidden)]
-    /// `idem_schema_migrations`, created if missing.
-    const HISTORY: &'static str;
-
-    #[doc(hidden)]
-    /// Whether idem 0.1's migration history (sqlx's `_sqlx_migrations`) is where unqualified
-    /// names go.
-    const HAS_SQLX_HISTORY: &'static str;
-
-    #[doc(hidden)]
-    /// How a transaction that writes begins where plain `BEGIN` would take its write locks
-    /// too late (SQLite: `BEGIN IMMEDIATE`); `None` (the default): `BEGIN`, rows read with
-    /// `{for_update}`.
-    const BEGIN_WRITE: Option<&'static str> = None;
-
-    #[doc(hidden)]
-    /// The statement that names the server session a connection is on (PostgreSQL:
-    /// `SELECT pg_backend_pid()::int8`), where two connections could share one through a
-    /// transaction pooler: see [`Self::shared_sessions`]. Default: none.
-    const SESSION_ID: Option<&'static str> = None;
-
-    #[doc(hidden)]
-    /// How a migration's transaction begins: [`Self::BEGIN_WRITE`], or with the lock that
-    /// makes one process at a time migrate where it is transaction-scoped (PostgreSQL).
-    const BEGIN_MIGRATION: Option<&'static str> = Self::BEGIN_WRITE;
-
-    #[doc(hidden)]
     /// Whether an execution may take the key's lock before looking the key up, saving the
     /// lookup's round trip when the key is new: where [`Self::begin`] with a lock is one
     /// round trip that fails with [`Failure::Taken`] when the key's row exists (PostgreSQL).
@@ -89,11 +63,6 @@ pub trait Backend: Glue + sealed::Sealed {
     /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
     /// the generic code reads the rows again.
     const RETURNING: bool = true;
-
-    #[doc(hidden)]
-    /// Where writes return nothing: the statement that reads the id the last `INSERT`
-    /// generated (the audit entry's).
-    const LAST_INSERT_ID: &'static str = "";
 
     #[doc(hidden)]
     /// The connection options of `url` with the protocol's settings (see
@@ -111,11 +80,19 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// What tells this key table's locks from those of other key tables the database may hold
-    /// (PostgreSQL: `current_schema()`; SQLite: nothing, the empty string). Ask once per
-    /// process and pass it in every [`KeyLock`].
+    /// ([`Sql::namespace`]). Ask once per process and pass it in every [`KeyLock`].
     fn namespace(
         conn: &mut <Self as Database>::Connection,
-    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<String, sqlx::Error>> + Send {
+        async move {
+            let Some(sql) = Self::SQL.namespace else {
+                return Ok(String::new());
+            };
+            let row = Self::fetch_optional(conn, sql, &[]).await?;
+            let name = row.map(|row| Self::opt_text(&row, 0)).transpose()?;
+            Ok(name.flatten().unwrap_or_default())
+        }
+    }
 
     #[doc(hidden)]
     /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
@@ -214,30 +191,35 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Takes the lock that makes one process at a time migrate, on `conn`, for the session
-    /// (MySQL: `GET_LOCK`). Default: none, each migration's [`Self::BEGIN_MIGRATION`]
-    /// transaction taking its lock.
+    /// Takes [`Sql::lock_migrations`] on `conn`, for the session, where the database has it.
     fn lock_migrations(
         conn: &mut Self::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
-        let _ = conn;
-        async { Ok(()) }
+        execute_if::<Self>(conn, Self::SQL.lock_migrations)
     }
 
     #[doc(hidden)]
-    /// Lets go of [`Self::lock_migrations`]'s lock and resets the session.
+    /// Lets go of [`Self::lock_migrations`]'s lock.
     fn unlock_migrations(
         conn: &mut Self::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
-        let _ = conn;
-        async { Ok(()) }
+        execute_if::<Self>(conn, Self::SQL.unlock_migrations)
     }
 
     #[doc(hidden)]
-    /// The key table's size on disk with its indexes, where the database can tell.
+    /// The key table's size on disk with its indexes, where the database can tell (SQLite:
+    /// where it was built with `dbstat`).
     fn table_bytes(
         conn: &mut Self::Connection,
-    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send {
+        async move {
+            match Self::fetch_optional(conn, Self::SQL.table_bytes, &[]).await {
+                Ok(row) => Ok(row.map(|row| Self::opt_int(&row, 0)).transpose()?.flatten()),
+                Err(sqlx::Error::Database(e)) if e.message().contains("no such table") => Ok(None),
+                Err(error) => Err(error),
+            }
+        }
+    }
 
     #[doc(hidden)]
     /// The advisory lock id of `key`'s attempt `attempt`, where staged mode's holds exist
@@ -296,7 +278,7 @@ pub trait Backend: Glue + sealed::Sealed {
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
-            let Some(sql) = Self::SESSION_ID else {
+            let Some(sql) = Self::SQL.session_id else {
                 return Ok(false);
             };
             if pool.options().get_max_connections() < 2 {
@@ -727,11 +709,11 @@ pub(crate) async fn look_again<'c, DB: Backend>(
     }
 }
 
-/// `Transaction::begin` with [`Backend::BEGIN_WRITE`].
+/// `Transaction::begin` with [`Sql::begin_write`].
 pub(crate) async fn begin_write<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
-    Transaction::begin(conn, DB::BEGIN_WRITE.map(Into::into)).await
+    Transaction::begin(conn, DB::SQL.begin_write.map(Into::into)).await
 }
 
 /// A completed row's parameters: the key; fingerprint, status, headers, body; created,
@@ -760,6 +742,17 @@ fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 5] {
         Arg::Int(r.expires_ms),
         Arg::Int(r.locked_until_ms),
     ]
+}
+
+/// Runs `statement`, if there is one.
+async fn execute_if<DB: Backend>(
+    conn: &mut DB::Connection,
+    statement: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    match statement {
+        Some(statement) => DB::execute(conn, statement, &[]).await.map(drop),
+        None => Ok(()),
+    }
 }
 
 /// Runs `statement` on the hold of `key`'s attempt `attempt` (its one parameter), answering

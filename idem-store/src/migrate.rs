@@ -86,7 +86,7 @@ impl<DB: Database> Drop for MigrationSession<DB> {
 }
 
 /// Applies `DB`'s pending migrations, each in its own transaction with its history row,
-/// under [`Backend::lock_migrations`] (MySQL) or [`Backend::BEGIN_MIGRATION`]'s lock
+/// under [`Backend::lock_migrations`] (MySQL) or [`Sql::begin_migration`](crate::sql::Sql::begin_migration)'s lock
 /// (PostgreSQL).
 pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     let mut session = MigrationSession {
@@ -105,7 +105,7 @@ pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), S
 }
 
 /// Applies the pending migrations. The caller holds the migration lock where the database
-/// has a session one (MySQL); each transaction begins with [`Backend::BEGIN_MIGRATION`],
+/// has a session one (MySQL); each transaction begins with [`Sql::begin_migration`](crate::sql::Sql::begin_migration),
 /// which takes the lock for the transaction (PostgreSQL) or the database's write lock
 /// (SQLite), and looks at the history again, so that another process that migrated
 /// meanwhile is seen. Every statement goes as [`Wire::Literal`]: no prepared statement
@@ -113,7 +113,7 @@ pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), S
 async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError> {
     // The history table, created under the lock: instances creating it at once would race.
     let mut tx = begin_migration::<DB>(conn).await?;
-    DB::batch(&mut tx, DB::HISTORY).await?;
+    DB::batch(&mut tx, DB::SQL.history).await?;
     tx.commit().await?;
     let rows = DB::fetch_all_on(Wire::Literal, conn, APPLIED, &[]).await?;
     let recorded = rows
@@ -159,17 +159,17 @@ async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError>
     Ok(())
 }
 
-/// `Transaction::begin` with [`Backend::BEGIN_MIGRATION`].
+/// `Transaction::begin` with [`Sql::begin_migration`](crate::sql::Sql::begin_migration).
 async fn begin_migration<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
-    Transaction::begin(conn, DB::BEGIN_MIGRATION.map(Into::into)).await
+    Transaction::begin(conn, DB::SQL.begin_migration.map(Into::into)).await
 }
 
 /// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
 /// the one migration 1 just adopted.
 async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
-    let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::HAS_SQLX_HISTORY, &[]).await?;
+    let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::SQL.has_sqlx_history, &[]).await?;
     if !exists
         .map(|row| DB::flag(&row, 0))
         .transpose()?

@@ -117,6 +117,19 @@ const SQL: Sql = Sql {
     applied_one: include_str!("../sql/mysql/applied_one.sql"),
     record: include_str!("../sql/mysql/record.sql"),
     forget_sqlx_version: include_str!("../sql/mysql/forget_sqlx_version.sql"),
+    history: include_str!("../sql/mysql/history.sql"),
+    has_sqlx_history: include_str!("../sql/mysql/has_sqlx_history.sql"),
+    begin_migration: None,
+    // A session lock on the database's name: one process at a time migrates it. A year:
+    // migrations may wait for another instance's run.
+    lock_migrations: Some(include_str!("../sql/mysql/lock_migrations.sql")),
+    unlock_migrations: Some(include_str!("../sql/mysql/unlock_migrations.sql")),
+    begin_write: None,
+    namespace: Some(include_str!("../sql/mysql/namespace.sql")),
+    session_id: None,
+    last_insert_id: Some(include_str!("../sql/mysql/last_insert_id.sql")),
+    key_lock_taken: Some(include_str!("../sql/mysql/key_lock_taken.sql")),
+    table_bytes: include_str!("../sql/mysql/table_bytes.sql"),
 };
 
 /// The server's flavour, asked once per process: how a statement sets its own lock wait.
@@ -128,15 +141,7 @@ impl Backend for MySql {
     }
     const SQL: Sql = SQL;
     const POSITIONAL: bool = true;
-    const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
-         version     BIGINT        NOT NULL PRIMARY KEY, \
-         description TEXT          NOT NULL, \
-         checksum    VARBINARY(32) NOT NULL, \
-         applied_at  TIMESTAMP(3)  NOT NULL DEFAULT CURRENT_TIMESTAMP(3)) ENGINE = InnoDB";
-    const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = '_sqlx_migrations') = 1";
     const RETURNING: bool = false;
-    const LAST_INSERT_ID: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
 
     fn is_duplicate(error: &sqlx::Error) -> bool {
         number(error) == Some(1062)
@@ -150,15 +155,6 @@ impl Backend for MySql {
             .charset("utf8mb4")
             // idem's statements carry keys, tenants and response bodies: never logged.
             .disable_statement_logging())
-    }
-
-    async fn namespace(conn: &mut MySqlConnection) -> Result<String, sqlx::Error> {
-        let row = Self::fetch_optional(conn, "SELECT DATABASE()", &[]).await?;
-        Ok(row
-            .map(|row| Self::opt_text(&row, 0))
-            .transpose()?
-            .flatten()
-            .unwrap_or_default())
     }
 
     async fn begin<'c>(
@@ -221,7 +217,7 @@ impl Backend for MySql {
         conn: &mut MySqlConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {
-        let sql = "SELECT lock_id FROM idempotency_locks WHERE lock_id = ? FOR UPDATE NOWAIT";
+        let sql = SQL.key_lock_taken.unwrap_or_default();
         let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
         match Self::fetch_optional(conn, sql, &id).await {
             Ok(_) => Ok(false),
@@ -229,26 +225,6 @@ impl Backend for MySql {
             Err(error) if matches!(number(&error), Some(1205 | 3572)) => Ok(true),
             Err(error) => Err(error),
         }
-    }
-
-    async fn lock_migrations(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-        // A session lock on the database's name: one process at a time migrates it. A year:
-        // migrations may wait for another instance's run.
-        let sql = "SELECT GET_LOCK(CONCAT('idem-migrations:', DATABASE()), 31536000)";
-        Self::execute(conn, sql, &[]).await.map(drop)
-    }
-
-    async fn unlock_migrations(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-        let sql = "SELECT RELEASE_LOCK(CONCAT('idem-migrations:', DATABASE()))";
-        Self::execute(conn, sql, &[]).await.map(drop)
-    }
-
-    async fn table_bytes(conn: &mut MySqlConnection) -> Result<Option<i64>, sqlx::Error> {
-        let sql = "SELECT CAST(data_length + index_length AS SIGNED) \
-                   FROM information_schema.tables \
-                   WHERE table_schema = DATABASE() AND table_name = 'idempotency_keys'";
-        let row = Self::fetch_optional(conn, sql, &[]).await?;
-        Ok(row.map(|row| Self::opt_int(&row, 0)).transpose()?.flatten())
     }
 }
 

@@ -730,7 +730,8 @@ async fn act<DB: Backend>(
         DB::fetch_optional(&mut tx, sql.insert_audit, &audit).await?
     } else {
         DB::execute(&mut tx, sql.insert_audit, &audit).await?;
-        DB::fetch_optional(&mut tx, DB::LAST_INSERT_ID, &[]).await?
+        let last = sql.last_insert_id.unwrap_or_default();
+        DB::fetch_optional(&mut tx, last, &[]).await?
     };
     let audit_id = DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)?;
     tx.commit().await?;

@@ -118,6 +118,19 @@ const SQL: Sql = Sql {
     applied_one: include_str!("../sql/postgres/applied_one.sql"),
     record: include_str!("../sql/postgres/record.sql"),
     forget_sqlx_version: include_str!("../sql/postgres/forget_sqlx_version.sql"),
+    history: include_str!("../sql/postgres/history.sql"),
+    has_sqlx_history: include_str!("../sql/postgres/has_sqlx_history.sql"),
+    // The lock for the transaction, with no timeouts: migrations may wait for another
+    // instance's run and take longer than requests may.
+    begin_migration: Some(include_str!("../sql/postgres/begin_migration.sql")),
+    lock_migrations: None,
+    unlock_migrations: None,
+    begin_write: None,
+    namespace: Some(include_str!("../sql/postgres/namespace.sql")),
+    session_id: Some(include_str!("../sql/postgres/session_id.sql")),
+    last_insert_id: None,
+    key_lock_taken: Some(include_str!("../sql/postgres/key_lock_taken.sql")),
+    table_bytes: include_str!("../sql/postgres/table_bytes.sql"),
 };
 
 impl Backend for Postgres {
@@ -126,20 +139,6 @@ impl Backend for Postgres {
     }
     const SQL: Sql = SQL;
     const LOCK_FIRST: bool = true;
-    const SESSION_ID: Option<&'static str> = Some("SELECT pg_backend_pid()::int8");
-    // The lock for the transaction, with no timeouts: migrations may wait for another
-    // instance's run and take longer than requests may.
-    const BEGIN_MIGRATION: Option<&'static str> = Some(
-        "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; \
-         SELECT pg_advisory_xact_lock(7594306391241484647)",
-    );
-    const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
-         version     BIGINT      PRIMARY KEY, \
-         description TEXT        NOT NULL, \
-         checksum    BYTEA       NOT NULL, \
-         applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())";
-    const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
-         WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations')";
 
     fn connect_options(url: &str, _settings: &TxSettings) -> Result<PgConnectOptions, sqlx::Error> {
         let mut options = PgConnectOptions::from_str(url)?;
@@ -171,11 +170,6 @@ impl Backend for Postgres {
                 conn.ping().await.map(|()| true)
             })
         })
-    }
-
-    async fn namespace(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
-        let row = Self::fetch_optional(conn, "SELECT current_schema()", &[]).await?;
-        row.map_or(Ok(String::new()), |row| Self::text(&row, 0))
     }
 
     async fn begin<'c>(
@@ -261,15 +255,10 @@ impl Backend for Postgres {
     ) -> Result<bool, sqlx::Error> {
         // Outside a transaction the lock, if taken, is released as the statement ends.
         let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
-        let row = Self::fetch_optional(conn, "SELECT pg_try_advisory_xact_lock($1)", &id).await?;
+        let sql = SQL.key_lock_taken.unwrap_or_default();
+        let row = Self::fetch_optional(conn, sql, &id).await?;
         let free = row.map(|row| Self::flag(&row, 0)).transpose()?;
         Ok(free == Some(false))
-    }
-
-    async fn table_bytes(conn: &mut PgConnection) -> Result<Option<i64>, sqlx::Error> {
-        let sql = "SELECT pg_total_relation_size(to_regclass('idempotency_keys'))";
-        let row = Self::fetch_optional(conn, sql, &[]).await?;
-        Ok(row.map(|row| Self::opt_int(&row, 0)).transpose()?.flatten())
     }
 
     /// The key's lock's derivation, with the attempt's number as one more part.
@@ -314,7 +303,7 @@ mod tests {
 
     #[test]
     fn migrations_take_the_documented_lock() {
-        let begin = <Postgres as Backend>::BEGIN_MIGRATION.unwrap_or_default();
+        let begin = SQL.begin_migration.unwrap_or_default().trim_end();
         let lock = format!("pg_advisory_xact_lock({})", crate::MIGRATION_LOCK_ID);
         assert!(begin.ends_with(&lock), "{begin}");
     }

@@ -222,6 +222,36 @@ pub struct Sql {
     pub record: &'static str,
     /// idem 0.1's row in sqlx's `_sqlx_migrations` deleted.
     pub forget_sqlx_version: &'static str,
+    /// `idem_schema_migrations`, created if missing.
+    pub history: &'static str,
+    /// Whether idem 0.1's history (sqlx's `_sqlx_migrations`) is where unqualified names go.
+    pub has_sqlx_history: &'static str,
+    /// How a migration's transaction begins where `BEGIN` will not do: with the lock that
+    /// makes one process at a time migrate, where it is transaction-scoped (PostgreSQL), or
+    /// with the write lock (SQLite).
+    pub begin_migration: Option<&'static str>,
+    /// MySQL: the session lock one process at a time migrates under (`GET_LOCK`).
+    pub lock_migrations: Option<&'static str>,
+    /// MySQL: that lock let go.
+    pub unlock_migrations: Option<&'static str>,
+
+    // Sessions.
+    /// How a transaction that writes begins where `BEGIN` would take its write locks too late
+    /// (SQLite); `None`: `BEGIN`, rows read `FOR UPDATE`.
+    pub begin_write: Option<&'static str>,
+    /// What tells this key table's locks from those of other key tables in the database
+    /// (PostgreSQL: the schema; MySQL: the database); `None`: nothing, the empty string.
+    pub namespace: Option<&'static str>,
+    /// PostgreSQL: the server session a connection is on ([`crate::Backend::shared_sessions`]).
+    pub session_id: Option<&'static str>,
+    /// Where writes return nothing (MySQL): the id the last `INSERT` generated.
+    pub last_insert_id: Option<&'static str>,
+    /// Whether another transaction holds the key's lock (the lock id), without waiting:
+    /// PostgreSQL answers `false` when it is held, MySQL fails with a lock error; `None`: no
+    /// telling (SQLite, whose key lock is the database's write lock).
+    pub key_lock_taken: Option<&'static str>,
+    /// The key table's size on disk with its indexes.
+    pub table_bytes: &'static str,
 }
 
 /// A statement put together at run time (a listing and its filters), its parameters

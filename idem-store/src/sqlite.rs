@@ -8,10 +8,10 @@
 use std::str::FromStr;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
-use sqlx::{ConnectOptions as _, Sqlite, Transaction};
+use sqlx::{ConnectOptions as _, Sqlite};
 
-use crate::backend::{Backend, look_again};
-use crate::glue::{Glue as _, prefix_pattern};
+use crate::backend::{Backend, begin_write, look_again};
+use crate::glue::prefix_pattern;
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
@@ -100,6 +100,19 @@ const SQL: Sql = Sql {
     applied_one: include_str!("../sql/sqlite/applied_one.sql"),
     record: include_str!("../sql/sqlite/record.sql"),
     forget_sqlx_version: include_str!("../sql/sqlite/forget_sqlx_version.sql"),
+    history: include_str!("../sql/sqlite/history.sql"),
+    has_sqlx_history: include_str!("../sql/sqlite/has_sqlx_history.sql"),
+    begin_migration: Some(include_str!("../sql/sqlite/begin_write.sql")),
+    lock_migrations: None,
+    unlock_migrations: None,
+    // The write lock, taken at `BEGIN` rather than at the first write: another process's
+    // migration or operator action waits there, then sees what it did.
+    begin_write: Some(include_str!("../sql/sqlite/begin_write.sql")),
+    namespace: None,
+    session_id: None,
+    last_insert_id: None,
+    key_lock_taken: None,
+    table_bytes: include_str!("../sql/sqlite/table_bytes.sql"),
 };
 
 impl Backend for Sqlite {
@@ -107,16 +120,6 @@ impl Backend for Sqlite {
         &MIGRATIONS
     }
     const SQL: Sql = SQL;
-    const HISTORY: &'static str = "CREATE TABLE IF NOT EXISTS idem_schema_migrations (\
-         version     BIGINT PRIMARY KEY, \
-         description TEXT   NOT NULL, \
-         checksum    BLOB   NOT NULL, \
-         applied_at  TEXT   NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')))";
-    const HAS_SQLX_HISTORY: &'static str = "SELECT EXISTS (SELECT 1 FROM sqlite_master \
-         WHERE type = 'table' AND name = '_sqlx_migrations')";
-    // The write lock, taken at `BEGIN` rather than at the first write: another process's
-    // migration or operator action waits here, then sees what it did.
-    const BEGIN_WRITE: Option<&'static str> = Some("BEGIN IMMEDIATE");
 
     /// `GLOB`, not `LIKE`: SQLite's `LIKE` ignores ASCII case.
     fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
@@ -136,18 +139,13 @@ impl Backend for Sqlite {
             .disable_statement_logging())
     }
 
-    async fn namespace(_conn: &mut SqliteConnection) -> Result<String, sqlx::Error> {
-        // One database file, one key table, one write lock: nothing to tell apart.
-        Ok(String::new())
-    }
-
     async fn begin<'c>(
         conn: &'c mut SqliteConnection,
         _settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // The write lock, taken now rather than at the first write: it is the key's lock.
-        let tx = Transaction::begin(conn, Self::BEGIN_WRITE.map(Into::into)).await?;
+        let tx = begin_write::<Self>(conn).await?;
         let Some(lock) = lock else {
             return Ok(Begun::Free(tx));
         };
@@ -176,17 +174,6 @@ impl Backend for Sqlite {
             Failure::LockTimeout
         } else {
             Failure::Other
-        }
-    }
-
-    /// The pages of the table and its indexes, where SQLite was built with `dbstat`.
-    async fn table_bytes(conn: &mut SqliteConnection) -> Result<Option<i64>, sqlx::Error> {
-        let sql = "SELECT sum(pgsize) FROM dbstat WHERE name IN \
-                   (SELECT name FROM sqlite_master WHERE tbl_name = 'idempotency_keys')";
-        match Self::fetch_optional(conn, sql, &[]).await {
-            Ok(row) => Ok(row.map(|row| Self::opt_int(&row, 0)).transpose()?.flatten()),
-            Err(sqlx::Error::Database(e)) if e.message().contains("no such table") => Ok(None),
-            Err(error) => Err(error),
         }
     }
 }

@@ -80,7 +80,7 @@ where
     let url = DB::fresh_url().await;
     apply_with_client(&url, &migration_files(&url)[..1]);
     let pool = DB::connect(&url, 2, &settings()).await.unwrap();
-    run(&pool, DB::HISTORY).await;
+    run(&pool, DB::SQL.history).await;
     let first = &migrations[0];
     let record = format!(
         "INSERT INTO idem_schema_migrations (version, description, checksum) \

@@ -208,6 +208,7 @@ async fn statements_carry_their_values_as_literals() {
     let row = table.get(k, NOW).await.unwrap().unwrap();
     // Another session of this test holds the key's row.
     let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
     holder.execute("BEGIN").await.unwrap();
     holder
         .execute("SELECT 1 FROM idempotency_keys FOR UPDATE")
@@ -223,10 +224,13 @@ async fn statements_carry_their_values_as_literals() {
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let waiting = loop {
-        let found = (&mut holder)
+        // From another session: inside the holder's transaction `pg_stat_activity` would
+        // answer the snapshot of its first read every time.
+        let found = (&mut watcher)
             .fetch_optional(
                 "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                 AND application_name = current_setting('application_name')",
+                 AND datname = current_database() \
+                 AND query LIKE '%FROM idempotency_keys%FOR UPDATE%'",
             )
             .await
             .unwrap();

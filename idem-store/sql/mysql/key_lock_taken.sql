@@ -1,0 +1,1 @@
+SELECT lock_id FROM idempotency_locks WHERE lock_id = ? FOR UPDATE NOWAIT

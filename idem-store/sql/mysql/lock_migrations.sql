@@ -1,0 +1,1 @@
+SELECT GET_LOCK(CONCAT('idem-migrations:', DATABASE()), 31536000)

@@ -1,0 +1,5 @@
+CREATE TABLE IF NOT EXISTS idem_schema_migrations (
+    version     BIGINT      PRIMARY KEY,
+    description TEXT        NOT NULL,
+    checksum    BYTEA       NOT NULL,
+    applied_at  TIMESTAMPTZ NOT NULL DEFAULT now())
