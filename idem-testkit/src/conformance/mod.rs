@@ -30,19 +30,20 @@
 //! [`Backend`](idem_store::Backend) is sealed (its supertrait `Sealed` is private to
 //! `idem-store`), so a store for another database is added to that crate. It
 //! implements [`ConformanceSql`] here (the few statements the kit runs beside the store's
-//! API, to read the migration history and to spoil rows on purpose, in `sql.rs`), is added to
-//! the [harness](crate::harness) and to [`on_every_store!`](crate::on_every_store), and passes
-//! every case, unchanged. What is specific to one database (its lock ids, its layout of the
-//! history table, query plans, numeric timestamps written by hand) stays in that backend's
-//! own tests in `idem-store/tests`.
+//! API, to read the migration history and to spoil rows on purpose, in `sql.rs`) and its
+//! supertrait [`LockWaits`] (whether the server reports a session waiting for a lock), is
+//! added to the [harness](crate::harness) and to [`on_every_store!`](crate::on_every_store),
+//! and passes every case, unchanged. What is specific to one database (its lock ids, its
+//! layout of the history table, query plans, numeric timestamps written by hand) stays in that
+//! backend's own tests in `idem-store/tests`.
 //!
 //! The modules: [`cases`] (the cases), `support` (what the cases share: [`settings`], a new
-//! migrated database, a key, [`put`], …) and `sql` ([`ConformanceSql`]). The cases import
-//! those two; neither imports the cases.
+//! migrated database, a key, [`put`], …) and `sql` ([`ConformanceSql`], [`LockWaits`]). The
+//! cases import those two; neither imports the cases.
 
 pub mod cases;
 mod sql;
 mod support;
 
-pub use sql::ConformanceSql;
+pub use sql::{ConformanceSql, LockWaits};
 pub use support::{HEADERS, put, settings};

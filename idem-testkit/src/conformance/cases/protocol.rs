@@ -1,6 +1,9 @@
 //! The protocol's primitives on [`idem_store::Backend`]: lookup, `begin` with the key's lock,
 //! inserting the completed row, replacing an expired one, savepoints.
 
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use idem_store::sqlx::{self, Pool};
@@ -54,14 +57,29 @@ async fn begin_finds_taken<DB: Backend>(
     settings: &TxSettings,
     lock: KeyLock<'_>,
 ) -> Result<bool, sqlx::Error> {
-    let outcome = {
-        let result = DB::begin(conn, settings, Some(lock)).await;
-        match result {
-            Ok(Begun::Taken) => Ok(true),
-            Ok(Begun::Free(tx)) => tx.rollback().await.map(|()| false),
-            Err(error) => Err(error),
-        }
-    };
+    let outcome = begun_taken(DB::begin(conn, settings, Some(lock)).await).await;
+    repaired::<DB>(conn, outcome).await
+}
+
+/// What [`Backend::begin`] with a lock answered, as [`begin_finds_taken`] reads it:
+/// `Ok(true)` for [`Begun::Taken`], `Ok(false)` for a transaction (rolled back), the error
+/// as it is.
+async fn begun_taken<DB: Backend>(
+    begun: Result<Begun<'_, DB>, sqlx::Error>,
+) -> Result<bool, sqlx::Error> {
+    match begun {
+        Ok(Begun::Taken) => Ok(true),
+        Ok(Begun::Free(tx)) => tx.rollback().await.map(|()| false),
+        Err(error) => Err(error),
+    }
+}
+
+/// `outcome` of [`begun_taken`], with an error [`Backend::classify`] calls [`Failure::Taken`] as
+/// `Ok(true)`, `conn` repaired with [`Backend::abandon_begin`].
+async fn repaired<DB: Backend>(
+    conn: &mut DB::Connection,
+    outcome: Result<bool, sqlx::Error>,
+) -> Result<bool, sqlx::Error> {
     match outcome {
         Err(error) if DB::classify(&error) == Failure::Taken => {
             DB::abandon_begin(conn).await;
@@ -517,9 +535,129 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>() {
     tx.rollback().await.must("rollback");
 }
 
+/// How long [`waiter_finds_the_committed_row`] waits for the store to report the duplicate
+/// waiting for the key's lock: generous, for a loaded machine (the duplicate's own lock
+/// timeout, [`settings`]'s, ends its wait sooner, which the case then reports).
+const RACE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What [`waiter_finds_the_committed_row`] saw happen, in the order it saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The duplicate's `begin` was polled and did not return: its first statement is sent
+    /// (on SQLite, handed to the connection's worker thread).
+    DuplicateBegins,
+    /// The store reported the duplicate's session blocked, waiting for a lock
+    /// ([`LockWaits::waits_for_lock`](crate::conformance::LockWaits::waits_for_lock)).
+    DuplicateWaits,
+    /// The first execution starts its commit
+    /// ([`Backend::insert_completed_and_commit`]).
+    FirstCommits,
+    /// The first execution's commit returned.
+    FirstCommitted,
+    /// The duplicate's `begin` returned.
+    DuplicateReturns,
+}
+
+/// The [`Step`]s of the race so far, each once, shared by its two sides.
+#[derive(Debug, Default)]
+struct Steps(Mutex<Vec<Step>>);
+
+impl Steps {
+    fn push(&self, step: Step) {
+        let mut steps = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !steps.contains(&step) {
+            steps.push(step);
+        }
+    }
+
+    fn all(&self) -> Vec<Step> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn seen(&self, step: Step) -> bool {
+        self.all().contains(&step)
+    }
+}
+
+/// `begin`, recording [`Step::DuplicateBegins`] when a poll leaves it under way and
+/// [`Step::DuplicateReturns`] the moment it returns.
+async fn watched<F: Future>(steps: &Steps, begin: F) -> F::Output {
+    let mut begin = pin!(begin);
+    poll_fn(|cx| {
+        let poll = begin.as_mut().poll(cx);
+        steps.push(if poll.is_ready() {
+            Step::DuplicateReturns
+        } else {
+            Step::DuplicateBegins
+        });
+        poll
+    })
+    .await
+}
+
+/// Polls until the store reports the duplicate's server session `session` blocked waiting for
+/// a lock ([`Step::DuplicateWaits`]) or, without a server session to ask about (SQLite), until
+/// the duplicate's `begin` is under way ([`Step::DuplicateBegins`]). Stops early when the
+/// duplicate's `begin` returned: it did not wait, which the case's assertions then report.
+/// Fails the test after [`RACE_DEADLINE`].
+async fn until_the_duplicate_waits<DB: ConformanceSql>(
+    pool: &Pool<DB>,
+    session: Option<i64>,
+    steps: &Steps,
+) {
+    let deadline = Instant::now() + RACE_DEADLINE;
+    loop {
+        if steps.seen(Step::DuplicateReturns) {
+            return;
+        }
+        let waits = match session {
+            Some(session) => DB::waits_for_lock(pool, session)
+                .await
+                .must("asking the store whether the duplicate waits for a lock"),
+            None => steps.seen(Step::DuplicateBegins),
+        };
+        if waits {
+            if session.is_some() {
+                steps.push(Step::DuplicateWaits);
+            }
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not within {RACE_DEADLINE:?}: the duplicate waiting for the key's lock (so far {:?})",
+            steps.all()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A duplicate that waits for the key's lock while the first execution commits its row
 /// finds the key taken once it holds the lock, and its lookup returns the first's row: the
 /// duplicate's work never runs.
+///
+/// The race is ordered by signals, never by time. The first execution holds the key's lock;
+/// the duplicate's `begin` of the same key starts; the first commits only once the store
+/// itself reports the duplicate's session blocked waiting for a lock
+/// ([`LockWaits::waits_for_lock`](crate::conformance::LockWaits::waits_for_lock):
+/// PostgreSQL's `pg_stat_activity` and `pg_blocking_pids`, InnoDB's `LOCK WAIT` on MySQL), its
+/// session named before it began ([`LockWaits::session`](crate::conformance::LockWaits::session)).
+/// Asserted: the store reported that wait before the first committed, the duplicate's `begin`
+/// returned only after the first's commit began, and found the key taken (its look again saw
+/// the committed row). Not asserted: that the duplicate's answer reached the client after the
+/// first's commit returned — the server lets the lock go as it commits, before it answers the
+/// committing session, so those two answers may arrive in either order.
+///
+/// SQLite has no server to ask. The key's lock is the database's write lock, which the
+/// duplicate's `BEGIN IMMEDIATE` waits for in its connection's busy handler, on the
+/// connection's worker thread. Proven there: the duplicate's `begin` had been polled without
+/// returning (its `BEGIN IMMEDIATE` handed to the worker thread) before the first execution's
+/// commit began, it returned only after that, and it found the key taken. Not proven: that
+/// the worker thread started the `BEGIN IMMEDIATE`, and so waited in the busy handler, before
+/// the commit: had it started after, the duplicate would have found the row without waiting,
+/// and the case would pass all the same.
 pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
     let pool = table.pool();
@@ -527,22 +665,53 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
     let mut first = pool.acquire().await.must("acquiring a connection");
     let mut second = pool.acquire().await.must("acquiring a second connection");
     let namespace = DB::namespace(&mut first).await.must("namespace");
+    let session = DB::session(&mut second)
+        .await
+        .must("the duplicate's server session");
     let tx = DB::begin(&mut first, &settings(), Some(lock(&namespace, k, None)))
         .await
         .must("begin of the first execution")
         .free()
         .must("the key is free for the first execution");
     let settings = settings();
+    let steps = Steps::default();
     let (committed, taken) = tokio::join!(
         async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            DB::insert_completed_and_commit(
+            until_the_duplicate_waits::<DB>(pool, session, &steps).await;
+            steps.push(Step::FirstCommits);
+            let committed = DB::insert_completed_and_commit(
                 tx,
                 new_row(k, &[1; 32], "[]", b"first", NOW, NOW + HOUR),
             )
-            .await
+            .await;
+            steps.push(Step::FirstCommitted);
+            committed
         },
-        begin_finds_taken::<DB>(&mut second, &settings, lock(&namespace, k, None)),
+        async {
+            let begin = DB::begin(&mut second, &settings, Some(lock(&namespace, k, None)));
+            let outcome = begun_taken(watched(&steps, begin).await).await;
+            repaired::<DB>(&mut second, outcome).await
+        },
+    );
+    let steps = steps.all();
+    let at = |step| steps.iter().position(|s| *s == step);
+    let commits = at(Step::FirstCommits).must("the first execution's commit");
+    let (waited, what) = match session {
+        Some(_) => (
+            Step::DuplicateWaits,
+            "the store reported the duplicate waiting for the key's lock",
+        ),
+        None => (Step::DuplicateBegins, "the duplicate's begin was under way"),
+    };
+    assert!(
+        at(waited).is_some_and(|waited| waited < commits),
+        "not before the first execution committed: {what} (steps {steps:?}; the duplicate's \
+         begin: {taken:?})"
+    );
+    assert!(
+        at(Step::DuplicateReturns).is_some_and(|returned| returned > commits),
+        "the duplicate's begin returned before the first execution committed: it did not wait \
+         for the key's lock (steps {steps:?}; the duplicate's begin: {taken:?})"
     );
     assert!(
         committed.must("the first execution's insert_completed_and_commit"),
