@@ -171,23 +171,16 @@ impl Cursor {
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
 /// Each part as eight hexadecimal digits of its length in bytes (big-endian `u32`), then its
 /// bytes in hexadecimal.
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = String::with_capacity(
-            24 + 2 * (self.scope.len() + self.operation.len() + self.key.len()),
-        );
         for part in [&self.scope, &self.operation, &self.key] {
             let len = u32::try_from(part.len()).map_err(|_| fmt::Error)?;
-            for &b in len.to_be_bytes().iter().chain(part.as_bytes()) {
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0xf)]));
-            }
+            f.write_str(&hex::encode(len.to_be_bytes()))?;
+            f.write_str(&hex::encode(part))?;
         }
-        f.write_str(&out)
+        Ok(())
     }
 }
 
@@ -195,23 +188,7 @@ impl FromStr for Cursor {
     type Err = StoreError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        fn nibble(c: u8) -> Option<u8> {
-            match c {
-                b'0'..=b'9' => Some(c - b'0'),
-                b'a'..=b'f' => Some(c - b'a' + 10),
-                b'A'..=b'F' => Some(c - b'A' + 10),
-                _ => None,
-            }
-        }
-        if !s.len().is_multiple_of(2) {
-            return Err(StoreError::InvalidCursor);
-        }
-        let bytes = s
-            .as_bytes()
-            .chunks_exact(2)
-            .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-            .collect::<Option<Vec<u8>>>()
-            .ok_or(StoreError::InvalidCursor)?;
+        let bytes = hex::decode(s).map_err(|_| StoreError::InvalidCursor)?;
         let mut rest = bytes.as_slice();
         let mut part = || -> Result<String, StoreError> {
             let (len, tail) = rest
@@ -416,15 +393,8 @@ pub(crate) fn page_of(mut rows: Vec<RawRow>, limit: u32, now_ms: i64) -> Result<
 
 /// `status` as the `counts` queries spell it, into a [`KeyStatus`].
 pub(crate) fn counted_status(status: &str) -> Result<KeyStatus, StoreError> {
-    match status {
-        "completed" => Ok(KeyStatus::Completed),
-        "processing" => Ok(KeyStatus::Processing),
-        "stuck" => Ok(KeyStatus::Stuck),
-        "expired" => Ok(KeyStatus::Expired),
-        other => Err(StoreError::Corrupt(format!(
-            "a key row has the unknown status {other:?}"
-        ))),
-    }
+    (status.parse())
+        .map_err(|_| StoreError::Corrupt(format!("a key row has the unknown status {status:?}")))
 }
 
 /// A count from the database (never negative).

@@ -515,47 +515,25 @@ pub(crate) fn check(
 /// Whether `current` is the row `expected` shows: every column, the status as its column
 /// (not the state at a time).
 fn same_row(expected: &KeyRow, current: &KeyRow) -> bool {
-    let KeyRow {
-        scope,
-        operation,
-        key,
-        status,
-        fingerprint,
-        response,
-        created_at_ms,
-        completed_at_ms,
-        expires_at_ms,
-        locked_until_ms,
-        attempt,
-        recovery_point,
-    } = expected;
-    *scope == current.scope
-        && *operation == current.operation
-        && *key == current.key
-        && status.stored() == current.status.stored()
-        && *fingerprint == current.fingerprint
-        && *response == current.response
-        && *created_at_ms == current.created_at_ms
-        && *completed_at_ms == current.completed_at_ms
-        && *expires_at_ms == current.expires_at_ms
-        && *locked_until_ms == current.locked_until_ms
-        && *attempt == current.attempt
-        && *recovery_point == current.recovery_point
+    expected.status.stored() == current.status.stored()
+        && *expected
+            == (KeyRow {
+                status: expected.status,
+                ..current.clone()
+            })
 }
 
 /// A row as the audit trail records it (see [`AuditEntry`]).
 pub(crate) fn row_json(row: &KeyRow) -> String {
     let response = row.response.as_ref().map(|response| {
-        let mut object = json!({
-            "status": response.status,
-            "headers": response.headers,
-        });
-        if let Some(object) = object.as_object_mut() {
-            match std::str::from_utf8(&response.body) {
-                Ok(text) => object.insert("body".to_owned(), Value::from(text)),
-                Err(_) => object.insert("body_hex".to_owned(), Value::from(hex(&response.body))),
-            };
-        }
+        let body = match std::str::from_utf8(&response.body) {
+            Ok(text) => ("body", Value::from(text)),
+            Err(_) => ("body_hex", Value::from(hex::encode(&response.body))),
+        };
+        let mut object = Map::new();
+        object.insert("status".to_owned(), Value::from(response.status));
+        object.insert("headers".to_owned(), json!(response.headers));
+        object.insert(body.0.to_owned(), body.1);
         object
     });
     json!({
@@ -569,94 +547,43 @@ pub(crate) fn row_json(row: &KeyRow) -> String {
         "created_at_ms": row.created_at_ms,
         "expires_at_ms": row.expires_at_ms,
         "completed_at_ms": row.completed_at_ms,
-        "fingerprint": hex(&row.fingerprint),
+        "fingerprint": hex::encode(&row.fingerprint),
         "response": response,
     })
     .to_string()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(2 * bytes.len());
-    for &b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
-}
-
-/// An audit row's columns as both backends read them.
-pub(crate) struct RawAudit {
-    pub(crate) id: i64,
-    pub(crate) at_ms: i64,
-    pub(crate) operator: String,
-    pub(crate) scope: String,
-    pub(crate) operation: String,
-    pub(crate) key: String,
-    pub(crate) action: String,
-    pub(crate) reason: Option<String>,
-    pub(crate) before: Option<String>,
-    pub(crate) after: Option<String>,
-    pub(crate) forced: bool,
-}
-
-impl RawAudit {
-    /// The entry, or [`StoreError::Corrupt`] naming it.
-    pub(crate) fn into_entry(self) -> Result<AuditEntry, StoreError> {
-        let id = self.id;
-        let parse = |what: &str, text: Option<String>| {
-            text.map(|text| serde_json::from_str::<Value>(&text))
-                .transpose()
-                .map_err(|e| {
-                    StoreError::Corrupt(format!("audit entry {id}: {what} is not JSON: {e}"))
-                })
-        };
-        Ok(AuditEntry {
-            before: parse("before", self.before)?,
-            after: parse("after", self.after)?,
-            id,
-            at_ms: self.at_ms,
-            operator: self.operator,
-            scope: self.scope,
-            operation: self.operation,
-            key: self.key,
-            action: self.action,
-            reason: self.reason,
-            forced: self.forced,
-        })
-    }
-}
-
-/// A key's `recovery_point`, `journal` and `request` columns, read.
-pub(crate) fn journal_of(
-    key: KeyRef<'_>,
-    recovery_point: Option<String>,
-    journal: Option<String>,
-    request: Option<String>,
-) -> Result<Journal, StoreError> {
-    let corrupt = |what: String| {
-        StoreError::Corrupt(format!(
-            "({:?}, {:?}, {:?}): {what}",
-            key.scope, key.operation, key.key
-        ))
+/// Writes one entry of the audit trail (at `now_ms`, by `by`, on `key`, `action`, the row
+/// `before` and `after` as JSON, whether `forced`) in `conn`'s transaction; returns its id.
+pub(crate) async fn record<DB: Backend>(
+    conn: &mut DB::Connection,
+    now_ms: i64,
+    by: &Actor,
+    (key, action): (KeyRef<'_>, &str),
+    (before, after): (&str, Option<&str>),
+    forced: bool,
+) -> Result<i64, sqlx::Error> {
+    let sql = DB::SQL;
+    let audit = [
+        Arg::Int(now_ms),
+        Arg::Text(&by.operator),
+        Arg::Text(key.scope),
+        Arg::Text(key.operation),
+        Arg::Text(key.key),
+        Arg::Text(action),
+        Arg::OptText(by.reason.as_deref()),
+        Arg::Text(before),
+        Arg::OptText(after),
+        Arg::Bool(forced),
+    ];
+    let row = match sql.last_insert_id {
+        None => DB::fetch_optional(conn, sql.insert_audit, &audit).await?,
+        Some(last_insert_id) => {
+            DB::execute(conn, sql.insert_audit, &audit).await?;
+            DB::fetch_optional(conn, last_insert_id, &[]).await?
+        }
     };
-    let steps = match journal {
-        None => Map::new(),
-        Some(text) => match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(steps)) => steps,
-            Ok(_) => return Err(corrupt("the journal is not a JSON object".to_owned())),
-            Err(e) => return Err(corrupt(format!("the journal is not JSON: {e}"))),
-        },
-    };
-    let request = request
-        .map(|text| serde_json::from_str::<Value>(&text))
-        .transpose()
-        .map_err(|e| corrupt(format!("the request is not JSON: {e}")))?;
-    Ok(Journal {
-        recovery_point,
-        steps,
-        request,
-    })
+    DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)
 }
 
 /// [`KeyTable::act`], its arguments validated: one transaction holding the key's row reads
@@ -712,28 +639,16 @@ async fn act<DB: Backend>(
             None
         }
     };
-    let before_json = row_json(&before);
-    let after_json = after.as_ref().map(row_json);
-    let audit = [
-        Arg::Int(now_ms),
-        Arg::Text(&by.operator),
-        Arg::Text(key.scope),
-        Arg::Text(key.operation),
-        Arg::Text(key.key),
-        Arg::Text(action.name()),
-        Arg::OptText(by.reason.as_deref()),
-        Arg::Text(&before_json),
-        Arg::OptText(after_json.as_deref()),
-        Arg::Bool(forced),
-    ];
-    let row = if DB::RETURNING {
-        DB::fetch_optional(&mut tx, sql.insert_audit, &audit).await?
-    } else {
-        DB::execute(&mut tx, sql.insert_audit, &audit).await?;
-        let last = sql.last_insert_id.unwrap_or_default();
-        DB::fetch_optional(&mut tx, last, &[]).await?
-    };
-    let audit_id = DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)?;
+    let (before_json, after_json) = (row_json(&before), after.as_ref().map(row_json));
+    let audit_id = record::<DB>(
+        &mut tx,
+        now_ms,
+        by,
+        (key, action.name()),
+        (&before_json, after_json.as_deref()),
+        forced,
+    )
+    .await?;
     tx.commit().await?;
     Ok(Acted {
         before,
@@ -770,24 +685,29 @@ async fn audit<DB: Backend>(
     query.bind(Arg::Int(i64::from(filter.effective_limit())));
     let mut conn = pool.acquire().await?;
     let rows = DB::fetch_all(&mut conn, &query.sql, &query.args).await?;
-    rows.iter()
-        .map(|row| {
-            RawAudit {
-                id: DB::int(row, 0)?,
-                at_ms: DB::int(row, 1)?,
-                operator: DB::text(row, 2)?,
-                scope: DB::text(row, 3)?,
-                operation: DB::text(row, 4)?,
-                key: DB::text(row, 5)?,
-                action: DB::text(row, 6)?,
-                reason: DB::opt_text(row, 7)?,
-                before: DB::opt_text(row, 8)?,
-                after: DB::opt_text(row, 9)?,
-                forced: DB::flag(row, 10)?,
-            }
-            .into_entry()
+    let entry = |row: &DB::Row| -> Result<AuditEntry, StoreError> {
+        let id = DB::int(row, 0)?;
+        let json = |what: &str, i: usize| -> Result<Option<Value>, StoreError> {
+            let text = DB::opt_text(row, i)?;
+            (text.map(|text| serde_json::from_str(&text)).transpose()).map_err(|e| {
+                StoreError::Corrupt(format!("audit entry {id}: {what} is not JSON: {e}"))
+            })
+        };
+        Ok(AuditEntry {
+            id,
+            at_ms: DB::int(row, 1)?,
+            operator: DB::text(row, 2)?,
+            scope: DB::text(row, 3)?,
+            operation: DB::text(row, 4)?,
+            key: DB::text(row, 5)?,
+            action: DB::text(row, 6)?,
+            reason: DB::opt_text(row, 7)?,
+            before: json("before", 8)?,
+            after: json("after", 9)?,
+            forced: DB::flag(row, 10)?,
         })
-        .collect()
+    };
+    rows.iter().map(entry).collect()
 }
 
 /// [`KeyTable::journal`].
@@ -798,11 +718,26 @@ async fn read_journal<DB: Backend>(
     let mut conn = pool.acquire().await?;
     let row = DB::fetch_optional(&mut conn, DB::SQL.journal, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
-    journal_of(
-        key,
-        DB::opt_text(&row, 0)?,
-        DB::opt_text(&row, 1)?,
-        DB::opt_text(&row, 2)?,
-    )
-    .map(Some)
+    let corrupt = |what: String| {
+        StoreError::Corrupt(format!(
+            "({:?}, {:?}, {:?}): {what}",
+            key.scope, key.operation, key.key
+        ))
+    };
+    let steps = match DB::opt_text(&row, 1)? {
+        None => Map::new(),
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(steps)) => steps,
+            Ok(_) => return Err(corrupt("the journal is not a JSON object".to_owned())),
+            Err(e) => return Err(corrupt(format!("the journal is not JSON: {e}"))),
+        },
+    };
+    let request = (DB::opt_text(&row, 2)?.map(|text| serde_json::from_str::<Value>(&text)))
+        .transpose()
+        .map_err(|e| corrupt(format!("the request is not JSON: {e}")))?;
+    Ok(Some(Journal {
+        recovery_point: DB::opt_text(&row, 0)?,
+        steps,
+        request,
+    }))
 }

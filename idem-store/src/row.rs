@@ -56,7 +56,7 @@ impl StoredResponse {
         }
     }
 
-    /// The response as tools read it: anything unreadable is [`StoreError::Corrupt`].
+    /// The response as tools read it: `Err` says what is unreadable.
     pub(crate) fn strict(
         status: i32,
         headers: Option<&str>,
@@ -90,8 +90,8 @@ pub enum StoredStatus {
 }
 
 impl StoredStatus {
-    /// Whether a row with this `status` is final: `completed`, a stored response. Only a
-    /// final row can expire, be swept or be replaced ([`KeyStatus::at`]).
+    /// Whether a row with this `status` is final (`completed`): only a final row expires
+    /// ([`KeyStatus::at`]).
     #[must_use]
     pub fn is_final(self) -> bool {
         self == Self::Completed
@@ -153,8 +153,7 @@ pub struct StoredKey {
 }
 
 impl StoredKey {
-    /// The key's state at `now_ms`, by the one rule of a key's life ([`KeyStatus::at`]): a
-    /// key that is not final never expires, whatever its `expires_at` says.
+    /// The key's state at `now_ms` ([`KeyStatus::at`]).
     ///
     /// ```
     /// use idem_store::{KeyStatus, StoredKey, StoredStatus};
@@ -182,17 +181,15 @@ impl StoredKey {
         )
     }
 
-    /// Whether the row is final (`completed`, a stored response): only then can it expire.
+    /// Whether the row is final (`completed`).
     #[must_use]
     pub fn is_final(&self) -> bool {
         self.status.is_final()
     }
 }
 
-/// The state of a key at a given time, as tools show and filter it.
-///
-/// Computed when the row is read, from its `status`, `expires_at` and `locked_until` and the
-/// `now_ms` the caller passes, by [`KeyStatus::at`] — the one rule of a key's life:
+/// The state of a key at a given time, as tools show and filter it: computed when the row
+/// is read, by [`KeyStatus::at`] — the one rule of a key's life:
 ///
 /// | `KeyStatus` | row |
 /// |---|---|
@@ -201,20 +198,13 @@ impl StoredKey {
 /// | `Processing` | `processing` (staged mode), lease live (`locked_until > now`, or no lease), whatever `expires_at` says |
 /// | `Stuck` | `processing` whose lease ran out (`locked_until <= now`), whatever `expires_at` says |
 ///
-/// A key that is not final never expires: only a `completed` row (a stored response) has a
-/// time to live, counted from its completion. A `processing` row whose `expires_at` passed
-/// (a staged execution killed mid-way and resumed late) is still processing or stuck: it is
-/// never answered `410`, never run again under the same key, never swept and never replaced
-/// by a request that replaces expired keys; it is resumed, and its TTL starts when it
-/// completes. Every statement of the store that filters, counts, sweeps or replaces keys by
-/// state is written to agree with this function.
-///
-/// Atomic mode commits completed rows only; `processing` rows are staged mode's, with a
-/// lease (`locked_until`) their running attempt renews. A processing row without a lease
-/// (written by hand, say) counts as processing. Listings filtered on `Processing` or `Stuck`
-/// look for keys in `idempotency_processing`, where staged mode records the keys it holds
-/// (on PostgreSQL a processing row inserted by hand must be added there too; on SQLite a
-/// trigger does it).
+/// A key that is not final never expires: a `processing` row whose `expires_at` passed (a
+/// staged execution killed mid-way and resumed late) is never answered `410`, run again,
+/// swept or replaced; it is resumed, and its TTL starts when it completes. `processing` rows
+/// are staged mode's (atomic mode commits completed rows only); one without a lease counts
+/// as processing. Listings of `Processing` or `Stuck` keys look in `idempotency_processing`,
+/// where staged mode records the keys it holds (on PostgreSQL a processing row inserted by
+/// hand must be added there too; on SQLite a trigger does it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyStatus {
     /// The response is stored and replayed.
@@ -265,25 +255,16 @@ impl KeyStatus {
         }
     }
 
-    /// Whether a key in this state is final (completed or expired: a stored response).
-    /// Processing and stuck keys are not, and never expire.
+    /// Whether a key in this state is final: completed or expired.
     #[must_use]
     pub fn is_final(self) -> bool {
         self.stored().is_final()
     }
 
     /// The status of a row with the `status` column `stored`, `expires_at_ms` and
-    /// `locked_until_ms`, at `now_ms`: the rule of a key's life, written once.
-    ///
-    /// - A row that is not final (`processing`) never expires: it is [`KeyStatus::Processing`]
-    ///   while its lease is live (or it has none) and [`KeyStatus::Stuck`] once the lease ran
-    ///   out (`locked_until <= now`); `expires_at` is not looked at.
-    /// - A final row (`completed`) is [`KeyStatus::Expired`] once `expires_at <= now`,
-    ///   [`KeyStatus::Completed`] before.
-    ///
-    /// The SQL of each backend (listing filters, counts, the stuck listing, the sweep, the
-    /// replacement of expired keys) states the same conditions; the conformance kit pins
-    /// each branch on every backend.
+    /// `locked_until_ms`, at `now_ms`: the rule of a key's life (see [`KeyStatus`]), written
+    /// once. Every statement that filters, counts, sweeps or replaces keys by state states the
+    /// same conditions; the conformance kit pins each branch on every store.
     ///
     /// ```
     /// use idem_store::{KeyStatus, StoredStatus};
@@ -342,8 +323,8 @@ pub struct KeyRow {
     pub created_at_ms: i64,
     /// When its response was stored.
     pub completed_at_ms: Option<i64>,
-    /// After this, a completed key is expired; a processing key never expires (see
-    /// [`KeyStatus::at`]). Set from the completion: completion time + the operation's TTL.
+    /// After this, a completed key is expired ([`KeyStatus::at`]): its completion plus the
+    /// operation's TTL.
     pub expires_at_ms: i64,
     /// Staged mode: the lease of the running attempt; past it, the key is stuck.
     pub locked_until_ms: Option<i64>,

@@ -29,7 +29,7 @@ use sqlx::{Pool, Transaction};
 use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
 use crate::glue::Arg;
-use crate::operator::Actor;
+use crate::operator::{Actor, record};
 use crate::outbox::message::{AUDIT_SCOPE, row_json};
 use crate::sql::{Claim, Statement};
 
@@ -656,18 +656,8 @@ async fn retry_in<DB: Backend>(
     let after = after.ok_or(sqlx::Error::RowNotFound)?;
     let after = OutboxRow::read::<DB>(&after)?;
     let (before_json, after_json) = (row_json(&before), row_json(&after));
-    let audit = [
-        Arg::Int(now_ms),
-        Arg::Text(&by.operator),
-        Arg::Text(AUDIT_SCOPE),
-        Arg::Text(&before.topic),
-        Arg::Text(&before.dedup_id),
-        Arg::Text(RETRY_ACTION),
-        Arg::OptText(by.reason.as_deref()),
-        Arg::Text(&before_json),
-        Arg::Text(&after_json),
-        Arg::Bool(false),
-    ];
-    DB::execute(tx, sql.insert_audit, &audit).await?;
+    let key = before.audit_key();
+    let json = (before_json.as_str(), Some(after_json.as_str()));
+    record::<DB>(tx, now_ms, by, (key, RETRY_ACTION), json, false).await?;
     Ok(after)
 }
