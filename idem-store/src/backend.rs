@@ -95,19 +95,11 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Begins a transaction on `conn`. With `lock`, the transaction holds the key's lock from
-    /// its first round trip on: PostgreSQL takes a transaction-scoped advisory lock on a hash
-    /// of the namespace and key in the same round trip as `BEGIN` (with the `SET LOCAL`
-    /// timeouts of `settings`); SQLite takes the database's write
-    /// lock (`BEGIN IMMEDIATE`). A concurrent execution of the same key waits there, at most
-    /// [`TxSettings::lock_timeout`].
-    ///
-    /// Once it holds the lock, it looks at the key again ([`KeyLock::expired_by_ms`]): an
-    /// execution that committed while this one waited makes it [`Begun::Taken`], so that a
-    /// duplicate never runs the work. PostgreSQL takes the lock and looks in one call of the
-    /// function `idem_lock_key` (migrations 2 and 7), which raises `IK001`: an error [`Self::classify`] calls
-    /// [`Failure::Taken`]); SQLite with one `SELECT` in the transaction, answering
-    /// [`Begun::Taken`].
+    /// Begins a transaction on `conn`; with `lock`, holding [the key's lock](crate#the-keys-lock)
+    /// from its first round trip on (a duplicate waits there, at most
+    /// [`TxSettings::lock_timeout`]) and looking at the key again once it holds it: a row
+    /// committed meanwhile makes it [`Begun::Taken`] (on PostgreSQL an error
+    /// [`Self::classify`] calls [`Failure::Taken`]), so that a duplicate never runs the work.
     fn begin<'c>(
         conn: &'c mut <Self as Database>::Connection,
         settings: &TxSettings,
@@ -115,16 +107,13 @@ pub trait Backend: Glue + sealed::Sealed {
     ) -> impl Future<Output = Result<Begun<'c, Self>, sqlx::Error>> + Send;
 
     #[doc(hidden)]
-    /// The statement that begins a transaction without a key's lock with the timeouts of
-    /// `settings` (PostgreSQL: `BEGIN` and `SET LOCAL`, one round trip; SQLite: `BEGIN`, the
-    /// connection's `busy_timeout` bounding its waits), for
-    /// [`sqlx::Pool::begin_with`].
+    /// The statement that begins a transaction without a key's lock, with the timeouts of
+    /// `settings` where the store sets them per transaction, for [`sqlx::Pool::begin_with`].
     fn begin_statement(settings: &TxSettings) -> String;
 
     #[doc(hidden)]
-    /// Puts `conn` back in a usable state after [`Self::begin`] failed: on PostgreSQL a
-    /// statement after `BEGIN` failing (a lock wait running out) leaves an aborted
-    /// transaction that sqlx does not know about. Never fails: a connection this cannot
+    /// Puts `conn` back in a usable state after [`Self::begin`] failed (on PostgreSQL, an
+    /// aborted transaction sqlx does not know about). Never fails: a connection this cannot
     /// repair is broken, and its next use says so.
     fn abandon_begin(conn: &mut <Self as Database>::Connection) -> impl Future<Output = ()> + Send {
         let _ = conn;
@@ -156,19 +145,14 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// What a database error means for the protocol: a lock wait that ran out
-    /// (PostgreSQL `55P03` `lock_not_available` and `57014` `query_canceled`; MySQL 1205,
-    /// 1213, 1969 and 3024; SQLite `SQLITE_BUSY` and `SQLITE_LOCKED`), a connection that is
-    /// gone, or anything else.
+    /// What a database error means for the protocol ([`Failure`]).
     fn classify(error: &sqlx::Error) -> Failure;
 
     #[doc(hidden)]
     /// After [`Self::begin`] failed with [`Failure::LockTimeout`] (and
-    /// [`Self::abandon_begin`]): whether another transaction holds the key's lock now, that
-    /// is, whether the wait was for a duplicate of the request (PostgreSQL: the key's advisory
-    /// lock cannot be taken) rather than for a lock of something else (a table locked from
-    /// outside). SQLite cannot tell, the key's lock being the database's one write lock:
-    /// `false`.
+    /// [`Self::abandon_begin`]): whether the wait was for a duplicate holding the key's lock
+    /// ([`Sql::key_lock_taken`]) rather than for a lock of something else. `false` where the
+    /// store cannot tell (SQLite).
     fn key_lock_taken(
         conn: &mut <Self as Database>::Connection,
         lock: KeyLock<'_>,
@@ -230,24 +214,11 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Opens a pool on `url` with settings suited to the protocol.
-    ///
-    /// - PostgreSQL: `application_name` `idem` unless the URL sets one; no session-wide
-    ///   timeouts (each of idem's transactions sets its own with `SET LOCAL`, so that the
-    ///   application's queries on the same pool are not bound by idem's settings);
-    ///   `client_connection_check_interval` of one second, so that a statement whose client
-    ///   gave up waiting is cancelled instead of holding a server process. Once
-    ///   [`crate::pooler::behind_transaction_pooler`] was called, no startup parameters at
-    ///   all (neither `options` nor sqlx's `extra_float_digits`), which PgBouncer refuses.
-    /// - SQLite: the file is created if missing; WAL, `synchronous = FULL`, `busy_timeout` =
-    ///   `settings.lock_timeout`.
-    /// - Both: statements are never logged by sqlx, slow or not (idem's statements carry
-    ///   keys, tenants and response bodies).
-    ///
-    /// Connections are not pinged before use unless they sat idle for a second or more (on
-    /// PostgreSQL, where a restart leaves the pool's connections dead): a busy pool's requests
-    /// pay no round trip, and the runtime retries a read-only lookup that finds its
-    /// connection stale.
+    /// Opens a pool on `url` with each store's settings ([`Self::connect_options`],
+    /// [`Self::pool_options`]: statements never logged, PostgreSQL's timeouts per transaction,
+    /// SQLite's file in WAL mode). Connections are not pinged before use unless they sat idle
+    /// for a while ([`crate::IDLE_PING_AFTER`], on PostgreSQL): a busy pool's requests pay no
+    /// round trip, and the runtime retries a read-only lookup that finds its connection stale.
     fn connect(
         url: &str,
         max_connections: u32,
@@ -266,14 +237,10 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Whether two connections of `pool`, open at once, met the same server session: then a
-    /// transaction pooler (PgBouncer in transaction mode) is in between. Each asks which
-    /// session it is on, one after the other, as one statement outside a transaction, which
-    /// such a pooler serves on whichever server session is free — usually the one the first
-    /// just gave back. `false` proves nothing (a busy pooler hands out another session);
-    /// `true` proves the pooler: without one, two open connections are two sessions.
-    /// Always `false` where the database has no such statement (SQLite), or when the pool
-    /// holds fewer than two connections.
+    /// Whether two connections of `pool`, open at once, met the same server session
+    /// ([`Sql::session_id`], asked one after the other outside a transaction): `true` proves
+    /// a transaction pooler in between; `false` proves nothing. Always `false` without such a
+    /// statement (SQLite) or with a pool of fewer than two connections.
     fn shared_sessions(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
