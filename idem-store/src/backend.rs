@@ -17,21 +17,17 @@ use crate::sql::Sql;
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::{Ending, Lease, Reservation, StuckKey};
 
-/// A database idem keeps keys in, one of [the stores](crate#stores) (`sqlx::Postgres`,
-/// `sqlx::MySql`, `sqlx::Sqlite`); the bound of [`crate::KeyTable`], [`crate::Outbox`] and
-/// [`crate::migrate`].
+/// A database idem keeps keys in, one of [the stores](crate#stores); the bound of
+/// [`crate::KeyTable`], [`crate::Outbox`] and [`crate::migrate()`]. Sealed
+/// ([the conformance kit](crate#the-conformance-kit)).
 ///
 /// Its methods are the primitives of the execution protocol, which `idem-runtime` composes
 /// (look the key up; begin a transaction holding the key's lock; the application's work;
-/// insert the completed row and commit). They are the runtime's, not an API of this crate:
-/// hidden from these docs, changed between versions at will, and the runtime depends on
-/// exactly the version of this crate it was built with (`=`). They return [`sqlx::Error`]:
-/// the runtime keeps the raw error, and what it means depends on the step (a failed
-/// `COMMIT` leaves the outcome unknown).
-///
-/// Each store implements what differs (its statements, its lock, its errors); the protocol's
-/// primitives are written once, as this trait's provided methods. Sealed: the stores are
-/// this crate's, and each passes the store's conformance suite.
+/// insert the completed row and commit): the runtime's, hidden from these docs and changed
+/// between versions at will ([the stores](crate#stores)). They return [`sqlx::Error`]: the
+/// runtime keeps the raw error, and what it means depends on the step (a failed `COMMIT`
+/// leaves the outcome unknown). Each store implements what differs (its statements, its
+/// lock, its errors); the protocol's primitives are written once, as provided methods.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a database idem can keep keys in",
     note = "idem stores keys in `sqlx::Postgres`, `sqlx::MySql` or `sqlx::Sqlite`, each with the feature of its name (`postgres`, `mysql`, `sqlite`)"
@@ -47,16 +43,12 @@ pub trait Backend: Glue + sealed::Sealed {
     const SQL: Sql;
 
     #[doc(hidden)]
-    /// Whether parameters are `?`, taken in order, rather than numbered (`$1`, `$2`, …):
-    /// MySQL's.
+    /// Whether parameters are `?`, taken in order, rather than `$1`, `$2`, …: MySQL's.
     const POSITIONAL: bool = false;
 
     #[doc(hidden)]
     /// Whether an execution may take the key's lock before looking the key up, saving the
-    /// lookup's round trip when the key is new: where [`Self::begin`] with a lock is one
-    /// round trip that fails with [`Failure::Taken`] when the key's row exists (PostgreSQL).
-    /// Elsewhere a key that exists would cost more round trips than the lookup saves
-    /// (MySQL), or there is no round trip to save (SQLite, in process).
+    /// lookup's round trip when the key is new (PostgreSQL: [the key's lock](crate#the-keys-lock)).
     const LOCK_FIRST: bool = false;
 
     #[doc(hidden)]
@@ -79,8 +71,7 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// What tells this key table's locks from those of other key tables the database may hold
-    /// ([`Sql::namespace`]). Ask once per process and pass it in every [`KeyLock`].
+    /// [`Sql::namespace`]: ask once per process and pass it in every [`KeyLock`].
     fn namespace(
         conn: &mut <Self as Database>::Connection,
     ) -> impl Future<Output = Result<String, sqlx::Error>> + Send {
@@ -97,9 +88,8 @@ pub trait Backend: Glue + sealed::Sealed {
     #[doc(hidden)]
     /// Begins a transaction on `conn`; with `lock`, holding [the key's lock](crate#the-keys-lock)
     /// from its first round trip on (a duplicate waits there, at most
-    /// [`TxSettings::lock_timeout`]) and looking at the key again once it holds it: a row
-    /// committed meanwhile makes it [`Begun::Taken`] (on PostgreSQL an error
-    /// [`Self::classify`] calls [`Failure::Taken`]), so that a duplicate never runs the work.
+    /// [`TxSettings::lock_timeout`]): [`Begun::Taken`] (on PostgreSQL [`Failure::Taken`]) when
+    /// the key's row is there once it holds it ([`KeyLock::expired_by_ms`]).
     fn begin<'c>(
         conn: &'c mut <Self as Database>::Connection,
         settings: &TxSettings,
@@ -121,9 +111,8 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// The completed row's `INSERT` and `COMMIT` as one batch, where that saves round trips
-    /// ([`Sql::insert_and_commit`], its values written in); `None`: a bound `INSERT`, then
-    /// `COMMIT`.
+    /// [`Sql::insert_and_commit`] with its values written in, where the store has it; `None`:
+    /// a bound `INSERT`, then `COMMIT`.
     fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
         (Self::SQL.insert_and_commit).map(|sql| inline(sql, &new_row_args(row)))
     }
@@ -151,8 +140,7 @@ pub trait Backend: Glue + sealed::Sealed {
     #[doc(hidden)]
     /// After [`Self::begin`] failed with [`Failure::LockTimeout`] (and
     /// [`Self::abandon_begin`]): whether the wait was for a duplicate holding the key's lock
-    /// ([`Sql::key_lock_taken`]) rather than for a lock of something else. `false` where the
-    /// store cannot tell (SQLite).
+    /// ([`Sql::key_lock_taken`]) rather than for a lock of something else; `false` if unknown.
     fn key_lock_taken(
         conn: &mut <Self as Database>::Connection,
         lock: KeyLock<'_>,
@@ -163,9 +151,8 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// A listing's condition on keys starting with `prefix`, with a `$n` for `pattern`: the
-    /// condition's text before and after the parameter, and the pattern bound to it. Default:
-    /// `LIKE` with `!` escaping the wildcards (case-sensitive on PostgreSQL, and on MySQL
-    /// through the key's binary collation).
+    /// condition's text before and after the parameter, and the pattern bound to it. `LIKE`
+    /// is case-sensitive on PostgreSQL, and on MySQL through the key's binary collation.
     fn key_prefix(prefix: &str) -> (&'static str, &'static str, String) {
         (
             " AND idempotency_key LIKE ",
@@ -214,11 +201,9 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Opens a pool on `url` with each store's settings ([`Self::connect_options`],
-    /// [`Self::pool_options`]: statements never logged, PostgreSQL's timeouts per transaction,
-    /// SQLite's file in WAL mode). Connections are not pinged before use unless they sat idle
-    /// for a while ([`crate::IDLE_PING_AFTER`], on PostgreSQL): a busy pool's requests pay no
-    /// round trip, and the runtime retries a read-only lookup that finds its connection stale.
+    /// Opens a pool on `url` with the store's [`Self::connect_options`] and
+    /// [`Self::pool_options`]. Connections are pinged before use only on PostgreSQL, after
+    /// [`crate::IDLE_PING_AFTER`] idle.
     fn connect(
         url: &str,
         max_connections: u32,
@@ -229,8 +214,8 @@ pub trait Backend: Glue + sealed::Sealed {
             let pool = PoolOptions::<Self>::new()
                 .max_connections(max_connections)
                 .acquire_timeout(settings.acquire_timeout)
-                // A dead connection fails its query (answered 503, retry with the same key)
-                // instead of costing every request a ping round trip.
+                // A dead connection fails its query (answered 503, retry with the same key; the
+                // runtime retries a read-only lookup) instead of costing every request a ping.
                 .test_before_acquire(false);
             Self::pool_options(pool).connect_with(options).await
         }
@@ -239,8 +224,7 @@ pub trait Backend: Glue + sealed::Sealed {
     #[doc(hidden)]
     /// Whether two connections of `pool`, open at once, met the same server session
     /// ([`Sql::session_id`], asked one after the other outside a transaction): `true` proves
-    /// a transaction pooler in between; `false` proves nothing. Always `false` without such a
-    /// statement (SQLite) or with a pool of fewer than two connections.
+    /// a transaction pooler in between; `false` proves nothing.
     fn shared_sessions(
         pool: &Pool<Self>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
@@ -335,7 +319,6 @@ pub trait Backend: Glue + sealed::Sealed {
             };
             match Self::execute(tx, statement, &new_row_args(&row)).await {
                 Ok(inserted) => Ok(inserted == 1),
-                // Without `ON CONFLICT … DO NOTHING`: the row exists.
                 Err(error) if Self::is_duplicate(&error) => Ok(false),
                 Err(error) => Err(error),
             }
@@ -343,14 +326,12 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Inserts the completed key row and commits, in as few round trips as the backend
-    /// allows (PostgreSQL: one simple query `INSERT …; COMMIT; BEGIN`). Returns `false` when
-    /// the key's row exists already; the transaction is rolled back then. An error leaves the
-    /// outcome unknown only if [`Self::classify`] does not call it [`Failure::Other`] or
-    /// [`Failure::LockTimeout`] of a database error: the database refused a statement, and
-    /// nothing committed. Ignores
-    /// [`NewRow::replace_expired`]: an expired row is replaced with
-    /// [`Self::insert_completed`] and a separate `COMMIT`.
+    /// Inserts the completed key row and commits ([in one round trip on
+    /// PostgreSQL](crate#postgresql-the-record-and-its-commit-in-one-round-trip)), ignoring
+    /// [`NewRow::replace_expired`]. Returns `false`, rolled back, when the key's row exists
+    /// already. An error leaves the outcome unknown only if [`Self::classify`] does not call it
+    /// [`Failure::Other`] or [`Failure::LockTimeout`] of a database error: the database
+    /// refused a statement, and nothing committed.
     fn insert_completed_and_commit(
         mut tx: Transaction<'_, Self>,
         mut row: NewRow<'_>,
@@ -365,12 +346,9 @@ pub trait Backend: Glue + sealed::Sealed {
                 return Ok(true);
             };
             match Self::batch(&mut tx, &batch).await {
-                // The batch ends with a new transaction (`…; COMMIT; BEGIN`): dropping `tx` rolls
-                // back that empty one, the `ROLLBACK` going out with the connection's next
-                // message, so that sqlx's view of the connection and the server's agree again.
+                // Dropping `tx` rolls back the empty transaction the trailing `BEGIN` opened.
                 Ok(()) => Ok(true),
-                // The key's row exists: the `INSERT` failed, the transaction is aborted, the
-                // `COMMIT` skipped, and dropping `tx` rolls back.
+                // The key's row exists: the `COMMIT` was skipped; dropping `tx` rolls back.
                 Err(error) if Self::is_key_taken(&error) => Ok(false),
                 Err(error) => Err(error),
             }
@@ -384,9 +362,7 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
-    /// when the key has a row already (unless it is a completed row that had expired and
-    /// [`Reservation::replace_expired`]: a processing row never expires, see
-    /// [`crate::KeyStatus::at`]).
+    /// when the key has a row already (but see [`Reservation::replace_expired`]).
     fn reserve(
         conn: &mut Self::Connection,
         r: Reservation<'_>,
@@ -415,7 +391,6 @@ pub trait Backend: Glue + sealed::Sealed {
             };
             match Self::execute(conn, statement, &args).await {
                 Ok(reserved) => Ok(reserved == 1),
-                // Without `ON CONFLICT … DO NOTHING`: the key has a row.
                 Err(error) if Self::is_duplicate(&error) => Ok(false),
                 Err(error) => Err(error),
             }
@@ -534,24 +509,21 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Whether [`Self::hold`] proves an attempt's owner alive (PostgreSQL: a session
-    /// advisory lock, which the server ends with the session). Where it is `false` (SQLite),
+    /// advisory lock, which the server ends with the session). Where it is `false`,
     /// `hold` and `let_go` take nothing and answer `true`, [`Self::owner_gone`] answers
     /// `false`, and only a lease that ran out tells that an attempt stopped.
     const HOLDS: bool = Self::SQL.hold.is_some();
 
     #[doc(hidden)]
     /// Takes the hold of `key`'s attempt number `attempt` for the attempt about to run with
-    /// that number: `false` when another session holds it. A connection holds one attempt
-    /// at a time: this first lets go of every hold the connection had (in the same round
-    /// trip), so a connection back in its pool keeps its last hold only until its next use.
-    /// A hold lasts until then, [`Self::let_go`], or the end of the connection — with
-    /// the process that owned it, however it died. An attempt that holds its number from
-    /// before its reservation or takeover until after its last write proves, while its
-    /// connection lives, that it runs.
-    ///
-    /// The hold is an advisory lock whose id is derived from `namespace`, the key and the
-    /// attempt number: never the key's transaction lock ([`crate::Backend::begin`]'s), and
-    /// each attempt's its own, so a takeover never waits for the attempt it replaces.
+    /// that number: `false` when another session holds it. A connection holds one attempt at
+    /// a time: this first lets go of every hold the connection had (in the same round trip),
+    /// so a connection back in its pool keeps its last hold only until its next use. A hold
+    /// lasts until then, [`Self::let_go`], or the end of the connection, however its process
+    /// died. An attempt that holds its number from before its reservation or takeover until
+    /// after its last write proves, while its connection lives, that it runs. The hold's
+    /// advisory lock ([`Self::hold_id`]) is never the key's transaction lock, and each
+    /// attempt's its own, so a takeover never waits for the attempt it replaces.
     fn hold(
         conn: &mut Self::Connection,
         namespace: &str,
@@ -604,7 +576,7 @@ pub trait Backend: Glue + sealed::Sealed {
     /// (taken and let go again in one statement, after letting go of every hold this
     /// connection had, so the probe holds nothing after). Only meaningful for an attempt
     /// whose row is `processing` with that number, which its owner held before the row said
-    /// so. Always `false` where the backend has no holds.
+    /// so.
     fn owner_gone(
         conn: &mut Self::Connection,
         namespace: &str,
@@ -657,9 +629,7 @@ mod sealed {
 }
 
 /// The end of a `begin` that holds the key's lock in a transaction (SQLite's write lock,
-/// MySQL's lock row): the key looked at again, under the lock. A row committed while the
-/// lock was awaited (or not expired by [`KeyLock::expired_by_ms`]) rolls the transaction
-/// back: [`Begun::Taken`].
+/// MySQL's lock row): the look again of [`KeyLock::expired_by_ms`] and [`Begun::Taken`].
 pub(crate) async fn look_again<'c, DB: Backend>(
     mut tx: Transaction<'c, DB>,
     lock: KeyLock<'_>,
@@ -683,8 +653,7 @@ pub(crate) async fn begin_write<DB: Backend>(
     Transaction::begin(conn, DB::SQL.begin_write.map(Into::into)).await
 }
 
-/// A completed row's parameters: the key; fingerprint, status, headers, body; created,
-/// completed, expires.
+/// [`Sql::insert_completed`]'s parameters.
 fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 10] {
     [
         Arg::Text(row.key.scope),
@@ -744,9 +713,7 @@ async fn on_hold<DB: Backend>(
 mod tests {
     use super::*;
 
-    /// Every statement of every store, in one file per store beside the statements
-    /// (`sql/<store>.snap`): a change to the SQL, or to which statement a field names, shows
-    /// there as a change of SQL.
+    /// `sql/<store>.snap` (see [`crate::sql`]).
     fn record<DB: Backend>(store: &str) {
         insta::with_settings!({ snapshot_path => "../sql", prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(store, DB::SQL.listing());

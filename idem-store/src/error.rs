@@ -4,12 +4,8 @@ use crate::backend::Backend;
 use crate::protocol::Failure;
 use crate::row::KeyRow;
 
-/// What went wrong with the key table or the outbox: the one error type of
-/// [`crate::KeyTable`], [`crate::Outbox`] and the migration runner.
-///
-/// The protocol's primitives on [`crate::Backend`] return [`sqlx::Error`] instead: the
-/// runtime tells their errors apart itself ([`crate::Backend::classify`]) and keeps the raw
-/// error in its own (a failed `COMMIT` is not a failed `BEGIN`).
+/// What went wrong: the one error type of [`crate::KeyTable`], [`crate::Outbox`] and the
+/// migration runner; the protocol's primitives return [`sqlx::Error`] ([errors](crate#errors)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -35,33 +31,25 @@ pub enum StoreError {
     /// A [`crate::Cursor`] that is not one [`crate::KeyTable::list`] returned.
     #[error("invalid cursor: not one returned by a listing of keys")]
     InvalidCursor,
-    /// A string that is not a [`crate::KeyStatus`] (`completed`, `processing`, `stuck`,
-    /// `expired`).
+    /// A string that is not a [`crate::KeyStatus`] ([`crate::KeyStatus::as_str`]).
     #[error("unknown key status `{0}`: expected completed, processing, stuck or expired")]
     InvalidStatus(String),
-    /// An argument the store refuses before touching the database: an operator action
-    /// without an operator name, a [`crate::Action::Fail`] whose response is not a failure,
-    /// an expected row of another key.
+    /// An argument the store refuses before touching the database (see each method's errors).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// [`crate::KeyTable::act`] found the key's row other than the caller last saw it (or
-    /// gone): someone or something (the running attempt, a retry, the reconciler, another
-    /// operator) changed it meanwhile. Nothing was changed and nothing audited; look at
-    /// `current` and decide again.
+    /// [`crate::KeyTable::act`] found the key's row changed since the caller read it, or gone
+    /// ([operator actions](crate#operator-actions)): look at `current` and decide again.
     #[error("the key changed since it was read: look at it again")]
     Changed {
         /// The row as it is now, read under the same lock; `None` when it was deleted.
         current: Option<Box<KeyRow>>,
     },
-    /// [`crate::KeyTable::act`]: the action does not apply to the key in its current state
-    /// (releasing a completed key, expiring an expired one, …). Nothing was changed and
-    /// nothing audited.
+    /// An operator action ([`crate::KeyTable::act`], [`crate::Outbox::retry`]) that does not
+    /// apply to the row in its current state.
     #[error("not applicable: {0}")]
     NotApplicable(String),
-    /// [`crate::KeyTable::act`]: the action applies to the key but could do harm now (see
-    /// [`crate::Hazard`]: an attempt holds the key's live lease, or deleting a completed staged
-    /// key would let its steps run again), so it is refused unless the actor forces it
-    /// ([`crate::Actor::force`]). Nothing was changed and nothing audited.
+    /// [`crate::KeyTable::act`]: the action could do harm now ([`Hazard`]); forcing it
+    /// ([`crate::Actor::force`]) applies it.
     #[error("refused: {action}: {hazard}; a forced action overrides this")]
     NeedsForce {
         /// The action refused ([`crate::Action::name`]).
@@ -86,15 +74,13 @@ impl StoreError {
         matches!(self, Self::LockTimeout(_))
     }
 
-    /// Whether an operator action was refused because the key changed since it was read
-    /// ([`StoreError::Changed`]): look again, then act again if it still makes sense.
+    /// Whether the key changed since it was read ([`StoreError::Changed`]).
     #[must_use]
     pub fn is_changed(&self) -> bool {
         matches!(self, Self::Changed { .. })
     }
 
-    /// Whether an operator action was refused because it could do harm now, and forcing it
-    /// would apply it ([`StoreError::NeedsForce`]).
+    /// Whether forcing the refused action would apply it ([`StoreError::NeedsForce`]).
     #[must_use]
     pub fn needs_force(&self) -> bool {
         matches!(self, Self::NeedsForce { .. })
@@ -143,8 +129,7 @@ impl StoreError {
     }
 }
 
-/// Every database error is [`StoreError::Database`] at first; [`crate::KeyTable`] then tells
-/// lock timeouts apart.
+/// [`StoreError::Database`]; the store then tells lock timeouts apart.
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         Self::Database(error)
@@ -156,20 +141,18 @@ impl From<sqlx::Error> for StoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Hazard {
-    /// The key is processing and its lease is live: an attempt is running, and the work it
-    /// does (a call to a provider, say) goes on whatever is done to the key's row; completing,
-    /// failing, releasing or deleting the key under it can leave that work's effect with no
-    /// record. Stuck keys (the lease ran out) are not refused. Forced, the action fences the
-    /// running attempt out: its later writes change nothing.
+    /// The key is processing and its lease is live: an attempt is running, and its work (a
+    /// call to a provider, say) goes on whatever is done to the key's row, so acting under it
+    /// can leave that work's effect with no record. Stuck keys are not refused. Forced, the
+    /// action fences the running attempt out ([`crate::Action`]).
     LeaseLive {
-        /// The lease's end (`locked_until`), in milliseconds since the Unix epoch; `None`
-        /// for a processing row without a lease (written by hand), which counts as held.
+        /// The lease's end (`locked_until`); `None` for a processing row without a lease
+        /// (written by hand), which counts as held.
         locked_until_ms: Option<i64>,
     },
-    /// [`crate::Action::Delete`] of a completed staged key (`attempt` above 0, or a recovery point
-    /// recorded): its steps' effects exist, and a new execution of the same key, which a
-    /// delete lets the next request start, would run them again (colliding with the rows they
-    /// wrote, or calling a provider twice).
+    /// [`crate::Action::Delete`] of a completed staged key (`attempt` above 0, or a recovery
+    /// point): its steps' effects exist, and a new execution of the key would run them again
+    /// (colliding with the rows they wrote, or calling a provider twice).
     EffectsExist {
         /// The key's `attempt`.
         attempt: i64,

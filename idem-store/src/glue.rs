@@ -33,12 +33,10 @@ impl Wire {
     }
 }
 
-/// The calls into sqlx the crate makes generically: run a statement with [`Arg`]s, read a
-/// column. Implemented once, for every database sqlx can bind and read idem's types on; the
-/// bounds that takes are written here and nowhere else.
+/// The calls into sqlx the crate makes generically. Implemented once, for every database sqlx
+/// can bind and read idem's types on: the bounds that takes are written here and nowhere else.
 pub trait Glue: Database {
-    /// Every row `sql` returns, sent the way this process sends statements
-    /// ([`crate::pooler`]).
+    /// Every row `sql` returns, sent as this process sends them ([`crate::pooler`]).
     fn fetch_all<'a>(
         conn: &'a mut Self::Connection,
         sql: &'a str,
@@ -306,10 +304,8 @@ pub(crate) fn like_prefix(prefix: &str) -> String {
 }
 
 /// The lock id that stands for a key while an execution of it runs (PostgreSQL's advisory
-/// lock, MySQL's lock row): the first eight
-/// bytes of SHA-256 over the length-prefixed schema of the key table (advisory locks are per
-/// database, keys per table), scope, operation and key. Distinct keys sharing a lock id (odds
-/// 2^-64 per pair) only wait for each other; the primary key still keeps them apart.
+/// lock, MySQL's lock row): the [`advisory_id`] of the key table's `namespace` and the key
+/// ([the key's lock](crate#the-keys-lock)).
 pub(crate) fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
     advisory_id(&[namespace, key.scope, key.operation, key.key])
 }

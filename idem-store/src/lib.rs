@@ -48,6 +48,8 @@ pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSe
 #[doc(hidden)]
 pub use crate::row::StoredKey;
 pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+#[doc(hidden)]
+pub use crate::sql::Arg;
 
 /// The decoding of a key row's columns, for the fuzz targets (`fuzz/` in the repository) and
 /// the property tests. Not a public API: it changes between versions.

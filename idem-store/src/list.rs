@@ -8,11 +8,8 @@ use crate::error::StoreError;
 use crate::key::KeyRef;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
 
-/// Which keys [`crate::KeyTable::list`] returns, and how many.
-///
-/// Every filter is applied in SQL; filters combine with AND. Keys come ordered by
-/// (scope, operation, key), [`KeyFilter::limit`] at a time; pass the previous page's
-/// [`Page::next`] as [`KeyFilter::after`] for the next page.
+/// Which keys [`crate::KeyTable::list`] returns, and how many: every filter is applied in
+/// SQL, and filters combine with AND.
 ///
 /// ```
 /// use idem_store::{KeyFilter, KeyStatus};
@@ -37,8 +34,7 @@ pub struct KeyFilter {
     /// Only keys that start with this text, byte for byte (case-sensitive; `%`, `_`, `*`,
     /// `?` and `[` are plain characters).
     pub key_prefix: Option<String>,
-    /// Keys per page: [`KeyFilter::DEFAULT_LIMIT`] unless set, at most
-    /// [`KeyFilter::MAX_LIMIT`], at least 1.
+    /// Keys per page ([`KeyFilter::effective_limit`]).
     pub limit: u32,
     /// Start after this position: the [`Page::next`] of the previous page.
     pub after: Option<Cursor>,
@@ -60,7 +56,7 @@ impl Default for KeyFilter {
 impl KeyFilter {
     /// Keys per page unless [`KeyFilter::limit`] says otherwise.
     pub const DEFAULT_LIMIT: u32 = 50;
-    /// The most keys one page holds; larger limits are lowered to this.
+    /// The most keys one page holds.
     pub const MAX_LIMIT: u32 = 1000;
 
     /// Every key, [`KeyFilter::DEFAULT_LIMIT`] at a time.
@@ -127,12 +123,9 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
-/// A position in the listing order (scope, operation, key): the last key of a page.
-///
-/// Opaque text for command lines and URLs ([`fmt::Display`] and [`FromStr`]): the
-/// hexadecimal of the length-prefixed triple. A listing after a cursor starts with the first
-/// key after that position, whether or not the key still exists: pages neither repeat nor
-/// skip keys that stay in place.
+/// A position in the listing order, as opaque text for command lines and URLs
+/// ([`fmt::Display`], [`FromStr`]): a listing after it starts with the first key after that
+/// position, whether or not the key there still exists.
 ///
 /// ```
 /// use idem_store::{Cursor, KeyRef};
@@ -150,7 +143,7 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// The position of `key`: a listing after it starts with the key that follows.
+    /// The position of `key`.
     #[must_use]
     pub fn at(key: KeyRef<'_>) -> Self {
         Self {
@@ -267,9 +260,8 @@ pub struct Counts {
     /// When the oldest [`KeyStatus::Stuck`] key's execution began (milliseconds since the
     /// Unix epoch); `None` when no key is stuck.
     pub oldest_stuck_created_at_ms: Option<i64>,
-    /// The key table's size on disk in bytes, indexes included, where the backend can tell:
-    /// PostgreSQL's `pg_total_relation_size`; SQLite's `dbstat` table when SQLite was built
-    /// with it (`None` otherwise).
+    /// The key table's size on disk in bytes, indexes included, where the database can tell
+    /// (SQLite: only when it was built with `dbstat`).
     pub table_bytes: Option<u64>,
 }
 

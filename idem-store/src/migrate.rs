@@ -12,15 +12,13 @@ use sqlx::Transaction;
 
 /// The advisory lock PostgreSQL migrations run under, so that instances starting at once
 /// apply each migration once: `pg_advisory_xact_lock(7594306391241484647)`, the ASCII bytes
-/// `idem-mig` read as a big-endian `i64`, taken by each of [`migrate`]'s transactions (so no
-/// session holds it: behind a transaction pooler too). Look for it in `pg_locks`
-/// (`locktype = 'advisory'`, `classid = 1768187245`, `objid = 762145127`).
-///
-/// Fixed for good: instances of different versions starting together must agree on it.
+/// `idem-mig` read as a big-endian `i64`, taken by each of [`migrate`]'s transactions with no
+/// lock or statement timeout ([migrations](crate#migrations)). Look for it in `pg_locks`
+/// (`locktype = 'advisory'`, `classid = 1768187245`, `objid = 762145127`). Fixed for good:
+/// instances of different versions starting together must agree on it.
 pub const MIGRATION_LOCK_ID: i64 = i64::from_be_bytes(*b"idem-mig");
 
 /// The version under which idem 0.1 recorded its one migration in sqlx's `_sqlx_migrations`.
-/// [`migrate`] removes that row (and only it) when it adopts the table.
 pub(crate) const LEGACY_SQLX_VERSION: i64 = 20_261_130_000_001;
 
 impl Migration {
@@ -42,10 +40,8 @@ impl Migration {
     }
 }
 
-/// Checks the recorded history against `migrations` and returns those still to apply.
-///
-/// Versions recorded but unknown here were applied by a newer version of idem (during a
-/// rolling deploy, say): they are left alone.
+/// Checks the recorded history against `migrations` and returns those still to apply;
+/// versions recorded but unknown here (a newer idem's, during a rolling deploy) are left alone.
 pub(crate) fn pending(
     migrations: &'static [Migration],
     recorded: &[(i64, Vec<u8>)],
@@ -69,9 +65,8 @@ pub(crate) fn pending(
 }
 
 /// The connection a migration run goes through, holding the session lock where the database
-/// has one (MySQL's `GET_LOCK`; elsewhere the lock is per transaction and nothing outlives
-/// the run): closed rather than pooled again unless the run let go of the lock and reset the
-/// session (a run dropped halfway, say).
+/// has one (MySQL's): closed rather than pooled again unless the run let go of the lock and
+/// reset the session (a run dropped halfway, say).
 struct MigrationSession<DB: Database> {
     conn: PoolConnection<DB>,
     clean: bool,
@@ -85,9 +80,7 @@ impl<DB: Database> Drop for MigrationSession<DB> {
     }
 }
 
-/// Applies `DB`'s pending migrations, each in its own transaction with its history row,
-/// under [`Backend::lock_migrations`] (MySQL) or [`Sql::begin_migration`](crate::sql::Sql::begin_migration)'s lock
-/// (PostgreSQL).
+/// [`migrate`]: [`apply`] under [`Backend::lock_migrations`]'s session lock (MySQL's).
 pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     let mut session = MigrationSession {
         conn: pool.acquire().await?,
@@ -98,18 +91,16 @@ pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), S
     // Dropping a failed migration's transaction queued its `ROLLBACK`; it goes out first.
     match DB::unlock_migrations(&mut session.conn).await {
         Ok(()) => session.clean = true,
-        // The connection is closed instead of pooled: that lets go of the lock too.
         Err(error) => tracing::warn!(%error, "could not release the migration lock"),
     }
     result
 }
 
-/// Applies the pending migrations. The caller holds the migration lock where the database
-/// has a session one (MySQL); each transaction begins with [`Sql::begin_migration`](crate::sql::Sql::begin_migration),
-/// which takes the lock for the transaction (PostgreSQL) or the database's write lock
-/// (SQLite), and looks at the history again, so that another process that migrated
-/// meanwhile is seen. Every statement goes as [`Wire::Literal`]: no prepared statement
-/// outlives a run (a transaction pooler on the way, say).
+/// Applies the pending migrations, each in its own transaction with its history row. Each
+/// transaction begins with [`Sql::begin_migration`](crate::sql::Sql::begin_migration) and
+/// looks at the history again, so that another process that migrated meanwhile is seen. Every
+/// statement goes as [`Wire::Literal`]: no prepared statement outlives a run (a transaction
+/// pooler on the way, say).
 async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError> {
     // The history table, created under the lock: instances creating it at once would race.
     let mut tx = begin_migration::<DB>(conn).await?;
@@ -166,8 +157,7 @@ async fn begin_migration<DB: Backend>(
     Transaction::begin(conn, DB::SQL.begin_migration.map(Into::into)).await
 }
 
-/// Deletes idem 0.1's row from sqlx's history, if there is one: the table it recorded is
-/// the one migration 1 just adopted.
+/// Deletes idem 0.1's row ([`LEGACY_SQLX_VERSION`]) from sqlx's history, if there is one.
 async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
     let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::SQL.has_sqlx_history, &[]).await?;
     if !exists
@@ -190,41 +180,27 @@ async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(
 }
 
 /// Creates or updates the key table on `pool`: applies the migrations of
-/// [`Backend::migrations`] that `idem_schema_migrations` does not list.
+/// [`Backend::migrations`] that its history, `idem_schema_migrations (version, description,
+/// checksum, applied_at)`, does not list ([migrations](crate#migrations)). Instances starting
+/// at once apply each migration once; running it again is a no-op. A direct connection is
+/// the usual place for schema changes, though a transaction pooler will do.
 ///
-/// - History: `idem_schema_migrations (version, description, checksum, applied_at)`, created
-///   if missing; idem does not use sqlx's `_sqlx_migrations`, so the application's own sqlx
-///   migrations and idem's ignore each other.
-/// - Each migration runs in its own transaction together with its history row
-///   (SQLite: `BEGIN IMMEDIATE`, and a migration another process applied meanwhile is
-///   skipped).
-/// - On PostgreSQL each of those transactions takes the advisory lock [`MIGRATION_LOCK_ID`]
-///   first, with `lock_timeout` and `statement_timeout` off for it (`SET LOCAL`), so that
-///   instances starting at once wait for each other instead of racing. Nothing is left on the
-///   session, and every statement goes as a simple query with its values as literals: the
-///   run works the same through a transaction pooler (PgBouncer in transaction mode), though
-///   a direct connection is the usual place for schema changes.
-/// - A recorded migration whose checksum differs from the embedded SQL is refused:
-///   [`StoreError::Migrate`] with its version, before anything is applied.
-/// - Upgrading from idem 0.1, which applied the table through sqlx (version
-///   `20261130000001` in `_sqlx_migrations`): migration 1 creates the same table and index
-///   `IF NOT EXISTS`, so it adopts them with their rows, and in the same transaction deletes
-///   that one row from `_sqlx_migrations` (if the table exists), so that the application's
-///   sqlx migrator no longer finds a version it does not know.
-///
-/// Running it again is a no-op.
+/// Upgrading from idem 0.1: migration 1 adopts its table, and in the same transaction
+/// deletes idem 0.1's row (version `20261130000001`) from sqlx's `_sqlx_migrations`, if that
+/// table exists, so that the application's sqlx migrator no longer finds a version it does
+/// not know.
 ///
 /// # Errors
-/// [`StoreError::Migrate`] for a refused or failed migration, [`StoreError::Database`] when
-/// the database fails otherwise.
+/// [`StoreError::Migrate`] for a failed migration, or one recorded with other SQL than this
+/// version embeds (refused before anything is applied); [`StoreError::Database`] when the
+/// database fails otherwise.
 pub async fn migrate<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError> {
     run_migrations(pool).await.map_err(StoreError::refine::<DB>)
 }
 
 /// Checks that every migration of [`Backend::migrations`] is in the database, where another
-/// tool applied idem's migrations (`migrations/` at the repository's root, in order): runs
-/// each migration's [`Migration::present`] query and applies nothing. A database that
-/// recorded its migrations in `idem_schema_migrations` ([`migrate`]) passes as well.
+/// tool applies them ([migrations](crate#migrations)): runs each one's [`Migration::present`]
+/// query and applies nothing. A database [`migrate`] migrated passes as well.
 ///
 /// # Errors
 /// [`StoreError::Migrate`] naming the first migration not applied (its version, its file and

@@ -1,5 +1,4 @@
-//! [`Migration`]: one migration of the key table, embedded from the repository's
-//! `migrations/` (the crate's `migrations` is a link to it).
+//! [`Migration`]: one migration of the key table ([migrations](crate#migrations)).
 
 use sha2::{Digest as _, Sha256};
 

@@ -1,22 +1,6 @@
 //! MySQL 8 and MariaDB 10.6 or later (InnoDB): the store for several application instances
-//! sharing one MySQL database.
-//!
-//! Times are `DATETIME(3)` in UTC, converted to and from milliseconds since the Unix epoch
-//! by arithmetic from `1970-01-01`: no session's `time_zone` applies.
-//! MySQL has neither `RETURNING` nor `ON CONFLICT`: the generic code reads a written row
-//! again in its transaction, takes a duplicate key's error for "exists already", and deletes
-//! (or reopens) an expired row before inserting the new one.
-//!
-//! **The key's lock.** MySQL has no transaction-scoped advisory lock (`GET_LOCK` belongs to
-//! the session and outlives a rollback). An execution takes its key's lock by upserting the
-//! key's row in `idempotency_locks` (an id derived from the database and the key, as on
-//! PostgreSQL) in its own transaction, `READ COMMITTED`: InnoDB holds the row lock until the
-//! transaction commits or rolls back, on every path, a dropped connection included (the
-//! server rolls its transaction back). A duplicate's upsert waits for it, at most
-//! `innodb_lock_wait_timeout`, which idem sets for that one statement only (MariaDB's
-//! `SET STATEMENT … FOR`, MySQL's `SET_VAR` hint), in whole seconds; it then looks at the key
-//! again (committed meanwhile: [`Begun::Taken`]). Waits that end in a deadlock count as
-//! lock waits that ran out. The sweeper deletes lock rows no execution took since its cutoff.
+//! sharing one MySQL database. What differs from the other stores, its key's lock (a row of
+//! `idempotency_locks`) included, is told in [MySQL and MariaDB](crate#mysql-and-mariadb).
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -30,9 +14,7 @@ use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
-/// The migrations of the key table on MySQL: the tables as migrations 1 to 8 left them on
-/// the other databases, in one. Its `present` query fails (an unknown column or table) or
-/// finds no row until it is applied.
+/// The migrations of the key table on MySQL: one ([migrations](crate#migrations)).
 static MIGRATIONS: [Migration; 1] = [migration!(
     1,
     "mysql/0001_idempotency_keys.sql",
@@ -53,7 +35,6 @@ const SQL: Sql = Sql {
     lookup: include_str!("../sql/mysql/lookup.sql"),
     expires_at: include_str!("../sql/mysql/expires_at.sql"),
     insert_completed: include_str!("../sql/mysql/insert_completed.sql"),
-    // The plain insert: `clear_expired` deleted the expired row first.
     insert_completed_or_replace_expired: include_str!(
         "../sql/mysql/insert_completed_or_replace_expired.sql"
     ),
@@ -81,7 +62,6 @@ const SQL: Sql = Sql {
     register: include_str!("../sql/mysql/register.sql"),
     registrations: include_str!("../sql/mysql/registrations.sql"),
     reserve: include_str!("../sql/mysql/reserve.sql"),
-    // The plain reservation: `reopen_expired` reopened an expired row first, if any.
     reserve_or_replace_expired: include_str!("../sql/mysql/reserve_or_replace_expired.sql"),
     reserve_held: None,
     hold: None,
@@ -120,8 +100,7 @@ const SQL: Sql = Sql {
     history: include_str!("../sql/mysql/history.sql"),
     has_sqlx_history: include_str!("../sql/mysql/has_sqlx_history.sql"),
     begin_migration: None,
-    // A session lock on the database's name: one process at a time migrates it. A year:
-    // migrations may wait for another instance's run.
+    // A year: migrations may wait for another instance's run.
     lock_migrations: Some(include_str!("../sql/mysql/lock_migrations.sql")),
     unlock_migrations: Some(include_str!("../sql/mysql/unlock_migrations.sql")),
     begin_write: None,
@@ -211,12 +190,11 @@ impl Backend for MySql {
         }
     }
 
-    /// Whether another transaction holds the key's lock row (or is inserting it): a read of
-    /// it that may not wait (`NOWAIT`) fails. Outside a transaction it holds nothing after.
     async fn key_lock_taken(
         conn: &mut MySqlConnection,
         lock: KeyLock<'_>,
     ) -> Result<bool, sqlx::Error> {
+        // `NOWAIT` fails while another transaction holds (or inserts) the row; holds none after.
         let sql = SQL.key_lock_taken.unwrap_or_default();
         let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
         match Self::fetch_optional(conn, sql, &id).await {

@@ -10,8 +10,7 @@ use crate::glue::Arg;
 use crate::list::{Counts, StatusCounts};
 use crate::table::KeyTable;
 
-/// How a service runs one operation, as it registered it in `idempotency_operations`
-/// ([`KeyTable::register`]): what tools show next to the operation's keys.
+/// How a service runs one operation ([`KeyTable::register`]): what tools show by its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
     /// The operation id, `<name>:v<version>`.
@@ -44,9 +43,8 @@ pub struct OperationInfo {
 }
 
 impl<DB: Backend> KeyTable<DB> {
-    /// Records how services run these operations in `idempotency_operations`, replacing
-    /// what an earlier registration of the same operation id said. Services call it at
-    /// start (`idem-runtime`'s `Idem::register`); the operator tool shows it.
+    /// Writes these registrations to [the operation registry](crate#the-operation-registry),
+    /// each replacing an earlier one of the same operation id.
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for an empty operation id; the database's errors.
@@ -91,9 +89,7 @@ impl<DB: Backend> KeyTable<DB> {
         Ok(OperationInfo::merge(&counts, registrations))
     }
 
-    /// Every registration in `idempotency_operations`, by operation id: what
-    /// [`KeyTable::operations`] reads beside the counts, for a caller that has the counts
-    /// already ([`OperationInfo::merge`]).
+    /// Every registration, by operation id (for [`OperationInfo::merge`]).
     ///
     /// # Errors
     /// The database's errors.
@@ -119,8 +115,7 @@ impl<DB: Backend> KeyTable<DB> {
         .map_err(|e: sqlx::Error| StoreError::from(e).refine::<DB>())
     }
 
-    /// How many keys [`KeyTable::sweep_batch`] with this `before_ms` would delete, in all
-    /// its batches: completed keys whose `expires_at` is at or before `before_ms`.
+    /// How many keys [`KeyTable::sweep_batch`] with this `before_ms` would delete, all batches.
     ///
     /// # Errors
     /// The database's errors.

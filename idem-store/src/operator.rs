@@ -1,19 +1,5 @@
-//! Operator actions on keys ([`KeyTable::act`]), each fenced by the row the operator saw and
-//! recorded in the audit trail `idempotency_audit` ([`KeyTable::audit`]); a staged key's
-//! journal ([`KeyTable::journal`]).
-//!
-//! An action is decided on a row the operator looked at, and the row may have moved since:
-//! the running attempt journaled a step or renewed its lease, a retry took the key over,
-//! another operator acted first. So [`KeyTable::act`] takes the row as the operator saw it,
-//! and in one transaction locks the key's row, compares it with that, applies the action and
-//! writes the audit row; a row that changed is [`StoreError::Changed`], with the row as it is
-//! now, and nothing is written.
-//!
-//! Some actions apply to a key but could do harm ([`Hazard`]): acting on a key whose attempt
-//! is running (its lease is live), deleting a completed staged key whose steps' effects exist.
-//! They are refused ([`StoreError::NeedsForce`]) unless the actor forces them
-//! ([`Actor::force`]); a forced action is recorded as such in the audit trail
-//! ([`AuditEntry::forced`]).
+//! [Operator actions](crate#operator-actions) on keys ([`KeyTable::act`]), the audit trail
+//! ([`KeyTable::audit`]) and a staged key's journal ([`KeyTable::journal`]).
 
 use serde_json::{Map, Value, json};
 
@@ -35,9 +21,8 @@ pub struct Actor {
     /// Why, in the operator's words (a ticket, an incident).
     pub reason: Option<String>,
     /// Whether the actor overrides the refusals of actions that could do harm
-    /// ([`StoreError::NeedsForce`], see [`Hazard`]); an action applied only because of it is
-    /// recorded as forced ([`AuditEntry::forced`]). It overrides nothing else: a row that
-    /// changed or an action that does not apply is refused all the same.
+    /// ([`StoreError::NeedsForce`]), and nothing else: a row that changed or an action that
+    /// does not apply is refused all the same.
     pub forced: bool,
 }
 
@@ -59,8 +44,7 @@ impl Actor {
         self
     }
 
-    /// Sets [`Actor::forced`]: the action is applied even when it could do harm (see
-    /// [`Hazard`]).
+    /// Sets [`Actor::forced`].
     #[must_use]
     pub fn force(mut self) -> Self {
         self.forced = true;
@@ -78,52 +62,36 @@ impl Actor {
 /// | `Expire` | completed keys not expired yet | — | `expires_at` = now |
 /// | `Delete` | any key | processing (a live lease); completed staged keys (`attempt` > 0 or a recovery point) | none: the key is unknown |
 ///
-/// The TTL a completed key gets is the operation's registered one
-/// (`idempotency_operations.ttl_ms`), or, for an operation not registered, the row's own
-/// (`expires_at - created_at`, what its reservation set): a key's TTL counts from its
-/// completion, as when staged mode finishes it.
+/// "Forced only": refused ([`StoreError::NeedsForce`]) unless forced; see [`Hazard`]. The
+/// TTL is the operation's registered one (`idempotency_operations.ttl_ms`), or, for one not
+/// registered, the row's own (`expires_at - created_at`), counted from the completion. Only
+/// `Delete` removes the key's journal and request.
 ///
-/// "Forced only": the action is refused with [`StoreError::NeedsForce`] unless the actor
-/// forces it ([`Actor::force`]); see [`Hazard`] for why.
-///
-/// A key that is not final (processing or stuck) never expires: it is resumed, or answered
-/// `409` while its lease is live, whatever its TTL; so `Expire` does not apply to it, forced
-/// or not, and `Fail`, `Complete` or `Release` are what ends or hands on such a key.
-///
-/// `Release`, `Complete` and `Fail` add one to `attempt`, the fencing number (and the last
-/// two end `processing`): the attempt that was running, if any, finds its next
-/// write refused (every write of an attempt names its number and `status = 'processing'`)
-/// and stops. `Delete` fences it out by removing the row, for as long as the key has no new
-/// row: a new execution of the key starts again at attempt 1, so an attempt 1 still running
-/// could write into it; a forced delete of a running key is safest after `Fail` or `Release`
-/// (forced) and the attempt's end.
+/// Moving `attempt` on fences the running attempt out ([the key table](crate#the-key-table)).
+/// `Delete` fences it out only while the key has no new row: a new execution starts again at
+/// attempt 1, which an attempt 1 still running could write into; a forced delete of a running
+/// key is safest after a forced `Fail` or `Release` and the attempt's end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
     /// Hands a processing or stuck key back, its lease run out: the next retry (or the
-    /// reconciler) takes it over at once and resumes from its recovery point. The journal
-    /// and the request stay.
+    /// reconciler) takes it over at once and resumes from its recovery point.
     Release,
     /// Completes a processing or stuck key with this response, which retries replay from
-    /// then on: for an operator who finished the work by hand. The journal and the request
-    /// stay (for the record).
+    /// then on: for an operator who finished the work by hand.
     Complete(StoredResponse),
-    /// Completes a processing or stuck key with this failure (status 400 or more), which
-    /// retries replay from then on: for work that must not be resumed.
+    /// As `Complete`, with a failure: for work that must not be resumed.
     Fail(StoredResponse),
-    /// Expires a completed key now: it answers `410` (or runs again, for operations that
-    /// re-execute expired keys) until the sweeper deletes it. A processing or stuck key never
-    /// expires: not applicable to it.
+    /// Expires a completed key now ([`KeyStatus::Expired`]). A processing or stuck key never
+    /// expires (it is resumed, or answered `409` while its lease is live), forced or not:
+    /// `Fail`, `Complete` or `Release` end it or hand it on.
     Expire,
-    /// Deletes the key's row: the next request with the key runs as a first one. A
-    /// completed staged key is deleted only when forced: its steps would run again
-    /// ([`Hazard::EffectsExist`]).
+    /// Deletes the key's row: the next request with the key runs as a first one.
     Delete,
 }
 
 impl Action {
-    /// The action's name in the audit trail: `release`, `complete`, `fail`, `expire` or
-    /// `delete`.
+    /// The action's name in the audit trail: `release`, `complete`, `fail`, `expire`, `delete`.
     #[must_use]
     pub fn name(&self) -> &'static str {
         match self {
@@ -139,20 +107,17 @@ impl Action {
 /// What [`KeyTable::act`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acted {
-    /// The row before, read under the lock the action held (it is the row the operator saw,
-    /// with its state at the action's `now_ms`).
+    /// The row before: the row the operator saw, with its state at the action's `now_ms`.
     pub before: KeyRow,
     /// The row after; `None` for [`Action::Delete`].
     pub after: Option<KeyRow>,
     /// The action's row in the audit trail (`idempotency_audit.id`).
     pub audit_id: i64,
-    /// Whether the action was applied only because it was forced (it overrode a
-    /// [`Hazard`]); recorded as [`AuditEntry::forced`].
+    /// Whether the action was applied only because it was forced ([`AuditEntry::forced`]).
     pub forced: bool,
 }
 
-/// Which entries of the audit trail [`KeyTable::audit`] returns: newest first, filters
-/// combined with AND.
+/// Which entries of the audit trail [`KeyTable::audit`] returns; filters combine with AND.
 ///
 /// ```
 /// use idem_store::{AuditFilter, KeyRef};
@@ -170,16 +135,14 @@ pub struct AuditFilter {
     pub scope: Option<String>,
     /// Only actions on keys of this operation id.
     pub operation: Option<String>,
-    /// Only actions on this client key (exact; with [`AuditFilter::scope`] and
-    /// [`AuditFilter::operation`], one key's history).
+    /// Only actions on this client key (exact; one key's history: [`AuditFilter::key`]).
     pub key: Option<String>,
     /// Only actions by this operator (exact).
     pub operator: Option<String>,
     /// Only entries older than this one (`id` below it): the last [`AuditEntry::id`] of the
     /// previous page.
     pub before_id: Option<i64>,
-    /// Entries at most: [`AuditFilter::DEFAULT_LIMIT`] unless set, at most
-    /// [`AuditFilter::MAX_LIMIT`], at least 1.
+    /// Entries at most, within the bounds of [`AuditFilter::effective_limit`].
     pub limit: u32,
 }
 
@@ -249,7 +212,8 @@ impl AuditFilter {
 
 /// One operator action, as the audit trail `idempotency_audit` records it.
 ///
-/// [`AuditEntry::before`] and [`AuditEntry::after`] are the key's row as JSON objects:
+/// [`AuditEntry::before`] and [`AuditEntry::after`] are the key's row as JSON objects (an
+/// outbox message's, for [`Outbox::retry`](crate::Outbox::retry)):
 ///
 /// ```json
 /// {
@@ -264,16 +228,14 @@ impl AuditFilter {
 /// }
 /// ```
 ///
-/// `status` is the key's state ([`crate::KeyStatus`]) at the action's time; times are milliseconds
-/// since the Unix epoch; `fingerprint` is hexadecimal; `response` is `null` for a row without
-/// a stored response. A body that is UTF-8 is the text `body`; any other body is `body_hex`,
-/// its bytes in lowercase hexadecimal, instead.
+/// `status` is the key's state ([`KeyStatus`]) at the action's time; `fingerprint` is
+/// hexadecimal; `response` is `null` for a row without one. A body that is not UTF-8 is
+/// `body_hex`, its bytes in lowercase hexadecimal, instead of `body`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
     /// `idempotency_audit.id`: grows with every entry.
     pub id: i64,
-    /// When the action happened, by the acting tool's clock (milliseconds since the Unix
-    /// epoch).
+    /// When the action happened, by the acting tool's clock.
     pub at_ms: i64,
     /// Who acted ([`Actor::operator`]).
     pub operator: String,
@@ -283,7 +245,7 @@ pub struct AuditEntry {
     pub operation: String,
     /// The client's key.
     pub key: String,
-    /// [`Action::name`]: `release`, `complete`, `fail`, `expire` or `delete`.
+    /// [`Action::name`], or `outbox-retry`.
     pub action: String,
     /// Why ([`Actor::reason`]).
     pub reason: Option<String>,
@@ -291,9 +253,8 @@ pub struct AuditEntry {
     pub before: Option<Value>,
     /// The row after the action; `None` after `delete`.
     pub after: Option<Value>,
-    /// Whether the action was applied only because the operator forced it
-    /// ([`Actor::force`]) over a [`Hazard`] (`idempotency_audit.forced`, migration 8); an
-    /// actor's force that overrode nothing is not recorded.
+    /// Whether the action was applied only because it was forced ([`Actor::forced`]) over a
+    /// [`Hazard`]; an actor's force that overrode nothing is not recorded.
     pub forced: bool,
 }
 
@@ -302,29 +263,23 @@ pub struct AuditEntry {
 pub struct Journal {
     /// The last step journaled (`recovery_point`).
     pub recovery_point: Option<String>,
-    /// The `journal` column: each step journaled so far, by name, with its result. Empty
-    /// for a key without a journal (atomic mode's keys, a staged key before its first
-    /// step). The order is `serde_json`'s map order (by name, unless its `preserve_order`
-    /// feature is on); [`Journal::recovery_point`] tells the last step.
+    /// The `journal` column: each step journaled so far, by name, with its result (empty for
+    /// atomic mode's keys and a staged key before its first step), in `serde_json`'s map
+    /// order (by name, unless its `preserve_order` feature is on).
     pub steps: Map<String, Value>,
-    /// The `request` column: the request the key was reserved with, for resuming without
-    /// its client; `None` for atomic mode's keys.
+    /// The `request` column ([the key table](crate#the-key-table)); `None` for atomic mode's keys.
     pub request: Option<Value>,
 }
 
 impl<DB: Backend> KeyTable<DB> {
     /// Acts on `key` as `by`, at `now_ms`, provided its row is still `expected` (the row
-    /// the operator looked at, from [`KeyTable::get`] or [`KeyTable::list`]).
+    /// the operator looked at, from [`KeyTable::get`] or [`KeyTable::list`]): see
+    /// [operator actions](crate#operator-actions). The transaction holds the key's row
+    /// (PostgreSQL and MySQL: `SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`), and writes
+    /// the action and its [`AuditEntry`] together or not at all.
     ///
-    /// In one transaction that holds the key's row (PostgreSQL: `SELECT … FOR UPDATE`;
-    /// SQLite: `BEGIN IMMEDIATE`), it reads the row, compares it with `expected`, checks that
-    /// the action applies to it, applies the action and records it in `idempotency_audit`
-    /// (who, why, whether forced, the row before and after as JSON, see [`AuditEntry`]), then
-    /// commits: the action and its audit row are written together or not at all.
-    ///
-    /// The comparison is column for column (fingerprint, response, times, lease, attempt,
-    /// recovery point), the status compared as its `status` column: a processing key whose
-    /// lease ran out since the operator looked is the same row, now stuck.
+    /// The comparison is column for column, the status as its `status` column: a processing
+    /// key whose lease ran out since the operator looked is the same row, now stuck.
     ///
     /// ```no_run
     /// # use idem_store::{Action, Actor, KeyFilter, KeyStatus, KeyTable, StoreError};
@@ -343,19 +298,14 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// - [`StoreError::InvalidArgument`]: an empty [`Actor::operator`]; [`Action::Fail`] with
-    ///   a status below 400; `expected` is another key's row. Checked first.
+    /// Nothing is changed nor audited on any error.
+    /// - [`StoreError::InvalidArgument`], checked first: an empty [`Actor::operator`],
+    ///   [`Action::Fail`] below 400, `expected` of another key.
     /// - [`StoreError::Changed`]: the row is gone or differs from `expected`.
-    /// - [`StoreError::NotApplicable`]: the action does not apply to the row (see
-    ///   [`Action`]): releasing, completing or failing a completed key, expiring an expired
-    ///   one or one that is not completed. Forcing does not override it.
-    /// - [`StoreError::NeedsForce`]: the action applies but could do harm ([`Hazard`]): the
-    ///   key's lease is live, or it deletes a completed staged key; unless `by` forces it
-    ///   ([`Actor::force`]).
-    /// - [`StoreError::LockTimeout`] when another transaction holds the row longer than the
-    ///   lock timeout; [`StoreError::Corrupt`] when the row cannot be read; database errors.
-    ///
-    /// Whenever it returns an error, nothing was changed and nothing audited.
+    /// - [`StoreError::NotApplicable`]: the action does not apply to the row ([`Action`]).
+    /// - [`StoreError::NeedsForce`]: the action could do harm ([`Hazard`]), not forced.
+    /// - [`StoreError::LockTimeout`]; [`StoreError::Corrupt`] (an unreadable row); database
+    ///   errors.
     pub async fn act(
         &self,
         key: KeyRef<'_>,
@@ -370,8 +320,7 @@ impl<DB: Backend> KeyTable<DB> {
             .map_err(StoreError::refine::<DB>)
     }
 
-    /// Entries of the audit trail, newest first (by [`AuditEntry::id`], the order they were
-    /// written in), as `filter` selects them.
+    /// The entries of the audit trail `filter` selects, newest first ([`AuditEntry::id`]).
     ///
     /// ```no_run
     /// # use idem_store::{AuditFilter, KeyRef, KeyTable};
@@ -384,15 +333,14 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Corrupt`] when an entry's `before` or `after` is not JSON; database
-    /// errors.
+    /// [`StoreError::Corrupt`] when an entry's `before` or `after` is not JSON; database errors.
     pub async fn audit(&self, filter: &AuditFilter) -> Result<Vec<AuditEntry>, StoreError> {
         audit::<DB>(self.pool(), filter)
             .await
             .map_err(StoreError::refine::<DB>)
     }
 
-    /// The journal, recovery point and request of `key`'s row; `None` if the key has no row.
+    /// `key`'s [`Journal`]; `None` if the key has no row.
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};
@@ -447,9 +395,8 @@ fn validate(
     Ok(())
 }
 
-/// The row read under the action's lock (`current`, at `now_ms`) checked against `expected`
-/// and `action`: the row before the action and whether it is applied only because `forced`
-/// (it overrides a [`Hazard`]), or why the action is refused.
+/// [`KeyTable::act`]'s checks of the row read under its lock: the row before and whether the
+/// action is applied only because `forced`, or why it is refused.
 pub(crate) fn check(
     expected: &KeyRow,
     current: Option<KeyRow>,
@@ -512,8 +459,7 @@ pub(crate) fn check(
     }
 }
 
-/// Whether `current` is the row `expected` shows: every column, the status as its column
-/// (not the state at a time).
+/// Whether `current` is the row `expected` shows, as [`KeyTable::act`] compares them.
 fn same_row(expected: &KeyRow, current: &KeyRow) -> bool {
     expected.status.stored() == current.status.stored()
         && *expected
@@ -553,8 +499,7 @@ pub(crate) fn row_json(row: &KeyRow) -> String {
     .to_string()
 }
 
-/// Writes one entry of the audit trail (at `now_ms`, by `by`, on `key`, `action`, the row
-/// `before` and `after` as JSON, whether `forced`) in `conn`'s transaction; returns its id.
+/// Writes one entry of the audit trail in `conn`'s transaction; returns its id.
 pub(crate) async fn record<DB: Backend>(
     conn: &mut DB::Connection,
     now_ms: i64,
@@ -586,8 +531,7 @@ pub(crate) async fn record<DB: Backend>(
     DB::int(&row.ok_or(sqlx::Error::RowNotFound)?, 0)
 }
 
-/// [`KeyTable::act`], its arguments validated: one transaction holding the key's row reads
-/// it, checks it ([`check`]), applies `action` and inserts the audit row.
+/// [`KeyTable::act`], its arguments validated.
 async fn act<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
@@ -598,9 +542,8 @@ async fn act<DB: Backend>(
 ) -> Result<Acted, StoreError> {
     let sql = DB::SQL;
     let mut conn = pool.acquire().await?;
-    // The row's lock (PostgreSQL: `FOR UPDATE`; SQLite: the write lock, from `BEGIN
-    // IMMEDIATE` on): the running attempt's writes, a takeover, another operator's action
-    // wait for this transaction, and then see what it did.
+    // The row's lock: the running attempt, a takeover, another operator wait for this
+    // transaction, and then see what it did.
     let mut tx = begin_write::<DB>(&mut conn).await?;
     let current = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
     let current = current.map(|row| key_row::<DB>(&row, now_ms)).transpose()?;

@@ -14,15 +14,13 @@
 //! - **Session state**: settings (`SET`), session advisory locks, `LISTEN`.
 //!
 //! Once [`behind_transaction_pooler`] is called, idem's statements on PostgreSQL go as one
-//! simple query each, their parameters written into the SQL as literals (numbers as digits,
-//! text and bytes as hexadecimal escapes: nothing from a request reaches the SQL except as
-//! hexadecimal digits). One round trip per statement, as a cached prepared statement takes,
-//! but the server parses and plans each one. On PostgreSQL idem keeps no session state
-//! outside staged mode's attempt holds (session advisory locks, which the runtime's switch
-//! turns off): its timeouts are `SET LOCAL`, its key locks transaction-scoped, its
-//! migrations take their lock per transaction and always go as such simple queries (MySQL's
-//! migrations still take a session lock: this module is about PostgreSQL). The runtime's
-//! `Config::transaction_pooler` calls it, and says what else changes.
+//! simple query each, their parameters written in as literals (as in [the record and its
+//! commit](crate#postgresql-the-record-and-its-commit-in-one-round-trip)): one round trip per
+//! statement, as a cached prepared statement takes, but the server parses and plans each one.
+//! idem keeps no session state on PostgreSQL but staged mode's attempt holds (session
+//! advisory locks, which the runtime's switch turns off): its timeouts are `SET LOCAL`, its
+//! key locks transaction-scoped, its [migrations](crate#migrations) fit a pooler anyway. The
+//! runtime's `Config::transaction_pooler` calls it, and says what else changes.
 //!
 //! A tool of your own on the store (as the `idem` operator tool does) calls
 //! [`behind_transaction_pooler`] before its first statement and opens its PostgreSQL pool
@@ -30,10 +28,9 @@
 //! both startup parameters unless listed in its `ignore_startup_parameters`.
 //!
 //! The switch is for the whole process and one-way: literal statements are right on a direct
-//! connection too (a little slower), prepared ones are not behind a pooler, so a process in
-//! which any handle goes through one sends every statement of idem's the safe way. A mode
-//! carried by every store handle instead would thread a flag through every signature of the
-//! store for a setting a process has once.
+//! connection too (a little slower), prepared ones are not behind a pooler. A mode carried by
+//! every store handle instead would thread a flag through every signature of the store for a
+//! setting a process has once.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,8 +109,7 @@ pub(crate) fn inline(sql: &str, args: &[Arg<'_>]) -> String {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// A PostgreSQL `bytea` literal: `E'\\x<hex>'::bytea`. The escape-string syntax reads the
-/// same whatever `standard_conforming_strings` says; the server parses the hexadecimal in
+/// A PostgreSQL `bytea` literal, `E'\\x<hex>'::bytea`: the server parses the hexadecimal in
 /// `bytea`'s input.
 pub(crate) fn push_bytes(sql: &mut String, bytes: &[u8]) {
     sql.reserve(2 * bytes.len() + 16);
@@ -123,7 +119,7 @@ pub(crate) fn push_bytes(sql: &mut String, bytes: &[u8]) {
 }
 
 /// A PostgreSQL `text` literal with every byte as an escape, `E'\x74\x65…'`: the lexer makes
-/// it the string; there is no function call for the server to resolve.
+/// it the string.
 pub(crate) fn push_text(sql: &mut String, text: &str) {
     sql.reserve(4 * text.len() + 3);
     sql.push_str("E'");
@@ -154,9 +150,7 @@ fn push_hex<const ESCAPED: bool>(sql: &mut String, bytes: &[u8]) {
     }
 }
 
-// Only the SQL text of idem's own statements goes through `each_param`, and none holds a `$`
-// that is not a parameter: what it keeps cannot be seen from outside (`tests/pooler.rs` checks
-// the rest through PostgreSQL).
+// What `each_param` keeps never shows in idem's statements (`tests/pooler.rs` checks the rest).
 #[cfg(test)]
 mod tests {
     use std::fmt::Write as _;

@@ -1,11 +1,6 @@
-//! PostgreSQL: the store for several application instances sharing one database.
-//!
-//! Timestamps are `timestamptz`; they cross the wire as milliseconds since the epoch so that
-//! the caller's clock decides what "now" is. An execution holds its key with a
-//! transaction-scoped advisory lock taken in the same round trip as `BEGIN`, with the
-//! transaction's own `lock_timeout` and `statement_timeout` (`SET LOCAL`, in that same round
-//! trip), so that the application's queries on the pool keep their settings. Batches of the
-//! sweeper and the outbox skip rows other transactions hold (`FOR UPDATE SKIP LOCKED`).
+//! PostgreSQL: the store for several application instances sharing one database. Its key's
+//! lock is told in [the key's lock](crate#the-keys-lock), its commit in
+//! [one round trip](crate#postgresql-the-record-and-its-commit-in-one-round-trip).
 
 use std::str::FromStr;
 
@@ -21,8 +16,7 @@ use crate::pooler::inline;
 use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
-/// The migrations of the key table on PostgreSQL. Each `present` query fails (an unknown
-/// column, table or function) or finds no row until its migration is applied.
+/// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
 static MIGRATIONS: [Migration; 8] = [
     migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
@@ -66,7 +60,7 @@ const SQL: Sql = Sql {
     list_stuck: include_str!("../sql/postgres/list_stuck.sql"),
     expire: include_str!("../sql/postgres/expire.sql"),
     delete: include_str!("../sql/postgres/delete.sql"),
-    // Small batches, skipping rows a running request holds: no long locks.
+    // Small batches, skipping rows a running request holds (`SKIP LOCKED`): no long locks.
     sweep: include_str!("../sql/postgres/sweep.sql"),
     count_sweepable: include_str!("../sql/postgres/count_sweepable.sql"),
     counts: include_str!("../sql/postgres/counts.sql"),
@@ -78,19 +72,16 @@ const SQL: Sql = Sql {
     journal: include_str!("../sql/postgres/journal.sql"),
     register: include_str!("../sql/postgres/register.sql"),
     registrations: include_str!("../sql/postgres/registrations.sql"),
-    // With its row in `idempotency_processing` (which the key table's triggers remove once the
-    // key stops processing), in one statement. One row affected: reserved.
+    // With its row in `idempotency_processing` (migration 5). One row affected: reserved.
     reserve: include_str!("../sql/postgres/reserve.sql"),
     reserve_or_replace_expired: include_str!("../sql/postgres/reserve_or_replace_expired.sql"),
-    // The reservation holding attempt 1 (`$9`) in the same round trip: the row is inserted only
-    // if the hold is taken. Answers (held, reserved). Like `hold` and `owner_gone`, it lets go of
-    // every hold the session had first: the `FROM` subquery runs before the statement's own
-    // calls (its volatile call keeps it from being pulled up).
+    // `$9`: attempt 1's hold. Like `hold` and `owner_gone`, it lets go of every hold the
+    // session had first: the `FROM` subquery runs before the statement's own calls (its
+    // volatile call keeps it from being pulled up).
     reserve_held: Some(include_str!("../sql/postgres/reserve_held.sql")),
-    // A session advisory lock, which the server lets go when the session ends.
     hold: Some(include_str!("../sql/postgres/hold.sql")),
     let_go: Some(include_str!("../sql/postgres/let_go.sql")),
-    // Taken and let go again if free (`CASE` fixes the order of the two calls).
+    // `CASE` fixes the order of the two calls.
     owner_gone: Some(include_str!("../sql/postgres/owner_gone.sql")),
     clear_expired: None,
     reopen_expired: None,
@@ -148,8 +139,7 @@ impl Backend for Postgres {
         // idem's statements carry keys, tenants and response bodies: never logged.
         options = options.disable_statement_logging();
         if crate::pooler::is_behind_transaction_pooler() {
-            // A pooler lends server sessions: it refuses startup parameters it does not track
-            // (PgBouncer: "unsupported startup parameter"), and would not keep them anyway.
+            // PgBouncer refuses startup parameters it does not track (see `crate::pooler`).
             return Ok(options.extra_float_digits(None));
         }
         // No session-wide timeouts: each transaction of idem's sets its own (`begin`). A
@@ -159,9 +149,7 @@ impl Backend for Postgres {
     }
 
     fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {
-        // A connection that sat idle for a while may have died with a database restart:
-        // pinged before use (a busy pool's connections never are), so that the application's
-        // own queries do not meet it either.
+        // Pinged after `IDLE_PING_AFTER` idle: the application's queries meet no dead one either.
         options.before_acquire(|conn, meta| {
             Box::pin(async move {
                 if meta.idle_for < IDLE_PING_AFTER {
@@ -177,8 +165,7 @@ impl Backend for Postgres {
         settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
-        // One round trip: the simple-query protocol takes several statements. The timeouts
-        // are the transaction's own: the application's queries on the pool keep theirs.
+        // One round trip: the simple-query protocol takes several statements.
         let mut statement = Self::begin_statement(settings);
         if let (Some(lock), Some(lock_key)) = (lock, SQL.lock_key) {
             let args = [
@@ -191,9 +178,7 @@ impl Backend for Postgres {
             statement.push_str("; ");
             statement.push_str(&inline(lock_key, &args));
         }
-        // A taken key fails the statement (`IK001`, which `classify` calls
-        // `Failure::Taken`): the caller repairs the connection with `abandon_begin`, as after
-        // any failed `BEGIN`.
+        // A taken key fails the statement: `Failure::Taken`.
         Transaction::begin(conn, Some(statement.into()))
             .await
             .map(Begun::Free)
@@ -208,15 +193,12 @@ impl Backend for Postgres {
     }
 
     async fn abandon_begin(conn: &mut PgConnection) {
-        // `BEGIN` went through and a later statement failed: the session is in an aborted
-        // transaction. If even this fails the connection is broken, and its next use says so.
+        // `BEGIN` went through and a later statement failed: an aborted transaction.
         if let Err(error) = Self::batch(conn, "ROLLBACK").await {
             tracing::warn!(%error, "could not roll back after a failed BEGIN");
         }
     }
 
-    /// The key table's primary key refused the row (and not, say, a deferred unique
-    /// constraint of the application's refusing the `COMMIT`).
     fn is_key_taken(error: &sqlx::Error) -> bool {
         error.as_database_error().is_some_and(|e| {
             e.code().is_some_and(|code| code == "23505")
@@ -278,7 +260,6 @@ impl Backend for Postgres {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::NewRow;
 
     fn id(scope: &str, operation: &str, key: &str) -> i64 {
         lock_id(
@@ -293,8 +274,7 @@ mod tests {
 
     #[test]
     fn lock_ids_are_stable_across_versions() {
-        // Processes of different versions share a database during a rolling deploy: they
-        // must lock the same key with the same id. Changing this value is a breaking change.
+        // Processes of two versions must agree on it during a rolling deploy: never change it.
         assert_eq!(
             id("tenant:t1", "create_order:v1", "k-1"),
             LOCK_ID_TENANT_T1_K1
@@ -319,54 +299,6 @@ mod tests {
             key: "k",
         };
         assert_ne!(lock_id("public", key), lock_id("shop", key));
-    }
-
-    #[test]
-    fn the_merged_statement_holds_request_values_only_as_hex() {
-        let body: &[u8] = b"{\"a\":\"'; DROP TABLE x; --\"}";
-        let row = NewRow {
-            key: KeyRef {
-                scope: "tenant:o'brien",
-                operation: "op:v1",
-                key: "k'); COMMIT; --",
-            },
-            fingerprint: &[0x00, 0xff, 0x10],
-            status: 201,
-            headers_json: r#"[["location","/x?a='b'"]]"#,
-            body,
-            created_ms: 1_000,
-            completed_ms: 2_000,
-            expires_ms: 3_000,
-            replace_expired: false,
-        };
-        let sql = Postgres::insert_and_commit(&row).unwrap_or_default();
-        assert!(sql.ends_with(";\nCOMMIT;\nBEGIN\n"), "{sql}");
-        // Every quote in the statement opens or closes a literal of hexadecimal escapes or
-        // a fixed word: `\xHH…` (text), `\\x<hex>` (bytea), `completed`.
-        let quoted: Vec<&str> = sql.split('\'').skip(1).step_by(2).collect();
-        assert_eq!(quoted.len(), 7, "{sql}");
-        for literal in &quoted {
-            let text = literal.len() % 4 == 0
-                && literal.as_bytes().chunks(4).all(|c| {
-                    c[0] == b'\\' && c[1] == b'x' && c[2..].iter().all(u8::is_ascii_hexdigit)
-                });
-            let bytea = literal
-                .strip_prefix("\\\\x")
-                .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()));
-            assert!(text || bytea || *literal == "completed", "{literal}");
-        }
-        assert!(sql.contains(r"E'\\x00ff10'::bytea"), "{sql}");
-        assert!(
-            sql.contains("to_timestamp((((3000)::int8))::float8 / 1000))"),
-            "{sql}"
-        );
-        assert!(sql.contains(", 'completed', ((201)::int4), "), "{sql}");
-        // The key, byte for byte.
-        let key_escaped: String = "k'); COMMIT; --"
-            .bytes()
-            .map(|b| format!("\\x{b:02x}"))
-            .collect();
-        assert!(sql.contains(&format!("E'{key_escaped}'")), "{sql}");
     }
 
     // Computed independently: SHA-256 over the length-prefixed parts, first 8 bytes LE.

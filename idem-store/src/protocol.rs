@@ -11,8 +11,7 @@ use crate::key::KeyRef;
 /// The key an execution locks while it runs ([`crate::Backend::begin`]).
 #[derive(Debug, Clone, Copy)]
 pub struct KeyLock<'a> {
-    /// What tells this key table's locks from those of other key tables in the same
-    /// database: [`crate::Backend::namespace`], asked once per process.
+    /// [`crate::Backend::namespace`].
     pub namespace: &'a str,
     /// The key.
     pub key: KeyRef<'a>,
@@ -45,10 +44,8 @@ impl<'c, DB: Database> Begun<'c, DB> {
 }
 
 /// A completed key row, as [`crate::Backend::insert_completed`] and
-/// [`crate::Backend::insert_completed_and_commit`] write it.
-///
-/// The response is borrowed in the form the columns take (status, headers as JSON, body), so
-/// that storing it copies nothing; [`crate::StoredResponse`] is the owned form reads return.
+/// [`crate::Backend::insert_completed_and_commit`] write it: the response borrowed in its
+/// columns' form, so that storing it copies nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRow<'a> {
     /// The key.
@@ -57,13 +54,11 @@ pub struct NewRow<'a> {
     pub fingerprint: &'a [u8],
     /// `response_status`.
     pub status: u16,
-    /// `response_headers`: the stored headers as [`crate::StoredResponse::encode_headers`]
-    /// writes them.
+    /// `response_headers` ([`crate::StoredResponse::encode_headers`]).
     pub headers_json: &'a str,
     /// `response_body`.
     pub body: &'a [u8],
-    /// When the execution began (`created_at`), in milliseconds since the Unix epoch; an
-    /// expired row is replaced only if it had expired by then.
+    /// When the execution began (`created_at`).
     pub created_ms: i64,
     /// When the response was stored (`completed_at`).
     pub completed_ms: i64,
@@ -78,19 +73,18 @@ pub struct NewRow<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Failure {
-    /// A lock wait or a statement ran out of time (PostgreSQL `lock_timeout` or
-    /// `statement_timeout`, SQLite `busy_timeout`): another transaction holds what the
-    /// statement needed: the key's lock or anything else ([`crate::Backend::key_lock_taken`] tells
-    /// which). The statement failed: nothing it was part of committed.
+    /// A lock wait or a statement ran out of time, as in [`crate::StoreError::LockTimeout`]:
+    /// the key's lock or another ([`crate::Backend::key_lock_taken`] tells which). The
+    /// statement failed: nothing it was part of committed.
     LockTimeout,
-    /// [`crate::Backend::begin`] found the key's row once it held the lock (PostgreSQL reports it
-    /// as an error of `BEGIN`'s round trip, SQLSTATE `IK001`; SQLite as [`Begun::Taken`]):
-    /// after [`crate::Backend::abandon_begin`], look the key up again.
+    /// [`crate::Backend::begin`] found the key's row once it held the lock, and failed
+    /// (PostgreSQL's `IK001`, [the key's lock](crate#the-keys-lock); the other stores answer
+    /// [`Begun::Taken`]): after [`crate::Backend::abandon_begin`], look the key up again.
     Taken,
     /// The connection is gone or unusable (an I/O or protocol error, PostgreSQL's class `08`,
     /// `57P01`–`57P03`, the server shutting down, and `25P03`/`25P04`, the server ending a
-    /// session idle in a transaction or past `transaction_timeout`): whatever was under way has an unknown
-    /// outcome, and a pooled connection found so was stale.
+    /// session idle in a transaction or past `transaction_timeout`): whatever was under way
+    /// has an unknown outcome, and a pooled connection found so was stale.
     Disconnected,
     /// Anything else: the database refused the statement (it failed, nothing it was part of
     /// committed), or the error is not the database's.
@@ -124,8 +118,7 @@ pub(crate) fn is_connection_error(error: &sqlx::Error) -> bool {
     )
 }
 
-/// How long a pooled connection may sit idle before it is pinged on its next use: on
-/// PostgreSQL, where a restart leaves the pool's connections dead, the pools the store opens
-/// and the runtime's request-path connections ping one that sat idle this long (a busy
-/// pool's never are).
+/// How long a pooled connection may sit idle before it is pinged on its next use, on
+/// PostgreSQL, where a restart leaves the pool's connections dead
+/// ([`crate::Backend::connect`]; the runtime's request-path connections too).
 pub const IDLE_PING_AFTER: std::time::Duration = std::time::Duration::from_secs(1);

@@ -6,10 +6,8 @@ use bytes::Bytes;
 
 use crate::key::KeyRef;
 
-/// A stored response: status, headers and body, without HTTP types.
-///
-/// In the key table: `response_status`, `response_headers` (a JSON array of `[name, value]`
-/// pairs, see [`StoredResponse::encode_headers`]) and `response_body`.
+/// A stored response: status, headers and body, without HTTP types (the `response_*`
+/// columns of [the key table](crate#the-key-table)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredResponse {
     /// The HTTP status (or any status of the plain function API).
@@ -22,8 +20,7 @@ pub struct StoredResponse {
 }
 
 impl StoredResponse {
-    /// The `response_headers` column for `pairs`: a JSON array of `[name, value]` arrays,
-    /// `[["content-type","application/json"]]`.
+    /// The `response_headers` column for `pairs`: a JSON array of `[name, value]` arrays.
     ///
     /// ```
     /// use idem_store::StoredResponse;
@@ -83,9 +80,8 @@ impl StoredResponse {
 pub enum StoredStatus {
     /// `completed`: the response is stored.
     Completed,
-    /// `processing`: an execution holds the key (staged mode; atomic mode never commits such a
-    /// row). A status this version does not know, written by a newer one, reads as this too:
-    /// someone else holds the key.
+    /// `processing`: a staged execution holds the key. A status this version does not know,
+    /// written by a newer one, reads as this too: someone else holds the key.
     Processing,
 }
 
@@ -133,8 +129,7 @@ impl PartialEq<&str> for StoredStatus {
     }
 }
 
-/// What the protocol's lookup ([`crate::Backend::lookup`]) finds for a key: one `SELECT`,
-/// the columns a request needs and no more.
+/// What the protocol's lookup ([`crate::Backend::lookup`]) finds for a key.
 #[derive(Debug, Clone)]
 pub struct StoredKey {
     /// The fingerprint of the request that stored the row (SHA-256, 32 bytes).
@@ -143,8 +138,7 @@ pub struct StoredKey {
     pub status: StoredStatus,
     /// The stored response: `Some` for a completed row that has one.
     pub response: Option<StoredResponse>,
-    /// `expires_at`, in milliseconds since the Unix epoch: it counts for a completed row
-    /// only ([`StoredKey::status_at`]).
+    /// `expires_at`: it counts for a completed row only ([`StoredKey::status_at`]).
     pub expires_at_ms: i64,
     /// `locked_until`: the lease of the attempt running a staged key.
     pub locked_until_ms: Option<i64>,
@@ -158,16 +152,9 @@ impl StoredKey {
     /// ```
     /// use idem_store::{KeyStatus, StoredKey, StoredStatus};
     ///
-    /// // A staged key killed mid-way, its TTL long past and its lease run out: stuck, not
-    /// // expired — it is resumed, never answered `410` nor run again under the same key.
-    /// let row = StoredKey {
-    ///     fingerprint: vec![0; 32],
-    ///     status: StoredStatus::Processing,
-    ///     response: None,
-    ///     expires_at_ms: 1_000,
-    ///     locked_until_ms: Some(2_000),
-    ///     attempt: 1,
-    /// };
+    /// // Its TTL long past and its lease run out: stuck, not expired.
+    /// let row = StoredKey { fingerprint: vec![0; 32], status: StoredStatus::Processing,
+    ///     response: None, expires_at_ms: 1_000, locked_until_ms: Some(2_000), attempt: 1 };
     /// assert_eq!(row.status_at(5_000), KeyStatus::Stuck);
     /// assert!(!row.is_final());
     /// ```
@@ -198,13 +185,12 @@ impl StoredKey {
 /// | `Processing` | `processing` (staged mode), lease live (`locked_until > now`, or no lease), whatever `expires_at` says |
 /// | `Stuck` | `processing` whose lease ran out (`locked_until <= now`), whatever `expires_at` says |
 ///
-/// A key that is not final never expires: a `processing` row whose `expires_at` passed (a
-/// staged execution killed mid-way and resumed late) is never answered `410`, run again,
-/// swept or replaced; it is resumed, and its TTL starts when it completes. `processing` rows
-/// are staged mode's (atomic mode commits completed rows only); one without a lease counts
-/// as processing. Listings of `Processing` or `Stuck` keys look in `idempotency_processing`,
-/// where staged mode records the keys it holds (on PostgreSQL a processing row inserted by
-/// hand must be added there too; on SQLite a trigger does it).
+/// A key that is not final never expires: a `processing` row (staged mode's) whose
+/// `expires_at` passed (an execution killed mid-way and resumed late) is never answered
+/// `410`, run again, swept or replaced; it is resumed, and its TTL starts when it completes.
+/// Listings of `Processing` or `Stuck` keys start from `idempotency_processing` ([the key
+/// table](crate#the-key-table)): on PostgreSQL a processing row inserted by hand must be
+/// added there too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KeyStatus {
     /// The response is stored and replayed.
@@ -238,8 +224,7 @@ impl KeyStatus {
         }
     }
 
-    /// The `status` column of a row in this state: `completed` for completed and expired
-    /// keys, `processing` for processing and stuck ones.
+    /// The `status` column of a row in this state.
     ///
     /// ```
     /// use idem_store::{KeyStatus, StoredStatus};
@@ -261,10 +246,9 @@ impl KeyStatus {
         self.stored().is_final()
     }
 
-    /// The status of a row with the `status` column `stored`, `expires_at_ms` and
-    /// `locked_until_ms`, at `now_ms`: the rule of a key's life (see [`KeyStatus`]), written
-    /// once. Every statement that filters, counts, sweeps or replaces keys by state states the
-    /// same conditions; the conformance kit pins each branch on every store.
+    /// The state at `now_ms` of a row with these columns: the rule of a key's life
+    /// ([`KeyStatus`]), written once. Every statement that filters, counts, sweeps or replaces
+    /// keys by state states the same conditions; the conformance kit pins each branch.
     ///
     /// ```
     /// use idem_store::{KeyStatus, StoredStatus};
@@ -300,10 +284,9 @@ impl fmt::Display for KeyStatus {
     }
 }
 
-/// One key row, as tools read it ([`crate::KeyTable::get`], [`crate::KeyTable::list`]).
-///
-/// Times are milliseconds since the Unix epoch. On SQLite, a timestamp an operator wrote by
-/// hand as a plain number is read as Unix seconds.
+/// One key row, as tools read it ([`crate::KeyTable::get`], [`crate::KeyTable::list`]); its
+/// columns are those of [the key table](crate#the-key-table). On SQLite, a timestamp an
+/// operator wrote by hand as a plain number is read as Unix seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRow {
     /// `global`, `tenant:<id>` or `user:<id>`.
@@ -314,8 +297,7 @@ pub struct KeyRow {
     pub key: String,
     /// The state of the key at the `now_ms` of the read.
     pub status: KeyStatus,
-    /// SHA-256 of the operation id and the canonical input of the request that stored the
-    /// row (32 bytes).
+    /// The fingerprint of the request that stored the row.
     pub fingerprint: Vec<u8>,
     /// The stored response: `Some` for completed (and expired) rows.
     pub response: Option<StoredResponse>,
@@ -323,13 +305,11 @@ pub struct KeyRow {
     pub created_at_ms: i64,
     /// When its response was stored.
     pub completed_at_ms: Option<i64>,
-    /// After this, a completed key is expired ([`KeyStatus::at`]): its completion plus the
-    /// operation's TTL.
+    /// After this, a completed key is expired ([`KeyStatus::at`]).
     pub expires_at_ms: i64,
     /// Staged mode: the lease of the running attempt; past it, the key is stuck.
     pub locked_until_ms: Option<i64>,
-    /// Staged mode: the fencing number, one more at every takeover or release (0 for
-    /// atomic-mode rows).
+    /// Staged mode: the fencing number (0 for atomic-mode rows).
     pub attempt: i64,
     /// Staged mode: the last step journaled.
     pub recovery_point: Option<String>,

@@ -8,19 +8,12 @@
 //! each: `$1`, `$2`, … on PostgreSQL and SQLite, `?` on MySQL, so that one argument list
 //! serves every backend. (A statement MySQL never runs may use one parameter twice.)
 //!
-//! **Times** cross as milliseconds since the Unix epoch; each database converts them its
-//! own way: PostgreSQL `to_timestamp(ms / 1000)` and `extract(epoch …) * 1000`; SQLite text
-//! through `strftime`, read back through `unixepoch(…, 'auto', 'subsec')`, which also reads a
-//! number an operator wrote by hand as Unix seconds (so SQLite compares milliseconds, not
-//! columns; it needs SQLite 3.42 or later, which sqlx bundles); MySQL `DATETIME(3)`
-//! by arithmetic from `1970-01-01`, in UTC whatever the session's `time_zone`.
-//!
-//! Where the databases differ otherwise: PostgreSQL's batches skip rows others hold
-//! (`FOR UPDATE SKIP LOCKED`); SQLite needs no `FOR UPDATE` (`BEGIN IMMEDIATE` holds the
-//! database); MySQL has neither `RETURNING` (the generic code reads a written row again:
-//! [`crate::Backend::RETURNING`]) nor `ON CONFLICT` (it takes a duplicate key's error
-//! for "exists already", and deletes or reopens an expired row before inserting its key
-//! again), and sweeps with `DELETE … ORDER BY … LIMIT`.
+//! **Times** cross as milliseconds since the Unix epoch, each database converting them its
+//! own way ([the key table](crate#the-key-table)): PostgreSQL `to_timestamp(ms / 1000)` and
+//! `extract(epoch …) * 1000`; SQLite `strftime`, read back through
+//! `unixepoch(…, 'auto', 'subsec')` (so SQLite compares milliseconds, not columns); MySQL by
+//! arithmetic from `1970-01-01`. SQLite needs no `FOR UPDATE` ([`Sql::begin_write`]); what
+//! MySQL's statements do differently is told in [MySQL and MariaDB](crate#mysql-and-mariadb).
 
 use crate::key::KeyRef;
 
@@ -55,10 +48,9 @@ impl<'a> Arg<'a> {
 }
 
 /// Every statement of the store on one database. A key row's columns are read in the order
-/// of [`crate::list::RawRow`] (scope, operation, key, fingerprint, status, response status,
-/// headers and body, created, completed, expires, locked until in milliseconds, attempt,
-/// recovery point), an outbox row's in the order of `OutboxRow`'s fields; "the key" is the first
-/// three parameters, `scope`, `operation`, `idempotency_key`, unless a statement says where.
+/// of [`crate::list::RawRow`]'s fields (times in milliseconds), an outbox row's in the order
+/// of `OutboxRow`'s; "the key" is the first three parameters ([`Arg::key`]), unless a
+/// statement says where.
 ///
 /// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
 #[derive(Debug, Clone, Copy)]
@@ -71,18 +63,15 @@ pub struct Sql {
     /// The completed row with its response (the key; fingerprint, status, headers, body;
     /// created, completed, expires); nothing where the key has a row.
     pub insert_completed: &'static str,
-    /// The same, replacing a completed row that had expired by the new row's start (`$8`);
-    /// a processing row is never replaced (it is not final, so it does not expire). MySQL:
-    /// the plain insert, after [`Sql::clear_expired`].
+    /// The same, replacing a completed row that had expired by the new row's start (`$8`),
+    /// never a processing row ([`crate::KeyStatus::at`]). MySQL: the plain insert, after
+    /// [`Sql::clear_expired`].
     pub insert_completed_or_replace_expired: &'static str,
-    /// PostgreSQL: [`Sql::insert_completed`] with no `ON CONFLICT`, then `COMMIT; BEGIN`: one
-    /// simple query, its values written in as literals ([`crate::pooler`]'s), one round trip
-    /// where a bound `INSERT` and a `COMMIT` take two. A row that exists fails the `INSERT`,
-    /// which aborts the transaction and skips the `COMMIT`.
+    /// PostgreSQL: [`Sql::insert_completed`] with no `ON CONFLICT`, then `COMMIT; BEGIN`, sent
+    /// [as one](crate#postgresql-the-record-and-its-commit-in-one-round-trip), values written in.
     pub insert_and_commit: Option<&'static str>,
-    /// PostgreSQL: the key's advisory lock taken and the key looked at again, in `BEGIN`'s
-    /// round trip, its values written in as literals (the lock id; the key; expired by, or
-    /// `NULL`): `idem_lock_key` (migrations 2 and 7) raises `IK001` when the key has a row.
+    /// PostgreSQL: `idem_lock_key` ([the key's lock](crate#the-keys-lock)), sent in `BEGIN`'s
+    /// round trip with its values written in (the lock id; the key; expired by, or `NULL`).
     pub lock_key: Option<&'static str>,
 
     // Tools.
@@ -110,8 +99,7 @@ pub struct Sql {
     pub sweep: &'static str,
     /// How many keys [`Sql::sweep`] would delete at `$1`.
     pub count_sweepable: &'static str,
-    /// Keys per operation and state at the time given (twice): only a completed row expires;
-    /// a processing row is stuck once its lease ran out, whatever `expires_at` says; with
+    /// Keys per operation and state ([`crate::KeyStatus::at`]) at the time given (twice), with
     /// the earliest `created_at` of each group.
     pub counts: &'static str,
 
@@ -279,8 +267,7 @@ impl<'a> Statement<'a> {
         self
     }
 
-    /// Binds `arg` to the next parameter, and returns its name (`$n`, or `?` where
-    /// parameters are positional) to write where it goes.
+    /// Binds `arg` to the next parameter, and returns its name to write where it goes.
     pub(crate) fn param(&mut self, arg: Arg<'a>) -> String {
         self.args.push(arg);
         if self.positional {

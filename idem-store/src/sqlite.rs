@@ -1,9 +1,6 @@
-//! SQLite: the embedded default, for one process.
-//!
-//! Timestamps are UTC text `YYYY-MM-DD HH:MM:SS.SSS`, the format of SQLite's own date
-//! functions. Transactions that write start with `BEGIN IMMEDIATE`: an execution holds the
-//! write lock, and with it its key, from its first statement on; lock waits are bounded by
-//! `busy_timeout`. SQLite needs no `FOR UPDATE`: `BEGIN IMMEDIATE` holds the database.
+//! SQLite: the embedded default, for one process. Its timestamps are told with
+//! [the key table](crate#the-key-table), its key's lock (the database's write lock, taken by
+//! `BEGIN IMMEDIATE`) in [the key's lock](crate#the-keys-lock).
 
 use std::str::FromStr;
 
@@ -16,8 +13,7 @@ use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
-/// The migrations of the key table on SQLite. Each `present` query fails (an unknown
-/// column or table) or finds no row until its migration is applied.
+/// The migrations of the key table on SQLite ([migrations](crate#migrations): no version 7).
 static MIGRATIONS: [Migration; 7] = [
     migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
@@ -105,8 +101,7 @@ const SQL: Sql = Sql {
     begin_migration: Some(include_str!("../sql/sqlite/begin_write.sql")),
     lock_migrations: None,
     unlock_migrations: None,
-    // The write lock, taken at `BEGIN` rather than at the first write: another process's
-    // migration or operator action waits there, then sees what it did.
+    // Another process's migration or operator action waits at `BEGIN`, then sees what it did.
     begin_write: Some(include_str!("../sql/sqlite/begin_write.sql")),
     namespace: None,
     session_id: None,
@@ -144,7 +139,6 @@ impl Backend for Sqlite {
         _settings: &TxSettings,
         lock: Option<KeyLock<'_>>,
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
-        // The write lock, taken now rather than at the first write: it is the key's lock.
         let tx = begin_write::<Self>(conn).await?;
         let Some(lock) = lock else {
             return Ok(Begun::Free(tx));

@@ -11,24 +11,8 @@ use crate::list::{self, Counts, KeyFilter, Page};
 use crate::row::{KeyRow, KeyStatus};
 use crate::sql::Statement;
 
-/// The key table of one database, for tools: the operator CLI, tests, the runtime's sweeper.
-/// Cheap to clone (it holds a [`Pool`]).
-///
-/// The store never reads the clock: every method that depends on the time takes `now_ms`,
-/// milliseconds since the Unix epoch, from the caller (the runtime's injected clock, say).
-///
-/// ```no_run
-/// # #[cfg(feature = "sqlite")] mod example {
-/// use idem_store::KeyTable;
-/// use sqlx::sqlite::SqlitePool;
-///
-/// # async fn demo(now_ms: i64) -> Result<(), Box<dyn std::error::Error>> {
-/// let table = KeyTable::new(SqlitePool::connect("sqlite://app.db").await?);
-/// let counts = table.counts(now_ms).await?;
-/// println!("{} keys, {} expired", counts.by_status.total(), counts.by_status.expired);
-/// # Ok(()) }
-/// # }
-/// ```
+/// The key table of one database, for tools ([the example](crate#example)). Cheap to clone
+/// (it holds a [`Pool`]). Methods that depend on the time take the caller's `now_ms`.
 #[derive(Debug)]
 pub struct KeyTable<DB: Backend> {
     pool: Pool<DB>,
@@ -56,7 +40,7 @@ impl<DB: Backend> KeyTable<DB> {
         &self.pool
     }
 
-    /// Creates or updates the key table: [`crate::migrate`] on this table's pool.
+    /// [`crate::migrate`] on this table's pool.
     ///
     /// # Errors
     /// See [`crate::migrate`].
@@ -89,12 +73,9 @@ impl<DB: Backend> KeyTable<DB> {
         .map_err(StoreError::refine::<DB>)
     }
 
-    /// One page of the keys `filter` selects, in (scope, operation, key) order, with their
-    /// state at `now_ms`.
-    ///
-    /// Pages are read with keyset pagination: each page is one indexed query after the last
-    /// key of the previous page, however deep the listing goes, and keys inserted or deleted
-    /// meanwhile neither shift nor duplicate the others.
+    /// One page of the keys `filter` selects ([`KeyFilter`]), with their state at `now_ms`.
+    /// Each page is one indexed query after the previous page's [`Cursor`](crate::Cursor),
+    /// however deep the listing goes.
     ///
     /// ```no_run
     /// # use idem_store::{KeyFilter, KeyStatus, KeyTable};
@@ -121,16 +102,10 @@ impl<DB: Backend> KeyTable<DB> {
             .map_err(StoreError::refine::<DB>)
     }
 
-    /// Expires `key` now: sets its `expires_at` to `now_ms` (a key that had expired earlier
-    /// keeps its earlier expiry). Returns the row before and after, read in the same
-    /// transaction; `None` if the key has no row.
-    ///
-    /// An expired key answers `410`, or runs again for operations that re-execute expired
-    /// keys, and the sweeper deletes it once its grace period is over. Only a completed key
-    /// expires ([`crate::KeyStatus::at`]): on a processing or stuck key the new `expires_at`
-    /// changes nothing, and completing the key sets it anew.
-    ///
-    /// Neither fenced nor audited: operators act through [`KeyTable::act`] with
+    /// Sets `key`'s `expires_at` to `now_ms` (a key that expired earlier keeps its expiry);
+    /// returns the row before and after, read in one transaction, or `None` if the key has no
+    /// row. On a processing or stuck key it changes nothing: completing the key sets
+    /// `expires_at` anew ([`KeyStatus`]). Neither fenced nor audited, unlike
     /// [`crate::Action::Expire`].
     ///
     /// ```no_run
@@ -177,12 +152,7 @@ impl<DB: Backend> KeyTable<DB> {
     }
 
     /// Deletes `key`'s row and returns it, with its state at `now_ms`; `None` if the key had
-    /// no row.
-    ///
-    /// The key is unknown afterwards: the next request with it runs as a first one.
-    ///
-    /// Neither fenced nor audited: operators act through [`KeyTable::act`] with
-    /// [`crate::Action::Delete`].
+    /// no row. Neither fenced nor audited, unlike [`crate::Action::Delete`].
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};
@@ -195,9 +165,8 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::LockTimeout`] when a running execution holds the row; database errors.
-    /// A row that cannot be read is deleted all the same, and reported as
-    /// [`StoreError::Corrupt`].
+    /// [`StoreError::LockTimeout`] when a running execution holds the row; database errors;
+    /// [`StoreError::Corrupt`] for a row that cannot be read, deleted all the same.
     pub async fn delete(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
             let sql = DB::SQL;
@@ -211,20 +180,17 @@ impl<DB: Backend> KeyTable<DB> {
             let row = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
             DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
             tx.commit().await?;
-            // Read after the commit, as `RETURNING` does: a row tools cannot read is deleted
-            // all the same.
+            // Read after the commit, as `RETURNING` does: an unreadable row is deleted too.
             row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
         }
         .await
         .map_err(StoreError::refine::<DB>)
     }
 
-    /// Deletes up to `batch` keys (at least 1) that expired at or before `before_ms` —
-    /// completed rows whose `expires_at` is at or before it; a processing key is never
-    /// deleted, whatever its `expires_at` ([`crate::KeyStatus::at`]) — in one short
-    /// statement; returns how many. On PostgreSQL it skips rows another transaction
-    /// holds (`FOR UPDATE SKIP LOCKED`). Call it again while it returns `batch`, pausing in
-    /// between to leave the database's write capacity to requests.
+    /// Deletes up to `batch` keys (at least 1) that expired ([`KeyStatus`]) at or before
+    /// `before_ms`, in one short statement; returns how many. On PostgreSQL it skips rows
+    /// another transaction holds (`FOR UPDATE SKIP LOCKED`). Call it again while it returns
+    /// `batch`, pausing in between to leave the database's write capacity to requests.
     ///
     /// ```no_run
     /// # use idem_store::KeyTable;
@@ -251,8 +217,7 @@ impl<DB: Backend> KeyTable<DB> {
             let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
             let deleted = DB::execute(&mut conn, sql.sweep, &args).await?;
-            // Where keys are locked through rows of their own (MySQL), the rows no execution
-            // took since `before` go too: the next execution of their key makes one again.
+            // MySQL's lock rows too (the crate docs' section on MySQL).
             if let Some(sweep_locks) = sql.sweep_locks {
                 DB::execute(&mut conn, sweep_locks, &args).await?;
             }
@@ -264,6 +229,13 @@ impl<DB: Backend> KeyTable<DB> {
 
     /// How many keys are in each state at `now_ms`, overall and per operation, and how large
     /// the table is. Reads the whole table: meant for operators, not for every request.
+    ///
+    /// ```no_run
+    /// # async fn demo<DB: idem_store::Backend>(table: idem_store::KeyTable<DB>, now_ms: i64) -> Result<(), idem_store::StoreError> {
+    /// let counts = table.counts(now_ms).await?;
+    /// println!("{} keys, {} expired", counts.by_status.total(), counts.by_status.expired);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// Database errors.
@@ -333,7 +305,7 @@ impl<DB: Backend> KeyTable<DB> {
     }
 }
 
-/// A key row's columns, in the order of [`crate::sql::KEY_COLUMNS`].
+/// A key row's columns, in the order of [`RawRow`]'s fields.
 pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
     Ok(RawRow {
         scope: DB::text(row, 0)?,
@@ -353,10 +325,9 @@ pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
     })
 }
 
-/// Runs `statement`, a write of `key`'s row that ends in `{returning {key_columns}}`, and
-/// reads the row as the write left it: from the statement, or where writes return nothing
-/// (MySQL), read again on the same connection (the caller's transaction holds the row).
-/// `None`: the write changed no row.
+/// Runs `statement`, a write of `key`'s row ending in `{returning {key_columns}}`, and reads
+/// the row as it left it: from the statement, or, where writes return nothing (MySQL), again
+/// in the caller's transaction. `None`: the write changed no row.
 pub(crate) async fn write_key<DB: Backend>(
     conn: &mut DB::Connection,
     statement: &str,

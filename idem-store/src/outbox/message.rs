@@ -16,20 +16,15 @@ use crate::key::KeyRef;
 /// use idem_store::OutboxMessage;
 /// use serde_json::json;
 ///
-/// let message = OutboxMessage::new(
-///     "order-42/created",
-///     "order.created",
-///     json!({ "order": 42, "total": "19.90" }),
-/// );
+/// let message = OutboxMessage::new("order-42/created", "order.created", json!({ "order": 42 }));
 /// assert_eq!(message.topic, "order.created");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxMessage {
-    /// Unique among the table's messages: a second message with the same id is not enqueued.
-    /// Receivers deduplicate on it (the webhook sink sends it as `Idempotency-Key`), so
-    /// derive it from what the message is about (`order-42/created`), not from a random
-    /// value drawn per attempt. For webhooks to idem-powered receivers: 1 to 255 visible
-    /// ASCII characters.
+    /// Unique in the table ([`enqueue`](crate::enqueue)), and what receivers deduplicate on
+    /// (the webhook sink sends it as `Idempotency-Key`): derive it from what the message is
+    /// about (`order-42/created`), not from a value drawn per attempt. For webhooks to
+    /// idem-powered receivers: 1 to 255 visible ASCII characters.
     pub dedup_id: String,
     /// The kind of message (`order.created`): what the sink routes on.
     pub topic: String,
@@ -60,9 +55,8 @@ pub enum OutboxStatus {
     Pending,
     /// `delivered`: the sink accepted it.
     Delivered,
-    /// `dead`: given up on, after too many failed attempts or a permanent failure. Nothing
-    /// delivers it again unless an operator puts it back ([`Outbox::retry`](crate::Outbox::retry),
-    /// [`Outbox::retry_all`](crate::Outbox::retry_all)).
+    /// `dead`: given up on (too many failed attempts, or a permanent failure), until an
+    /// operator sends it again ([dead messages and operators](crate#dead-messages-and-operators)).
     Dead,
 }
 
@@ -145,8 +139,7 @@ pub struct OutboxRow {
     /// Pending: when it is due. Dead: when it was given up on. Delivered: when its last
     /// attempt was due.
     pub next_attempt_at_ms: i64,
-    /// The end of the lease of the dispatcher that last claimed it, until its outcome is
-    /// recorded.
+    /// The end of the last claim's lease, until its outcome is recorded.
     pub locked_until_ms: Option<i64>,
     /// Why the last delivery failed.
     pub last_error: Option<String>,
@@ -158,8 +151,7 @@ pub struct OutboxRow {
 
 impl OutboxRow {
     /// Whether a dispatcher holds the message at `now_ms`: pending, claimed, its lease
-    /// (`locked_until`) not over yet. Its outcome is recorded when the delivery ends, or
-    /// another claim takes it once the lease is over.
+    /// (`locked_until`) not over yet.
     #[must_use]
     pub fn in_flight(&self, now_ms: i64) -> bool {
         self.status == OutboxStatus::Pending && self.locked_until_ms.is_some_and(|l| l > now_ms)
@@ -190,10 +182,8 @@ impl OutboxRow {
         }
     }
 
-    /// The message as the audit trail names it, for
-    /// [`AuditFilter::key`](crate::AuditFilter::key): scope
-    /// [`Outbox::AUDIT_SCOPE`](crate::Outbox::AUDIT_SCOPE) (`outbox`), the topic as the
-    /// operation, the dedup id as the key.
+    /// The message as the audit trail names it, for [`AuditFilter::key`](crate::AuditFilter::key)
+    /// ([dead messages and operators](crate#dead-messages-and-operators)).
     #[must_use]
     pub fn audit_key(&self) -> KeyRef<'_> {
         KeyRef {
@@ -226,9 +216,8 @@ pub(crate) fn row_json(row: &OutboxRow) -> String {
 }
 
 impl OutboxRow {
-    /// A row's columns: id, dedup id, topic, payload, status, attempts, next attempt,
-    /// locked until, last error, created, delivered. [`StoreError::Corrupt`] for a status this
-    /// version does not know or a payload that is not JSON.
+    /// A row's columns, in the order of [`OutboxRow`]'s fields; [`StoreError::Corrupt`] for
+    /// a status this version does not know or a payload that is not JSON.
     pub(crate) fn read<DB: Glue>(row: &DB::Row) -> Result<Self, StoreError> {
         let id = DB::int(row, 0)?;
         let corrupt = |what: String| StoreError::Corrupt(format!("outbox message {id} {what}"));

@@ -1,26 +1,7 @@
-//! The transactional outbox: messages written in the application's own transaction, to be
-//! delivered after it commits.
-//!
-//! A handler that changes data and must tell another system about it cannot do both
-//! atomically: the message may go out for a transaction that then rolls back, or the
-//! transaction may commit and the process die before the message goes out. With an outbox
-//! the handler only inserts the message ([`enqueue`]), in the transaction that makes the
-//! change: both commit, or neither does. A dispatcher (`idem-runtime`'s `outbox` module)
-//! then claims due messages ([`Outbox::claim`]), delivers them and records the outcome
-//! ([`Outbox::mark_delivered`], [`Outbox::mark_failed`]).
-//!
-//! Delivery is at least once: a dispatcher that dies between delivering a message and
-//! recording it leaves the message to be delivered again. Each message carries a
-//! [`OutboxMessage::dedup_id`], unique in the table, that receivers deduplicate on.
-//!
-//! Messages are never deleted but by [`Outbox::sweep_delivered`]: a message given up on
-//! stays in the table, `dead`, with its last error, until an operator looks at it
-//! ([`Outbox::list`], [`Outbox::find`], [`Outbox::get`]) and, once the cause is fixed, sends
-//! it again ([`Outbox::retry`], [`Outbox::retry_all`]): an audited action, recorded in the
-//! operators' audit trail `idempotency_audit` like the actions on keys.
-//!
-//! The store never reads the clock: every time is passed in, in milliseconds since the Unix
-//! epoch.
+//! The transactional outbox ([the outbox](crate#the-outbox)): [`enqueue`] in the
+//! application's transaction; [`Outbox`] for dispatchers (`idem-runtime`'s `outbox` module)
+//! and tools. Delivery is at least once: a dispatcher that dies between delivering a message
+//! and recording the outcome leaves the message to be delivered again.
 
 mod message;
 
@@ -40,9 +21,8 @@ pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus
 pub struct OutboxCounts {
     /// Pending messages, due or not, [`OutboxCounts::in_flight`] ones included.
     pub pending: u64,
-    /// Pending messages a dispatcher holds at the time of the count: claimed, their lease
-    /// (`locked_until`) not over yet, their outcome not recorded yet. Counted in
-    /// [`OutboxCounts::pending`] too.
+    /// Pending messages [in flight](OutboxRow::in_flight) at the count's `now_ms`; counted
+    /// in [`OutboxCounts::pending`] too.
     pub in_flight: u64,
     /// Delivered messages not swept yet.
     pub delivered: u64,
@@ -64,9 +44,8 @@ fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-/// Inserts `message` in the caller's transaction `tx`, due at once (`now_ms`). Returns
-/// `false`, changing nothing, when a message with the same [`OutboxMessage::dedup_id`]
-/// exists already (`INSERT … ON CONFLICT (dedup_id) DO NOTHING`).
+/// Inserts `message` in the caller's transaction `tx`, due at once (`now_ms`); `false`,
+/// changing nothing, when a message with its [`OutboxMessage::dedup_id`] exists already.
 ///
 /// The message commits or rolls back with `tx`: nothing is delivered for a transaction that
 /// rolls back, and nothing committed goes undelivered. On PostgreSQL a concurrent
@@ -111,12 +90,8 @@ pub async fn enqueue<DB: Backend>(
     }
 }
 
-/// The outbox of one database, for dispatchers and tools. Cheap to clone (it holds a
-/// [`Pool`]).
-///
-/// Messages are enqueued with [`enqueue`], in the application's transaction; the table is
-/// created by [`crate::migrate`]. Every method that depends on the time takes it from the
-/// caller, in milliseconds since the Unix epoch.
+/// The outbox of one database, for dispatchers and tools ([the outbox](crate#the-outbox)).
+/// Cheap to clone (it holds a [`Pool`]).
 ///
 /// ```no_run
 /// use idem_store::Outbox;
@@ -168,13 +143,9 @@ impl<DB: Backend> Outbox<DB> {
         &self.pool
     }
 
-    /// Claims up to `batch` messages (1 to [`Outbox::MAX_BATCH`]) that are due at `now_ms`
-    /// and not leased, in `id` order, leasing them until `now_ms + lease_ms`: no other claim
-    /// returns them before then. One short statement; on PostgreSQL, rows another claim is
-    /// taking at the same moment are skipped (`FOR UPDATE SKIP LOCKED`).
-    ///
-    /// A row whose payload is not JSON (edited by hand) cannot be delivered: it is marked
-    /// dead with the reason, and left out.
+    /// Claims up to `batch` messages (1 to [`Outbox::MAX_BATCH`]) due at `now_ms`, leasing
+    /// them until `now_ms + lease_ms` ([claims and leases](crate#claims-and-leases)). A row
+    /// whose payload is not JSON (edited by hand) is marked dead with the reason, and left out.
     ///
     /// # Errors
     /// Database errors.
@@ -283,17 +254,7 @@ impl<DB: Backend> Outbox<DB> {
     }
 
     /// Up to `limit` messages (1 to [`Outbox::MAX_BATCH`]) in `status`, or in any status, in
-    /// `id` order (oldest first).
-    ///
-    /// ```no_run
-    /// use idem_store::{Outbox, OutboxStatus};
-    ///
-    /// # async fn demo<DB: idem_store::Backend>(outbox: Outbox<DB>) -> Result<(), idem_store::StoreError> {
-    /// for row in outbox.list(Some(OutboxStatus::Dead), 100).await? {
-    ///     println!("{} {} after {} attempts: {:?}", row.dedup_id, row.topic, row.attempts, row.last_error);
-    /// }
-    /// # Ok(()) }
-    /// ```
+    /// `id` order (oldest first). [`Outbox::retry`]'s example lists the dead ones.
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
@@ -317,9 +278,8 @@ impl<DB: Backend> Outbox<DB> {
         rows.iter().map(OutboxRow::read::<DB>).collect()
     }
 
-    /// How many messages are in each state at `now_ms` (pending ones in flight: leased past
-    /// `now_ms`), and when the oldest pending one was enqueued. Reads the whole table: meant
-    /// for operators and metrics, not for every request.
+    /// How many messages are in each state at `now_ms` ([`OutboxCounts`]). Reads the whole
+    /// table: meant for operators and metrics, not for every request.
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] for a status this version does not know; database errors.
@@ -361,39 +321,17 @@ impl<DB: Backend> Outbox<DB> {
         Ok(counts)
     }
 
-    /// Sends message `id` again, as `by`, at `now_ms`: an operator's action, recorded in the
-    /// audit trail. Returns the message as it is after.
+    /// Sends message `id` again, as `by`, at `now_ms`, and returns it as it is after: the
+    /// operators' action on messages, described with its audit entry in [dead messages and
+    /// operators](crate#dead-messages-and-operators). [`OutboxRow::retryable`] tells where it
+    /// applies; `KeyTable::audit` reads its entries, with [`OutboxRow::audit_key`].
     ///
-    /// | the message | becomes |
-    /// |---|---|
-    /// | `dead` | `pending`, due at `now_ms`, `attempts` 0 (the dispatcher's full number of attempts again) |
-    /// | `pending`, waiting for its backoff (due after `now_ms`, not leased) | due at `now_ms`, `attempts` kept |
-    /// | `pending` and due, or in flight (leased past `now_ms`), or `delivered` | refused, unchanged |
-    ///
-    /// `last_error` stays, for the record, until the next attempt's outcome replaces it.
-    ///
-    /// In one transaction that holds the message's row (PostgreSQL and MySQL:
-    /// `SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`), it reads the row, checks that the
-    /// retry applies, changes it, and writes its entry in `idempotency_audit`: scope
-    /// `outbox`, operation the message's topic, key its dedup id, action `outbox-retry`,
-    /// `by`'s operator and reason, the row before and after as JSON (below), never forced
-    /// (nothing here needs force, and [`Actor::forced`] overrides nothing). A dispatcher's
-    /// claim skips (PostgreSQL, MySQL) or waits for (SQLite) the row meanwhile. Read the
-    /// entries with `KeyTable::audit` and [`OutboxRow::audit_key`].
-    ///
-    /// The audit trail's JSON of a message holds every column, the payload as JSON, times in
-    /// milliseconds since the Unix epoch:
-    ///
-    /// ```json
-    /// {
-    ///   "id": 7, "dedup_id": "order-42/paid", "topic": "order.paid",
-    ///   "status": "dead", "attempts": 25,
-    ///   "next_attempt_at_ms": 1800000360000, "locked_until_ms": null,
-    ///   "last_error": "HTTP 503: down for maintenance",
-    ///   "created_at_ms": 1800000000000, "delivered_at_ms": null,
-    ///   "payload": {"order": 42}
-    /// }
-    /// ```
+    /// A dead message's `attempts` go back to 0, the dispatcher's full number of attempts;
+    /// `last_error` stays until the next attempt's outcome replaces it. The row is held
+    /// (PostgreSQL and MySQL: `SELECT … FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`): a claim
+    /// meanwhile skips it (PostgreSQL, MySQL) or waits (SQLite). The entry is never forced
+    /// ([`Actor::forced`] overrides nothing here); its rows before and after are JSON objects
+    /// of [`OutboxRow`]'s fields under their names, the payload as JSON.
     ///
     /// ```no_run
     /// use idem_store::{Actor, Outbox, OutboxStatus};
@@ -401,6 +339,7 @@ impl<DB: Backend> Outbox<DB> {
     /// # async fn demo<DB: idem_store::Backend>(outbox: Outbox<DB>, now_ms: i64) -> Result<(), idem_store::StoreError> {
     /// let by = Actor::new("alice").reason("INC-42: the receiver is back");
     /// for dead in outbox.list(Some(OutboxStatus::Dead), 100).await? {
+    ///     println!("{} {} after {} attempts: {:?}", dead.dedup_id, dead.topic, dead.attempts, dead.last_error);
     ///     let after = outbox.retry(dead.id, now_ms, &by).await?;
     ///     assert_eq!((after.status, after.attempts), (OutboxStatus::Pending, 0));
     /// }
@@ -408,16 +347,11 @@ impl<DB: Backend> Outbox<DB> {
     /// ```
     ///
     /// # Errors
-    /// - [`StoreError::InvalidArgument`]: an empty [`Actor::operator`]. Checked first.
-    /// - [`StoreError::NotApplicable`]: no message has the id, or the retry does not apply to
-    ///   it (see the table above): it is delivered, being delivered (in flight, until its
-    ///   lease ends), or due already (the next claim takes it).
-    /// - [`StoreError::Corrupt`] when the row cannot be read (a payload that is not JSON:
-    ///   such a message cannot be delivered, and dies again); [`StoreError::LockTimeout`]
-    ///   when another transaction holds the row longer than the lock timeout; database
-    ///   errors.
-    ///
-    /// Whenever it returns an error, nothing was changed and nothing audited.
+    /// [`StoreError::InvalidArgument`] for an empty [`Actor::operator`] (checked first);
+    /// [`StoreError::NotApplicable`] when no message has the id or the retry does not apply;
+    /// [`StoreError::Corrupt`] when the row cannot be read (a payload that is not JSON);
+    /// [`StoreError::LockTimeout`] when another transaction holds the row too long; database
+    /// errors. After an error nothing was changed and nothing audited.
     pub async fn retry(&self, id: i64, now_ms: i64, by: &Actor) -> Result<OutboxRow, StoreError> {
         check_actor(by)?;
         async {
@@ -440,19 +374,18 @@ impl<DB: Backend> Outbox<DB> {
         .map_err(StoreError::refine::<DB>)
     }
 
-    /// [`Outbox::retry`] of every message it applies to at `now_ms`: every dead message, and
-    /// every pending one waiting for its backoff (not due, not leased); each with its entry
-    /// in the audit trail. Returns how many were retried.
+    /// [`Outbox::retry`] of every message it applies to at `now_ms`
+    /// ([`OutboxRow::retryable`]), each audited; returns how many were retried.
     ///
-    /// Works in batches of [`Outbox::RETRY_BATCH`] messages in `id` order, each batch one
-    /// transaction: a message that moved on since the batch picked it (claimed, delivered,
-    /// retried by someone else) is left as it is, and so is a message that cannot be read
-    /// (a payload that is not JSON, which would only die again). Messages that die while it
+    /// Works in batches of [`Outbox::RETRY_BATCH`] messages in `id` order, one transaction
+    /// each; a message that moved on since its batch picked it (claimed, delivered, retried
+    /// by someone else), or that cannot be read, is left as it is. Messages that die while it
     /// runs are retried too when their id comes after the batch being worked on.
     ///
     /// # Errors
-    /// [`StoreError::InvalidArgument`]: an empty [`Actor::operator`], checked first; database
-    /// errors. The batches committed before an error stay retried (and audited).
+    /// [`StoreError::InvalidArgument`] for an empty [`Actor::operator`] (checked first);
+    /// [`StoreError::LockTimeout`] when a row is held too long; database errors. The batches
+    /// committed before an error stay retried (and audited).
     pub async fn retry_all(&self, now_ms: i64, by: &Actor) -> Result<u64, StoreError> {
         check_actor(by)?;
         let mut retried = 0;
@@ -523,9 +456,8 @@ impl<DB: Backend> Outbox<DB> {
         self.execute(DB::SQL.sweep_delivered, &args).await
     }
 
-    /// [`Outbox::claim`] where writes return nothing (MySQL): in one transaction, the due
-    /// rows picked with `FOR UPDATE SKIP LOCKED`, leased, and read ([`Claim::Reread`]'s
-    /// statements, in that order).
+    /// [`Outbox::claim`] where writes return nothing (MySQL): [`Claim::Reread`]'s statements,
+    /// in one transaction.
     async fn claim_then_read(
         &self,
         [pick, lease, read]: [&str; 3],

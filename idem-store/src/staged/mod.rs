@@ -1,11 +1,9 @@
 //! Staged mode's statements: reserve a key with a lease, take an expired lease over, renew
 //! it, journal a step, finish, release; and find stuck keys.
 //!
-//! Every write of an attempt is fenced: it names the attempt's number and changes nothing
-//! (answering `false`) once the row's `attempt` moved on or the row is no longer
-//! `processing` — an attempt that lost its lease can never overwrite the attempt that took
-//! over. The runtime composes these in `idem_runtime::staged`; operators act on the same rows
-//! through [`crate::KeyTable::act`].
+//! Every write of an attempt is fenced by its number ([the key table](crate#the-key-table)):
+//! it answers `false`, changing nothing, once the attempt moved on. The runtime composes these
+//! in `idem_runtime::staged`; operators act on the same rows through [`crate::KeyTable::act`].
 
 use crate::key::KeyRef;
 
@@ -20,14 +18,13 @@ pub struct Reservation<'a> {
     pub request: &'a str,
     /// Now (`created_at`).
     pub created_ms: i64,
-    /// `expires_at` while the key is processing, where it counts for nothing (a processing
-    /// key never expires); [`crate::Backend::finish`] sets it from the completion.
+    /// `expires_at`, which counts for nothing while the key is processing
+    /// ([`Ending::expires_ms`] replaces it).
     pub expires_ms: i64,
     /// The first attempt's lease (`locked_until`).
     pub locked_until_ms: i64,
     /// Replace a completed row that had expired by [`Reservation::created_ms`] (an operation
-    /// that runs expired keys again); otherwise an existing row wins. A processing row is
-    /// never replaced, whatever its `expires_at`: it is not final, so it does not expire.
+    /// that runs expired keys again), as [`crate::Backend::reserve`] says.
     pub replace_expired: bool,
 }
 
@@ -80,8 +77,6 @@ pub struct Ending<'a> {
     pub body: &'a [u8],
     /// `completed_at`.
     pub completed_ms: i64,
-    /// `expires_at`: the completion plus the operation's TTL. A key's time to live counts
-    /// from its completion, so a key completed late (resumed after its reservation's
-    /// `expires_at` passed) has its whole TTL from then on.
+    /// `expires_at`: the completion plus the operation's TTL ([`crate::KeyStatus`]).
     pub expires_ms: i64,
 }
