@@ -8,14 +8,15 @@ mod common;
 mod signals;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Harness, TestDb};
 use idem_runtime::spec::{OperationSpec, Scope, ScopeKind};
-use idem_runtime::sqlx::{self, Postgres, Sqlite, Transaction};
-use idem_runtime::store::KeyRef;
+use idem_runtime::sqlx::{self, Transaction};
+use idem_runtime::store::{Arg, KeyRef};
 use idem_runtime::{Config, Done, Error, IdempotencyKey, OnceError, Principal};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -49,47 +50,31 @@ impl Receipt {
 #[derive(Debug, PartialEq, Eq)]
 struct Declined(&'static str);
 
-/// Queries with `?`, per backend (sqlx's executors are not generic enough for a bound).
+/// The work's queries, written once for every store.
 trait Sql: TestDb {
     /// Inserts an effect; its rows affected.
     fn insert(
         tx: &mut Transaction<'_, Self>,
         note: &str,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
+        let sql = if Self::POSITIONAL {
+            "INSERT INTO effects (note) VALUES (?)"
+        } else {
+            "INSERT INTO effects (note) VALUES ($1)"
+        };
+        async move { Self::execute(&mut **tx, sql, &[Arg::Text(note)]).await }
+    }
+
     /// A query on a table that does not exist.
     fn broken(
         tx: &mut Transaction<'_, Self>,
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
+        let sql = "INSERT INTO no_such_table (note) VALUES ('x')";
+        async move { Self::execute(&mut **tx, sql, &[]).await }
+    }
 }
 
-macro_rules! sql {
-    ($($db:ty: $insert:literal),*) => {$(
-        impl Sql for $db {
-            async fn insert(tx: &mut Transaction<'_, Self>, note: &str) -> Result<u64, sqlx::Error> {
-                // Unprepared: through a transaction pooler too (see the harness).
-                let done = sqlx::query($insert)
-                    .bind(note)
-                    .persistent(false)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(done.rows_affected())
-            }
-            async fn broken(tx: &mut Transaction<'_, Self>) -> Result<u64, sqlx::Error> {
-                let done = sqlx::query("INSERT INTO no_such_table (note) VALUES ('x')")
-                    .persistent(false)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(done.rows_affected())
-            }
-        }
-    )*};
-}
-sql!(
-    Postgres: "INSERT INTO effects (note) VALUES ($1)",
-    Sqlite: "INSERT INTO effects (note) VALUES ($1)"
-);
-#[cfg(feature = "mysql")]
-sql!(idem_runtime::sqlx::MySql: "INSERT INTO effects (note) VALUES (?)");
+impl<DB: TestDb> Sql for DB {}
 
 /// `once` with the global scope, writing one effect and returning a new receipt.
 async fn receipt<DB: Sql>(

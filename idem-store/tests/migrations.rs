@@ -5,21 +5,10 @@
 
 mod common;
 
-use idem_store::sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
+use common::run;
+use idem_store::sqlx::{Database, Pool};
 use idem_store::{KeyTable, StoreError};
 use idem_testkit::harness::{TestBackend, apply_with_client, migration_files, settings};
-
-/// Runs `sql` on `pool`.
-async fn run<DB: TestBackend>(pool: &Pool<DB>, sql: &str)
-where
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-{
-    let mut conn = pool.acquire().await.unwrap();
-    (&mut *conn)
-        .execute(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
 
 /// `bytes` as a literal of the store's binary type.
 fn bytes_literal<DB: Database>(bytes: &[u8]) -> String {
@@ -31,10 +20,7 @@ fn bytes_literal<DB: Database>(bytes: &[u8]) -> String {
 }
 
 /// Records `checksum` for migration `version`.
-async fn record_checksum<DB: TestBackend>(pool: &Pool<DB>, version: i64, checksum: &[u8])
-where
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-{
+async fn record_checksum<DB: TestBackend>(pool: &Pool<DB>, version: i64, checksum: &[u8]) {
     let sql = format!(
         "UPDATE idem_schema_migrations SET checksum = {} WHERE version = {version}",
         bytes_literal::<DB>(checksum)
@@ -43,30 +29,17 @@ where
 }
 
 /// `idem_schema_migrations`: (version, description), in version order.
-async fn history<DB: TestBackend>(pool: &Pool<DB>) -> Vec<(i64, String)>
-where
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'r> (i64, String): FromRow<'r, DB::Row>,
-{
-    idem_store::sqlx::query_as::<DB, (i64, String)>(
-        "SELECT version, description FROM idem_schema_migrations ORDER BY version",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
+async fn history<DB: TestBackend>(pool: &Pool<DB>) -> Vec<(i64, String)> {
+    let rows = common::history(pool).await.into_iter();
+    rows.map(|(version, description, _)| (version, description))
+        .collect()
 }
 
 /// The migrations still to apply follow the recorded history: on a new database every one;
 /// where the first is recorded (applied by hand, say), only those after it; a version a
 /// newer idem recorded is left alone; a recorded checksum that is not the migration's
 /// refuses the run, naming the version.
-async fn pending_migrations_follow_the_history<DB: TestBackend>()
-where
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-    for<'q> <DB as Database>::Arguments<'q>: IntoArguments<'q, DB>,
-    for<'r> (i64, String): FromRow<'r, DB::Row>,
-{
+async fn pending_migrations_follow_the_history<DB: TestBackend>() {
     let migrations = DB::migrations();
     let every: Vec<(i64, String)> = migrations
         .iter()
@@ -118,10 +91,7 @@ where
 /// accepted as well as its own, and nothing else is: not the same bytes changed, not zeros;
 /// a migration without former checksums takes its own only (not another's former one,
 /// where the store has both kinds).
-async fn a_former_checksum_is_accepted_and_nothing_else<DB: TestBackend>()
-where
-    for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
-{
+async fn a_former_checksum_is_accepted_and_nothing_else<DB: TestBackend>() {
     let (_, table) = common::fresh::<DB>().await;
     let pool = table.pool();
     // Its own, recorded by the first run.

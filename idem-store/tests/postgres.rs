@@ -6,9 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::TestDb;
 use idem_store::sqlx::{self, Postgres};
-use idem_store::{Backend, KeyTable, MIGRATION_LOCK_ID, TxSettings};
+use idem_store::{Backend, KeyRef, KeyTable, MIGRATION_LOCK_ID, NewRow, TxSettings};
 use idem_testkit::harness::{TestBackend as _, settings};
 
 /// Session advisory locks with [`MIGRATION_LOCK_ID`] the pool's one session holds.
@@ -126,7 +125,7 @@ async fn migration_waits_for_the_lock() {
         .unwrap();
     run.await.unwrap().unwrap();
     assert_eq!(
-        Postgres::history(table.pool()).await.len(),
+        common::history(table.pool()).await.len(),
         Postgres::migrations().len()
     );
 }
@@ -167,4 +166,55 @@ async fn history_table_layout() {
             ("applied_at", "timestamp with time zone"),
         ]
     );
+}
+
+/// PostgreSQL's merged `INSERT …; COMMIT; BEGIN` writes every value of the request as
+/// hexadecimal escapes: nothing from a request reaches the statement otherwise.
+#[test]
+fn the_merged_statement_holds_request_values_only_as_hex() {
+    let body: &[u8] = b"{\"a\":\"'; DROP TABLE x; --\"}";
+    let row = NewRow {
+        key: KeyRef {
+            scope: "tenant:o'brien",
+            operation: "op:v1",
+            key: "k'); COMMIT; --",
+        },
+        fingerprint: &[0x00, 0xff, 0x10],
+        status: 201,
+        headers_json: r#"[["location","/x?a='b'"]]"#,
+        body,
+        created_ms: 1_000,
+        completed_ms: 2_000,
+        expires_ms: 3_000,
+        replace_expired: false,
+    };
+    let sql = <Postgres as Backend>::insert_and_commit(&row).unwrap_or_default();
+    assert!(sql.ends_with(";\nCOMMIT;\nBEGIN\n"), "{sql}");
+    // Every quote in the statement opens or closes a literal of hexadecimal escapes or
+    // a fixed word: `\xHH…` (text), `\\x<hex>` (bytea), `completed`.
+    let quoted: Vec<&str> = sql.split('\'').skip(1).step_by(2).collect();
+    assert_eq!(quoted.len(), 7, "{sql}");
+    for literal in &quoted {
+        let text = literal.len() % 4 == 0
+            && literal
+                .as_bytes()
+                .chunks(4)
+                .all(|c| c[0] == b'\\' && c[1] == b'x' && c[2..].iter().all(u8::is_ascii_hexdigit));
+        let bytea = literal
+            .strip_prefix("\\\\x")
+            .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(text || bytea || *literal == "completed", "{literal}");
+    }
+    assert!(sql.contains(r"E'\\x00ff10'::bytea"), "{sql}");
+    assert!(
+        sql.contains("to_timestamp((((3000)::int8))::float8 / 1000))"),
+        "{sql}"
+    );
+    assert!(sql.contains(", 'completed', ((201)::int4), "), "{sql}");
+    // The key, byte for byte.
+    let key_escaped: String = "k'); COMMIT; --"
+        .bytes()
+        .map(|b| format!("\\x{b:02x}"))
+        .collect();
+    assert!(sql.contains(&format!("E'{key_escaped}'")), "{sql}");
 }

@@ -19,6 +19,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use idem_runtime::sqlx::{self, MySqlPool, PgPool, SqlitePool};
+use idem_runtime::store::Backend;
 use idem_testkit::harness::{direct, mysql_url, new_dir, pooled, postgres_url, unique};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -58,28 +59,23 @@ enum Pool {
     My(MySqlPool),
 }
 
-/// Creates a database `idem_orders_<uuid>` on the server of `$url` through a `$pool`, and
-/// evaluates to its name; an unreachable server fails the test.
-macro_rules! create_database {
-    ($pool:ty, $url:expr, $what:literal) => {{
-        let url = $url;
-        let admin = <$pool>::connect(url).await.unwrap_or_else(|e| {
-            panic!(
-                concat!(
-                    $what,
-                    " is required for these tests and is unreachable at {}: {}"
-                ),
-                url, e
-            )
-        });
-        let name = unique("idem_orders");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        admin.close().await;
-        name
-    }};
+/// Creates a database `idem_orders_<uuid>` on the `DB` server of `url`, and returns its
+/// name; an unreachable server fails the test.
+async fn create_database<DB: Backend>(url: &str) -> String {
+    let admin = sqlx::Pool::<DB>::connect(url).await.unwrap_or_else(|e| {
+        panic!(
+            "{} is required for these tests and is unreachable at {url}: {e}",
+            DB::NAME
+        )
+    });
+    let name = unique("idem_orders");
+    let mut conn = admin.acquire().await.unwrap();
+    DB::execute(&mut conn, &format!("CREATE DATABASE {name}"), &[])
+        .await
+        .unwrap();
+    drop(conn);
+    admin.close().await;
+    name
 }
 
 impl Db {
@@ -88,7 +84,7 @@ impl Db {
         match kind {
             Kind::Postgres => {
                 let admin_url = postgres_url();
-                let name = create_database!(PgPool, &admin_url, "PostgreSQL");
+                let name = create_database::<sqlx::Postgres>(&admin_url).await;
                 let servers_url = pooled().unwrap_or(admin_url);
                 let mut url = reqwest::Url::parse(&servers_url).unwrap();
                 url.set_path(&format!("/{name}"));
@@ -109,7 +105,7 @@ impl Db {
             Kind::MySql => {
                 let server = mysql_url();
                 let server = server.trim_end_matches('/');
-                let name = create_database!(MySqlPool, server, "MySQL");
+                let name = create_database::<sqlx::MySql>(server).await;
                 let url = format!("{server}/{name}");
                 let pool = MySqlPool::connect_lazy(&url).unwrap();
                 Self {

@@ -12,110 +12,91 @@ use std::future::Future;
 use std::time::Duration;
 
 use idem_runtime::clock::{Clock as _, ManualClock, SystemClock};
-#[cfg(feature = "mysql")]
-use idem_runtime::sqlx::MySql;
-use idem_runtime::sqlx::{self, Pool, Postgres, Sqlite};
+use idem_runtime::sqlx::{self, Pool};
+use idem_runtime::store::Arg;
 use idem_runtime::{Config, Idem};
 use idem_testkit::harness::TestBackend;
 
-/// What the tests do on a backend's database besides the protocol.
+/// What the tests do on a store's database besides the protocol, written once for every
+/// store (through the store's own statement calls, which go as a transaction pooler needs
+/// them when the tests run through one).
 pub trait TestDb: TestBackend {
-    /// Creates the `effects` table the tests' work writes to.
-    fn create_effects(pool: &Pool<Self>) -> impl Future<Output = ()> + Send;
+    /// Creates the `effects` table the tests' work writes to, and (except on MySQL, which
+    /// has none) a constraint checked at commit: `deferred_child` refers to `deferred_parent`.
+    fn create_effects(pool: &Pool<Self>) -> impl Future<Output = ()> + Send {
+        async move {
+            let id = match Self::NAME {
+                "PostgreSQL" => "BIGSERIAL",
+                "SQLite" => "INTEGER",
+                _ => "BIGINT AUTO_INCREMENT",
+            };
+            let effects = format!("CREATE TABLE effects (id {id} PRIMARY KEY, note TEXT NOT NULL)");
+            let mut conn = pool.acquire().await.unwrap();
+            Self::execute(&mut conn, &effects, &[]).await.unwrap();
+            if Self::NAME != "MySQL" {
+                for statement in DEFERRED {
+                    Self::execute(&mut conn, statement, &[]).await.unwrap();
+                }
+            }
+        }
+    }
+
     /// One business write in the key's transaction.
     fn write_effect(
         conn: &mut <Self as sqlx::Database>::Connection,
         note: &str,
-    ) -> impl Future<Output = ()> + Send;
-    /// A write that is only refused at COMMIT (a deferred foreign key).
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            let sql = if Self::POSITIONAL {
+                "INSERT INTO effects (note) VALUES (?)"
+            } else {
+                "INSERT INTO effects (note) VALUES ($1)"
+            };
+            Self::execute(conn, sql, &[Arg::Text(note)]).await.unwrap();
+        }
+    }
+
+    /// A write that is only refused at `COMMIT` (a deferred foreign key).
     fn violate_at_commit(
         conn: &mut <Self as sqlx::Database>::Connection,
-    ) -> impl Future<Output = ()> + Send;
-    /// How many business writes were committed.
-    fn count_effects(pool: &Pool<Self>) -> impl Future<Output = i64> + Send;
-    /// How many key rows exist.
-    fn count_keys(pool: &Pool<Self>) -> impl Future<Output = i64> + Send;
-}
-
-macro_rules! test_db {
-    ($db:ty, $create:literal, $insert:literal, $deferred:expr) => {
-        impl TestDb for $db {
-            async fn create_effects(pool: &Pool<Self>) {
-                sqlx::raw_sql($create).execute(pool).await.unwrap();
-                for statement in $deferred {
-                    sqlx::raw_sql(statement).execute(pool).await.unwrap();
-                }
-            }
-            async fn write_effect(conn: &mut <Self as sqlx::Database>::Connection, note: &str) {
-                // Unprepared: through a transaction pooler too (in the key's transaction).
-                sqlx::query($insert)
-                    .bind(note)
-                    .persistent(false)
-                    .execute(conn)
-                    .await
-                    .unwrap();
-            }
-            async fn violate_at_commit(conn: &mut <Self as sqlx::Database>::Connection) {
-                assert!(
-                    !$deferred.is_empty(),
-                    "{} has no constraint checked at commit",
-                    <Self as sqlx::Database>::NAME
-                );
-                sqlx::query("INSERT INTO deferred_child (parent_id) VALUES (99)")
-                    .persistent(false)
-                    .execute(conn)
-                    .await
-                    .unwrap();
-            }
-            async fn count_effects(pool: &Pool<Self>) -> i64 {
-                count(pool, "SELECT count(*) FROM effects").await
-            }
-            async fn count_keys(pool: &Pool<Self>) -> i64 {
-                count(pool, "SELECT count(*) FROM idempotency_keys").await
-            }
+    ) -> impl Future<Output = ()> + Send {
+        async move {
+            assert_ne!(
+                Self::NAME,
+                "MySQL",
+                "MySQL has no constraint checked at commit"
+            );
+            let sql = "INSERT INTO deferred_child (parent_id) VALUES (99)";
+            Self::execute(conn, sql, &[]).await.unwrap();
         }
-    };
+    }
+
+    /// How many business writes were committed.
+    fn count_effects(pool: &Pool<Self>) -> impl Future<Output = i64> + Send {
+        count(pool, "SELECT count(*) FROM effects")
+    }
+
+    /// How many key rows exist.
+    fn count_keys(pool: &Pool<Self>) -> impl Future<Output = i64> + Send {
+        count(pool, "SELECT count(*) FROM idempotency_keys")
+    }
 }
 
-/// The count `sql` answers, as one simple query (through a transaction pooler too).
-async fn count<DB: sqlx::Database>(pool: &Pool<DB>, sql: &'static str) -> i64
-where
-    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
-    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-{
-    use sqlx::Row as _;
-    let row = sqlx::raw_sql(sql).fetch_one(pool).await.unwrap();
-    row.get(0)
+impl<DB: TestBackend> TestDb for DB {}
+
+/// The count `sql` answers.
+async fn count<DB: TestBackend>(pool: &Pool<DB>, sql: &'static str) -> i64 {
+    let mut conn = pool.acquire().await.unwrap();
+    let row = DB::fetch_optional(&mut conn, sql, &[]).await.unwrap();
+    DB::int(&row.unwrap(), 0).unwrap()
 }
 
-/// A constraint checked at commit: a `COMMIT` that fails (PostgreSQL, SQLite; MySQL has
-/// none).
+/// A constraint checked at commit: a `COMMIT` that fails (PostgreSQL, SQLite).
 const DEFERRED: [&str; 2] = [
     "CREATE TABLE deferred_parent (id INTEGER PRIMARY KEY)",
     "CREATE TABLE deferred_child (parent_id INTEGER \
      REFERENCES deferred_parent (id) DEFERRABLE INITIALLY DEFERRED)",
 ];
-
-test_db!(
-    Postgres,
-    "CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, note TEXT NOT NULL)",
-    "INSERT INTO effects (note) VALUES ($1)",
-    DEFERRED
-);
-test_db!(
-    Sqlite,
-    "CREATE TABLE effects (id INTEGER PRIMARY KEY, note TEXT NOT NULL)",
-    "INSERT INTO effects (note) VALUES ($1)",
-    DEFERRED
-);
-#[cfg(feature = "mysql")]
-test_db!(
-    MySql,
-    "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, note TEXT NOT NULL)",
-    "INSERT INTO effects (note) VALUES (?)",
-    [] as [&str; 0]
-);
 
 /// `config`, with [`Config::transaction_pooler`] when the tests go through one
 /// (`PGBOUNCER_URL`, idem-testkit's harness).

@@ -1,32 +1,48 @@
-//! [`ConformanceSql`], and its statements on idem's backends (features `postgres`, `sqlite`
-//! and `mysql`): the same statements, their parameters numbered (`$n`) or, on MySQL, in
-//! order (`?`). [`LockWaits`], what each store says of a session's lock waits, which differs
+//! [`ConformanceSql`], the statements the kit runs beside the store's API, written once for
+//! every store; [`LockWaits`], what each store says of a session's lock waits, which differs
 //! from store to store: one implementation each.
 
 use std::future::Future;
 
-use idem_store::KeyRef;
 use idem_store::sqlx::{self, Database, Pool};
+use idem_store::{Arg, Backend, KeyRef};
 
 use crate::harness::TestBackend;
 
 /// The few statements the kit runs on a backend beside the store's API: reading the
 /// migration history and spoiling rows on purpose (a tampered checksum, headers or a payload
-/// that is not JSON), to check how the store answers them.
-///
-/// Implemented for every store idem supports, each with this crate's feature of the store's
-/// name, as is its supertrait [`LockWaits`].
+/// that is not JSON), to check how the store answers them. Written once, through the store's
+/// own statement calls; every store with this crate's feature of its name has them.
 pub trait ConformanceSql: LockWaits {
     /// `idem_schema_migrations` in version order: (version, description, checksum).
     fn history(
         pool: &Pool<Self>,
-    ) -> impl Future<Output = Result<Vec<(i64, String, Vec<u8>)>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<(i64, String, Vec<u8>)>, sqlx::Error>> + Send {
+        async move {
+            let mut conn = pool.acquire().await?;
+            let sql = "SELECT version, description, checksum FROM idem_schema_migrations \
+                       ORDER BY version";
+            let rows = Self::fetch_all(&mut conn, sql, &[]).await?;
+            (rows.iter())
+                .map(|row| {
+                    Ok((
+                        Self::int(row, 0)?,
+                        Self::text(row, 1)?,
+                        Self::bytes(row, 2)?,
+                    ))
+                })
+                .collect()
+        }
+    }
 
     /// Overwrites the recorded checksum of migration `version` with 32 zero bytes.
     fn tamper_checksum(
         pool: &Pool<Self>,
         version: i64,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let sql = "UPDATE idem_schema_migrations SET checksum = $1 WHERE version = $2";
+        run(pool, sql, [Arg::Bytes(&[0; 32]), Arg::Int(version)])
+    }
 
     /// Records migration `version` as a newer version of idem would have applied it (a
     /// version this one does not know), with `description`.
@@ -34,119 +50,59 @@ pub trait ConformanceSql: LockWaits {
         pool: &Pool<Self>,
         version: i64,
         description: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let sql = "INSERT INTO idem_schema_migrations (version, description, checksum) \
+                   VALUES ($1, $2, $3)";
+        let args = [
+            Arg::Int(version),
+            Arg::Text(description),
+            Arg::Bytes(&[1; 32]),
+        ];
+        run(pool, sql, args)
+    }
 
     /// Sets the `response_headers` of `key`'s row to text that is not JSON.
     fn corrupt_headers(
         pool: &Pool<Self>,
         key: KeyRef<'_>,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let sql = "UPDATE idempotency_keys SET response_headers = 'not json' \
+                   WHERE scope = $1 AND operation = $2 AND idempotency_key = $3";
+        let args = [
+            Arg::Text(key.scope),
+            Arg::Text(key.operation),
+            Arg::Text(key.key),
+        ];
+        run(pool, sql, args)
+    }
 
     /// Sets the payload of the outbox message `dedup_id` to text that is not JSON.
     fn corrupt_payload(
         pool: &Pool<Self>,
         dedup_id: &str,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let sql = "UPDATE idempotency_outbox SET payload = 'not json' WHERE dedup_id = $1";
+        run(pool, sql, [Arg::Text(dedup_id)])
+    }
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-macro_rules! impl_conformance_sql {
-    ($db:ty, $p1:literal, $p2:literal, $p3:literal) => {
-        impl ConformanceSql for $db {
-            async fn history(
-                pool: &sqlx::Pool<Self>,
-            ) -> Result<Vec<(i64, String, Vec<u8>)>, sqlx::Error> {
-                sqlx::query_as(
-                    "SELECT version, description, checksum FROM idem_schema_migrations \
-                     ORDER BY version",
-                )
-                .fetch_all(pool)
-                .await
-            }
+impl<DB: LockWaits> ConformanceSql for DB {}
 
-            async fn tamper_checksum(
-                pool: &sqlx::Pool<Self>,
-                version: i64,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(concat!(
-                    "UPDATE idem_schema_migrations SET checksum = ",
-                    $p1,
-                    " WHERE version = ",
-                    $p2
-                ))
-                .bind(vec![0_u8; 32])
-                .bind(version)
-                .execute(pool)
-                .await
-                .map(drop)
-            }
-
-            async fn record_unknown_migration(
-                pool: &sqlx::Pool<Self>,
-                version: i64,
-                description: &str,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(concat!(
-                    "INSERT INTO idem_schema_migrations (version, description, checksum) \
-                     VALUES (",
-                    $p1,
-                    ", ",
-                    $p2,
-                    ", ",
-                    $p3,
-                    ")"
-                ))
-                .bind(version)
-                .bind(description)
-                .bind(vec![1_u8; 32])
-                .execute(pool)
-                .await
-                .map(drop)
-            }
-
-            async fn corrupt_headers(
-                pool: &sqlx::Pool<Self>,
-                key: idem_store::KeyRef<'_>,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(concat!(
-                    "UPDATE idempotency_keys SET response_headers = 'not json' WHERE scope = ",
-                    $p1,
-                    " AND operation = ",
-                    $p2,
-                    " AND idempotency_key = ",
-                    $p3
-                ))
-                .bind(key.scope)
-                .bind(key.operation)
-                .bind(key.key)
-                .execute(pool)
-                .await
-                .map(drop)
-            }
-
-            async fn corrupt_payload(
-                pool: &sqlx::Pool<Self>,
-                dedup_id: &str,
-            ) -> Result<(), sqlx::Error> {
-                sqlx::query(concat!(
-                    "UPDATE idempotency_outbox SET payload = 'not json' WHERE dedup_id = ",
-                    $p1
-                ))
-                .bind(dedup_id)
-                .execute(pool)
-                .await
-                .map(drop)
-            }
-        }
+/// Runs `sql` with `args` on `pool`, its parameters `$1`, `$2`, … written as the store's
+/// (`?` on MySQL, where they are taken in order, as they are here).
+async fn run<DB: Backend, const N: usize>(
+    pool: &Pool<DB>,
+    sql: &str,
+    args: [Arg<'_>; N],
+) -> Result<(), sqlx::Error> {
+    let sql = if DB::POSITIONAL {
+        (1..=N).fold(sql.to_owned(), |sql, n| sql.replace(&format!("${n}"), "?"))
+    } else {
+        sql.to_owned()
     };
+    let mut conn = pool.acquire().await?;
+    DB::execute(&mut conn, &sql, &args).await.map(drop)
 }
-
-#[cfg(feature = "postgres")]
-impl_conformance_sql!(sqlx::Postgres, "$1", "$2", "$3");
-#[cfg(feature = "sqlite")]
-impl_conformance_sql!(sqlx::Sqlite, "$1", "$2", "$3");
-#[cfg(feature = "mysql")]
-impl_conformance_sql!(sqlx::MySql, "?", "?", "?");
 
 /// What the store itself says of a session's lock waits: how a case knows that a concurrent
 /// step is blocked on a lock — asked of the server, not guessed from the time that passed.
