@@ -229,6 +229,11 @@ async fn postgres_a_lost_answer_is_replayed() {
     a_lost_answer_is_replayed(Kind::Postgres).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lost_answer_is_replayed() {
+    a_lost_answer_is_replayed(Kind::MySql).await;
+}
+
 /// Same key, another payload: `422`, sent once. Invalid input and no credentials: sent once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_errors_are_never_retried() {

@@ -3,6 +3,9 @@
 //! file a statement named after its field: `sql/<store>/<field>.sql` in the crate
 //! (`postgres::SQL`, `sqlite::SQL` and `mysql::SQL` embed them). `sql/<store>.snap` records
 //! every statement of a store by field, so that a change to one shows as a change of SQL.
+//! A few are written in code instead, beside what they serve: PostgreSQL's `BEGIN` with its
+//! `SET LOCAL` timeouts and the `ROLLBACK` after a failed one; MySQL's `SELECT VERSION()`,
+//! its `READ COMMITTED` `BEGIN` and the upsert of a key's lock row, its lock wait written in.
 //!
 //! **Parameters** stand in the order of the arguments a statement is run with, one argument
 //! each: `$1`, `$2`, … on PostgreSQL and SQLite, `?` on MySQL, so that one argument list
