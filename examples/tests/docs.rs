@@ -163,6 +163,118 @@ async fn payments_serves_its_documents() {
     });
 }
 
+/// What a document handed to clients must not say: where the server's code is (`file.rs:line`)
+/// or that staged mode never repeats a call to another system (a step interrupted before its
+/// result was recorded runs again, with the same provider key).
+const NOT_FOR_CLIENTS: [&str; 4] = [
+    ".rs:",
+    "never repeated",
+    "never made again",
+    "calls made are not made again",
+];
+
+/// The documents both examples serve name no source location and promise no more than
+/// staged mode does; the staged operation says what it does do.
+#[tokio::test]
+async fn served_documents_are_for_clients() {
+    let db = Db::fresh(Kind::Sqlite).await;
+    let orders = Server::start(&db);
+    let payments = Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("PROVIDER_URL", "http://127.0.0.1:9"),
+        ],
+    );
+    for (name, server) in [("orders", &orders), ("payments", &payments)] {
+        let (_, markdown) = fetch(&server.base, "/docs/idempotency.md").await;
+        let (_, openapi) = fetch(&server.base, "/openapi.json").await;
+        for text in NOT_FOR_CLIENTS {
+            assert!(!markdown.contains(text), "{name}: `{text}` in\n{markdown}");
+            assert!(!openapi.contains(text), "{name}: `{text}` in\n{openapi}");
+        }
+        let openapi: Value = serde_json::from_str(&openapi).unwrap();
+        for item in openapi["paths"].as_object().unwrap().values() {
+            for operation in item.as_object().unwrap().values() {
+                let policy = &operation["x-idempotency"];
+                assert!(
+                    policy.is_null() || policy.get("source").is_none(),
+                    "{name}: {policy}"
+                );
+            }
+        }
+    }
+    // The staged payment says what staged mode does with calls to the provider: in the
+    // Markdown's summary, and in both documents' `503 interrupted` (the OpenAPI operation's
+    // description is the example's own).
+    let (markdown, openapi) = documents(&payments.base).await;
+    assert!(
+        markdown.contains(docs::contract::staged_calls()),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| 503 `urn:idem:problem:interrupted` + `Retry-After` |"),
+        "{markdown}"
+    );
+    let post = &openapi["paths"]["/payments"]["post"];
+    let interrupted = post["responses"]["503"]["description"].as_str().unwrap();
+    assert!(
+        interrupted.contains("runs again, with the same provider key"),
+        "{interrupted}"
+    );
+}
+
+/// An application that wants its handlers' locations in its documents asks for them
+/// (`Operations::publish_sources`): the examples' documents then name them.
+#[test]
+fn documents_name_sources_when_asked() {
+    use idem_examples::{orders, payments};
+    use utoipa::OpenApi as _;
+
+    let served = |operations, api| idem_examples::docs::documents(operations, api).unwrap();
+    let cases = [
+        (
+            "examples/src/orders.rs:",
+            served(orders::operations(), orders::OrdersApi::openapi()),
+            served(
+                orders::operations().map(|o| o.publish_sources(true)),
+                orders::OrdersApi::openapi(),
+            ),
+        ),
+        (
+            "examples/src/payments.rs:",
+            served(payments::operations(), payments::PaymentsApi::openapi()),
+            served(
+                payments::operations().map(|o| o.publish_sources(true)),
+                payments::PaymentsApi::openapi(),
+            ),
+        ),
+    ];
+    for (location, (markdown, openapi), (published_markdown, published_openapi)) in cases {
+        assert!(!markdown.contains(".rs:"), "{markdown}");
+        assert!(!openapi.contains(".rs:"), "{openapi}");
+        assert!(
+            published_markdown.contains(&format!("`{location}")),
+            "{published_markdown}"
+        );
+        let published: Value = serde_json::from_str(&published_openapi).unwrap();
+        let sources: Vec<&str> = published["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|operation| operation["x-idempotency"]["source"].as_str())
+            .collect();
+        assert!(!sources.is_empty(), "{published_openapi}");
+        assert!(
+            sources.iter().all(|s| s.starts_with(location)),
+            "{sources:?}"
+        );
+    }
+}
+
 /// Every operation of a served document describes its request body (when it has one) and
 /// every one of its responses with a body schema.
 fn assert_complete(openapi: &Value) {

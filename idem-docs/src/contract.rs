@@ -56,6 +56,19 @@ pub const fn key_pattern(format: KeyFormat) -> &'static str {
     }
 }
 
+/// When `422 urn:idem:problem:invalid-body` is the answer: a JSON body that does not
+/// deserialise into the type the operation reads, or that fails the `validator` or `garde`
+/// rules of that type (the runtime's `Validated` and `Garde` extractors). An application's
+/// own check of the body (the runtime's `Check`, run by `Checked`) answers the problem it
+/// returns as is — the application's status and `type` — and the documents list it only
+/// when the application documents it (with [`OperationDoc::responds`], or in its `utoipa`
+/// document).
+pub const INVALID_BODY: &str = "The body is JSON but not of the shape the operation reads (a \
+    field missing or of the wrong type), or it breaks a validation rule declared with the \
+    body's type. The application's own checks of the body do not answer this: they answer the \
+    application's own problem, with the status and `type` it gives it (listed among the \
+    operation's own responses when the application documents them).";
+
 /// One situation a request of the operation can be in, and what it is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -351,6 +364,25 @@ pub fn replayed_header() -> String {
     )
 }
 
+/// What staged mode does, and does not do, for calls to other systems: the summary of a
+/// staged operation says it. A step whose result was recorded does not run again; a step
+/// interrupted before its result was recorded runs again, with the same provider key, so that
+/// one effect needs a system that deduplicates on that key.
+///
+/// ```
+/// let text = idem_docs::contract::staged_calls();
+/// assert!(text.contains("runs again, with the same provider key"));
+/// assert!(!text.contains("never"));
+/// ```
+#[must_use]
+pub fn staged_calls() -> &'static str {
+    "The operation runs in recorded steps, its calls to other systems among them. A step whose \
+     result was recorded does not run again; a step interrupted before its result was \
+     recorded runs again, with the same provider key (the idempotency key sent to the other \
+     system): its call takes effect once if that system deduplicates on that key, and may take \
+     effect twice if it does not."
+}
+
 /// What `Retry-After` says.
 #[must_use]
 pub fn retry_after_header() -> &'static str {
@@ -481,7 +513,7 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     cases.push(Case::problem(
         422,
         "urn:idem:problem:invalid-body",
-        "The body does not pass the operation's validation.".to_owned(),
+        INVALID_BODY.to_owned(),
         "Fix the body; nothing ran and the key is still unused.",
     ));
     cases.push(if staged {
@@ -513,7 +545,8 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
                  out). The steps it completed are recorded."
                     .to_owned(),
                 "Retry with the same key and the same request after `Retry-After`: it resumes \
-                 after the recorded steps, and calls made are not made again.",
+                 after the recorded steps; a step interrupted before its result was recorded \
+                 runs again, with the same provider key.",
             )
             .retry_after(),
         );
@@ -782,11 +815,13 @@ pub fn summary(doc: &OperationDoc) -> String {
     let ttl = describe_duration(doc.ttl);
     let who = namespace(doc.scope);
     let how = if doc.mode == Mode::Staged {
-        " The key is reserved when the request arrives and the operation runs in recorded \
-         steps, so that calls to other systems are never repeated; an interrupted request \
-         (503) is resumed by a retry with the same key."
+        format!(
+            " The key is reserved when the request arrives. {} An interrupted request (503) is \
+             resumed by a retry with the same key, after its last recorded step.",
+            staged_calls()
+        )
     } else {
-        " The operation's writes, its key and its response commit in one transaction."
+        " The operation's writes, its key and its response commit in one transaction.".to_owned()
     };
     let expired = match doc.on_expired {
         ExpiryPolicy::Gone => "the key is gone (410) and nothing runs",

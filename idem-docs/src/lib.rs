@@ -1,7 +1,8 @@
 //! Generated documentation of idem's idempotent operations.
 //!
 //! An [`OperationDoc`] is an operation's [`OperationSpec`](idem_spec::OperationSpec) plus
-//! where it is served (method, path), its handler and source location. From a list of them
+//! where it is served (method, path), its handler and source location (named in the
+//! documents only on request: [`OperationDoc::publish_source`]). From a list of them
 //! this crate writes the client's contract:
 //!
 //! - [`markdown`]: an overview table, then a section per operation with where its key comes
@@ -43,7 +44,20 @@
 //!   `on_in_flight`.
 //! - **Body statuses are listed.** `413`, `415`, `400 malformed-json` and `422 invalid-body`
 //!   come from idem's JSON body extractors (`JsonBody`, `Checked`, …); a spec does not say
-//!   which extractor a handler uses, so they are always listed.
+//!   which extractor a handler uses, so they are always listed. `invalid-body` is a body of
+//!   the wrong shape, or one that fails the `validator` or `garde` rules of its type
+//!   (`Validated`, `Garde`): a failed `Check` answers the application's own problem, its
+//!   status and type, which the documents list only as the application documents them
+//!   ([`contract::INVALID_BODY`]).
+//! - **Staged mode, as it is.** A staged operation's calls to other systems are recorded
+//!   steps: a step whose result was recorded does not run again, and one interrupted before
+//!   its result was recorded runs again with the same provider key, so that one effect needs
+//!   a provider that deduplicates on that key. The documents say exactly that
+//!   ([`contract::staged_calls`]), and nothing stronger.
+//! - **No source locations unless asked.** An [`OperationDoc`]'s `source` (`file:line`, which
+//!   the runtime's registry records) is for the server's developers: the Markdown and the
+//!   OpenAPI document leave it out unless [`OperationDoc::publish_source`] is set (the
+//!   runtime's `Operations::publish_sources` sets it on every operation).
 //! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
 //!   2xx of its own, success is documented as OpenAPI's `2XX`.
 //! - **The key's syntax** is the IETF draft's structured-field string; the length limits are

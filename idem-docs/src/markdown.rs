@@ -8,7 +8,9 @@ use serde_json::Value;
 use crate::contract::{self, EXAMPLE_KEY, KEY_HEADER, REPLAYED_HEADER};
 use crate::{KeyPartDoc, OperationDoc};
 
-/// The client's contract of every operation, as Markdown.
+/// The client's contract of every operation, as Markdown. Each operation's section names
+/// its handler, and where the handler is written only when
+/// [`OperationDoc::publish_source`] is set.
 ///
 /// ```
 /// use idem_docs::{OperationDoc, markdown};
@@ -89,7 +91,7 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     if !doc.handler.is_empty() {
         about.push(format!("handler `{}`", doc.handler));
     }
-    if let Some(source) = &doc.source {
+    if let Some(source) = doc.published_source() {
         about.push(format!("`{source}`"));
     }
     writeln!(out, "{}.\n", about.join(", "))?;

@@ -85,8 +85,16 @@ pub struct OperationDoc {
     pub path: Option<String>,
     /// The handler's name; empty when unknown.
     pub handler: String,
-    /// Where the handler is written, `file:line`, when known.
+    /// Where the handler is written, `file:line`, when known. A location in the server's
+    /// code, for its developers: the documents leave it out unless
+    /// [`OperationDoc::publish_source`] is set.
     pub source: Option<String>,
+    /// The documents name [`OperationDoc::source`]: the Markdown beside the handler, the
+    /// OpenAPI document as `x-idempotency.source`. Off by default: documents handed to
+    /// clients do not tell them where the server's code is. Serialised only when set, so
+    /// that documents stored before it read back unchanged (off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub publish_source: bool,
     /// Responses of the operation itself, besides idem's (its success, say), as
     /// `(status, description)`, sorted by status.
     pub responses: Vec<(u16, String)>,
@@ -151,6 +159,7 @@ impl OperationDoc {
             path: None,
             handler: String::new(),
             source: None,
+            publish_source: false,
             responses: Vec::new(),
         }
     }
@@ -197,11 +206,45 @@ impl OperationDoc {
         self
     }
 
-    /// Sets where the handler is written (`src/orders.rs:212`).
+    /// Sets where the handler is written (`src/orders.rs:212`). The documents leave it out
+    /// unless [`OperationDoc::publish_source`] asks for it.
     #[must_use]
     pub fn source(mut self, source: &str) -> Self {
         self.source = Some(source.to_owned());
         self
+    }
+
+    /// Whether the documents name [`OperationDoc::source`] (off by default): the Markdown
+    /// beside the operation's handler, the OpenAPI document as `x-idempotency.source`. For
+    /// documents read by the server's own developers; documents handed to clients should not
+    /// tell them where the server's code is.
+    ///
+    /// ```
+    /// use idem_docs::{OperationDoc, markdown, openapi};
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1"))
+    ///     .path("POST", "/payments")
+    ///     .source("src/payments.rs:42");
+    /// assert!(!markdown(std::slice::from_ref(&doc)).contains("src/payments.rs:42"));
+    /// let api = openapi(std::slice::from_ref(&doc));
+    /// assert!(api["paths"]["/payments"]["post"]["x-idempotency"].get("source").is_none());
+    ///
+    /// let doc = doc.publish_source(true);
+    /// assert!(markdown(std::slice::from_ref(&doc)).contains("`src/payments.rs:42`"));
+    /// let api = openapi(&[doc]);
+    /// assert_eq!(api["paths"]["/payments"]["post"]["x-idempotency"]["source"], "src/payments.rs:42");
+    /// ```
+    #[must_use]
+    pub fn publish_source(mut self, publish: bool) -> Self {
+        self.publish_source = publish;
+        self
+    }
+
+    /// Where the handler is written, when the documents name it: [`OperationDoc::source`]
+    /// if [`OperationDoc::publish_source`] is set.
+    pub(crate) fn published_source(&self) -> Option<&str> {
+        self.source.as_deref().filter(|_| self.publish_source)
     }
 
     /// Adds a response of the operation itself (its success, an error of its own), listed
@@ -305,6 +348,11 @@ impl TryFrom<RawKeyPart> for KeyPartDoc {
             RawKeyPart::Body(pointer) => check_pointer(&pointer).map(|()| Self::Body(pointer)),
         }
     }
+}
+
+/// `skip_serializing_if` for flags that are off by default.
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// Vocabulary words as their spellings.

@@ -13,7 +13,8 @@ use crate::{KeyPartDoc, OperationDoc};
 /// Each operation with a route is under `paths` with the `Idempotency-Key` header parameter,
 /// every response [`contract::cases`] lists (grouped per status, problems as
 /// `application/problem+json` with the `Problem` schema of `components`), and an
-/// `x-idempotency` object with its policy. Operations without a route have no place in
+/// `x-idempotency` object with its policy (and the handler's `source`, `file:line`, only
+/// when [`OperationDoc::publish_source`] is set). Operations without a route have no place in
 /// `paths`: they are listed under the document's top-level `x-idempotency-operations` only.
 ///
 /// An operation whose key is taken from the request has, instead of `Idempotency-Key`, a
@@ -255,7 +256,8 @@ fn template_names(path: &str) -> Vec<&str> {
     names
 }
 
-/// The `x-idempotency` object: the policy, in the attribute's spellings.
+/// The `x-idempotency` object: the policy, in the attribute's spellings, and the handler's
+/// source when the document publishes it.
 fn policy(doc: &OperationDoc) -> Value {
     let mut policy = json!({
         "id": doc.id,
@@ -276,8 +278,8 @@ fn policy(doc: &OperationDoc) -> Value {
         if !doc.key_from.is_empty() {
             map.insert("keyFrom".to_owned(), json!(doc.key_from));
         }
-        if let Some(source) = &doc.source {
-            map.insert("source".to_owned(), source.clone().into());
+        if let Some(source) = doc.published_source() {
+            map.insert("source".to_owned(), source.into());
         }
     }
     policy

@@ -500,6 +500,30 @@ mod tests {
     }
 
     #[test]
+    fn the_merged_document_names_a_source_only_when_asked() {
+        let doc = OperationDoc::from_spec(&OperationSpec::new("create_order:v1"))
+            .path("POST", "/orders")
+            .source("src/orders.rs:212");
+        let mut api = application();
+        merge_into(&mut api, std::slice::from_ref(&doc)).unwrap();
+        let merged = serde_json::to_value(&api).unwrap();
+        assert!(
+            merged["paths"]["/orders"]["post"]["x-idempotency"]
+                .get("source")
+                .is_none()
+        );
+        assert!(!merged.to_string().contains("src/orders.rs"), "{merged}");
+
+        let mut api = application();
+        merge_into(&mut api, &[doc.publish_source(true)]).unwrap();
+        let merged = serde_json::to_value(&api).unwrap();
+        assert_eq!(
+            merged["paths"]["/orders"]["post"]["x-idempotency"]["source"],
+            "src/orders.rs:212"
+        );
+    }
+
+    #[test]
     fn operations_without_a_route_change_nothing() {
         let mut api = application();
         let before = serde_json::to_value(&api).unwrap();

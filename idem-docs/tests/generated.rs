@@ -576,3 +576,139 @@ fn empty_lists_give_valid_documents() {
     assert!(markdown(&[]).contains("No operation is documented."));
     assert_eq!(openapi(&[])["openapi"], "3.1.0");
 }
+
+/// A source location in a document: `file.rs:line`.
+fn has_location(text: &str) -> bool {
+    text.match_indices(".rs:")
+        .any(|(at, _)| text[at + 4..].starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// The handler's `file:line` is the server's: the documents name it only when asked.
+#[test]
+fn documents_name_no_source_unless_asked() {
+    let unrouted =
+        OperationDoc::from_spec(&OperationSpec::new("nightly:v1")).source("src/jobs.rs:9");
+    let mut docs = all();
+    docs.push(unrouted);
+    assert!(docs.iter().filter(|d| d.source.is_some()).count() == 2);
+    let text = markdown(&docs);
+    assert!(!has_location(&text), "{text}");
+    let api = openapi(&docs);
+    assert!(!has_location(&api.to_string()), "{api}");
+    assert!(
+        api["paths"]["/orders"]["post"]["x-idempotency"]
+            .get("source")
+            .is_none()
+    );
+    assert!(api["x-idempotency-operations"][0].get("source").is_none());
+
+    let published: Vec<OperationDoc> = docs.into_iter().map(|d| d.publish_source(true)).collect();
+    let text = markdown(&published);
+    assert!(
+        text.contains("Operation `create_order:v1`, handler `create_order`, `src/orders.rs:212`."),
+        "{text}"
+    );
+    assert!(text.contains("`src/jobs.rs:9`"), "{text}");
+    let api = openapi(&published);
+    assert_eq!(
+        api["paths"]["/orders"]["post"]["x-idempotency"]["source"],
+        "src/orders.rs:212"
+    );
+    assert_eq!(
+        api["x-idempotency-operations"][0]["source"],
+        "src/jobs.rs:9"
+    );
+    // An operation without a source has none to publish.
+    assert!(
+        api["paths"]["/payments"]["post"]["x-idempotency"]
+            .get("source")
+            .is_none()
+    );
+}
+
+/// The choice travels with a stored document (`Idem::register_docs`, `idem docs`), and is
+/// left out when off, so that documents stored before it read back unchanged.
+#[test]
+fn publish_source_is_stored_only_when_set() {
+    let doc = atomic_required_gone();
+    let json = serde_json::to_value(&doc).unwrap();
+    assert!(json.get("publish_source").is_none(), "{json}");
+    assert_eq!(json["source"], "src/orders.rs:212");
+    let published = doc.publish_source(true);
+    let json = serde_json::to_value(&published).unwrap();
+    assert_eq!(json["publish_source"], true);
+    let back: OperationDoc = serde_json::from_value(json).unwrap();
+    assert_eq!(back, published);
+    assert!(markdown(&[back]).contains("`src/orders.rs:212`"));
+}
+
+/// Staged mode records each call to another system as a step: a recorded step is not run
+/// again, an interrupted one is, with the same provider key. The documents say that, and
+/// promise nothing more.
+#[test]
+fn staged_documents_promise_no_more_than_staged_mode_does() {
+    let staged = [staged_wait(), multi_part()];
+    let text = markdown(&staged);
+    let api = openapi(&staged).to_string();
+    for promise in [
+        "never repeated",
+        "never made again",
+        "calls made are not made again",
+        "never run twice",
+    ] {
+        assert!(!text.contains(promise), "{promise}: {text}");
+        assert!(!api.contains(promise), "{promise}: {api}");
+    }
+    for doc in &staged {
+        let summary = contract::summary(doc);
+        assert!(summary.contains(contract::staged_calls()), "{summary}");
+        let interrupted = contract::cases(doc)
+            .into_iter()
+            .find(|c| c.problem == Some("urn:idem:problem:interrupted"))
+            .unwrap();
+        assert!(
+            interrupted
+                .then
+                .contains("runs again, with the same provider key"),
+            "{}",
+            interrupted.then
+        );
+    }
+    assert!(contract::staged_calls().contains("deduplicates on that key"));
+    // Both documents say it: the summary is the OpenAPI operation's description.
+    assert!(text.contains(contract::staged_calls()), "{text}");
+    let api = openapi(&staged);
+    let description = api["paths"]["/payments"]["post"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains(contract::staged_calls()),
+        "{description}"
+    );
+    // Atomic operations make no such calls, and say nothing of them.
+    assert!(!contract::summary(&atomic_required_gone()).contains("provider key"));
+}
+
+/// `invalid-body` is a body of the wrong shape or that breaks its type's declared rules; a
+/// check of the application's own answers the application's problem, not this one.
+#[test]
+fn invalid_body_says_what_a_check_answers() {
+    let case = contract::cases(&atomic_required_gone())
+        .into_iter()
+        .find(|c| c.problem == Some("urn:idem:problem:invalid-body"))
+        .unwrap();
+    assert_eq!(case.status, "422");
+    assert_eq!(case.when, contract::INVALID_BODY);
+    assert!(
+        case.when.contains("not of the shape the operation reads"),
+        "{}",
+        case.when
+    );
+    assert!(
+        case.when
+            .contains("answer the application's own problem, with the status and `type`"),
+        "{}",
+        case.when
+    );
+    assert!(!markdown(&all()).contains("does not pass the operation's validation"));
+}

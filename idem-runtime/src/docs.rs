@@ -3,7 +3,9 @@
 //! Every `#[idempotent]` handler registers its spec at link time, with its handler's name,
 //! its source location and — when the attribute says `path = "POST /orders"` — its route.
 //! [`operations`] lists them; [`markdown`] and [`openapi`] (from `idem-docs`) write the
-//! client's contract. Operations run through [`Idem::staged`](crate::Idem::staged) or
+//! client's contract. The documents are for clients: they leave the source locations out
+//! unless [`Operations::publish_sources`] asks for them (a duplicate id's error names them
+//! either way). Operations run through [`Idem::staged`](crate::Idem::staged) or
 //! [`Idem::once`](crate::Idem::once) have no attribute: add them with [`Operations::with`].
 //! With the `utoipa` feature, `merge_into` adds the contract to the application's own
 //! `utoipa` document instead.
@@ -203,6 +205,31 @@ impl Operations {
     pub fn key_format(mut self, format: KeyFormat) -> Self {
         for doc in &mut self.docs {
             doc.key_format = format;
+        }
+        self
+    }
+
+    /// Whether the documents name where each handler is written (`src/orders.rs:212`, as
+    /// the attribute records it): the Markdown beside the handler's name, the OpenAPI
+    /// document as `x-idempotency.source`, in every operation's document
+    /// ([`OperationDoc::publish_source`]). Off by default: documents served to clients do
+    /// not tell them where the server's code is. Turn it on for documents the application's
+    /// own developers read. It sets the operations listed so far: call it after the last
+    /// [`Operations::with`].
+    ///
+    /// ```
+    /// use idem_runtime::docs::{OperationDoc, Operations};
+    /// use idem_runtime::spec::OperationSpec;
+    ///
+    /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).source("src/pay.rs:7");
+    /// let operations = Operations::new().with(pay).unwrap();
+    /// assert!(!operations.markdown().contains("src/pay.rs:7"));
+    /// assert!(operations.publish_sources(true).markdown().contains("`src/pay.rs:7`"));
+    /// ```
+    #[must_use]
+    pub fn publish_sources(mut self, publish: bool) -> Self {
+        for doc in &mut self.docs {
+            doc.publish_source = publish;
         }
         self
     }

@@ -182,3 +182,41 @@ fn the_documents_list_every_problem_of_the_protocol() {
         assert!(listed, "{status} {} is not documented", problem.type_uri());
     }
 }
+
+/// The registry records where each handler is written, for the duplicate-id error and for
+/// documents the application asks to name it; the documents handed to clients leave it out.
+#[test]
+fn the_documents_name_the_handlers_source_only_when_asked() {
+    let operations = Operations::from_registry().unwrap();
+    let location = "idem-runtime/tests/docs.rs:";
+    assert!(
+        operations
+            .docs()
+            .iter()
+            .all(|d| d.source.as_deref().is_some_and(|s| s.starts_with(location)))
+    );
+    let markdown = operations.markdown();
+    assert!(!markdown.contains(".rs:"), "{markdown}");
+    let openapi = operations.openapi();
+    assert!(!openapi.to_string().contains(".rs:"), "{openapi}");
+
+    let published = operations.publish_sources(true);
+    let markdown = published.markdown();
+    let short = find(published.docs(), "short_window:v1");
+    let source = short.source.clone().unwrap();
+    assert!(
+        markdown.contains(&format!("handler `short_window`, `{source}`.")),
+        "{markdown}"
+    );
+    let openapi = published.openapi();
+    assert_eq!(
+        openapi["paths"]["/short"]["post"]["x-idempotency"]["source"],
+        source.as_str()
+    );
+    assert!(
+        openapi["x-idempotency-operations"][0]["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(location)),
+        "{openapi}"
+    );
+}

@@ -289,8 +289,10 @@ impl OperationSpec {
             };
             return format!(
                 "Keys are unique per {namespace} and kept for {ttl}. {without_key} The key is \
-                 reserved when the request arrives and the operation runs in recorded steps, \
-                 so that calls to other systems are never repeated. A retry with the same key \
+                 reserved when the request arrives and the operation runs in recorded steps: \
+                 a step whose result was recorded does not run again, and a step interrupted \
+                 before its result was recorded runs again with the same provider key (one \
+                 effect needs a provider that deduplicates on it). A retry with the same key \
                  and the same request replays the stored response \
                  (`Idempotent-Replayed: true`); the same key with a different request is \
                  refused (422); a retry while the first request is still running {in_flight}. \
@@ -343,6 +345,16 @@ mod tests {
         assert!(text.contains("Client errors (4xx) are stored"), "{text}");
         assert!(text.contains("runs anew"), "{text}");
         assert_eq!(spec.name(), "x");
+    }
+
+    #[test]
+    fn staged_descriptions_promise_no_more_than_staged_mode_does() {
+        let text = OperationSpec::new("pay:v1").mode(Mode::Staged).describe();
+        assert!(!text.contains("never repeated"), "{text}");
+        assert!(
+            text.contains("runs again with the same provider key"),
+            "{text}"
+        );
     }
 
     #[test]
