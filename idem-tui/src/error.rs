@@ -78,20 +78,37 @@ impl From<StoreError> for CommandError {
                     }
                     None => "refused: the key was deleted since it was read".to_owned(),
                 },
-                current: Some(current.map_or(Value::Null, |row| crate::format::row_json(&row))),
+                current: Some(current.map_or(Value::Null, |row| {
+                    crate::format::row_json(&row, crate::format::now_ms())
+                })),
             },
-            StoreError::NotApplicable(why) => {
-                Self::new(Self::REFUSED, format!("refused: not applicable: {why}"))
-            }
+            StoreError::NotApplicable(why) => Self::new(Self::REFUSED, not_applicable(&why)),
             StoreError::NeedsForce { action, hazard } => {
                 Self::new(Self::REFUSED, needs_force(action, &hazard))
             }
             StoreError::InvalidArgument(_)
             | StoreError::InvalidCursor
-            | StoreError::InvalidStatus(_) => Self::usage(error.to_string()),
-            other => Self::error(other.to_string()),
+            | StoreError::InvalidStatus(_) => Self::usage(store_message(&error)),
+            other => Self::error(store_message(&other)),
         }
     }
+}
+
+/// A store error in the tool's words: its message, with the times it gives as milliseconds
+/// since the Unix epoch written as times ([`crate::format::epochs_as_times`]). The command
+/// line and the terminal UI show every store error through this, [`not_applicable`] or
+/// [`needs_force`].
+pub fn store_message(error: &StoreError) -> String {
+    crate::format::epochs_as_times(&error.to_string())
+}
+
+/// Why an action does not apply ([`StoreError::NotApplicable`]): the store's words, its
+/// times as times (`expire: the key expired already (at 2026-12-04T20:19:25.427Z)`).
+pub fn not_applicable(why: &str) -> String {
+    format!(
+        "refused: not applicable: {}",
+        crate::format::epochs_as_times(why)
+    )
 }
 
 /// The command line's words for an action the store refuses unless forced: why, and that
@@ -111,8 +128,9 @@ pub fn needs_force(action: &str, hazard: &Hazard) -> String {
             )
         }
         other => format!(
-            "refused: {action}: {other}; --force overrides this (recorded as forced in the \
-             audit trail)"
+            "refused: {action}: {}; --force overrides this (recorded as forced in the audit \
+             trail)",
+            crate::format::epochs_as_times(&other.to_string())
         ),
     }
 }
@@ -142,6 +160,7 @@ mod tests {
             live.message
         );
         assert!(live.message.contains("--force"), "{}", live.message);
+        assert!(!live.message.contains(" ms"), "{}", live.message);
         assert_eq!(
             CommandError::from(StoreError::InvalidCursor).code,
             CommandError::USAGE
@@ -149,6 +168,28 @@ mod tests {
         assert_eq!(
             CommandError::from(StoreError::Corrupt("x".into())).code,
             CommandError::ERROR
+        );
+    }
+
+    #[test]
+    fn refusals_show_times_not_epochs() {
+        // idem-store's words when the key's TTL ran out between reading and acting.
+        let expired = CommandError::from(StoreError::NotApplicable(
+            "expire: the key expired already (at 1796415565427 ms)".into(),
+        ));
+        assert_eq!(expired.code, CommandError::REFUSED);
+        assert_eq!(
+            expired.message,
+            "refused: not applicable: expire: the key expired already (at \
+             2026-12-04T20:19:25.427Z)"
+        );
+        // Any other store error, as shown: its epochs as times too.
+        let corrupt = StoreError::Corrupt(
+            "a row locked until 1800000000000 (ms since the Unix epoch)".into(),
+        );
+        assert_eq!(
+            store_message(&corrupt),
+            "unreadable row: a row locked until 2027-01-15T08:00:00.000Z"
         );
     }
 }

@@ -22,6 +22,54 @@ pub fn rfc3339(ms: i64) -> String {
     }
 }
 
+/// `text` with the times it gives as milliseconds since the Unix epoch, as idem-store's
+/// messages write them (`at 1796415565427 ms`, `1796415565427 (ms since the Unix epoch)`),
+/// written as times ([`rfc3339`]): `at 2026-12-04T06:19:25.427Z`. Other numbers (attempts,
+/// ids, durations) are left as they are.
+pub fn epochs_as_times(text: &str) -> String {
+    const SINCE_EPOCH: &str = " (ms since the Unix epoch)";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        let (before, from) = rest.split_at(start);
+        let len = from
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(from.len());
+        let (digits, after) = from.split_at(len);
+        out.push_str(before);
+        // A whole number, not the end of a word, a decimal or a negative number.
+        let whole = !before
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_'));
+        let time = digits
+            .parse::<i64>()
+            .ok()
+            .map(rfc3339)
+            .filter(|time| whole && time != digits);
+        let ms_word = after
+            .strip_prefix(" ms")
+            .filter(|tail| !tail.starts_with(|c: char| c.is_alphanumeric()));
+        match (time, after.strip_prefix(SINCE_EPOCH), ms_word) {
+            (Some(time), Some(tail), _) => {
+                out.push_str(&time);
+                rest = tail;
+            }
+            // `N ms` is a time only after `at`; elsewhere it may be a duration.
+            (Some(time), None, Some(tail)) if before.ends_with("at ") => {
+                out.push_str(&time);
+                rest = tail;
+            }
+            _ => {
+                out.push_str(digits);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `ms` for tables: `2026-12-01 06:35:00` (UTC).
 pub fn short_time(ms: i64) -> String {
     match Timestamp::from_millisecond(ms) {
@@ -60,6 +108,84 @@ pub fn relative(at_ms: i64, now_ms: i64) -> String {
     }
 }
 
+/// When a key expires, as every surface of the tool shows it (the tables, `keys show`, the
+/// JSON, the terminal UI): [`Expiry::of`] is the one rule. Only a final key (completed, or
+/// expired) expires; a key that is not final (processing or stuck) does not, whatever its
+/// `expires_at` column says: its TTL counts from its completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Processing or stuck: no expiry.
+    NotFinal,
+    /// Final, `expires_at` not reached: it expires in `in_ms`, at `at_ms`.
+    In {
+        /// `expires_at`.
+        at_ms: i64,
+        /// How long until then (above 0).
+        in_ms: i64,
+    },
+    /// Final, `expires_at` reached: it expired `ago_ms` ago, at `at_ms`.
+    Expired {
+        /// `expires_at`.
+        at_ms: i64,
+        /// How long since then (0 or more).
+        ago_ms: i64,
+    },
+}
+
+impl Expiry {
+    /// What a key that is not final shows where a final key shows when it expires.
+    pub const NOT_FINAL: &'static str = "- (not final: its TTL counts from its completion)";
+
+    /// When `row` expires, seen at `now_ms`.
+    #[must_use]
+    pub fn of(row: &KeyRow, now_ms: i64) -> Self {
+        let at_ms = row.expires_at_ms;
+        if !row.status.is_final() {
+            Self::NotFinal
+        } else if at_ms > now_ms {
+            Self::In {
+                at_ms,
+                in_ms: at_ms - now_ms,
+            }
+        } else {
+            Self::Expired {
+                at_ms,
+                ago_ms: now_ms.saturating_sub(at_ms),
+            }
+        }
+    }
+
+    /// When the key expires (or expired); `None` when it is not final.
+    #[must_use]
+    pub fn at_ms(self) -> Option<i64> {
+        match self {
+            Self::NotFinal => None,
+            Self::In { at_ms, .. } | Self::Expired { at_ms, .. } => Some(at_ms),
+        }
+    }
+
+    /// How long until the key expires, negative once it has (the JSON's `expires_in_ms`);
+    /// `None` when it is not final.
+    #[must_use]
+    pub fn in_ms(self) -> Option<i64> {
+        match self {
+            Self::NotFinal => None,
+            Self::In { in_ms, .. } => Some(in_ms),
+            Self::Expired { ago_ms, .. } => Some(-ago_ms),
+        }
+    }
+
+    /// For the command line's tables: `in 23h59m`, `2h ago`, or `-` (not final).
+    #[must_use]
+    pub fn cell(self) -> String {
+        match self {
+            Self::NotFinal => "-".to_owned(),
+            Self::In { in_ms, .. } => format!("in {}", span(in_ms)),
+            Self::Expired { ago_ms, .. } => format!("{} ago", span(ago_ms)),
+        }
+    }
+}
+
 /// Bytes as lowercase hexadecimal.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -70,8 +196,10 @@ fn opt_time(ms: Option<i64>) -> Value {
     ms.map_or(Value::Null, |ms| Value::String(rfc3339(ms)))
 }
 
-/// A key in a listing: its identity, state, times, lease and stored status.
-pub fn summary_json(row: &KeyRow) -> Value {
+/// A key in a listing at `now_ms`: its identity, state, times, lease and stored status.
+/// `expires_at` is the column as stored; `expires_in_ms` says when the key expires by the
+/// one rule ([`Expiry`]): `null` for a key that is not final.
+pub fn summary_json(row: &KeyRow, now_ms: i64) -> Value {
     json!({
         "scope": row.scope,
         "operation": row.operation,
@@ -80,6 +208,7 @@ pub fn summary_json(row: &KeyRow) -> Value {
         "created_at": rfc3339(row.created_at_ms),
         "completed_at": opt_time(row.completed_at_ms),
         "expires_at": rfc3339(row.expires_at_ms),
+        "expires_in_ms": Expiry::of(row, now_ms).in_ms(),
         "locked_until": opt_time(row.locked_until_ms),
         "attempt": row.attempt,
         "recovery_point": row.recovery_point,
@@ -87,9 +216,10 @@ pub fn summary_json(row: &KeyRow) -> Value {
     })
 }
 
-/// A key with every column: the summary, the fingerprint and the stored response.
-pub fn row_json(row: &KeyRow) -> Value {
-    let mut value = summary_json(row);
+/// A key with every column at `now_ms`: the summary, the fingerprint and the stored
+/// response.
+pub fn row_json(row: &KeyRow, now_ms: i64) -> Value {
+    let mut value = summary_json(row, now_ms);
     if let Value::Object(fields) = &mut value {
         fields.insert("fingerprint".into(), Value::String(hex(&row.fingerprint)));
         fields.insert(
@@ -242,6 +372,8 @@ pub fn bytes(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use idem_store::KeyStatus;
+
     use super::*;
 
     #[test]
@@ -250,6 +382,82 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(short_time(1_796_107_500_123), "2026-12-01 06:45:00");
         assert_eq!(rfc3339(i64::MAX), i64::MAX.to_string());
+    }
+
+    #[test]
+    fn epochs_in_the_stores_messages_become_times() {
+        // The words of idem-store's refusals (operator.rs, error.rs).
+        assert_eq!(
+            epochs_as_times("expire: the key expired already (at 1796107500123 ms)"),
+            "expire: the key expired already (at 2026-12-01T06:45:00.123Z)"
+        );
+        assert_eq!(
+            epochs_as_times(
+                "the key's lease is live until 1800000030000 (ms since the Unix epoch): an \
+                 attempt is running"
+            ),
+            "the key's lease is live until 2027-01-15T08:00:30.000Z: an attempt is running"
+        );
+        // Numbers that are not times stay numbers.
+        for text in [
+            "retry: outbox message 1796107500123 is due already",
+            "the key completed in staged mode (attempt 3, recovery point \"s1\")",
+            "a lease of 30000 ms",
+            "waited 1796107500123 ms",
+            "at 12 msgs",
+            "at v1796107500123 ms",
+            "at 99999999999999999999 ms",
+            "at 9223372036854775807 ms",
+        ] {
+            assert_eq!(epochs_as_times(text), text);
+        }
+        assert_eq!(
+            epochs_as_times("at 0 ms, at 1000 ms"),
+            "at 1970-01-01T00:00:00.000Z, at 1970-01-01T00:00:01.000Z"
+        );
+    }
+
+    #[test]
+    fn only_a_final_key_expires() {
+        let row = |status: KeyStatus| KeyRow {
+            scope: "global".into(),
+            operation: "orders:v1".into(),
+            key: "k".into(),
+            status,
+            fingerprint: vec![0; 32],
+            response: None,
+            created_at_ms: 0,
+            completed_at_ms: None,
+            expires_at_ms: 100_000_000,
+            locked_until_ms: None,
+            attempt: 0,
+            recovery_point: None,
+        };
+        let now = 100_000_000 - 86_340_000;
+        for status in [KeyStatus::Processing, KeyStatus::Stuck] {
+            let expiry = Expiry::of(&row(status), now);
+            assert_eq!(expiry, Expiry::NotFinal, "{status}");
+            assert_eq!((expiry.at_ms(), expiry.in_ms()), (None, None));
+            assert_eq!(expiry.cell(), "-");
+        }
+        let completed = Expiry::of(&row(KeyStatus::Completed), now);
+        assert_eq!(completed.in_ms(), Some(86_340_000));
+        assert_eq!(completed.at_ms(), Some(100_000_000));
+        assert_eq!(completed.cell(), "in 23h59m");
+        // Past `expires_at`: expired, whatever the status read earlier said.
+        let expired = Expiry::of(&row(KeyStatus::Completed), 100_000_000 + 7_200_000);
+        assert_eq!(expired.in_ms(), Some(-7_200_000));
+        assert_eq!(expired.cell(), "2h ago");
+        assert_eq!(
+            Expiry::of(&row(KeyStatus::Expired), 100_000_000).cell(),
+            "0s ago"
+        );
+        // The JSON keeps the column and says when the key expires by the same rule.
+        let stuck = summary_json(&row(KeyStatus::Stuck), now);
+        assert_eq!(stuck["expires_at"], "1970-01-02T03:46:40.000Z");
+        assert_eq!(stuck["expires_in_ms"], Value::Null);
+        let completed = row_json(&row(KeyStatus::Completed), now);
+        assert_eq!(completed["expires_in_ms"], 86_340_000);
     }
 
     #[test]

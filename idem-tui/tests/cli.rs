@@ -979,8 +979,189 @@ async fn outbox_retries_are_audited<DB: TestBackend>() {
     );
 }
 
+/// `ms` as the tool writes times: RFC 3339 UTC with milliseconds.
+fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// The cells of the line of a table that shows `key` (columns are two spaces apart).
+fn cells<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
+    let line = text
+        .lines()
+        .find(|l| l.split("  ").any(|c| c.trim() == key))
+        .unwrap_or_else(|| panic!("{key} in {text}"));
+    line.split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// One rule for when a key expires, in the table, `keys show` and the JSON: a key that is
+/// not final (processing or stuck) shows no expiry, whatever its `expires_at` column says.
+async fn only_final_keys_expire<DB: TestBackend>() {
+    let s = Seeded::<DB>::new().await;
+    let now = SystemClock.now_millis();
+
+    // The table: `-` for the running and the stuck keys, `in …` or `… ago` for the others.
+    let text = s.run(&["keys", "list"]).code(0).stdout.clone();
+    let header: Vec<&str> = text.lines().next().unwrap().split("  ").collect();
+    assert!(header.contains(&"EXPIRES"), "{text}");
+    for key in ["s-running", "s-stuck-1", "s-stuck-2", "s-stuck-3"] {
+        let cells = cells(&text, key);
+        assert_eq!(cells.len(), 6, "{cells:?}: no response, so EXPIRES is last");
+        assert_eq!(cells[5], "-", "{key}: {cells:?}");
+    }
+    let a1 = cells(&text, "a-1");
+    assert!(a1[5].starts_with("in 23h") || a1[5] == "in 1d", "{a1:?}");
+    assert!(cells(&text, "old-1")[5].ends_with(" ago"), "{text}");
+
+    // The JSON keeps the column and says when each key expires by the same rule.
+    let doc = s.run(&["keys", "list", "--json"]).code(0).json();
+    for key in doc["keys"].as_array().unwrap() {
+        let expires_in = &key["expires_in_ms"];
+        assert!(key["expires_at"].is_string(), "{key}");
+        match key["status"].as_str().unwrap() {
+            "processing" | "stuck" => assert_eq!(expires_in, &Value::Null, "{key}"),
+            "completed" => assert!(expires_in.as_i64().unwrap() > 0, "{key}"),
+            "expired" => assert!(expires_in.as_i64().unwrap() <= 0, "{key}"),
+            other => panic!("{other}"),
+        }
+    }
+    let a1_json = doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "a-1")
+        .unwrap();
+    let a1_row = s.row("global", "orders:v1", "a-1").await.unwrap();
+    let expires_in = a1_json["expires_in_ms"].as_i64().unwrap();
+    assert!(
+        (a1_row.expires_at_ms - now - 60_000..=a1_row.expires_at_ms - now).contains(&expires_in),
+        "{expires_in} for {a1_row:?}"
+    );
+
+    // `keys show`: the same, in words and in JSON.
+    let pay = |k: &'static str| -> Vec<&'static str> {
+        vec![
+            "--scope",
+            "tenant:acme",
+            "--operation",
+            "pay:v1",
+            "--key",
+            k,
+        ]
+    };
+    for key in ["s-running", "s-stuck-1"] {
+        let text = s
+            .run(&with(&["keys", "show"], pay(key), &[]))
+            .code(0)
+            .stdout
+            .clone();
+        let expires = text.lines().find(|l| l.starts_with("expires:")).unwrap();
+        assert_eq!(
+            expires, "expires:         - (not final: its TTL counts from its completion)",
+            "{text}"
+        );
+        let json = s
+            .run(&with(&["keys", "show", "--json"], pay(key), &[]))
+            .code(0)
+            .json();
+        assert_eq!(json["expires_in_ms"], Value::Null, "{json:#}");
+        assert_eq!(
+            json["expires_at"],
+            rfc3339(
+                s.row("tenant:acme", "pay:v1", key)
+                    .await
+                    .unwrap()
+                    .expires_at_ms
+            )
+        );
+    }
+    let text = s
+        .run(&[
+            "keys",
+            "show",
+            "--scope",
+            "global",
+            "--operation",
+            "orders:v1",
+            "--key",
+            "a-1",
+        ])
+        .code(0)
+        .stdout
+        .clone();
+    let expires = text.lines().find(|l| l.starts_with("expires:")).unwrap();
+    assert!(
+        expires.contains(&format!("{} (in 23h", rfc3339(a1_row.expires_at_ms)))
+            || expires.contains(&format!("{} (in 1d)", rfc3339(a1_row.expires_at_ms))),
+        "{text}"
+    );
+
+    // An action's before and after: released, the stuck key is still not final.
+    let released = s
+        .run(&with(&["keys", "release", "--json"], pay("s-stuck-1"), &[]))
+        .code(0)
+        .json();
+    assert_eq!(released["before"]["expires_in_ms"], Value::Null);
+    assert_eq!(released["after"]["expires_in_ms"], Value::Null);
+    assert!(released["after"]["expires_at"].is_string());
+}
+
+/// A refusal gives times, not milliseconds since the Unix epoch: an expired key's expiry
+/// (idem-store's `NotApplicable` words) and a running key's lease (its `Hazard`).
+async fn refusals_give_times<DB: TestBackend>() {
+    let s = Seeded::<DB>::new().await;
+    let old = s.row("global", "orders:v1", "old-1").await.unwrap();
+    let refused = s.run(&[
+        "keys",
+        "expire",
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "old-1",
+        "--json",
+    ]);
+    refused.code(EXIT_REFUSED);
+    let said = format!(
+        "refused: not applicable: expire: the key expired already (at {})",
+        rfc3339(old.expires_at_ms)
+    );
+    assert_eq!(refused.stderr.trim(), format!("idem: {said}"));
+    assert_eq!(refused.json()["error"], said.as_str());
+
+    let running = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
+    let lease = rfc3339(running.locked_until_ms.unwrap());
+    let refused = s.run(&[
+        "keys",
+        "release",
+        "--scope",
+        "tenant:acme",
+        "--operation",
+        "pay:v1",
+        "--key",
+        "s-running",
+        "--json",
+    ]);
+    refused.code(EXIT_REFUSED);
+    let error = refused.json()["error"].as_str().unwrap().to_owned();
+    assert!(error.contains(&format!("live until {lease}:")), "{error}");
+    for said in [&error, &refused.stderr] {
+        let epoch = running.locked_until_ms.unwrap().to_string();
+        assert!(!said.contains(&epoch), "{said}");
+        assert!(!said.contains("ms since"), "{said}");
+    }
+}
+
 // The tool reads and acts on every store's key table.
 idem_testkit::on_every_store!(
+    only_final_keys_expire,
+    refusals_give_times,
     outbox_lists_messages,
     outbox_shows_a_message,
     outbox_retries_are_audited,

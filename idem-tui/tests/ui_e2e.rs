@@ -74,6 +74,11 @@ async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
 
 /// Completed keys of [`OPERATION`], stored as the runtime stores them.
 async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
+    seed_in(table, "global", keys, now_ms() + 86_400_000).await;
+}
+
+/// Completed keys of [`OPERATION`] in `scope` that expire at `expires_ms`.
+async fn seed_in<DB: Backend>(table: &KeyTable<DB>, scope: &str, keys: &[&str], expires_ms: i64) {
     let now = now_ms();
     let settings = settings();
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
@@ -86,7 +91,7 @@ async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
             .unwrap();
         let row = NewRow {
             key: KeyRef {
-                scope: "global",
+                scope,
                 operation: OPERATION,
                 key,
             },
@@ -96,7 +101,7 @@ async fn seed<DB: Backend>(table: &KeyTable<DB>, keys: &[&str]) {
             body: br#"{"id":1,"state":"created"}"#,
             created_ms: now - 60_000,
             completed_ms: now - 59_000,
-            expires_ms: now + 86_400_000,
+            expires_ms,
             replace_expired: false,
         };
         assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
@@ -350,6 +355,88 @@ async fn expire_a_key_on_sqlite() {
 async fn expire_a_key_on_postgres() {
     let (url, table) = seeded_postgres().await;
     expire_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+}
+
+/// `ms` as the tool writes times: RFC 3339 UTC with milliseconds.
+fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// At 80×24: a scope that fits shows whole beside the keys of `global`; then a key that
+/// expires while its expire dialog is open is refused, and the refusal gives the time it
+/// expired at, not milliseconds since the Unix epoch.
+async fn scopes_whole_and_times_as_times<DB: Backend>(database_url: &str, table: &KeyTable<DB>) {
+    let soon = now_ms() + 6_000;
+    seed_in(table, "tenant:globex", &["order-9"], now_ms() + 86_400_000).await;
+    seed_in(table, "tenant:globex", &["soon-1"], soon).await;
+    let mut tui = Tui::start(database_url);
+    tui.wait_text("5 keys loaded");
+    let screen = tui.contents();
+    let line = |key: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key} in\n{screen}"))
+            .to_owned()
+    };
+    for key in ["order-9", "soon-1"] {
+        let words: Vec<String> = line(key).split_whitespace().map(str::to_owned).collect();
+        assert_eq!(words[1..4], ["tenant:globex", OPERATION, key], "{screen}");
+    }
+
+    // The last key, soon-1: `e`, a reason, and `y` once its TTL has run out.
+    tui.send("G");
+    tui.send("e");
+    tui.wait_text("expire this key?");
+    tui.wait_text("key: tenant:globex create_order:v1 soon-1");
+    tui.send("INC-3");
+    tui.send("\r");
+    tui.wait_text("n  cancel");
+    while now_ms() <= soon + 200 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tui.send("y");
+    let at = format!("{})", rfc3339(soon));
+    tui.wait_text(&at);
+    let screen = tui.contents();
+    assert!(
+        screen.contains("not applicable: expire: the key"),
+        "{screen}"
+    );
+    assert!(!screen.contains(&soon.to_string()), "{screen}");
+    tui.send("q");
+    assert!(tui.wait_exit().success());
+    let key = KeyRef {
+        scope: "tenant:globex",
+        operation: OPERATION,
+        key: "soon-1",
+    };
+    assert!(
+        table
+            .audit(&AuditFilter::new().key(key))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_and_times_on_sqlite() {
+    let (path, table) = seeded_sqlite().await;
+    let url = format!("sqlite://{}", path.display());
+    scopes_whole_and_times_as_times(&url, &table).await;
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_and_times_on_postgres() {
+    let (url, table) = seeded_postgres().await;
+    scopes_whole_and_times_as_times(&url, &table).await;
     table.pool().close().await;
 }
 

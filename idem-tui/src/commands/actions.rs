@@ -108,8 +108,11 @@ async fn perform(
         .await?;
     let json = json!({
         "action": action.name(),
-        "before": format::row_json(&acted.before),
-        "after": acted.after.as_ref().map_or(Value::Null, format::row_json),
+        "before": format::row_json(&acted.before, now),
+        "after": acted
+            .after
+            .as_ref()
+            .map_or(Value::Null, |after| format::row_json(after, now)),
         "audit_id": acted.audit_id,
         "operator": context.operator,
         "reason": args.reason,

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::context::Context;
 use crate::cli::{KeyArgs, ListArgs};
 use crate::error::CommandError;
-use crate::format::{self, relative, short_time};
+use crate::format::{self, Expiry, relative, short_time};
 use crate::output::{Report, Table, fields};
 
 /// One page of keys.
@@ -42,7 +42,11 @@ pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, Co
     let page = context.db.list(&filter, now).await?;
     let next = page.next.as_ref().map(ToString::to_string);
     let json = json!({
-        "keys": page.keys.iter().map(format::summary_json).collect::<Vec<_>>(),
+        "keys": page
+            .keys
+            .iter()
+            .map(|row| format::summary_json(row, now))
+            .collect::<Vec<_>>(),
         "next": next,
     });
     let mut text = keys_table(&page.keys, now);
@@ -73,7 +77,7 @@ fn keys_table(keys: &[KeyRow], now: i64) -> String {
             row.operation.clone(),
             row.key.clone(),
             short_time(row.created_at_ms),
-            relative(row.expires_at_ms, now),
+            Expiry::of(row, now).cell(),
             row.response
                 .as_ref()
                 .map(|r| r.status.to_string())
@@ -97,7 +101,7 @@ pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Com
         .audit(&AuditFilter::new().key(key.key_ref()))
         .await?;
 
-    let mut json = format::row_json(&row);
+    let mut json = format::row_json(&row, now);
     let steps = journal
         .as_ref()
         .filter(|j| !j.steps.is_empty())
@@ -140,7 +144,12 @@ pub(super) fn row_text(row: &KeyRow, now: i64) -> String {
         ("status", row.status.to_string()),
         ("created", at(row.created_at_ms)),
         ("completed", row.completed_at_ms.map(at).unwrap_or_default()),
-        ("expires", at(row.expires_at_ms)),
+        (
+            "expires",
+            Expiry::of(row, now)
+                .at_ms()
+                .map_or_else(|| Expiry::NOT_FINAL.to_owned(), at),
+        ),
         (
             "locked until",
             row.locked_until_ms.map(at).unwrap_or_default(),

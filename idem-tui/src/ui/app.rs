@@ -10,7 +10,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
 use ratatui::text::Line;
 
 use super::detail;
-use super::format::message_state;
+use super::format::{Expiry, message_state};
 use super::keymap::{self, Do, Screen, Step};
 
 /// How often the keys and an open detail are read again, unless paused.
@@ -846,6 +846,8 @@ impl App {
         let mut order: Vec<usize> = (0..self.rows.len()).collect();
         if let Some((column, descending)) = self.sort {
             let rows = &self.rows;
+            let now_ms = self.now_ms;
+            let expires = |row: &KeyRow| Expiry::of(row, now_ms).at_ms().unwrap_or(i64::MAX);
             order.sort_by(|&a, &b| {
                 let (a, b) = (&rows[a], &rows[b]);
                 let ord = match column {
@@ -855,7 +857,8 @@ impl App {
                     Column::Status => a.status.as_str().cmp(b.status.as_str()),
                     // Youngest first: the latest creation time is the smallest age.
                     Column::Age => b.created_at_ms.cmp(&a.created_at_ms),
-                    Column::Expires => a.expires_at_ms.cmp(&b.expires_at_ms),
+                    // A key that is not final never expires: after every final one.
+                    Column::Expires => expires(a).cmp(&expires(b)),
                     Column::Response => a
                         .response
                         .as_ref()

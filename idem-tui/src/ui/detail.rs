@@ -7,7 +7,7 @@ use jiff::tz::TimeZone;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::format::{self, Body, message_state, message_style, status_style};
+use super::format::{self, Body, Expiry, message_state, message_style, status_style};
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())
@@ -90,11 +90,9 @@ pub fn lines(
     ));
     lines.push(field(
         "expires",
-        if row.status.is_final() {
-            when(row.expires_at_ms)
-        } else {
-            "- (not final: its TTL counts from its completion)".to_owned()
-        },
+        Expiry::of(row, now_ms)
+            .at_ms()
+            .map_or_else(|| Expiry::NOT_FINAL.to_owned(), when),
     ));
     lines.push(field(
         "locked until",

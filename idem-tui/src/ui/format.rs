@@ -2,7 +2,7 @@
 //! binary as a hex head), fingerprints, the colours of statuses, how a message stands and
 //! when it is next attempted. Pure functions of their inputs.
 
-use idem_store::{KeyStatus, OutboxRow, OutboxStatus};
+use idem_store::{KeyRow, KeyStatus, OutboxRow, OutboxStatus};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use ratatui::style::{Color, Modifier, Style};
@@ -65,6 +65,17 @@ pub fn relative(at_ms: i64, now_ms: i64) -> String {
     }
 }
 
+/// The key table's `exp in` cell for `row` at `now_ms`, by the tool's one rule
+/// ([`Expiry`]): `22h`, `expired`, or `-` for a key that is not final.
+#[must_use]
+pub fn expires_in(row: &KeyRow, now_ms: i64) -> String {
+    match Expiry::of(row, now_ms) {
+        Expiry::NotFinal => "-".to_owned(),
+        Expiry::Expired { .. } => "expired".to_owned(),
+        Expiry::In { in_ms, .. } => span(in_ms),
+    }
+}
+
 /// `at_ms` in `tz` and relative to `now_ms`: `2026-12-01 06:35:12.345 UTC (3m ago)`.
 #[must_use]
 pub fn when(at_ms: i64, now_ms: i64, tz: &TimeZone) -> String {
@@ -73,6 +84,9 @@ pub fn when(at_ms: i64, now_ms: i64, tz: &TimeZone) -> String {
 
 /// Bytes in lowercase hexadecimal, no separators: the tool's one encoder.
 pub use crate::format::hex;
+
+/// When a key expires: the tool's one rule.
+pub use crate::format::Expiry;
 
 /// What a stored body is, for the detail pane.
 #[derive(Debug, Clone, PartialEq, Eq)]

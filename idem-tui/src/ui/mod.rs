@@ -74,6 +74,7 @@ use ratatui::crossterm::event::Event;
 use tokio::sync::mpsc;
 
 use crate::db::Db;
+use crate::error::store_message;
 use app::{ActError, App, Command, DetailData, MessageData, Msg, Refreshed, Retried, update};
 
 /// How the UI was started.
@@ -200,12 +201,12 @@ fn failed(command: Command, why: &str) -> Msg {
 
 /// Reads an outbox message and its audit history.
 async fn read_message(db: &Db, id: i64) -> Result<MessageData, String> {
-    let row = db.outbox_find(id).await.map_err(|e| e.to_string())?;
+    let row = db.outbox_find(id).await.map_err(|e| store_message(&e))?;
     let audit = match &row {
         Some(row) => db
             .audit(&AuditFilter::new().key(row.audit_key()).limit(50))
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(|e| store_message(&e)),
         None => Ok(Vec::new()),
     };
     Ok(MessageData { row, audit })
@@ -216,12 +217,15 @@ async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailDat
     let row = db
         .get(key.as_ref(), now_ms)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| store_message(&e))?;
     let audit = db
         .audit(&AuditFilter::new().key(key.as_ref()).limit(50))
         .await
-        .map_err(|e| e.to_string());
-    let journal = db.journal(key.as_ref()).await.map_err(|e| e.to_string());
+        .map_err(|e| store_message(&e));
+    let journal = db
+        .journal(key.as_ref())
+        .await
+        .map_err(|e| store_message(&e));
     Ok(DetailData {
         row,
         audit,
@@ -242,7 +246,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             message,
         } => {
             let result = async {
-                let page = db.list(&filter, now).await.map_err(|e| e.to_string())?;
+                let page = db.list(&filter, now).await.map_err(|e| store_message(&e))?;
                 let detail = match detail {
                     Some(key) => {
                         let data = read_detail(db, &key, now).await;
@@ -251,7 +255,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                     None => None,
                 };
                 let (counts, operations) = if count {
-                    let counts = db.counts(now).await.map_err(|e| e.to_string())?;
+                    let counts = db.counts(now).await.map_err(|e| store_message(&e))?;
                     let operations = operations(db, &counts).await;
                     (Some(counts), Some(operations))
                 } else {
@@ -260,7 +264,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 let outbox = match outbox {
                     Some(query) => {
                         let messages = db.outbox_list(query.status, query.limit).await;
-                        Some((query, messages.map_err(|e| e.to_string())))
+                        Some((query, messages.map_err(|e| store_message(&e))))
                     }
                     None => None,
                 };
@@ -289,7 +293,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
         }
         Command::LoadMore { generation, filter } => Msg::MoreLoaded {
             generation,
-            result: db.list(&filter, now).await.map_err(|e| e.to_string()),
+            result: db.list(&filter, now).await.map_err(|e| store_message(&e)),
         },
         Command::LoadDetail { key } => {
             let result = read_detail(db, &key, now).await.map(Box::new);
@@ -338,9 +342,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
 fn act_error(error: StoreError) -> ActError {
     match error {
         StoreError::Changed { current } => ActError::Changed(current),
-        StoreError::NotApplicable(why) => {
-            ActError::Refused(format!("refused: not applicable: {why}"))
-        }
+        StoreError::NotApplicable(why) => ActError::Refused(crate::error::not_applicable(&why)),
         StoreError::NeedsForce { action, hazard } => {
             let why = match &hazard {
                 idem_store::Hazard::LeaseLive {
@@ -355,14 +357,14 @@ fn act_error(error: StoreError) -> ActError {
                      exist, a new execution would run them again; retries replay its response, \
                      a new execution needs a new key"
                 ),
-                other => other.to_string(),
+                other => crate::format::epochs_as_times(&other.to_string()),
             };
             ActError::Refused(format!(
                 "refused: {action}: {why}; or force it (fenced, audited) on the command line: \
                  idem keys {action} … --force"
             ))
         }
-        other => ActError::Other(other.to_string()),
+        other => ActError::Other(store_message(&other)),
     }
 }
 

@@ -291,3 +291,149 @@ fn retry_dialogs() {
     press(&mut app, KeyCode::Char('r'));
     snapshot!("ui_retry_in_flight_80x24", render(&app, 80, 24));
 }
+
+/// The screen's lines.
+fn lines(screen: &str) -> Vec<&str> {
+    screen.lines().collect()
+}
+
+/// The line of the key table that shows `key`.
+fn table_line<'a>(screen: &'a str, key: &str) -> &'a str {
+    lines(screen)
+        .into_iter()
+        .find(|l| l.contains(key))
+        .unwrap_or_else(|| panic!("{key} in\n{screen}"))
+}
+
+/// A processing key (its TTL ran out while its attempt runs) and a stuck one show no expiry
+/// in the table and the detail, and sort after every final key by `exp in`: a key that is
+/// not final does not expire.
+#[test]
+fn keys_that_are_not_final_do_not_expire() {
+    use fixtures::{HOUR, MIN, NOW};
+    let mut rows = fixtures::rows();
+    let mut running = fixtures::stuck("tenant:acme", "create_order:v1", "order-5");
+    running.status = idem_store::KeyStatus::Processing;
+    running.locked_until_ms = Some(NOW + 5 * MIN);
+    running.expires_at_ms = NOW - HOUR;
+    rows.push(running);
+    let mut app = loaded_app();
+    let _ = update(&mut app, fixtures::refreshed(rows, None));
+    let screen = render(&app, 80, 24);
+    for key in ["order-5", "order-2"] {
+        let line = table_line(&screen, key);
+        assert!(line.contains(" -  "), "{line}");
+        assert!(!line.contains("expired") && !line.contains("ago"), "{line}");
+    }
+    assert!(table_line(&screen, "msg-0001").contains(" 22h "));
+    assert!(table_line(&screen, "msg-0002").contains(" expired "));
+
+    // Sorted by `exp in`: expired, then completed by expiry, then the keys that never do.
+    press(&mut app, KeyCode::Char('6'));
+    let order: Vec<&str> = app.shown_rows().map(|r| r.key.as_str()).collect();
+    assert_eq!(order[0], "msg-0002", "{order:?}");
+    assert_eq!(
+        order[order.len() - 2..]
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>(),
+        [&"order-2", &"order-5"].into_iter().collect(),
+        "{order:?}"
+    );
+
+    // The detail says why.
+    let at = app.shown_rows().position(|r| r.key == "order-5").unwrap();
+    open_detail(&mut app, at);
+    let screen = render(&app, 80, 24);
+    assert!(
+        screen.contains("expires        - (not final: its TTL counts from its completion)"),
+        "{screen}"
+    );
+}
+
+/// A refusal gives times, not milliseconds since the Unix epoch: idem-store's words for an
+/// expiry that came between reading and acting.
+#[test]
+fn a_refusal_gives_times_not_epochs() {
+    let mut app = loaded_app();
+    let key = KeyId::of(app.selected_row().unwrap());
+    let expired_at = fixtures::NOW - 10 * fixtures::MIN;
+    let refused = super::act_error(idem_store::StoreError::NotApplicable(format!(
+        "expire: the key expired already (at {expired_at} ms)"
+    )));
+    let _ = update(
+        &mut app,
+        Msg::Acted {
+            key,
+            action: "expire",
+            result: Err(refused),
+        },
+    );
+    let screen = render(&app, 80, 24);
+    let footer = lines(&screen)[20..].concat();
+    assert!(
+        footer.contains("already (at 2027-01-15T07:50:00.000Z)"),
+        "{screen}"
+    );
+    assert!(!footer.contains(&expired_at.to_string()), "{screen}");
+}
+
+/// A scope (or operation) that fits shows whole, whatever the other names; one too long
+/// for the terminal is cut with `…`, and the key keeps its room.
+#[test]
+fn names_that_fit_show_whole() {
+    let key = "9f1c2b7e-3d4a-4c55-8e21-0b6f7a9d3c10";
+    let mut rows = fixtures::rows();
+    rows.push(fixtures::completed("tenant:globex", "create_order:v1", key));
+    let mut app = loaded_app();
+    let _ = update(&mut app, fixtures::refreshed(rows.clone(), None));
+    let screen = render(&app, 80, 24);
+    let line = table_line(&screen, "tenant:globex");
+    assert!(
+        line.contains("tenant:globex create_order:v1 9f1c2b7e-3d4a-…"),
+        "{line}"
+    );
+    assert!(table_line(&screen, "order-1").contains("tenant:acme   create_order:v1"));
+    snapshot!("ui_keys_long_names_80x24", screen);
+    // Wider: the key shows whole too.
+    let screen = render(&app, 120, 30);
+    assert!(
+        table_line(&screen, "tenant:globex").contains(&format!("create_order:v1  {key} ")),
+        "{screen}"
+    );
+
+    // A scope longer than the room: cut, marked, the key keeps its 15 columns.
+    rows.push(fixtures::completed(
+        "tenant:550e8400-e29b-41d4-a716-446655440000",
+        "create_order:v1",
+        "order-77",
+    ));
+    let _ = update(&mut app, fixtures::refreshed(rows, None));
+    let screen = render(&app, 80, 24);
+    let line = table_line(&screen, "order-77");
+    assert!(
+        line.contains("tenant:550e84… create_order:… order-77"),
+        "{line}"
+    );
+    assert!(table_line(&screen, "tenant:globex").contains("tenant:globex "));
+}
+
+#[test]
+fn name_columns_share_the_room_the_key_leaves() {
+    use super::view::key_columns;
+    // 80 columns leave 43 for scope, operation and key.
+    // Everything fits: a space after each name, the key the rest.
+    assert_eq!(key_columns(43, [13, 15, 7]), [14, 16, 13]);
+    // Exactly: no space to spare, the key its 15.
+    assert_eq!(key_columns(43, [13, 15, 36]), [13, 15, 15]);
+    // A key shorter than 15 leaves the names more.
+    assert_eq!(key_columns(43, [20, 15, 8]), [20, 15, 8]);
+    // Too long: the narrower whole when it needs no more than half, else both halves.
+    assert_eq!(key_columns(43, [43, 10, 36]), [18, 10, 15]);
+    assert_eq!(key_columns(43, [10, 43, 36]), [10, 18, 15]);
+    assert_eq!(key_columns(43, [43, 15, 36]), [14, 14, 15]);
+    // Wide terminals: every name whole.
+    assert_eq!(key_columns(150, [43, 15, 36]), [44, 16, 90]);
+    // No room at all: nothing, no panic.
+    assert_eq!(key_columns(0, [13, 15, 36]), [0, 0, 0]);
+    assert_eq!(key_columns(10, [13, 15, 36]), [0, 0, 10]);
+}

@@ -202,6 +202,45 @@ fn response_status(row: &KeyRow) -> String {
         .map_or_else(|| "-".to_owned(), |r| r.status.to_string())
 }
 
+/// The widths of the key table's status, age, exp in and resp columns.
+const KEY_TABLE_FIXED: [u16; 4] = [10, 5, 8, 5];
+
+/// The least width the key column keeps (or all it needs, if less) while a scope or an
+/// operation is too long to show whole.
+const KEY_MIN: usize = 15;
+
+/// The widths of the key table's scope, operation and key columns within `available`
+/// cells, from the widest cell of each (`wanted`, headers included). A scope and an
+/// operation show whole as long as the key keeps [`KEY_MIN`] (or all it needs, if less),
+/// with a space after each when there is room for it, and the key takes the rest. When
+/// they do not fit, they share what the key leaves: the narrower shows whole if it needs
+/// no more than half, the other gets the rest.
+pub(crate) fn key_columns(available: usize, [scope, operation, key]: [usize; 3]) -> [usize; 3] {
+    let budget = available.saturating_sub(key.min(KEY_MIN));
+    let (scope, operation) = if scope + operation <= budget {
+        (scope, operation)
+    } else {
+        let half = budget / 2;
+        if scope <= half {
+            (scope, budget - scope)
+        } else if operation <= half {
+            (budget - operation, operation)
+        } else {
+            (half, budget - half)
+        }
+    };
+    // A space between a name and the next, beside the table's one, when the key can spare
+    // it: names that run into each other read as one.
+    let spare = budget.saturating_sub(scope + operation);
+    let scope = scope + spare.min(1);
+    let operation = operation + spare.saturating_sub(1).min(1);
+    [
+        scope,
+        operation,
+        available.saturating_sub(scope + operation),
+    ]
+}
+
 fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let more = if app.loading_more {
         ", loading more…"
@@ -212,41 +251,60 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
     };
     let title = format!(" {} keys loaded{more} ", app.order.len());
     let block = Block::bordered().title(title);
-    let header = Row::new(Column::ALL.iter().enumerate().map(|(i, c)| {
-        let mark = match app.sort {
-            Some((column, false)) if column == *c => "↑",
-            Some((column, true)) if column == *c => "↓",
-            _ => "",
-        };
-        Cell::from(format!("{}{}{mark}", i + 1, c.title()))
-    }))
-    .style(Style::new().bold().underlined());
+    let titles: Vec<String> = Column::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mark = match app.sort {
+                Some((column, false)) if column == *c => "↑",
+                Some((column, true)) if column == *c => "↓",
+                _ => "",
+            };
+            format!("{}{}{mark}", i + 1, c.title())
+        })
+        .collect();
+    // The scope, operation and key columns as wide as their widest cell, within the room
+    // the other columns, the borders, the selection mark and the spaces leave.
+    let mut wanted = [0; 3];
+    for (i, title) in titles.iter().take(3).enumerate() {
+        wanted[i] = title.chars().count();
+    }
+    for row in app.shown_rows() {
+        for (i, text) in [&row.scope, &row.operation, &row.key]
+            .into_iter()
+            .enumerate()
+        {
+            wanted[i] = wanted[i].max(text.chars().count());
+        }
+    }
+    let fixed: u16 = KEY_TABLE_FIXED.iter().sum();
+    let spacing = u16::try_from(Column::ALL.len() - 1).unwrap_or(u16::MAX);
+    let available = area.width.saturating_sub(2 + 1 + spacing + fixed);
+    let [scope_width, operation_width, key_width] = key_columns(usize::from(available), wanted);
+    let cut = |text: &str, width: usize| crate::format::one_line(text, width);
+    let header =
+        Row::new(titles.into_iter().map(Cell::from)).style(Style::new().bold().underlined());
     let rows = app.shown_rows().map(|row| {
         Row::new(vec![
-            Cell::from(row.scope.clone()),
-            Cell::from(row.operation.clone()),
-            Cell::from(row.key.clone()),
+            Cell::from(cut(&row.scope, scope_width)),
+            Cell::from(cut(&row.operation, operation_width)),
+            Cell::from(cut(&row.key, key_width)),
             Cell::from(Span::styled(row.status.as_str(), status_style(row.status))),
             Cell::from(format::span(app.now_ms - row.created_at_ms)),
-            // A key that is not final never expires: its TTL counts from its completion.
-            Cell::from(if !row.status.is_final() {
-                "-".to_owned()
-            } else if row.expires_at_ms <= app.now_ms {
-                "expired".to_owned()
-            } else {
-                format::span(row.expires_at_ms - app.now_ms)
-            }),
+            Cell::from(format::expires_in(row, app.now_ms)),
             Cell::from(response_status(row)),
         ])
     });
+    let length = |width: usize| Constraint::Length(u16::try_from(width).unwrap_or(u16::MAX));
     let widths = [
-        Constraint::Length(12),
-        Constraint::Length(16),
+        length(scope_width),
+        length(operation_width),
+        // (The key takes what is left, `key_width` as computed.)
         Constraint::Fill(1),
-        Constraint::Length(10),
-        Constraint::Length(5),
-        Constraint::Length(8),
-        Constraint::Length(5),
+        Constraint::Length(KEY_TABLE_FIXED[0]),
+        Constraint::Length(KEY_TABLE_FIXED[1]),
+        Constraint::Length(KEY_TABLE_FIXED[2]),
+        Constraint::Length(KEY_TABLE_FIXED[3]),
     ];
     let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
     let offset = app.selected.saturating_sub(inner_height - 1);
