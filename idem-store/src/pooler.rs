@@ -56,15 +56,15 @@ pub fn is_behind_transaction_pooler() -> bool {
     BEHIND.load(Ordering::Relaxed)
 }
 
-/// `sql` with each `$n` (`1 ≤ n ≤ count`) replaced by what `param(n - 1, out)` writes; other
-/// text, a `$` with no number or one past `count` included, is kept. Parameters never stand
-/// inside the statements' string literals, which hold no `$`.
+/// `sql` with each `$n` (`1 ≤ n ≤ count`) replaced by what `param(n - 1, out)` writes, onto
+/// `out`; other text, a `$` with no number or one past `count` included, is kept. Parameters
+/// never stand inside the statements' string literals, which hold no `$`.
 pub(crate) fn each_param(
+    out: &mut String,
     sql: &str,
     count: usize,
     mut param: impl FnMut(usize, &mut String),
-) -> String {
-    let mut out = String::with_capacity(sql.len() + 16 * count);
+) {
     let mut rest = sql;
     while let Some(at) = rest.find('$') {
         let digits = rest[at + 1..]
@@ -73,19 +73,33 @@ pub(crate) fn each_param(
             .count();
         out.push_str(&rest[..at]);
         match rest[at + 1..at + 1 + digits].parse::<usize>() {
-            Ok(n) if (1..=count).contains(&n) => param(n - 1, &mut out),
+            Ok(n) if (1..=count).contains(&n) => param(n - 1, out),
             _ => out.push_str(&rest[at..at + 1 + digits]),
         }
         rest = &rest[at + 1 + digits..];
     }
     out.push_str(rest);
-    out
 }
 
 /// PostgreSQL: `sql` with its parameters written as literals of the types sqlx would have
 /// bound them as (`text`, `int8`, `int4`, `bytea`, `bool`), each in parentheses.
 pub(crate) fn inline(sql: &str, args: &[Arg<'_>]) -> String {
-    each_param(sql, args.len(), |i, out| {
+    let mut out = String::new();
+    inline_into(&mut out, sql, args);
+    out
+}
+
+/// [`inline`], onto `out`, which is grown once to the statement's size.
+pub(crate) fn inline_into(out: &mut String, sql: &str, args: &[Arg<'_>]) {
+    let literals: usize = (args.iter())
+        .map(|arg| match arg {
+            Arg::Text(text) | Arg::OptText(Some(text)) => 4 * text.len() + 12,
+            Arg::Bytes(bytes) => 2 * bytes.len() + 16,
+            _ => 32,
+        })
+        .sum();
+    out.reserve(sql.len() + literals);
+    each_param(out, sql, args.len(), |i, out| {
         out.push('(');
         match args[i] {
             Arg::Text(text) | Arg::OptText(Some(text)) => {
@@ -104,7 +118,7 @@ pub(crate) fn inline(sql: &str, args: &[Arg<'_>]) -> String {
             Arg::Bool(flag) => out.push_str(if flag { "true" } else { "false" }),
         }
         out.push(')');
-    })
+    });
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -159,7 +173,8 @@ mod tests {
 
     #[test]
     fn only_numbered_parameters_are_replaced() {
-        let out = each_param("a $10 $1 $ $x $2", 2, |i, out| {
+        let mut out = String::new();
+        each_param(&mut out, "a $10 $1 $ $x $2", 2, |i, out| {
             let _ = write!(out, "<{i}>");
         });
         assert_eq!(out, "a $10 <0> $ $x <1>");

@@ -12,7 +12,7 @@ use crate::backend::Backend;
 use crate::glue::{Arg, Glue as _, advisory_id, lock_id};
 use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
-use crate::pooler::inline;
+use crate::pooler::inline_into;
 use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
@@ -176,7 +176,7 @@ impl Backend for Postgres {
                 Arg::OptInt(lock.expired_by_ms),
             ];
             statement.push_str("; ");
-            statement.push_str(&inline(lock_key, &args));
+            inline_into(&mut statement, lock_key, &args);
         }
         // A taken key fails the statement: `Failure::Taken`.
         Transaction::begin(conn, Some(statement.into()))
