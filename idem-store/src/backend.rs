@@ -10,7 +10,6 @@ use sqlx::pool::PoolOptions;
 use crate::glue::{Arg, Glue, Wire, like_prefix};
 use crate::key::KeyRef;
 use crate::migration::Migration;
-use crate::pooler::inline;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
 use crate::sql::Sql;
@@ -111,10 +110,12 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// [`Sql::insert_and_commit`] with its values written in, where the store has it; `None`:
-    /// a bound `INSERT`, then `COMMIT`.
+    /// The completed row's `INSERT` and `COMMIT` as one batch, where that saves round trips
+    /// ([PostgreSQL](crate#postgresql-the-record-and-its-commit-in-one-round-trip)); `None`: a
+    /// bound `INSERT`, then `COMMIT`.
     fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
-        (Self::SQL.insert_and_commit).map(|sql| inline(sql, &new_row_args(row)))
+        let _ = row;
+        None
     }
 
     #[doc(hidden)]

@@ -38,8 +38,6 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/mysql/insert_completed_or_replace_expired.sql"
     ),
-    insert_and_commit: None,
-    lock_key: None,
     get: include_str!("../sql/mysql/get.sql"),
     get_for_update: include_str!("../sql/mysql/get_for_update.sql"),
     list: include_str!("../sql/mysql/list.sql"),

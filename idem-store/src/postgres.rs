@@ -2,6 +2,7 @@
 //! lock is told in [the key's lock](crate#the-keys-lock), its commit in
 //! [one round trip](crate#postgresql-the-record-and-its-commit-in-one-round-trip).
 
+use std::fmt::Write as _;
 use std::str::FromStr;
 
 use sqlx::pool::PoolOptions;
@@ -12,8 +13,8 @@ use crate::backend::Backend;
 use crate::glue::{Arg, Glue as _, advisory_id, lock_id};
 use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
-use crate::pooler::inline_into;
-use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, TxSettings};
+use crate::pooler::{push_bytes, push_text};
+use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
@@ -49,8 +50,6 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/postgres/insert_completed_or_replace_expired.sql"
     ),
-    insert_and_commit: Some(include_str!("../sql/postgres/insert_and_commit.sql")),
-    lock_key: Some(include_str!("../sql/postgres/lock_key.sql")),
     get: include_str!("../sql/postgres/get.sql"),
     get_for_update: include_str!("../sql/postgres/get_for_update.sql"),
     list: include_str!("../sql/postgres/list.sql"),
@@ -167,16 +166,24 @@ impl Backend for Postgres {
     ) -> Result<Begun<'c, Self>, sqlx::Error> {
         // One round trip: the simple-query protocol takes several statements.
         let mut statement = Self::begin_statement(settings);
-        if let (Some(lock), Some(lock_key)) = (lock, SQL.lock_key) {
-            let args = [
-                Arg::Int(lock_id(lock.namespace, lock.key)),
-                Arg::Text(lock.key.scope),
-                Arg::Text(lock.key.operation),
-                Arg::Text(lock.key.key),
-                Arg::OptInt(lock.expired_by_ms),
-            ];
-            statement.push_str("; ");
-            inline_into(&mut statement, lock_key, &args);
+        if let Some(lock) = lock {
+            // The advisory lock and the look again, in one call (migration 2; migration 7
+            // takes a free lock without a query of its own).
+            let _ = write!(
+                statement,
+                "; SELECT idem_lock_key({}, ",
+                lock_id(lock.namespace, lock.key)
+            );
+            for text in [lock.key.scope, lock.key.operation, lock.key.key] {
+                push_text(&mut statement, text);
+                statement.push_str(", ");
+            }
+            match lock.expired_by_ms {
+                None => statement.push_str("NULL)"),
+                Some(ms) => {
+                    let _ = write!(statement, "to_timestamp({ms}::float8 / 1000))");
+                }
+            }
         }
         // A taken key fails the statement: `Failure::Taken`.
         Transaction::begin(conn, Some(statement.into()))
@@ -197,6 +204,10 @@ impl Backend for Postgres {
         if let Err(error) = Self::batch(conn, "ROLLBACK").await {
             tracing::warn!(%error, "could not roll back after a failed BEGIN");
         }
+    }
+
+    fn insert_and_commit(row: &NewRow<'_>) -> Option<String> {
+        Some(insert_and_commit_statement(row))
     }
 
     fn is_key_taken(error: &sqlx::Error) -> bool {
@@ -255,6 +266,45 @@ impl Backend for Postgres {
             &attempt,
         ])
     }
+}
+
+/// `INSERT` of the completed row, `COMMIT`, `BEGIN`, as one simple query: one round trip
+/// where a bound `INSERT` and then `COMMIT` take two. The `INSERT` has no `ON CONFLICT`: a
+/// row that exists already fails it, which aborts the transaction and skips the `COMMIT`.
+///
+/// The simple-query protocol takes no parameters, so every value is written as a literal:
+/// numbers as decimal digits, text and bytes as hexadecimal escapes. Nothing from the request
+/// reaches the statement except as hexadecimal digits.
+fn insert_and_commit_statement(row: &NewRow<'_>) -> String {
+    let text_len =
+        row.key.scope.len() + row.key.operation.len() + row.key.key.len() + row.headers_json.len();
+    // Text takes four characters a byte (`\xHH`), bytes two.
+    let mut sql =
+        String::with_capacity(512 + 4 * text_len + 2 * (row.fingerprint.len() + row.body.len()));
+    sql.push_str(
+        "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+         response_status, response_headers, response_body, created_at, completed_at, \
+         expires_at) VALUES (",
+    );
+    for text in [row.key.scope, row.key.operation, row.key.key] {
+        push_text(&mut sql, text);
+        sql.push_str(", ");
+    }
+    push_bytes(&mut sql, row.fingerprint);
+    let _ = write!(sql, ", 'completed', {}, ", row.status);
+    push_text(&mut sql, row.headers_json);
+    sql.push_str(", ");
+    push_bytes(&mut sql, row.body);
+    sql.push_str(", ");
+    for (ms, end) in [
+        (row.created_ms, ", "),
+        (row.completed_ms, ", "),
+        (row.expires_ms, ")"),
+    ] {
+        let _ = write!(sql, "to_timestamp({ms}::float8 / 1000){end}");
+    }
+    sql.push_str("; COMMIT; BEGIN");
+    sql
 }
 
 #[cfg(test)]

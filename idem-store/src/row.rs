@@ -147,17 +147,7 @@ pub struct StoredKey {
 }
 
 impl StoredKey {
-    /// The key's state at `now_ms` ([`KeyStatus::at`]).
-    ///
-    /// ```
-    /// use idem_store::{KeyStatus, StoredKey, StoredStatus};
-    ///
-    /// // Its TTL long past and its lease run out: stuck, not expired.
-    /// let row = StoredKey { fingerprint: vec![0; 32], status: StoredStatus::Processing,
-    ///     response: None, expires_at_ms: 1_000, locked_until_ms: Some(2_000), attempt: 1 };
-    /// assert_eq!(row.status_at(5_000), KeyStatus::Stuck);
-    /// assert!(!row.is_final());
-    /// ```
+    /// The key's state at `now_ms` ([`KeyStatus::at`], whose example shows the rule).
     #[must_use]
     pub fn status_at(&self, now_ms: i64) -> KeyStatus {
         KeyStatus::at(

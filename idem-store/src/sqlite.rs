@@ -42,8 +42,6 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/sqlite/insert_completed_or_replace_expired.sql"
     ),
-    insert_and_commit: None,
-    lock_key: None,
     get: include_str!("../sql/sqlite/get.sql"),
     get_for_update: include_str!("../sql/sqlite/get_for_update.sql"),
     list: include_str!("../sql/sqlite/list.sql"),

@@ -189,7 +189,7 @@ fn the_merged_statement_holds_request_values_only_as_hex() {
         replace_expired: false,
     };
     let sql = <Postgres as Backend>::insert_and_commit(&row).unwrap_or_default();
-    assert!(sql.ends_with(";\nCOMMIT;\nBEGIN\n"), "{sql}");
+    assert!(sql.ends_with("; COMMIT; BEGIN"), "{sql}");
     // Every quote in the statement opens or closes a literal of hexadecimal escapes or
     // a fixed word: `\xHH…` (text), `\\x<hex>` (bytea), `completed`.
     let quoted: Vec<&str> = sql.split('\'').skip(1).step_by(2).collect();
@@ -206,11 +206,8 @@ fn the_merged_statement_holds_request_values_only_as_hex() {
         assert!(text || bytea || *literal == "completed", "{literal}");
     }
     assert!(sql.contains(r"E'\\x00ff10'::bytea"), "{sql}");
-    assert!(
-        sql.contains("to_timestamp((((3000)::int8))::float8 / 1000))"),
-        "{sql}"
-    );
-    assert!(sql.contains(", 'completed', ((201)::int4), "), "{sql}");
+    assert!(sql.contains("to_timestamp(3000::float8 / 1000))"), "{sql}");
+    assert!(sql.contains(", 'completed', 201, "), "{sql}");
     // The key, byte for byte.
     let key_escaped: String = "k'); COMMIT; --"
         .bytes()
