@@ -3,7 +3,11 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use idem_store::KeyRef;
+use idem_store::{AuditFilter, KeyFilter, KeyRef};
+
+/// The most messages one outbox listing shows: the store's own bound (the same on every
+/// store).
+const OUTBOX_MAX: u32 = idem_store::Outbox::<idem_store::sqlx::Sqlite>::MAX_BATCH;
 
 /// idem's operator tool: inspect and manage the idempotency keys of a live database.
 ///
@@ -81,7 +85,7 @@ pub struct OutboxListArgs {
     #[arg(long)]
     pub dead: bool,
     /// Messages at most (1 to 1000), oldest first.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(OUTBOX_MAX)))]
     pub limit: u32,
 }
 
@@ -175,7 +179,7 @@ pub struct ListFilter {
     #[arg(long)]
     pub key_prefix: Option<String>,
     /// Keys per page (1 to 1000).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = KeyFilter::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=i64::from(KeyFilter::MAX_LIMIT)))]
     pub limit: u32,
     /// Start after this position: the `next` of the previous page.
     #[arg(long)]
@@ -244,7 +248,7 @@ pub struct ResponseArgs {
 #[derive(Debug, Args)]
 pub struct AuditArgs {
     /// Entries at most (1 to 1000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = AuditFilter::DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..=i64::from(AuditFilter::MAX_LIMIT)))]
     pub limit: u32,
     /// Only actions by this operator.
     #[arg(long = "by", value_name = "OPERATOR")]

@@ -53,8 +53,9 @@ pub(super) async fn list(context: &Context, args: OutboxListArgs) -> Result<Repo
     }
     if more {
         text.push_str(&format!(
-            "more: {matching} in all, the first {} shown; --limit shows up to 1000\n",
-            messages.len()
+            "more: {matching} in all, the first {} shown; --limit shows up to {}\n",
+            messages.len(),
+            idem_store::Outbox::<idem_store::sqlx::Sqlite>::MAX_BATCH
         ));
     }
     Ok(Report { json, text })

@@ -18,8 +18,8 @@ pub const REFRESH_EVERY_MS: i64 = 2_000;
 /// How often the counts (and the operations view) are read again: they are one pass over
 /// the whole key table, so less often than the keys, and never for the first screen.
 pub const COUNT_EVERY_MS: i64 = 10_000;
-/// Keys per page of the listing.
-pub const PAGE: u32 = 50;
+/// Keys per page of the listing (and entries of a key's audit trail shown).
+pub const PAGE: u32 = idem_store::KeyFilter::DEFAULT_LIMIT;
 /// The next page is loaded when the selection comes this close to the last loaded key.
 pub const PREFETCH: usize = 5;
 /// The most messages the outbox view reads (the store lists them oldest first, without

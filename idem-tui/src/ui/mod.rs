@@ -204,7 +204,7 @@ async fn read_message(db: &Db, id: i64) -> Result<MessageData, String> {
     let row = db.outbox_find(id).await.map_err(|e| store_message(&e))?;
     let audit = match &row {
         Some(row) => db
-            .audit(&AuditFilter::new().key(row.audit_key()).limit(50))
+            .audit(&AuditFilter::new().key(row.audit_key()).limit(app::PAGE))
             .await
             .map_err(|e| store_message(&e)),
         None => Ok(Vec::new()),
@@ -219,7 +219,7 @@ async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailDat
         .await
         .map_err(|e| store_message(&e))?;
     let audit = db
-        .audit(&AuditFilter::new().key(key.as_ref()).limit(50))
+        .audit(&AuditFilter::new().key(key.as_ref()).limit(app::PAGE))
         .await
         .map_err(|e| store_message(&e));
     let journal = db
