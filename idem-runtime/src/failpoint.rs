@@ -4,7 +4,10 @@
 //! that reaches it fails there, then the point disarms. Without the feature `FailPoints`
 //! holds nothing and every check compiles to nothing; the module is public only with it.
 
-#![cfg_attr(not(feature = "failpoints"), allow(dead_code, unreachable_pub))]
+#![cfg_attr(
+    not(feature = "failpoints"),
+    allow(dead_code, unreachable_pub, clippy::enum_variant_names)
+)]
 
 use std::str::FromStr;
 

@@ -631,6 +631,7 @@ mod sealed {
 
 /// The end of a `begin` that holds the key's lock in a transaction (SQLite's write lock,
 /// MySQL's lock row): the look again of [`KeyLock::expired_by_ms`] and [`Begun::Taken`].
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) async fn look_again<'c, DB: Backend>(
     mut tx: Transaction<'c, DB>,
     lock: KeyLock<'_>,

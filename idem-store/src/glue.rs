@@ -6,8 +6,6 @@ use std::future::Future;
 
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row as _, Type};
 
-use sha2::{Digest as _, Sha256};
-
 use crate::key::KeyRef;
 use crate::pooler::inline;
 pub(crate) use crate::sql::Arg;
@@ -306,12 +304,16 @@ pub(crate) fn like_prefix(prefix: &str) -> String {
 /// The lock id that stands for a key while an execution of it runs (PostgreSQL's advisory
 /// lock, MySQL's lock row): the [`advisory_id`] of the key table's `namespace` and the key
 /// ([the key's lock](crate#the-keys-lock)).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn lock_id(namespace: &str, key: KeyRef<'_>) -> i64 {
     advisory_id(&[namespace, key.scope, key.operation, key.key])
 }
 
 /// An advisory lock id: the first eight bytes of SHA-256 over the length-prefixed `parts`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn advisory_id(parts: &[&str]) -> i64 {
+    use sha2::{Digest as _, Sha256};
+
     let mut hash = Sha256::new();
     for part in parts {
         hash.update((part.len() as u64).to_le_bytes());

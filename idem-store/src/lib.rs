@@ -4,7 +4,7 @@
 // Without a backend there is nothing to run the statements on.
 #![cfg_attr(
     not(any(feature = "postgres", feature = "sqlite", feature = "mysql")),
-    allow(dead_code)
+    allow(dead_code, unused_macros, unused_imports)
 )]
 
 mod backend;
