@@ -43,7 +43,8 @@ const SQL: Sql = Sql {
         "../sql/sqlite/insert_completed_or_replace_expired.sql"
     ),
     get: include_str!("../sql/sqlite/get.sql"),
-    get_for_update: include_str!("../sql/sqlite/get_for_update.sql"),
+    // No `FOR UPDATE` on SQLite: its transactions that write hold the database (`begin_write`).
+    get_for_update: include_str!("../sql/sqlite/get.sql"),
     list: include_str!("../sql/sqlite/list.sql"),
     list_completed: include_str!("../sql/sqlite/list_completed.sql"),
     list_expired: include_str!("../sql/sqlite/list_expired.sql"),
@@ -84,7 +85,7 @@ const SQL: Sql = Sql {
     mark_failed: include_str!("../sql/sqlite/mark_failed.sql"),
     outbox_get: include_str!("../sql/sqlite/outbox_get.sql"),
     outbox_find: include_str!("../sql/sqlite/outbox_find.sql"),
-    outbox_find_for_update: include_str!("../sql/sqlite/outbox_find_for_update.sql"),
+    outbox_find_for_update: include_str!("../sql/sqlite/outbox_find.sql"),
     outbox_list: include_str!("../sql/sqlite/outbox_list.sql"),
     outbox_list_status: include_str!("../sql/sqlite/outbox_list_status.sql"),
     outbox_counts: include_str!("../sql/sqlite/outbox_counts.sql"),
