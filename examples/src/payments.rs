@@ -16,8 +16,8 @@
 //!    takes the key over and resumes. The key never expires before it completes: its TTL
 //!    (24 h) counts from completion.
 //! 2. **charge** — an [`Attempt::step`]: `POST {PROVIDER_URL}/charges` with
-//!    `Idempotency-Key: <provider key>`, a key derived from (scope, operation, key, `charge`)
-//!    that is the same on every attempt. The provider's `201` (the charge) is recorded in the
+//!    `Idempotency-Key: <provider key>`, a key derived from (scope, operation, key,
+//!    reservation, `charge`) that is the same on every attempt. The provider's `201` (the charge) is recorded in the
 //!    key's row before the next step. A `402` is a decline: a `402` problem is stored as the
 //!    key's response, replayed to every retry, and no payment is written. Anything else —
 //!    a `5xx`, a timeout, a refused connection, an answer that never arrives — leaves the key

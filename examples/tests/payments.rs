@@ -506,6 +506,67 @@ async fn crash_with_a_live_lease(kind: Kind, holds: bool) {
     }
 }
 
+/// Case 6: an operator deletes a payment's key with `--force` while its charge is in flight
+/// (the provider answers after 2 s), and a new request comes under the same key with another
+/// amount. The deleted reservation's attempt is fenced out of the new row: the new client is
+/// answered with its own payment, never the old one; the old client is told the key is
+/// another request's now (`422`), or to retry (`409`); the key ends final within the lease.
+/// The old charge happened all the same: the provider made two, and no payment names the
+/// first (the effect an operator forcing a delete takes on).
+async fn forced_delete_mid_charge(kind: Kind, holds: bool) {
+    const OLD: &str = r#"{"amount": 3002, "currency": "EUR", "customer": "cus-1"}"#;
+    const NEW: &str = r#"{"amount": 3999, "currency": "EUR", "customer": "cus-1"}"#;
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    provider.control(json!({"delay_ms": 2000})).await;
+    let holds = if holds { "on" } else { "off" };
+    let server = payments_with(&db, provider.url(), "10s", holds);
+    let c = Client::new(&server);
+    let old = {
+        let c = c.clone();
+        tokio::spawn(async move { post(&c, Some("acme"), Some("k-forced"), OLD).await })
+    };
+    let provider = &provider;
+    eventually(
+        Duration::from_secs(10),
+        "the old charge is in flight",
+        || async move { provider.stats().await["requests"].as_u64().unwrap() >= 1 },
+    )
+    .await;
+    db.force_delete("k-forced").await;
+
+    let new = post_until_final(std::slice::from_ref(&c), "k-forced", NEW, 60).await;
+    assert_eq!(new.status, 201, "{}", new.body);
+    assert_eq!(new.json()["amount"], 3999, "{}", new.body);
+    let old = old.await.unwrap();
+    assert!(
+        matches!(old.status, 409 | 422),
+        "{} {}",
+        old.status,
+        old.body
+    );
+
+    assert_eq!(
+        db.text("SELECT status FROM idempotency_keys").await,
+        "completed"
+    );
+    assert_eq!(payments_rows(&db).await, 1);
+    assert_eq!(db.scalar("SELECT amount FROM payments").await, 3999);
+    let replay = post(&c, Some("acme"), Some("k-forced"), NEW).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert!(replay.replayed());
+    assert_eq!(replay.json()["amount"], 3999);
+    post(&c, Some("acme"), Some("k-forced"), OLD)
+        .await
+        .assert_problem(422);
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 2, "the old charge and the new: {stats}");
+    assert_eq!(
+        stats["distinct_keys"], 2,
+        "two reservations, two provider keys: {stats}"
+    );
+}
+
 /// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
 /// 30 % of its answers; 20 keys, each retried on alternating processes until final: one
 /// charge and one payment per paid key, none for declined ones.
@@ -620,7 +681,23 @@ idem_testkit::on_every_store!(
 );
 
 mod crash {
-    use super::{Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease};
+    use super::{
+        Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease,
+        forced_delete_mid_charge,
+    };
+
+    #[tokio::test]
+    async fn postgres_forced_delete_mid_charge_with_holds() {
+        forced_delete_mid_charge(Kind::Postgres, true).await;
+    }
+    #[tokio::test]
+    async fn postgres_forced_delete_mid_charge() {
+        forced_delete_mid_charge(Kind::Postgres, false).await;
+    }
+    #[tokio::test]
+    async fn sqlite_forced_delete_mid_charge() {
+        forced_delete_mid_charge(Kind::Sqlite, false).await;
+    }
 
     #[tokio::test]
     async fn postgres_live_lease_owner_gone() {

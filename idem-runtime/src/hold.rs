@@ -39,36 +39,34 @@ use sqlx::pool::PoolConnection;
 
 use crate::error::Error;
 use crate::protocol::Idem;
-use crate::store::staged::Reservation;
+use crate::store::staged::{Fence, Reservation};
 use crate::store::{Backend, Failure, KeyRef};
 
-/// A staged execution's hold connection, and the attempt number it holds. Dropped, the
-/// connection goes back to the hold pool still holding its attempt, until its next use lets
-/// go of it in the same round trip as its next hold or probe — no round trip of its own —
-/// or the pool closes it (idle for 30 s). A hold left so is harmless: its attempt's row
-/// is final, or its lease was released, or another attempt took it over; only an operator's
-/// delete of a staged key makes its number (attempt 1) reachable again, and a request for
-/// the key then waits as for a live attempt (`409`) until that connection is used or
-/// closed.
+/// A staged execution's hold connection, and the attempt it holds (its reservation and
+/// number). Dropped, the connection goes back to the hold pool still holding its attempt,
+/// until its next use lets go of it in the same round trip as its next hold or probe — no
+/// round trip of its own — or the pool closes it (idle for 30 s). A hold left so is
+/// harmless: its attempt's row is final, or its lease was released, or another attempt took
+/// it over, or an operator deleted the key, whose next reservation holds other ids.
 pub(crate) struct Hold<DB: Backend> {
     conn: Option<PoolConnection<DB>>,
     namespace: String,
     key: (String, String, String),
-    held: Option<i64>,
+    held: Option<Fence>,
 }
 
 /// A statement of [`Hold`]'s.
 #[derive(Clone, Copy)]
 enum Act<'a> {
-    Hold(i64),
-    OwnerGone(i64),
+    Hold(Fence),
+    OwnerGone(Fence),
     Reserve(Reservation<'a>),
 }
 
 impl<DB: Backend> Hold<DB> {
     /// Takes the hold of attempt `attempt` (letting go of any other this connection held);
     /// `false` when another session holds it.
-    pub(crate) async fn take(&mut self, idem: &Idem<DB>, attempt: i64) -> Result<bool, Error> {
+    pub(crate) async fn take(&mut self, idem: &Idem<DB>, attempt: Fence) -> Result<bool, Error> {
         if self.held == Some(attempt) {
             return Ok(true);
         }
@@ -94,7 +92,10 @@ impl<DB: Backend> Hold<DB> {
         if !held {
             return Ok(None);
         }
-        self.held = Some(1);
+        self.held = Some(Fence {
+            reservation: reservation.id,
+            attempt: 1,
+        });
         Ok(Some(reserved))
     }
 
@@ -103,7 +104,7 @@ impl<DB: Backend> Hold<DB> {
     pub(crate) async fn owner_gone(
         &mut self,
         idem: &Idem<DB>,
-        attempt: i64,
+        attempt: Fence,
     ) -> Result<bool, Error> {
         self.held = None;
         Ok(self.run(idem, Act::OwnerGone(attempt)).await?.0)

@@ -52,6 +52,7 @@ use crate::first_step::FirstStep;
 use crate::key::IdempotencyKey;
 pub use crate::record::{Outcome, OutcomeKind, Record};
 use crate::spec::{ExpiryPolicy, OperationSpec};
+use crate::store::staged::Fence;
 use crate::store::{
     Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyStatus, KeyTable, NewRow, StoreError,
     StoredKey, TxSettings,
@@ -718,10 +719,10 @@ impl<DB: Backend> Idem<DB> {
         // Not final: an execution holds the key, or held it and stopped.
         Ok(match status {
             KeyStatus::Stuck => Settled::Stuck {
-                attempt: stored.attempt,
+                attempt: stored.fence,
             },
             _ => Settled::Held {
-                attempt: stored.attempt,
+                attempt: stored.fence,
                 until: stored.locked_until_ms,
             },
         })
@@ -955,7 +956,7 @@ pub(crate) enum Settled {
     /// Not final, and attempt `attempt`'s lease is live (until `until`; `None`: no lease):
     /// `409`, or wait — or, where the attempt's hold proves its owner gone
     /// ([`crate::hold`]), take it over at once.
-    Held { attempt: i64, until: Option<i64> },
+    Held { attempt: Fence, until: Option<i64> },
     /// Not final, and its attempt's lease ran out: take it over and resume.
-    Stuck { attempt: i64 },
+    Stuck { attempt: Fence },
 }

@@ -5,7 +5,7 @@
 //! and an attempt number), and the work runs as named, journaled steps:
 //!
 //! - [`Attempt::step`] calls another system. It receives a provider key derived from
-//!   (scope, operation, key, step) — the same on every attempt — to send as that system's
+//!   (scope, operation, key, reservation, step) — the same on every attempt — to send as that system's
 //!   own idempotency key, and its result (any serde type) is recorded in the key's row, the
 //!   recovery point, in a short transaction of its own.
 //! - [`Attempt::db_step`] runs database writes in a transaction that also records its
@@ -34,8 +34,12 @@
 //! heartbeat stops with it, the lease runs out, and the next retry or the reconciler
 //! resumes the key.
 //!
-//! Every write of an attempt is fenced by its attempt number: an attempt whose lease was
-//! taken over can no longer record, finish or release anything ([`StepError::LeaseLost`]).
+//! Every write of an attempt is fenced by its reservation and its attempt number: an attempt
+//! whose lease was taken over, or whose key an operator completed, failed or deleted (and a
+//! new request reserved again), can no longer record, finish or release anything
+//! ([`StepError::LeaseLost`]). A reservation is one life of a key's row: a key deleted and
+//! reserved again is a new reservation, with new provider keys, whose attempts count from 1
+//! again.
 //!
 //! # Outcomes
 //!
@@ -114,7 +118,7 @@ use crate::key::IdempotencyKey;
 use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
 use crate::resume::{Resumption, StoredRequest};
 use crate::spec::{InFlightPolicy, OperationSpec, Scope};
-use crate::store::staged::{Ending, Lease, Reservation, StuckKey};
+use crate::store::staged::{Ending, Fence, Lease, Reservation, StuckKey};
 use crate::store::{Backend, KeyRef};
 use crate::telemetry;
 
@@ -218,7 +222,7 @@ impl<DB: Backend> fmt::Debug for Attempt<DB> {
         f.debug_struct("Attempt")
             .field("operation", &self.inner.operation)
             .field("key", &key)
-            .field("number", &self.inner.number)
+            .field("number", &self.inner.fence.attempt)
             .finish_non_exhaustive()
     }
 }
@@ -228,7 +232,8 @@ struct AttemptState<DB: Backend> {
     scope: String,
     operation: String,
     key: String,
-    number: i64,
+    /// The reservation this attempt runs, and its number.
+    fence: Fence,
     lease: Duration,
     /// The operation's TTL, counted from the completion.
     ttl: Duration,
@@ -259,7 +264,7 @@ impl<DB: Backend> Attempt<DB> {
     /// This attempt's fencing number: 1 for the first, one more at every takeover.
     #[must_use]
     pub fn number(&self) -> i64 {
-        self.inner.number
+        self.inner.fence.attempt
     }
 
     /// Whether an earlier attempt ran (this one took the key over).
@@ -282,11 +287,14 @@ impl<DB: Backend> Attempt<DB> {
     }
 
     /// The key to send to another system for `step`: `idem_` and 32 hexadecimal digits of
-    /// SHA-256 over the length-prefixed scope, operation, key and step name. The same on
-    /// every attempt, different for every step and key.
+    /// SHA-256 over the length-prefixed scope, operation, key, reservation and step name.
+    /// The same on every attempt at one reservation of the key, different for every step and
+    /// key — and for a key an operator deleted and a new request reserved again, whose
+    /// effects are new ones. (Rows reserved before idem had reservations, reservation 0,
+    /// leave it out.)
     #[must_use]
     pub fn provider_key(&self, step: &str) -> String {
-        provider_key(self.inner.key(), step)
+        provider_key(self.inner.key(), self.inner.fence.reservation, step)
     }
 
     /// The recorded result of `step`, if an attempt recorded one.
@@ -331,14 +339,14 @@ impl<DB: Backend> Attempt<DB> {
         let kept = DB::journal(
             &mut conn,
             state.key(),
-            state.number,
+            state.fence,
             name,
             &journal,
             state.lease_end(),
         )
         .await?;
         self.kept(kept)?;
-        telemetry::step_recorded(name, state.number);
+        telemetry::step_recorded(name, state.fence.attempt);
         Ok(value)
     }
 
@@ -365,7 +373,7 @@ impl<DB: Backend> Attempt<DB> {
         let kept = DB::journal(
             &mut tx,
             state.key(),
-            state.number,
+            state.fence,
             name,
             &journal,
             state.lease_end(),
@@ -373,7 +381,7 @@ impl<DB: Backend> Attempt<DB> {
         .await?;
         self.kept(kept)?;
         tx.commit().await?;
-        telemetry::step_recorded(name, state.number);
+        telemetry::step_recorded(name, state.fence.attempt);
         Ok(value)
     }
 
@@ -402,7 +410,7 @@ impl<DB: Backend> Attempt<DB> {
             &state.idem,
             &mut tx,
             state.key(),
-            state.number,
+            state.fence,
             state.ttl,
             &record,
         )
@@ -442,9 +450,14 @@ impl<DB: Backend> Attempt<DB> {
 }
 
 /// [`Attempt::provider_key`].
-fn provider_key(key: KeyRef<'_>, step: &str) -> String {
+fn provider_key(key: KeyRef<'_>, reservation: i64, step: &str) -> String {
+    let reservation = (reservation != 0).then(|| reservation.to_string());
+    let parts = [key.scope, key.operation, key.key]
+        .into_iter()
+        .chain(reservation.as_deref())
+        .chain([step]);
     let mut hash = Sha256::new();
-    for part in [key.scope, key.operation, key.key, step] {
+    for part in parts {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part.as_bytes());
     }
@@ -456,7 +469,7 @@ async fn store_record<DB: Backend>(
     idem: &Idem<DB>,
     conn: &mut DB::Connection,
     key: KeyRef<'_>,
-    attempt: i64,
+    attempt: Fence,
     ttl: Duration,
     record: &Record,
 ) -> Result<bool, sqlx::Error> {
@@ -472,6 +485,24 @@ async fn store_record<DB: Backend>(
     let stored = DB::finish(conn, key, attempt, ending).await?;
     telemetry::stored(key.operation, record.body.len(), stored);
     Ok(stored)
+}
+
+/// A new reservation's id ([`Reservation::id`]): random, never 0.
+fn new_reservation() -> i64 {
+    loop {
+        let id = fastrand::i64(..);
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// The attempt that takes `seen` over: the same reservation, the next number.
+fn next(seen: Fence) -> Fence {
+    Fence {
+        reservation: seen.reservation,
+        attempt: seen.attempt + 1,
+    }
 }
 
 /// Aborts the heartbeat when the attempt ends, however it ends.
@@ -490,7 +521,7 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
             tokio::time::sleep(every).await;
             let renewed = async {
                 let mut conn = state.idem.acquire_bounded().await?;
-                DB::renew(&mut conn, state.key(), state.number, state.lease_end()).await
+                DB::renew(&mut conn, state.key(), state.fence, state.lease_end()).await
             }
             .await;
             match renewed {
@@ -498,7 +529,7 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
                 Ok(false) => {
                     state.lost.store(true, Ordering::SeqCst);
                     tracing::warn!(
-                        attempt = state.number,
+                        attempt = state.fence.attempt,
                         "staged attempt lost its lease: another attempt took the key over"
                     );
                     return;
@@ -644,8 +675,6 @@ impl<DB: Backend> Idem<DB> {
             let (mut session, stored) = self.first_lookup(key, None).await?;
             telemetry::looked_up(stored.as_ref(), now);
             let conn: &mut DB::Connection = session.conn();
-            // A replaced row's attempt number goes on counting from the row's.
-            let next_attempt = stored.as_ref().map_or(1, |row| row.attempt + 1);
             // The attempt to take over, and the end of its lease as seen.
             let (seen, seen_until) = match self.settle(spec, call, stored, now)? {
                 Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
@@ -658,24 +687,29 @@ impl<DB: Backend> Idem<DB> {
                         expires_ms: now.saturating_add(millis(spec.ttl)),
                         locked_until_ms: now.saturating_add(millis(spec.lease)),
                         replace_expired,
+                        id: new_reservation(),
                     };
-                    // The first attempt's number is held before the reservation shows it: in
-                    // the reservation's own round trip for a new key; before it for a
-                    // replaced row.
-                    let reserved = match &mut hold {
-                        Some(hold) if !replace_expired => hold.reserve(self, reservation).await?,
-                        Some(hold) => {
-                            if hold.take(self, next_attempt).await? {
-                                Some(
-                                    DB::reserve(&mut *conn, reservation)
-                                        .await
-                                        .map_err(Error::Store)?,
-                                )
-                            } else {
-                                None
-                            }
+                    let first = Fence {
+                        reservation: reservation.id,
+                        attempt: 1,
+                    };
+                    // The first attempt is held before the reservation shows it: in the
+                    // reservation's own round trip for a new key; before it for a replaced
+                    // row.
+                    let held = match &mut hold {
+                        // A new key: reserved in the hold's own round trip.
+                        Some(hold) if !replace_expired => {
+                            hold.reserve(self, reservation).await?.map(Some)
                         }
-                        None => Some(
+                        // A replaced row: held first, then reserved.
+                        Some(hold) => hold.take(self, first).await?.then_some(None),
+                        None => Some(None),
+                    };
+                    let reserved = match held {
+                        // Another request holds it.
+                        None => None,
+                        Some(Some(reserved)) => Some(reserved),
+                        Some(None) => Some(
                             DB::reserve(&mut *conn, reservation)
                                 .await
                                 .map_err(Error::Store)?,
@@ -691,23 +725,10 @@ impl<DB: Backend> Idem<DB> {
                         // Someone reserved it first: look again.
                         continue;
                     }
-                    let attempt = if replace_expired {
-                        DB::lookup(&mut *conn, key)
-                            .await
-                            .map_err(Error::Store)?
-                            .map_or(1, |row| row.attempt)
-                    } else {
-                        1
-                    };
-                    if let Some(hold) = &mut hold {
-                        // (Already held, unless the row was replaced again meanwhile; nobody
-                        // else can hold a number the row just showed.)
-                        hold.take(self, attempt).await?;
-                    }
-                    telemetry::reserved(attempt, false);
+                    telemetry::reserved(1, false);
                     return Ok(Start::Run {
                         lease: Lease {
-                            attempt,
+                            fence: first,
                             journal: None,
                             request: Some(request.to_owned()),
                             fingerprint: call.fingerprint.as_bytes().to_vec(),
@@ -728,13 +749,13 @@ impl<DB: Backend> Idem<DB> {
                         self.held_off(spec, started, &mut pause).await?;
                         continue;
                     }
-                    telemetry::owner_gone(attempt);
+                    telemetry::owner_gone(attempt.attempt);
                     (attempt, until.unwrap_or(now))
                 }
             };
             // Hold the next number before the takeover shows it.
             if let Some(hold) = &mut hold
-                && !hold.take(self, seen + 1).await?
+                && !hold.take(self, next(seen)).await?
             {
                 // Another request is taking it over.
                 drop(session);
@@ -746,7 +767,7 @@ impl<DB: Backend> Idem<DB> {
                 .await
                 .map_err(Error::Store)?
             {
-                telemetry::reserved(lease.attempt, true);
+                telemetry::reserved(lease.fence.attempt, true);
                 return Ok(Start::Run {
                     lease,
                     resumed: true,
@@ -791,6 +812,7 @@ impl<DB: Backend> Idem<DB> {
         F: FnOnce(Attempt<DB>) -> Fut,
         Fut: Future<Output = Result<Finished, StepError>>,
     {
+        let fingerprint = lease.fingerprint;
         let journal = match lease.journal.as_deref() {
             None => Map::new(),
             Some(text) => serde_json::from_str(text).map_err(Error::Journal)?,
@@ -800,7 +822,7 @@ impl<DB: Backend> Idem<DB> {
             scope: key.scope.to_owned(),
             operation: key.operation.to_owned(),
             key: key.key.to_owned(),
-            number: lease.attempt,
+            fence: lease.fence,
             lease: spec.lease,
             ttl: spec.ttl,
             journal: Mutex::new(journal),
@@ -813,7 +835,7 @@ impl<DB: Backend> Idem<DB> {
         };
         let ended = AssertUnwindSafe(work(attempt)).catch_unwind().await;
         drop(beat);
-        let number = state.number;
+        let number = state.fence;
         let release = || async {
             let released = async {
                 let mut conn = self.acquire_bounded().await?;
@@ -843,7 +865,7 @@ impl<DB: Backend> Idem<DB> {
                     })
                 } else {
                     drop(conn);
-                    self.fenced(key).await
+                    self.fenced(key, &fingerprint).await
                 }
             }
             Ok(Err(StepError::Retryable {
@@ -856,7 +878,7 @@ impl<DB: Backend> Idem<DB> {
                     retry_after: retry_after.unwrap_or(self.config().retry_after),
                 })
             }
-            Ok(Err(StepError::LeaseLost)) => self.fenced(key).await,
+            Ok(Err(StepError::LeaseLost)) => self.fenced(key, &fingerprint).await,
             Ok(Err(StepError::Store(error))) => {
                 release().await;
                 Err(Error::Store(error))
@@ -873,11 +895,14 @@ impl<DB: Backend> Idem<DB> {
     }
 
     /// The answer for an attempt that was fenced out (another attempt took the key over, or
-    /// an operator completed, failed or deleted it): the key's final response when it has
-    /// one, else `409` (another attempt holds it).
-    async fn fenced(&self, key: KeyRef<'_>) -> Result<Outcome, Error> {
+    /// an operator completed, failed or deleted it): what a retry of its request would be
+    /// answered now — `422` when the key's row is another request's (an operator deleted the
+    /// key and a request with another body reserved it again), the key's final response when
+    /// it has one, else `409` (another attempt holds it).
+    async fn fenced(&self, key: KeyRef<'_>, fingerprint: &[u8]) -> Result<Outcome, Error> {
         let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
         match DB::lookup(&mut conn, key).await.map_err(Error::Store)? {
+            Some(row) if row.fingerprint != fingerprint => Err(Error::Mismatch),
             Some(row) if row.is_final() => match row.response {
                 Some(response) => Ok(Outcome {
                     kind: OutcomeKind::Replayed,
@@ -1068,7 +1093,7 @@ impl<DB: Backend> Reconciler<DB> {
         // until the resumed attempt ends.
         let mut hold = self.idem.hold_for(stuck.key_ref()).await?;
         if let Some(hold) = &mut hold
-            && !hold.take(&self.idem, stuck.attempt + 1).await?
+            && !hold.take(&self.idem, next(stuck.fence)).await?
         {
             return Ok(None);
         }
@@ -1076,7 +1101,7 @@ impl<DB: Backend> Reconciler<DB> {
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
             let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-            DB::take_over(&mut conn, stuck.key_ref(), stuck.attempt, now, until)
+            DB::take_over(&mut conn, stuck.key_ref(), stuck.fence, now, until)
                 .await
                 .map_err(Error::Store)?
         };
@@ -1115,7 +1140,7 @@ impl<DB: Backend> Reconciler<DB> {
         request: Value,
     ) -> Result<Outcome, Error> {
         use tower::ServiceExt as _;
-        let number = lease.attempt;
+        let number = lease.fence;
         let unresumable = |reason: String| Error::Interrupted {
             reason,
             retry_after: self.idem.config().retry_after,
@@ -1220,19 +1245,26 @@ mod tests {
             operation: "pay:v1",
             key: "k1",
         };
-        let a = provider_key(key, "charge");
-        assert_eq!(a, provider_key(key, "charge"));
+        let a = provider_key(key, 7, "charge");
+        assert_eq!(a, provider_key(key, 7, "charge"));
         assert_eq!(a.len(), 37);
         assert!(a.starts_with("idem_"));
-        assert_ne!(a, provider_key(key, "refund"));
+        assert_ne!(a, provider_key(key, 7, "refund"));
         let other = KeyRef { key: "k2", ..key };
-        assert_ne!(a, provider_key(other, "charge"));
+        assert_ne!(a, provider_key(other, 7, "charge"));
+        // Another reservation of the same key (deleted, reserved again): other effects.
+        assert_ne!(a, provider_key(key, 8, "charge"));
         // Length prefixes: moving a character between parts changes the key.
         let shifted = KeyRef {
             scope: "tenant:",
             operation: "apay:v1",
             key: "k1",
         };
-        assert_ne!(a, provider_key(shifted, "charge"));
+        assert_ne!(a, provider_key(shifted, 7, "charge"));
+        // A row reserved before reservations existed keeps the key its attempts sent.
+        assert_eq!(
+            provider_key(key, 0, "charge"),
+            "idem_35afa7339cf564f691b21a71699f293d"
+        );
     }
 }

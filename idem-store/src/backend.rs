@@ -14,7 +14,7 @@ use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
 use crate::sql::Sql;
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
-use crate::staged::{Ending, Lease, Reservation, StuckKey};
+use crate::staged::{Ending, Fence, Lease, Reservation, StuckKey};
 
 /// A database idem keeps keys in, one of [the stores](crate#stores); the bound of
 /// [`crate::KeyTable`], [`crate::Outbox`] and [`crate::migrate()`]. Sealed
@@ -194,10 +194,10 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// The advisory lock id of `key`'s attempt `attempt`, where staged mode's holds exist
+    /// The advisory lock id of `key`'s attempt `fence`, where staged mode's holds exist
     /// ([`Sql::hold`]). Default: no holds, never asked.
-    fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
-        let _ = (namespace, key, attempt);
+    fn hold_id(namespace: &str, key: KeyRef<'_>, fence: Fence) -> i64 {
+        let _ = (namespace, key, fence);
         0
     }
 
@@ -271,7 +271,10 @@ pub trait Backend: Glue + sealed::Sealed {
                 response,
                 expires_at_ms: Self::int(&row, 5)?,
                 locked_until_ms: Self::opt_int(&row, 6)?,
-                attempt: Self::int(&row, 7)?,
+                fence: Fence {
+                    attempt: Self::int(&row, 7)?,
+                    reservation: Self::int(&row, 8)?,
+                },
             }))
         }
     }
@@ -359,10 +362,11 @@ pub trait Backend: Glue + sealed::Sealed {
     // Staged mode: each runs on a connection, which may be a transaction's (`&mut *tx`):
     // `journal` and `finish` run in the transaction of the application's writes when a step
     // has any, so the step's writes and its recovery point commit together. Every write of an
-    // attempt is fenced by its number (see [`crate::staged`]).
+    // attempt is fenced by its reservation and its number, its [`Fence`] (see
+    // [`crate::staged`]).
 
     #[doc(hidden)]
-    /// Inserts the key as `processing`, attempt 1, with its lease; `false` (nothing changed)
+    /// Inserts the key as `processing`, reservation `r.id`'s attempt 1, with its lease; `false` (nothing changed)
     /// when the key has a row already (but see [`Reservation::replace_expired`]).
     fn reserve(
         conn: &mut Self::Connection,
@@ -382,6 +386,7 @@ pub trait Backend: Glue + sealed::Sealed {
                         Arg::Int(r.created_ms),
                         Arg::Int(r.locked_until_ms),
                         Arg::Int(r.expires_ms),
+                        Arg::Int(r.id),
                     ];
                     let reopen_args = Arg::around_key(&set, r.key, &[Arg::Int(r.created_ms)]);
                     if Self::execute(conn, reopen, &reopen_args).await? == 1 {
@@ -400,19 +405,20 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Takes over a `processing` key whose lease had run out by `now_ms` and whose attempt is
-    /// still `seen_attempt`: one more attempt, leased until `locked_until_ms`. `None` when the
-    /// row is not in that state any more (another attempt took it, it completed, or its lease
-    /// was renewed).
+    /// still `seen`: one more attempt of the same reservation, leased until
+    /// `locked_until_ms`. `None` when the row is not in that state any more (another attempt
+    /// took it, it completed, its lease was renewed, or it is another reservation's).
     fn take_over(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
-        seen_attempt: i64,
+        seen: Fence,
         now_ms: i64,
         locked_until_ms: i64,
     ) -> impl Future<Output = Result<Option<Lease>, sqlx::Error>> + Send {
         async move {
             let until = [Arg::Int(locked_until_ms)];
-            let args = Arg::around_key(&until, key, &[Arg::Int(seen_attempt), Arg::Int(now_ms)]);
+            let fence = fence_args(seen);
+            let args = Arg::around_key(&until, key, &[fence[0], fence[1], Arg::Int(now_ms)]);
             let sql = Self::SQL;
             let row = if Self::RETURNING {
                 Self::fetch_optional(conn, sql.take_over, &args).await?
@@ -424,7 +430,10 @@ pub trait Backend: Glue + sealed::Sealed {
             };
             row.map(|row| {
                 Ok(Lease {
-                    attempt: Self::int(&row, 0)?,
+                    fence: Fence {
+                        reservation: seen.reservation,
+                        attempt: Self::int(&row, 0)?,
+                    },
                     journal: Self::opt_text(&row, 1)?,
                     request: Self::opt_text(&row, 2)?,
                     fingerprint: Self::bytes(&row, 3)?,
@@ -440,11 +449,11 @@ pub trait Backend: Glue + sealed::Sealed {
     fn renew(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
         locked_until_ms: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
-            let args = Arg::around_key(&[Arg::Int(locked_until_ms)], key, &[Arg::Int(attempt)]);
+            let args = Arg::around_key(&[Arg::Int(locked_until_ms)], key, &fence_args(attempt));
             Ok(Self::execute(conn, Self::SQL.renew, &args).await? == 1)
         }
     }
@@ -455,7 +464,7 @@ pub trait Backend: Glue + sealed::Sealed {
     fn journal(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
         step: &str,
         journal: &str,
         locked_until_ms: i64,
@@ -466,7 +475,7 @@ pub trait Backend: Glue + sealed::Sealed {
                 Arg::Text(journal),
                 Arg::Int(locked_until_ms),
             ];
-            let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+            let args = Arg::around_key(&set, key, &fence_args(attempt));
             Ok(Self::execute(conn, Self::SQL.step, &args).await? == 1)
         }
     }
@@ -477,7 +486,7 @@ pub trait Backend: Glue + sealed::Sealed {
     fn finish(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
         ending: Ending<'_>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
@@ -488,7 +497,7 @@ pub trait Backend: Glue + sealed::Sealed {
                 Arg::Int(ending.completed_ms),
                 Arg::Int(ending.expires_ms),
             ];
-            let args = Arg::around_key(&set, key, &[Arg::Int(attempt)]);
+            let args = Arg::around_key(&set, key, &fence_args(attempt));
             Ok(Self::execute(conn, Self::SQL.finish, &args).await? == 1)
         }
     }
@@ -499,11 +508,11 @@ pub trait Backend: Glue + sealed::Sealed {
     fn release(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
         now_ms: i64,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
-            let args = Arg::around_key(&[Arg::Int(now_ms)], key, &[Arg::Int(attempt)]);
+            let args = Arg::around_key(&[Arg::Int(now_ms)], key, &fence_args(attempt));
             Ok(Self::execute(conn, Self::SQL.give_back, &args).await? == 1)
         }
     }
@@ -529,7 +538,7 @@ pub trait Backend: Glue + sealed::Sealed {
         conn: &mut Self::Connection,
         namespace: &str,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         on_hold::<Self>(conn, Self::SQL.hold, true, namespace, key, attempt)
     }
@@ -552,7 +561,11 @@ pub trait Backend: Glue + sealed::Sealed {
                 return Ok((true, Self::reserve(conn, r).await?));
             };
             let mut rest = reservation_args(&r).to_vec();
-            rest.push(Arg::Int(Self::hold_id(namespace, r.key, 1)));
+            let first = Fence {
+                reservation: r.id,
+                attempt: 1,
+            };
+            rest.push(Arg::Int(Self::hold_id(namespace, r.key, first)));
             let args = Arg::on_key(r.key, &rest);
             let row = Self::fetch_optional(conn, statement, &args).await?;
             let row = row.ok_or(sqlx::Error::RowNotFound)?;
@@ -567,7 +580,7 @@ pub trait Backend: Glue + sealed::Sealed {
         conn: &mut Self::Connection,
         namespace: &str,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         on_hold::<Self>(conn, Self::SQL.let_go, true, namespace, key, attempt)
     }
@@ -582,7 +595,7 @@ pub trait Backend: Glue + sealed::Sealed {
         conn: &mut Self::Connection,
         namespace: &str,
         key: KeyRef<'_>,
-        attempt: i64,
+        attempt: Fence,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         on_hold::<Self>(conn, Self::SQL.owner_gone, false, namespace, key, attempt)
     }
@@ -610,7 +623,10 @@ pub trait Backend: Glue + sealed::Sealed {
                         scope: Self::text(row, 0)?,
                         operation: Self::text(row, 1)?,
                         key: Self::text(row, 2)?,
-                        attempt: Self::int(row, 3)?,
+                        fence: Fence {
+                            attempt: Self::int(row, 3)?,
+                            reservation: Self::int(row, 4)?,
+                        },
                     })
                 })
                 .collect()
@@ -671,15 +687,21 @@ fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 10] {
     ]
 }
 
-/// A reservation's parameters after the key's: `$4` to `$8`.
-fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 5] {
+/// A reservation's parameters after the key's: `$4` to `$9`.
+fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 6] {
     [
         Arg::Bytes(r.fingerprint),
         Arg::Text(r.request),
         Arg::Int(r.created_ms),
         Arg::Int(r.expires_ms),
         Arg::Int(r.locked_until_ms),
+        Arg::Int(r.id),
     ]
+}
+
+/// A fenced write's last parameters: `reservation = ? AND attempt = ?`.
+fn fence_args<'a>(fence: Fence) -> [Arg<'a>; 2] {
+    [Arg::Int(fence.reservation), Arg::Int(fence.attempt)]
 }
 
 /// Runs `statement`, if there is one.
@@ -701,7 +723,7 @@ async fn on_hold<DB: Backend>(
     without: bool,
     namespace: &str,
     key: KeyRef<'_>,
-    attempt: i64,
+    attempt: Fence,
 ) -> Result<bool, sqlx::Error> {
     let Some(statement) = statement else {
         return Ok(without);

@@ -161,6 +161,27 @@ pub enum Hazard {
     },
 }
 
+impl Hazard {
+    /// What forcing an action over this refusal risks, in an operator's words: what the
+    /// operator tool says before a forced action.
+    #[must_use]
+    pub fn risk(&self) -> String {
+        match self {
+            Self::LeaseLive { .. } => "an attempt is running: work it has under way (a call to a \
+                 provider, say) goes on, and can take effect with no record of it in the key (a \
+                 charge that no payment names); forced, the attempt is fenced out and commits \
+                 nothing more, and a new request under the key is a new reservation, never \
+                 answered with the old attempt's result"
+                .to_owned(),
+            Self::EffectsExist { attempt, .. } => format!(
+                "the key completed in staged mode (attempt {attempt}) and its steps' effects \
+                 exist: a request under the key after the delete is a new reservation, whose \
+                 steps run again as new effects (new provider keys: a second charge)"
+            ),
+        }
+    }
+}
+
 impl std::fmt::Display for Hazard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

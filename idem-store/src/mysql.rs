@@ -14,21 +14,22 @@ use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
-/// The migrations of the key table on MySQL: one ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 1] = [migration!(
-    1,
-    "mysql/0001_idempotency_keys.sql",
-    "idempotency_keys, the audit trail, the outbox and the operation registry",
-    present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
-              + count(o.delivered_at) + count(r.doc) FROM idempotency_keys k, \
-              idempotency_locks l, idempotency_processing p, idempotency_audit a, \
-              idempotency_outbox o, idempotency_operations r WHERE 1 = 0 \
-              HAVING (SELECT count(*) FROM information_schema.triggers \
-              WHERE event_object_schema = DATABASE() \
-              AND event_object_table = 'idempotency_keys') >= 3"
-)
-// idem 0.1.0's text, whose update trigger was one compound statement.
-.formerly(&["e060dc77f569aa39e6ea0209bdd1d2d6b41265c2557ac579b61fa14a26d6ecb8"])];
+/// The migrations of the key table on MySQL ([migrations](crate#migrations)).
+static MIGRATIONS: [Migration; 2] = [
+    migration!(1, "mysql/0001_idempotency_keys.sql",
+        "idempotency_keys, the audit trail, the outbox and the operation registry",
+        present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
+                  + count(o.delivered_at) + count(r.doc) FROM idempotency_keys k, \
+                  idempotency_locks l, idempotency_processing p, idempotency_audit a, \
+                  idempotency_outbox o, idempotency_operations r WHERE 1 = 0 \
+                  HAVING (SELECT count(*) FROM information_schema.triggers \
+                  WHERE event_object_schema = DATABASE() \
+                  AND event_object_table = 'idempotency_keys') >= 3")
+    // idem 0.1.0's text, whose update trigger was one compound statement.
+    .formerly(&["e060dc77f569aa39e6ea0209bdd1d2d6b41265c2557ac579b61fa14a26d6ecb8"]),
+    migration!(2, "mysql/0002_reservation.sql", "staged attempts fenced on their reservation",
+        present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
+];
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {

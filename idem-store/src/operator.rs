@@ -67,10 +67,10 @@ impl Actor {
 /// registered, the row's own (`expires_at - created_at`), counted from the completion. Only
 /// `Delete` removes the key's journal and request.
 ///
-/// Moving `attempt` on fences the running attempt out ([the key table](crate#the-key-table)).
-/// `Delete` fences it out only while the key has no new row: a new execution starts again at
-/// attempt 1, which an attempt 1 still running could write into; a forced delete of a running
-/// key is safest after a forced `Fail` or `Release` and the attempt's end.
+/// Moving `attempt` on fences the running attempt out ([the key table](crate#the-key-table)),
+/// and so does `Delete`: a new execution of the key is a new reservation (its attempts count
+/// from 1 again), and the old attempt's writes name the old one. What the attempt has under
+/// way outside the database goes on all the same ([`Hazard::risk`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Action {
@@ -91,6 +91,26 @@ pub enum Action {
 }
 
 impl Action {
+    /// What doing this to `row` (its state as read) risks: why the store refuses it unless
+    /// forced ([`StoreError::NeedsForce`]); `None` when nothing. The operator tool says it
+    /// before a forced action.
+    #[must_use]
+    pub fn hazard(&self, row: &KeyRow) -> Option<Hazard> {
+        let processing = row.status.stored() == StoredStatus::Processing;
+        match self {
+            _ if row.status == KeyStatus::Processing => Some(Hazard::LeaseLive {
+                locked_until_ms: row.locked_until_ms,
+            }),
+            Self::Delete if !processing && (row.attempt > 0 || row.recovery_point.is_some()) => {
+                Some(Hazard::EffectsExist {
+                    attempt: row.attempt,
+                    recovery_point: row.recovery_point.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The action's name in the audit trail: `release`, `complete`, `fail`, `expire`, `delete`.
     #[must_use]
     pub fn name(&self) -> &'static str {
@@ -435,21 +455,7 @@ pub(crate) fn check(
     if let Some(why) = refusal {
         return Err(StoreError::NotApplicable(why));
     }
-    let hazard = match action {
-        _ if current.status == KeyStatus::Processing => Some(Hazard::LeaseLive {
-            locked_until_ms: current.locked_until_ms,
-        }),
-        Action::Delete
-            if !processing && (current.attempt > 0 || current.recovery_point.is_some()) =>
-        {
-            Some(Hazard::EffectsExist {
-                attempt: current.attempt,
-                recovery_point: current.recovery_point.clone(),
-            })
-        }
-        _ => None,
-    };
-    match hazard {
+    match action.hazard(&current) {
         Some(hazard) if !forced => Err(StoreError::NeedsForce {
             action: action.name(),
             hazard,

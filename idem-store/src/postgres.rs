@@ -16,9 +16,10 @@ use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
 use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
 use crate::sql::{Claim, Sql};
+use crate::staged::Fence;
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 8] = [
+static MIGRATIONS: [Migration; 9] = [
     migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "postgres/0002_staged.sql", "staged mode and the audit trail",
@@ -40,6 +41,8 @@ static MIGRATIONS: [Migration; 8] = [
                   AND prosrc LIKE '%pg_try_advisory_xact_lock%'"),
     migration!(8, "postgres/0008_audit_forced.sql", "forced operator actions in the audit trail",
         present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
+    migration!(9, "postgres/0009_reservation.sql", "staged attempts fenced on their reservation",
+        present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
 ];
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
@@ -74,7 +77,7 @@ const SQL: Sql = Sql {
     // With its row in `idempotency_processing` (migration 5). One row affected: reserved.
     reserve: include_str!("../sql/postgres/reserve.sql"),
     reserve_or_replace_expired: include_str!("../sql/postgres/reserve_or_replace_expired.sql"),
-    // `$9`: attempt 1's hold. Like `hold` and `owner_gone`, it lets go of every hold the
+    // `$10`: attempt 1's hold. Like `hold` and `owner_gone`, it lets go of every hold the
     // session had first: the `FROM` subquery runs before the statement's own calls (its
     // volatile call keeps it from being pulled up).
     reserve_held: Some(include_str!("../sql/postgres/reserve_held.sql")),
@@ -254,14 +257,17 @@ impl Backend for Postgres {
         Ok(free == Some(false))
     }
 
-    /// The key's lock's derivation, with the attempt's number as one more part.
-    fn hold_id(namespace: &str, key: KeyRef<'_>, attempt: i64) -> i64 {
-        let attempt = attempt.to_string();
+    /// The key's lock's derivation, with the attempt's reservation and number as more parts.
+    fn hold_id(namespace: &str, key: KeyRef<'_>, fence: Fence) -> i64 {
+        let reservation = fence.reservation.to_string();
+        let attempt = fence.attempt.to_string();
         advisory_id(&[
             namespace,
             key.scope,
             key.operation,
             key.key,
+            "reservation",
+            &reservation,
             "attempt",
             &attempt,
         ])

@@ -5,6 +5,7 @@ use std::fmt;
 use bytes::Bytes;
 
 use crate::key::KeyRef;
+use crate::staged::Fence;
 
 /// A stored response: status, headers and body, without HTTP types (the `response_*`
 /// columns of [the key table](crate#the-key-table)).
@@ -142,8 +143,9 @@ pub struct StoredKey {
     pub expires_at_ms: i64,
     /// `locked_until`: the lease of the attempt running a staged key.
     pub locked_until_ms: Option<i64>,
-    /// `attempt`: the fencing number of a staged key (0 for atomic-mode rows).
-    pub attempt: i64,
+    /// `reservation` and `attempt`: what fences a staged key's running attempt (both 0 for
+    /// atomic-mode rows).
+    pub fence: Fence,
 }
 
 impl StoredKey {

@@ -130,7 +130,7 @@ pub struct Sql {
 
     // Staged mode (its fencing: `staged`).
     /// A staged key reserved: processing, attempt 1, leased (the key; fingerprint, request,
-    /// created, expires, locked until); nothing where the key has a row.
+    /// created, expires, locked until, reservation); nothing where the key has a row.
     pub reserve: &'static str,
     /// The same, replacing a completed row that had expired by the reservation's start. MySQL:
     /// the plain reservation, after [`Sql::reopen_expired`].
@@ -147,24 +147,26 @@ pub struct Sql {
     /// deleted, so that the insert that follows writes the key's row again.
     pub clear_expired: Option<&'static str>,
     /// MySQL: a completed row that had expired by the reservation's start reserved again, its
-    /// attempt moved on (fingerprint, request, created, expires, locked until; the key; the
-    /// start again). One row changed: reserved.
+    /// attempt moved on (fingerprint, request, created, locked until, expires, reservation;
+    /// the key; the start again). One row changed: reserved.
     pub reopen_expired: Option<&'static str>,
     /// MySQL: up to `$2` lock rows no execution took since `$1`.
     pub sweep_locks: Option<&'static str>,
     /// A staged key's lease, read after a takeover where writes return nothing.
     pub lease_of: &'static str,
-    /// An expired lease taken over (locked until; the key; the attempt seen; now), fencing
+    /// An expired lease taken over (locked until; the key; the reservation and attempt seen;
+    /// now), fencing
     /// out the attempt that had it; returns the lease where writes return rows.
     pub take_over: &'static str,
-    /// An attempt's lease renewed (locked until; the key; the attempt).
+    /// An attempt's lease renewed (locked until; the key; the reservation and attempt).
     pub renew: &'static str,
-    /// A step journaled (recovery point, journal, locked until; the key; the attempt).
+    /// A step journaled (recovery point, journal, locked until; the key; the reservation
+    /// and attempt).
     pub step: &'static str,
-    /// Completed (status, headers, body, completed, expires; the key; the attempt), its TTL
-    /// counted from now.
+    /// Completed (status, headers, body, completed, expires; the key; the reservation
+    /// and attempt).
     pub finish: &'static str,
-    /// The lease given back (locked until; the key; the attempt).
+    /// The lease given back (locked until; the key; the reservation and attempt).
     pub give_back: &'static str,
     /// Up to `$3` stuck keys of operation `$1` (processing, lease run out at `$2`, whatever
     /// `expires_at` says), oldest lease first.

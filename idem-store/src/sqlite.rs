@@ -14,7 +14,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on SQLite ([migrations](crate#migrations): no version 7).
-static MIGRATIONS: [Migration; 7] = [
+static MIGRATIONS: [Migration; 8] = [
     migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "sqlite/0002_staged.sql", "staged mode and the audit trail",
@@ -32,6 +32,8 @@ static MIGRATIONS: [Migration; 7] = [
         present: "SELECT count(doc) FROM idempotency_operations WHERE 1 = 0"),
     migration!(8, "sqlite/0008_audit_forced.sql", "forced operator actions in the audit trail",
         present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
+    migration!(9, "sqlite/0009_reservation.sql", "staged attempts fenced on their reservation",
+        present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
 ];
 
 /// Every statement SQLite is sent ([`Sql`] says what each does).

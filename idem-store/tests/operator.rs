@@ -9,7 +9,7 @@
 mod common;
 
 use bytes::Bytes;
-use idem_store::staged::{Ending, Reservation};
+use idem_store::staged::{Ending, Fence, Reservation};
 use idem_store::{
     Action, Actor, AuditFilter, Backend, Hazard, KeyRef, KeyRow, KeyStatus, KeyTable, StoreError,
     StoredResponse,
@@ -17,6 +17,17 @@ use idem_store::{
 use idem_testkit::conformance::put;
 use idem_testkit::harness::{HOUR, NOW, TestBackend};
 use serde_json::{Value, json};
+
+/// The reservation the staged keys here are reserved with.
+const RESERVATION: i64 = 7;
+
+/// Attempt `attempt` of [`RESERVATION`].
+fn at(attempt: i64) -> Fence {
+    Fence {
+        reservation: RESERVATION,
+        attempt,
+    }
+}
 
 /// When [`running`] reserves its keys.
 const CREATED: i64 = NOW - 1_000;
@@ -64,10 +75,11 @@ async fn running<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         expires_ms: CREATED + HOUR,
         locked_until_ms: LEASE,
         replace_expired: false,
+        id: RESERVATION,
     };
     assert!(DB::reserve(&mut conn, reservation).await.unwrap());
     assert!(
-        DB::journal(&mut conn, k, 1, "reserve", JOURNAL, LEASE)
+        DB::journal(&mut conn, k, at(1), "reserve", JOURNAL, LEASE)
             .await
             .unwrap()
     );
@@ -93,7 +105,7 @@ async fn finished<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         completed_ms: NOW,
         expires_ms: NOW + HOUR,
     };
-    assert!(DB::finish(&mut conn, k, 1, ending).await.unwrap());
+    assert!(DB::finish(&mut conn, k, at(1), ending).await.unwrap());
     drop(conn);
     let row = get(table, k, NOW).await;
     assert_eq!(row.status, KeyStatus::Completed);
@@ -166,20 +178,20 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
         let mut conn = table.pool().acquire().await.unwrap();
         match step {
             // The running attempt renews its lease...
-            "renew" => assert!(DB::renew(&mut conn, k, 1, LEASE + 4_000).await.unwrap()),
+            "renew" => assert!(DB::renew(&mut conn, k, at(1), LEASE + 4_000).await.unwrap()),
             // ... journals a step, its lease as it was...
             "journal" => assert!(
-                DB::journal(&mut conn, k, 1, "charge", JOURNAL, LEASE + 4_000)
+                DB::journal(&mut conn, k, at(1), "charge", JOURNAL, LEASE + 4_000)
                     .await
                     .unwrap()
             ),
             // ... a retry takes it over once the lease ran out, the lease as it was...
             "take over" => {
-                let lease = DB::take_over(&mut conn, k, 1, LEASE + 4_000, LEASE + 4_000)
+                let lease = DB::take_over(&mut conn, k, at(1), LEASE + 4_000, LEASE + 4_000)
                     .await
                     .unwrap()
                     .unwrap();
-                assert_eq!(lease.attempt, 2);
+                assert_eq!(lease.fence.attempt, 2);
             }
             // ... and completes it...
             "finish" => {
@@ -190,7 +202,7 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
                     completed_ms: NOW,
                     expires_ms: NOW + HOUR,
                 };
-                assert!(DB::finish(&mut conn, k, 2, ending).await.unwrap());
+                assert!(DB::finish(&mut conn, k, at(2), ending).await.unwrap());
             }
             // ... and another operator expires it.
             _ => {
@@ -455,10 +467,11 @@ async fn journals_are_objects<DB: TestBackend>() {
             expires_ms: CREATED + HOUR,
             locked_until_ms: LEASE,
             replace_expired: false,
+            id: RESERVATION,
         };
         assert!(DB::reserve(&mut conn, reservation).await.unwrap());
         assert!(
-            DB::journal(&mut conn, k, 1, "b", journal, LEASE)
+            DB::journal(&mut conn, k, at(1), "b", journal, LEASE)
                 .await
                 .unwrap()
         );

@@ -51,6 +51,7 @@ async fn parameters_become_typed_literals() {
         expires_ms: NOW + HOUR,
         locked_until_ms: NOW + HOUR,
         replace_expired: false,
+        id: 7,
     };
     assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
     drop(conn);
@@ -179,6 +180,7 @@ async fn long_values_are_written_whole() {
         expires_ms: NOW + HOUR,
         locked_until_ms: NOW - 1,
         replace_expired: false,
+        id: 7,
     };
     assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
     drop(conn);

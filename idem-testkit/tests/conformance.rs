@@ -31,6 +31,7 @@ idem_testkit::on_every_store!(
     reserve_replacing_an_expired_key,
     lease_takeover_and_renewal,
     journal_and_finish_are_fenced,
+    a_deleted_reservation_writes_nothing_into_the_next,
     release_hands_the_key_on,
     journal_commits_with_the_transaction,
     stuck_keys_of_an_operation,

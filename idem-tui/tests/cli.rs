@@ -516,17 +516,25 @@ async fn actions_are_fenced_and_audited<DB: TestBackend>() {
     );
 
     // Forced, releasing the running attempt fences it out: its last write is refused.
-    let released = s
-        .run(&with(
-            &["keys", "release"],
-            pay("s-running"),
-            &["--reason", "hung", "--force", "--json"],
-        ))
-        .code(0)
-        .json();
+    // The tool says what forcing risks before it acts, and in --json.
+    let released = s.run(&with(
+        &["keys", "release"],
+        pay("s-running"),
+        &["--reason", "hung", "--force", "--json"],
+    ));
+    assert!(
+        released
+            .stderr
+            .contains("warning: forcing release: an attempt is running"),
+        "{}",
+        released.stderr
+    );
+    let released = released.code(0).json();
     assert_eq!(released["before"]["status"], "processing");
     assert_eq!(released["after"]["attempt"], 2);
     assert_eq!(released["forced"], true);
+    let risk = released["risk"].as_str().unwrap();
+    assert!(risk.contains("no record of it in the key"), "{risk}");
     assert!(s.finish_running().await.is_err(), "fenced out");
     let row = s.row("tenant:acme", "pay:v1", "s-running").await.unwrap();
     assert_eq!((row.status, row.attempt), (KeyStatus::Stuck, 2));
@@ -553,6 +561,18 @@ async fn actions_are_fenced_and_audited<DB: TestBackend>() {
         deleted.stdout.starts_with("delete (forced)"),
         "{}",
         deleted.stdout
+    );
+    assert!(
+        deleted
+            .stdout
+            .contains("forced over: the key completed in staged mode"),
+        "{}",
+        deleted.stdout
+    );
+    assert!(
+        deleted.stderr.contains("a second charge"),
+        "{}",
+        deleted.stderr
     );
     assert!(s.row("tenant:acme", "pay:v1", "s-done").await.is_none());
 

@@ -224,6 +224,38 @@ impl Db {
     }
 }
 
+impl Db {
+    /// `idem keys delete --force` of the key `key` (any scope, operation), through the store's
+    /// operator action as the tool calls it: audited, forced over a live lease.
+    pub async fn force_delete(&self, key: &str) {
+        match &self.pool {
+            Pool::Pg(p) => force_delete(p, key).await,
+            Pool::Lite(p) => force_delete(p, key).await,
+            Pool::My(p) => force_delete(p, key).await,
+        }
+    }
+}
+
+async fn force_delete<DB: Backend>(pool: &sqlx::Pool<DB>, key: &str) {
+    use idem_runtime::store::{Action, Actor, KeyFilter, KeyTable};
+    let table = KeyTable::new(pool.clone());
+    use idem_runtime::clock::Clock as _;
+    let now = idem_runtime::clock::SystemClock.now_millis();
+    let page = table.list(&KeyFilter::new(), now).await.unwrap();
+    let row = page
+        .keys
+        .into_iter()
+        .find(|row| row.key == key)
+        .unwrap_or_else(|| panic!("no key {key}"));
+    let by = Actor::new("test-operator")
+        .reason("forced in a test")
+        .force();
+    table
+        .act(row.key_ref(), &row, &Action::Delete, &by, now)
+        .await
+        .unwrap();
+}
+
 /// One server process: `orders` unless started with [`Server::spawn`].
 pub struct Server {
     child: Child,

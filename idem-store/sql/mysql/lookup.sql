@@ -1,5 +1,5 @@
 SELECT fingerprint, status, response_status, response_headers, response_body,
     (TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at) DIV 1000), (TIMESTAMPDIFF(MICROSECOND,
-    '1970-01-01', locked_until) DIV 1000), attempt
+    '1970-01-01', locked_until) DIV 1000), attempt, reservation
 FROM idempotency_keys
 WHERE scope = ? AND operation = ? AND idempotency_key = ?

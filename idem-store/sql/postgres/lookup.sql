@@ -1,4 +1,5 @@
 SELECT fingerprint, status, response_status, response_headers, response_body, (extract(epoch FROM
-    expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt
+    expires_at) * 1000)::int8, (extract(epoch FROM locked_until) * 1000)::int8, attempt,
+    reservation
 FROM idempotency_keys
 WHERE scope = $1 AND operation = $2 AND idempotency_key = $3

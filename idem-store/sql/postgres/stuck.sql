@@ -1,4 +1,4 @@
-SELECT scope, operation, idempotency_key, attempt
+SELECT scope, operation, idempotency_key, attempt, reservation
 FROM idempotency_keys
 WHERE (scope, operation, idempotency_key) IN (SELECT scope, operation, idempotency_key FROM
     idempotency_processing WHERE operation = $1) AND status = 'processing' AND operation = $2 AND

@@ -1,5 +1,6 @@
 UPDATE idempotency_keys
 SET attempt = attempt + 1, locked_until = to_timestamp(($1)::float8 / 1000)
-WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing' AND attempt =
-    $5 AND (locked_until IS NULL OR locked_until <= to_timestamp(($6)::float8 / 1000))
+WHERE scope = $2 AND operation = $3 AND idempotency_key = $4 AND status = 'processing'
+    AND reservation = $5 AND attempt = $6
+    AND (locked_until IS NULL OR locked_until <= to_timestamp(($7)::float8 / 1000))
 RETURNING attempt, journal, request, fingerprint

@@ -1,5 +1,5 @@
 UPDATE idempotency_keys
 SET recovery_point = $1, journal = $2, locked_until = strftime('%Y-%m-%d %H:%M:%f', $3 / 1000.0,
     'unixepoch')
-WHERE scope = $4 AND operation = $5 AND idempotency_key = $6 AND status = 'processing' AND attempt =
-    $7
+WHERE scope = $4 AND operation = $5 AND idempotency_key = $6 AND status = 'processing'
+    AND reservation = $7 AND attempt = $8

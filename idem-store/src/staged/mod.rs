@@ -1,8 +1,9 @@
 //! Staged mode's statements: reserve a key with a lease, take an expired lease over, renew
 //! it, journal a step, finish, release; and find stuck keys.
 //!
-//! Every write of an attempt is fenced by its number ([the key table](crate#the-key-table)):
-//! it answers `false`, changing nothing, once the attempt moved on. The runtime composes these
+//! Every write of an attempt is fenced by its [`Fence`] ([the key table](crate#the-key-table)):
+//! it answers `false`, changing nothing, once the attempt moved on or the reservation it
+//! belongs to is gone (an operator deleted the key, and a new request reserved it again). The runtime composes these
 //! in `idem_runtime::staged`; operators act on the same rows through [`crate::KeyTable::act`].
 
 use crate::key::KeyRef;
@@ -26,13 +27,29 @@ pub struct Reservation<'a> {
     /// Replace a completed row that had expired by [`Reservation::created_ms`] (an operation
     /// that runs expired keys again), as [`crate::Backend::reserve`] says.
     pub replace_expired: bool,
+    /// This reservation's identity (the `reservation` column): random, never 0, the same for
+    /// every attempt at it ([`Fence::reservation`]).
+    pub id: i64,
+}
+
+/// What fences an attempt's writes: the reservation it runs and its number. A write
+/// changes the row only while both are still the row's: a takeover moves the number on,
+/// and a key deleted and reserved again has another reservation (whose attempt numbers
+/// start at 1 again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fence {
+    /// The `reservation` column ([`Reservation::id`]; 0 for rows reserved before it
+    /// existed).
+    pub reservation: i64,
+    /// The `attempt` column: 1 for the first attempt, one more at every takeover.
+    pub attempt: i64,
 }
 
 /// An attempt's hold on a staged key: what [`crate::Backend::take_over`] returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// The attempt's fencing number.
-    pub attempt: i64,
+    /// The attempt's identity.
+    pub fence: Fence,
     /// The journal so far: a JSON object from step name to result (`None`: no step yet).
     pub journal: Option<String>,
     /// The request the key was reserved with (JSON).
@@ -51,7 +68,7 @@ pub struct StuckKey {
     /// The client's key.
     pub key: String,
     /// The attempt that held it.
-    pub attempt: i64,
+    pub fence: Fence,
 }
 
 impl StuckKey {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use idem_store::sqlx::Pool;
+use idem_store::staged::Fence;
 use idem_store::{Backend, KeyRef, KeyTable, NewRow, StoredResponse, TxSettings};
 
 use crate::harness::TestBackend;
@@ -64,6 +65,17 @@ pub(crate) async fn fresh<DB: TestBackend>() -> KeyTable<DB> {
 }
 
 /// A key of scope `global` and operation `op:v1`.
+/// The reservation id the cases reserve staged keys with.
+pub(crate) const RESERVATION: i64 = 7;
+
+/// Attempt `attempt` of [`RESERVATION`].
+pub(crate) fn at(attempt: i64) -> Fence {
+    Fence {
+        reservation: RESERVATION,
+        attempt,
+    }
+}
+
 pub(crate) fn key(key: &str) -> KeyRef<'_> {
     KeyRef {
         scope: "global",

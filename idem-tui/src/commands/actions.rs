@@ -99,8 +99,17 @@ async fn perform(
     if let Some(reason) = &args.reason {
         actor = actor.reason(reason.clone());
     }
+    // What forcing risks, said before acting (and in the report).
+    let risk = args
+        .force
+        .then(|| action.hazard(&row))
+        .flatten()
+        .map(|hazard| hazard.risk());
     if args.force {
         actor = actor.force();
+    }
+    if let Some(risk) = &risk {
+        eprintln!("warning: forcing {}: {risk}", action.name());
     }
     let acted = context
         .db
@@ -117,6 +126,7 @@ async fn perform(
         "operator": context.operator,
         "reason": args.reason,
         "forced": acted.forced,
+        "risk": risk,
     });
     let mut text = format!(
         "{}{}: {} (audit #{}, by {})\n\nbefore:\n{}",
@@ -130,6 +140,9 @@ async fn perform(
     match &acted.after {
         Some(after) => text.push_str(&format!("\nafter:\n{}", row_text(after, now))),
         None => text.push_str("\nafter: deleted\n"),
+    }
+    if let (Some(risk), true) = (&risk, acted.forced) {
+        text.push_str(&format!("\nforced over: {risk}\n"));
     }
     Ok(Report { json, text })
 }

@@ -13,7 +13,7 @@ use idem_store::{
 };
 
 use crate::conformance::sql::ConformanceSql;
-use crate::conformance::support::{Must as _, fresh, key, put};
+use crate::conformance::support::{Must as _, RESERVATION, at, fresh, key, put};
 use crate::harness::{HOUR, NOW};
 
 /// A staged key reserved 30 hours ago with a TTL of a day (its `expires_at` six hours
@@ -31,6 +31,7 @@ async fn overdue<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, lease_ms: i64) {
             expires_ms: NOW - 6 * HOUR,
             locked_until_ms: lease_ms,
             replace_expired: false,
+            id: RESERVATION,
         },
     )
     .await
@@ -117,17 +118,17 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
         .collect::<Vec<_>>();
     assert_eq!(stuck, ["stuck"], "Backend::stuck");
     assert_eq!(
-        DB::take_over(&mut conn, key("live"), 1, NOW, NOW + 30_000)
+        DB::take_over(&mut conn, key("live"), at(1), NOW, NOW + 30_000)
             .await
             .must("take_over"),
         None,
         "a takeover of a live lease past expires_at"
     );
-    let lease = DB::take_over(&mut conn, key("stuck"), 1, NOW, NOW + 30_000)
+    let lease = DB::take_over(&mut conn, key("stuck"), at(1), NOW, NOW + 30_000)
         .await
         .must("take_over")
         .must("taking over a stuck key past its expires_at");
-    assert_eq!(lease.attempt, 2, "the attempt that resumes it");
+    assert_eq!(lease.fence.attempt, 2, "the attempt that resumes it");
     let row = table
         .get(key("stuck"), NOW)
         .await
@@ -173,6 +174,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
         expires_ms: NOW + HOUR,
         locked_until_ms: NOW + 30_000,
         replace_expired: true,
+        id: RESERVATION,
     };
     let inserting = |k| NewRow {
         key: k,
@@ -242,7 +244,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
     let k = key("stuck");
     overdue(table.pool(), k, NOW - 1_000).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let lease = DB::take_over(&mut conn, k, 1, NOW, NOW + 30_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW, NOW + 30_000)
         .await
         .must("take_over")
         .must("resuming the stuck key");
@@ -254,7 +256,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
         expires_ms: NOW + 1_000 + 24 * HOUR,
     };
     assert!(
-        DB::finish(&mut conn, k, lease.attempt, ending)
+        DB::finish(&mut conn, k, lease.fence, ending)
             .await
             .must("finish"),
         "finishing the resumed key"

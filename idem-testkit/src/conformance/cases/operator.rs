@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::staged::{JOURNAL, staged_key};
 use crate::conformance::sql::ConformanceSql;
-use crate::conformance::support::{Must as _, fresh, settings};
+use crate::conformance::support::{Must as _, RESERVATION, at, fresh, settings};
 use crate::harness::{HOUR, NOW};
 
 fn key(key: &str) -> KeyRef<'_> {
@@ -49,7 +49,7 @@ async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    DB::take_over(&mut conn, k, seen.attempt, lease, lease)
+    DB::take_over(&mut conn, k, at(seen.attempt), lease, lease)
         .await
         .must("take_over")
         .must("taking the key over");
@@ -59,7 +59,7 @@ async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
 async fn renew_lease<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, until_ms: i64) {
     let seen = row(table, k, NOW).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let renewed = DB::renew(&mut conn, k, seen.attempt, until_ms)
+    let renewed = DB::renew(&mut conn, k, at(seen.attempt), until_ms)
         .await
         .must("renew");
     assert!(renewed, "renewing the running attempt's lease");
@@ -70,7 +70,7 @@ async fn journal_step<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, step: &s
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let journaled = DB::journal(&mut conn, k, seen.attempt, step, JOURNAL, lease)
+    let journaled = DB::journal(&mut conn, k, at(seen.attempt), step, JOURNAL, lease)
         .await
         .must("journal");
     assert!(journaled, "journaling the running attempt");
@@ -598,19 +598,19 @@ async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt
         completed_ms: NOW + 1,
         expires_ms: NOW + 1 + HOUR,
     };
-    let journal = DB::journal(&mut conn, k, attempt, "ship", JOURNAL, NOW + 60_000)
+    let journal = DB::journal(&mut conn, k, at(attempt), "ship", JOURNAL, NOW + 60_000)
         .await
         .must("journal");
     assert!(!journal, "{}: a fenced attempt journaled a step", k.key);
-    let renewed = DB::renew(&mut conn, k, attempt, NOW + 60_000)
+    let renewed = DB::renew(&mut conn, k, at(attempt), NOW + 60_000)
         .await
         .must("renew");
     assert!(!renewed, "{}: a fenced attempt renewed its lease", k.key);
-    let released = DB::release(&mut conn, k, attempt, NOW + 1)
+    let released = DB::release(&mut conn, k, at(attempt), NOW + 1)
         .await
         .must("release");
     assert!(!released, "{}: a fenced attempt released the key", k.key);
-    let finished = DB::finish(&mut conn, k, attempt, ending)
+    let finished = DB::finish(&mut conn, k, at(attempt), ending)
         .await
         .must("finish");
     assert!(!finished, "{}: a fenced attempt finished the key", k.key);
@@ -747,7 +747,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>() {
         expires_ms: NOW - 10 + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, staged, 1, ending)
+        DB::finish(&mut conn, staged, at(1), ending)
             .await
             .must("finish")
     );
@@ -1123,6 +1123,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
                 expires_ms,
                 locked_until_ms: NOW + 30_000,
                 replace_expired: false,
+                id: RESERVATION,
             },
         )
         .await
@@ -1151,7 +1152,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
         expires_ms: NOW + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, key("pr-finish"), 1, ending)
+        DB::finish(&mut conn, key("pr-finish"), at(1), ending)
             .await
             .must("the store")
     );
@@ -1195,6 +1196,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
             expires_ms: NOW + HOUR,
             locked_until_ms: NOW + 30_000,
             replace_expired: true,
+            id: RESERVATION,
         },
     )
     .await

@@ -14,7 +14,9 @@ use idem_store::{
 };
 
 use crate::conformance::sql::ConformanceSql;
-use crate::conformance::support::{HEADERS, Must as _, connect, fresh, key, put, settings};
+use crate::conformance::support::{
+    HEADERS, Must as _, RESERVATION, connect, fresh, key, put, settings,
+};
 use crate::harness::{HOUR, NOW};
 
 /// A completed row of `key`, created at `created_ms`.
@@ -129,7 +131,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
         stored.locked_until_ms, None,
         "locked_until of an atomic row"
     );
-    assert_eq!(stored.attempt, 0, "attempt of an atomic row");
+    assert_eq!(stored.fence.attempt, 0, "attempt of an atomic row");
     let response = stored.response.must("the stored response");
     assert_eq!(response.status, 201, "response status");
     assert_eq!(response.body.as_ref(), b"{\"id\":1}", "response body");
@@ -190,6 +192,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
             expires_ms: NOW + HOUR,
             locked_until_ms: NOW + 30_000,
             replace_expired: false,
+            id: RESERVATION,
         },
     )
     .await
@@ -206,7 +209,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     );
     assert_eq!(stored.response, None, "response of a reserved key");
     assert_eq!(stored.locked_until_ms, Some(NOW + 30_000), "lease");
-    assert_eq!(stored.attempt, 1, "attempt of a reserved key");
+    assert_eq!(stored.fence.attempt, 1, "attempt of a reserved key");
     assert_eq!(stored.fingerprint, [3; 32], "fingerprint of a reserved key");
 }
 

@@ -2,13 +2,13 @@
 //! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
 
 use idem_store::sqlx::{Connection as _, Pool};
-use idem_store::staged::{Ending, Lease, Reservation, StuckKey};
+use idem_store::staged::{Ending, Fence, Lease, Reservation, StuckKey};
 use idem_store::{
     Backend, KeyRef, KeyStatus, Outbox, OutboxMessage, StoredResponse, StoredStatus, enqueue,
 };
 
 use crate::conformance::sql::ConformanceSql;
-use crate::conformance::support::{Must as _, fresh, key, put};
+use crate::conformance::support::{Must as _, RESERVATION, at, fresh, key, put};
 use crate::harness::{HOUR, NOW};
 
 /// The journal [`staged_key`] records: two steps.
@@ -25,6 +25,7 @@ fn reservation(key: KeyRef<'_>, created_ms: i64, locked_until_ms: i64) -> Reserv
         expires_ms: created_ms + 24 * HOUR,
         locked_until_ms,
         replace_expired: false,
+        id: RESERVATION,
     }
 }
 
@@ -44,13 +45,17 @@ pub(crate) async fn staged_key<DB: Backend>(
         .must("reserve");
     assert!(reserved, "reserving the free key {}", key.key);
     for seen in 1..attempt {
-        let lease = DB::take_over(&mut conn, key, seen, created_ms, created_ms)
+        let lease = DB::take_over(&mut conn, key, at(seen), created_ms, created_ms)
             .await
             .must("take_over")
             .must("taking over an expired lease");
-        assert_eq!(lease.attempt, seen + 1, "the attempt after a takeover");
+        assert_eq!(
+            lease.fence.attempt,
+            seen + 1,
+            "the attempt after a takeover"
+        );
     }
-    let journaled = DB::journal(&mut conn, key, attempt, "charge", JOURNAL, lease_ms)
+    let journaled = DB::journal(&mut conn, key, at(attempt), "charge", JOURNAL, lease_ms)
         .await
         .must("journal");
     assert!(journaled, "journaling the running attempt");
@@ -104,6 +109,7 @@ pub async fn reserve_once<DB: ConformanceSql>() {
             created_ms: NOW + 1,
             locked_until_ms: NOW + 60_000,
             replace_expired,
+            id: RESERVATION,
             ..first
         };
         assert!(
@@ -140,6 +146,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         expires_ms: NOW + HOUR,
         locked_until_ms: NOW + 30_000,
         replace_expired: true,
+        id: RESERVATION,
         key,
     };
     assert!(
@@ -224,19 +231,19 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
             .must("reserve")
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, 1, NOW + 29_999, NOW + 60_000)
+        DB::take_over(&mut conn, k, at(1), NOW + 29_999, NOW + 60_000)
             .await
             .must("take_over"),
         None,
         "a takeover while the lease runs"
     );
-    let lease = DB::take_over(&mut conn, k, 1, NOW + 30_000, NOW + 60_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 30_000, NOW + 60_000)
         .await
         .must("take_over");
     assert_eq!(
         lease,
         Some(Lease {
-            attempt: 2,
+            fence: at(2),
             journal: None,
             request: Some(REQUEST.to_owned()),
             fingerprint: vec![0x0a, 0x0b],
@@ -244,20 +251,20 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "a takeover once the lease ran out"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, 1, NOW + 90_000, NOW + 120_000)
+        DB::take_over(&mut conn, k, at(1), NOW + 90_000, NOW + 120_000)
             .await
             .must("take_over"),
         None,
         "a takeover with a stale attempt number"
     );
     assert!(
-        !DB::renew(&mut conn, k, 1, NOW + 120_000)
+        !DB::renew(&mut conn, k, at(1), NOW + 120_000)
             .await
             .must("renew"),
         "the fenced-out attempt renewed its lease"
     );
     assert!(
-        DB::renew(&mut conn, k, 2, NOW + 120_000)
+        DB::renew(&mut conn, k, at(2), NOW + 120_000)
             .await
             .must("renew"),
         "the running attempt could not renew its lease"
@@ -269,23 +276,23 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "attempt and lease"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, 2, NOW + 90_000, NOW + 150_000)
+        DB::take_over(&mut conn, k, at(2), NOW + 90_000, NOW + 150_000)
             .await
             .must("take_over"),
         None,
         "a takeover of a renewed lease"
     );
     assert!(
-        DB::journal(&mut conn, k, 2, "charge", JOURNAL, NOW + 130_000)
+        DB::journal(&mut conn, k, at(2), "charge", JOURNAL, NOW + 130_000)
             .await
             .must("journal"),
         "journaling the running attempt"
     );
-    let lease = DB::take_over(&mut conn, k, 2, NOW + 130_000, NOW + 200_000)
+    let lease = DB::take_over(&mut conn, k, at(2), NOW + 130_000, NOW + 200_000)
         .await
         .must("take_over")
         .must("a takeover after the journaled lease ran out");
-    assert_eq!(lease.attempt, 3, "attempt");
+    assert_eq!(lease.fence.attempt, 3, "attempt");
     assert_eq!(
         lease.journal.as_deref(),
         Some(JOURNAL),
@@ -308,7 +315,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     );
     let first_step = r#"{"reserve":{"hold":"h-1"}}"#;
     assert!(
-        DB::journal(&mut conn, k, 1, "reserve", first_step, NOW + 40_000)
+        DB::journal(&mut conn, k, at(1), "reserve", first_step, NOW + 40_000)
             .await
             .must("journal"),
         "journaling the running attempt"
@@ -337,7 +344,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     );
 
     // A takeover fences attempt 1 out.
-    let lease = DB::take_over(&mut conn, k, 1, NOW + 40_000, NOW + 70_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 40_000, NOW + 70_000)
         .await
         .must("take_over")
         .must("a takeover once the lease ran out");
@@ -347,7 +354,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         "the journal taken over"
     );
     assert!(
-        !DB::journal(&mut conn, k, 1, "charge", JOURNAL, NOW + 99_000)
+        !DB::journal(&mut conn, k, at(1), "charge", JOURNAL, NOW + 99_000)
             .await
             .must("journal"),
         "the fenced-out attempt journaled"
@@ -360,7 +367,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         expires_ms: NOW + 50_000 + 24 * HOUR,
     };
     assert!(
-        !DB::finish(&mut conn, k, 1, ending).await.must("finish"),
+        !DB::finish(&mut conn, k, at(1), ending).await.must("finish"),
         "the fenced-out attempt finished the key"
     );
     let row = table.get(k, NOW).await.must("get").must("the key");
@@ -372,7 +379,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     assert_eq!(row.status, KeyStatus::Processing, "the fenced-out finish");
 
     assert!(
-        DB::finish(&mut conn, k, 2, ending).await.must("finish"),
+        DB::finish(&mut conn, k, at(2), ending).await.must("finish"),
         "finishing the key"
     );
     let row = table.get(k, NOW).await.must("get").must("the key");
@@ -412,25 +419,27 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
 
     // A completed key takes no staged write at all.
     assert!(
-        !DB::journal(&mut conn, k, 2, "late", "{}", NOW + HOUR)
+        !DB::journal(&mut conn, k, at(2), "late", "{}", NOW + HOUR)
             .await
             .must("journal"),
         "journal after finish"
     );
     assert!(
-        !DB::renew(&mut conn, k, 2, NOW + HOUR).await.must("renew"),
+        !DB::renew(&mut conn, k, at(2), NOW + HOUR)
+            .await
+            .must("renew"),
         "renew after finish"
     );
     assert!(
-        !DB::release(&mut conn, k, 2, NOW).await.must("release"),
+        !DB::release(&mut conn, k, at(2), NOW).await.must("release"),
         "release after finish"
     );
     assert!(
-        !DB::finish(&mut conn, k, 2, ending).await.must("finish"),
+        !DB::finish(&mut conn, k, at(2), ending).await.must("finish"),
         "finish after finish"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, 2, NOW + HOUR, NOW + 2 * HOUR)
+        DB::take_over(&mut conn, k, at(2), NOW + HOUR, NOW + 2 * HOUR)
             .await
             .must("take_over"),
         None,
@@ -440,6 +449,107 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         table.get(k, NOW).await.must("get").as_ref(),
         Some(&row),
         "the finished row"
+    );
+}
+
+/// A key an operator deleted while its attempt ran, then reserved again by a new request:
+/// the new row starts again at attempt 1, and every write of the deleted reservation's
+/// attempt 1 — journal, renew, release, finish, takeover — finds another reservation and
+/// changes nothing. The new reservation's own attempt writes as usual, and its id is what a
+/// lookup reads.
+pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
+    let mut conn = table.pool().acquire().await.must("acquiring a connection");
+    let k = key("k");
+    assert!(
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+            .await
+            .must("reserve")
+    );
+    let row = table.get(k, NOW).await.must("get").must("the key");
+    let forced = idem_store::Actor::new("ops").force();
+    table
+        .act(k, &row, &idem_store::Action::Delete, &forced, NOW + 1)
+        .await
+        .must("a forced delete of a running key");
+    let next = Reservation {
+        id: RESERVATION + 1,
+        fingerprint: &[0x0c],
+        ..reservation(k, NOW + 2, NOW + 30_000)
+    };
+    assert!(DB::reserve(&mut conn, next).await.must("reserve again"));
+    let new = Fence {
+        reservation: RESERVATION + 1,
+        attempt: 1,
+    };
+    let stored = DB::lookup(&mut conn, k)
+        .await
+        .must("lookup")
+        .must("the key");
+    assert_eq!(stored.fence, new, "the new reservation's fence");
+
+    let old = at(1);
+    assert!(
+        !DB::journal(&mut conn, k, old, "charge", JOURNAL, NOW + HOUR)
+            .await
+            .must("journal"),
+        "the deleted reservation's journal"
+    );
+    assert!(
+        !DB::renew(&mut conn, k, old, NOW + HOUR).await.must("renew"),
+        "the deleted reservation's renew"
+    );
+    assert!(
+        !DB::release(&mut conn, k, old, NOW + 3)
+            .await
+            .must("release"),
+        "the deleted reservation's release"
+    );
+    let ending = Ending {
+        status: 201,
+        headers_json: "[]",
+        body: b"old",
+        completed_ms: NOW + 4,
+        expires_ms: NOW + HOUR,
+    };
+    assert!(
+        !DB::finish(&mut conn, k, old, ending).await.must("finish"),
+        "the deleted reservation's finish"
+    );
+    assert_eq!(
+        DB::take_over(&mut conn, k, old, NOW + HOUR, NOW + 2 * HOUR)
+            .await
+            .must("take_over"),
+        None,
+        "a takeover of the deleted reservation"
+    );
+    let row = table.get(k, NOW + 5).await.must("get").must("the key");
+    assert_eq!(
+        row.status,
+        KeyStatus::Processing,
+        "the new reservation's status"
+    );
+    assert_eq!(row.fingerprint, [0x0c], "the new reservation's fingerprint");
+    assert_eq!(row.recovery_point, None, "the new reservation's journal");
+    assert_eq!(
+        row.locked_until_ms,
+        Some(NOW + 30_000),
+        "the new reservation's lease"
+    );
+
+    let ending = Ending {
+        body: b"new",
+        ..ending
+    };
+    assert!(
+        DB::finish(&mut conn, k, new, ending).await.must("finish"),
+        "the new reservation finishes"
+    );
+    let row = table.get(k, NOW + 5).await.must("get").must("the key");
+    assert_eq!(
+        row.response.map(|r| r.body),
+        Some(bytes::Bytes::from_static(b"new")),
+        "the new reservation's response"
     );
 }
 
@@ -456,11 +566,11 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
             .must("reserve")
     );
     assert!(
-        !DB::release(&mut conn, k, 2, NOW).await.must("release"),
+        !DB::release(&mut conn, k, at(2), NOW).await.must("release"),
         "an attempt that never ran released the key"
     );
     assert!(
-        DB::release(&mut conn, k, 1, NOW + 1_000)
+        DB::release(&mut conn, k, at(1), NOW + 1_000)
             .await
             .must("release"),
         "the running attempt could not release"
@@ -473,13 +583,13 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
         "lease after release"
     );
     assert_eq!(row.attempt, 1, "attempt after release");
-    let lease = DB::take_over(&mut conn, k, 1, NOW + 1_000, NOW + 31_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 1_000, NOW + 31_000)
         .await
         .must("take_over")
         .must("taking over a released key");
-    assert_eq!(lease.attempt, 2, "the next attempt");
+    assert_eq!(lease.fence.attempt, 2, "the next attempt");
     assert!(
-        !DB::release(&mut conn, k, 1, NOW + 2_000)
+        !DB::release(&mut conn, k, at(1), NOW + 2_000)
             .await
             .must("release"),
         "the fenced-out attempt released"
@@ -515,16 +625,16 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     let mut prober = pool.acquire().await.must("acquiring a connection");
     let mut third = pool.acquire().await.must("acquiring a connection");
     assert!(
-        DB::hold(&mut owner, ns, k, 1).await.must("hold"),
+        DB::hold(&mut owner, ns, k, at(1)).await.must("hold"),
         "holding a free attempt"
     );
     if !DB::HOLDS {
         assert!(
-            DB::hold(&mut prober, ns, k, 1).await.must("hold"),
+            DB::hold(&mut prober, ns, k, at(1)).await.must("hold"),
             "a backend without holds refused one"
         );
         assert!(
-            !DB::owner_gone(&mut prober, ns, k, 7)
+            !DB::owner_gone(&mut prober, ns, k, at(7))
                 .await
                 .must("owner_gone"),
             "a backend without holds proved an owner gone"
@@ -532,17 +642,17 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
         return;
     }
     assert!(
-        !DB::hold(&mut prober, ns, k, 1).await.must("hold"),
+        !DB::hold(&mut prober, ns, k, at(1)).await.must("hold"),
         "a second session held a held attempt"
     );
     assert!(
-        !DB::owner_gone(&mut prober, ns, k, 1)
+        !DB::owner_gone(&mut prober, ns, k, at(1))
             .await
             .must("owner_gone"),
         "the owner of a held attempt was found gone"
     );
     assert!(
-        DB::hold(&mut prober, ns, k, 2).await.must("hold"),
+        DB::hold(&mut prober, ns, k, at(2)).await.must("hold"),
         "the next attempt's hold waited for the attempt it replaces"
     );
     // The key's transaction lock (the atomic protocol's) is another lock.
@@ -558,36 +668,36 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
         "a hold took the key's transaction lock"
     );
     assert!(
-        !DB::hold(&mut third, ns, k, 2).await.must("hold"),
+        !DB::hold(&mut third, ns, k, at(2)).await.must("hold"),
         "attempt 2 held twice"
     );
     // One attempt per session: holding another lets go of attempt 2.
     assert!(
-        DB::hold(&mut prober, ns, other, 1).await.must("hold"),
+        DB::hold(&mut prober, ns, other, at(1)).await.must("hold"),
         "another key's hold was refused"
     );
     assert!(
-        DB::hold(&mut third, ns, k, 2).await.must("hold"),
+        DB::hold(&mut third, ns, k, at(2)).await.must("hold"),
         "a session kept its earlier hold"
     );
-    assert!(DB::let_go(&mut owner, ns, k, 1).await.must("let_go"));
+    assert!(DB::let_go(&mut owner, ns, k, at(1)).await.must("let_go"));
     assert!(
-        !DB::let_go(&mut owner, ns, k, 1).await.must("let_go"),
+        !DB::let_go(&mut owner, ns, k, at(1)).await.must("let_go"),
         "letting go twice"
     );
     assert!(
-        DB::owner_gone(&mut prober, ns, k, 1)
+        DB::owner_gone(&mut prober, ns, k, at(1))
             .await
             .must("owner_gone"),
         "an attempt let go still had an owner"
     );
     // The probe held nothing after it, not even the prober's earlier hold.
     assert!(
-        DB::hold(&mut owner, ns, k, 1).await.must("hold"),
+        DB::hold(&mut owner, ns, k, at(1)).await.must("hold"),
         "the probe kept the attempt held"
     );
     assert!(
-        DB::owner_gone(&mut owner, ns, other, 1)
+        DB::owner_gone(&mut owner, ns, other, at(1))
             .await
             .must("owner_gone"),
         "the probe kept the prober's earlier hold"
@@ -597,7 +707,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     third.detach().close().await.must("closing the connection");
     let mut gone = false;
     for _ in 0..250 {
-        gone = DB::owner_gone(&mut prober, ns, k, 2)
+        gone = DB::owner_gone(&mut prober, ns, k, at(2))
             .await
             .must("owner_gone");
         if gone {
@@ -639,11 +749,13 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
         return;
     }
     assert!(
-        !DB::owner_gone(&mut two, ns, a, 1).await.must("owner_gone"),
+        !DB::owner_gone(&mut two, ns, a, at(1))
+            .await
+            .must("owner_gone"),
         "the reservation's hold was not taken"
     );
     // Another session holds b's attempt 1: b is not reserved.
-    assert!(DB::hold(&mut two, ns, b, 1).await.must("hold"));
+    assert!(DB::hold(&mut two, ns, b, at(1)).await.must("hold"));
     assert_eq!(
         DB::reserve_held(&mut one, ns, reservation(b, NOW, NOW + 30_000))
             .await
@@ -654,7 +766,9 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
     assert!(table.get(b, NOW).await.must("get").is_none(), "b's row");
     // (And `one` let go of a's hold in that round trip.)
     assert!(
-        DB::owner_gone(&mut two, ns, a, 1).await.must("owner_gone"),
+        DB::owner_gone(&mut two, ns, a, at(1))
+            .await
+            .must("owner_gone"),
         "the earlier hold outlived the next"
     );
 }
@@ -682,7 +796,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
         assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
         let journal = format!("{{\"{step}\":true}}");
         assert!(
-            DB::journal(&mut *tx, k, 1, step, &journal, NOW + 30_000)
+            DB::journal(&mut *tx, k, at(1), step, &journal, NOW + 30_000)
                 .await
                 .must("journal"),
             "journaling in a transaction"
@@ -738,7 +852,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     let names = |stuck: Vec<StuckKey>| {
         stuck
             .into_iter()
-            .map(|s| (s.scope, s.operation, s.key, s.attempt))
+            .map(|s| (s.scope, s.operation, s.key, s.fence.attempt))
             .collect::<Vec<_>>()
     };
     let at = |k: &str| ("global".to_owned(), "op:v1".to_owned(), k.to_owned(), 1);

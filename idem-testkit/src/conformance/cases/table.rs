@@ -11,7 +11,7 @@ use idem_store::{
 };
 
 use crate::conformance::sql::ConformanceSql;
-use crate::conformance::support::{Must as _, fresh, put, settings};
+use crate::conformance::support::{Must as _, RESERVATION, fresh, put, settings};
 use crate::harness::{HOUR, NOW};
 
 fn kr<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> KeyRef<'a> {
@@ -176,6 +176,7 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
             // Still processing at NOW + HOUR, where cases look again.
             locked_until_ms: NOW + 2 * HOUR,
             replace_expired: false,
+            id: RESERVATION,
         },
     )
     .await
