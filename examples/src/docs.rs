@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use idem_runtime::Problem;
-use idem_runtime::docs::{DuplicateOperation, Operations, merge_into};
+use idem_runtime::docs::{Documents, DuplicateOperation, MARKDOWN_PATH, OPENAPI_PATH, Operations};
 use std::collections::BTreeMap;
 
 use utoipa::openapi::OpenApi;
@@ -29,15 +29,6 @@ use utoipa::openapi::response::{Response as ResponseDoc, ResponseBuilder};
 use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr};
-
-/// Where the Markdown document is served.
-pub const MARKDOWN_PATH: &str = "/docs/idempotency.md";
-
-/// Where the OpenAPI document is served.
-pub const OPENAPI_PATH: &str = "/openapi.json";
-
-/// The Markdown document's content type.
-pub const MARKDOWN_TYPE: &str = "text/markdown; charset=utf-8";
 
 /// The name of the bearer security scheme, as `security(("bearer" = []))` names it.
 pub const BEARER: &str = "bearer";
@@ -124,63 +115,31 @@ pub fn with_responses(operations: Operations, api: &OpenApi) -> Operations {
 }
 
 /// The example's two documents: `api` (its own, from `utoipa`) with idem's contract of
-/// `operations` merged in ([`merge_into`]), and the Markdown contract.
+/// `operations` merged in ([`Operations::documents_with`]), and the Markdown contract.
 ///
 /// # Errors
 /// When two operations have one id, or the document does not convert (the reason, for the
 /// `500` the routes then answer).
 pub fn documents(
     operations: Result<Operations, DuplicateOperation>,
-    mut api: OpenApi,
-) -> Result<(String, String), String> {
+    api: OpenApi,
+) -> Result<Documents, String> {
     let operations = operations.map_err(|e| e.to_string())?;
-    merge_into(&mut api, operations.docs()).map_err(|e| e.to_string())?;
-    let openapi = serde_json::to_string_pretty(&api).map_err(|e| e.to_string())?;
-    Ok((operations.markdown(), openapi))
+    operations.documents_with(api).map_err(|e| e.to_string())
 }
 
-/// The routes serving both [`documents`].
+/// The routes serving both [`documents`] ([`Documents::routes`]), or answering `500` with
+/// the reason they cannot be written.
 pub fn routes<S: Clone + Send + Sync + 'static>(
     operations: Result<Operations, DuplicateOperation>,
     api: OpenApi,
 ) -> Router<S> {
     match documents(operations, api) {
-        Ok((markdown, openapi)) => {
-            let markdown = Arc::<str>::from(markdown);
-            let openapi = Arc::<str>::from(openapi);
-            Router::new()
-                .route(
-                    MARKDOWN_PATH,
-                    get(move || {
-                        let markdown = Arc::clone(&markdown);
-                        async move {
-                            (
-                                [(header::CONTENT_TYPE, MARKDOWN_TYPE)],
-                                markdown.to_string(),
-                            )
-                        }
-                    }),
-                )
-                .route(
-                    OPENAPI_PATH,
-                    get(move || {
-                        let openapi = Arc::clone(&openapi);
-                        async move {
-                            (
-                                [(header::CONTENT_TYPE, "application/json")],
-                                openapi.to_string(),
-                            )
-                        }
-                    }),
-                )
-        }
+        Ok(documents) => documents.routes(),
         Err(error) => {
             tracing::error!(%error, "the documents cannot be generated");
             let reason: Arc<str> = error.into();
-            let failed = move || {
-                let reason = Arc::clone(&reason);
-                async move { unavailable(&reason) }
-            };
+            let failed = async move || unavailable(&reason);
             Router::new()
                 .route(MARKDOWN_PATH, get(failed.clone()))
                 .route(OPENAPI_PATH, get(failed))

@@ -76,11 +76,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idem_runtime::docs::{DuplicateOperation, Operations};
+use idem_runtime::inbox::Unapplied;
 use idem_runtime::key;
 use idem_runtime::outbox::OutboxMessage;
 use idem_runtime::protocol::Record;
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::Backend;
+use idem_runtime::store::Delivery;
 use idem_runtime::webhooks::{Verified, WebhookSecret};
 use idem_runtime::{Check, Checked, Idem, IdemState, JsonBody, Problem, idempotent};
 use serde::{Deserialize, Serialize};
@@ -103,6 +105,10 @@ pub const DEFAULT_PROVIDER_URL: &str = "http://127.0.0.1:3900";
 pub const DEFAULT_WEBHOOK_URL: &str = "http://127.0.0.1:3900/webhooks";
 /// `PAYMENTS_LEASE`'s default.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// `PAYMENTS_UNMATCHED_AFTER`'s default: how long after its first delivery an event for a
+/// charge no payment names is answered `503` ([`provider_event`]).
+pub const DEFAULT_UNMATCHED_AFTER: Duration = Duration::from_secs(3600);
 
 /// How long one request to the provider may take before the attempt gives up on it (and a
 /// retry asks again, with the same provider key).
@@ -128,6 +134,10 @@ pub struct PaymentsCtx {
     pub http: reqwest::Client,
     /// The provider's base URL, without a trailing `/`.
     pub provider_url: String,
+    /// How long after its first delivery an event for a charge no payment names is answered
+    /// `503`, before it is acknowledged and kept as unmatched (`PAYMENTS_UNMATCHED_AFTER`,
+    /// default [`DEFAULT_UNMATCHED_AFTER`]).
+    pub unmatched_after: Duration,
 }
 
 impl PaymentsCtx {
@@ -143,7 +153,15 @@ impl PaymentsCtx {
         Ok(Self {
             http,
             provider_url: provider_url.trim_end_matches('/').to_owned(),
+            unmatched_after: DEFAULT_UNMATCHED_AFTER,
         })
+    }
+
+    /// [`PaymentsCtx::unmatched_after`] set to `after`.
+    #[must_use]
+    pub fn unmatched_after(mut self, after: Duration) -> Self {
+        self.unmatched_after = after;
+        self
     }
 }
 
@@ -399,7 +417,7 @@ pub async fn pay<DB: PaymentsDb>(
 ) -> Result<Finished, StepError> {
     // Runs on every attempt: pure computation from the key.
     let scope = attempt.key().scope;
-    let tenant = scope.strip_prefix("tenant:").unwrap_or(scope).to_owned();
+    let tenant = scope.strip_prefix("tenant:").unwrap_or(scope);
     let id = payment_id(&attempt.provider_key("payment"))
         .map_err(|error| StepError::retryable(format!("payment id: {error}")))?;
 
@@ -407,8 +425,8 @@ pub async fn pay<DB: PaymentsDb>(
     // recording: then again, with the same provider key, and the provider answers with the
     // charge it made the first time.
     let charge: Charge = attempt
-        .step("charge", |provider_key| {
-            charge(&ctx, provider_key, &request)
+        .step("charge", async |provider_key| {
+            charge(&ctx, provider_key, &request).await
         })
         .await?;
 
@@ -432,22 +450,21 @@ pub async fn pay<DB: PaymentsDb>(
             "charge_id": payment.charge_id,
         }),
     );
-    let idem = attempt.idem().clone();
     attempt
-        .finish(move |tx| {
-            Box::pin(async move {
-                DB::insert_payment(&mut **tx, &tenant, &payment).await?;
-                // In the transaction that completes the key: the event exists exactly when
-                // the payment does, and the dispatcher delivers it after the commit.
-                idem.enqueue(tx, &event)
-                    .await
-                    .map_err(|error| StepError::retryable(format!("outbox: {error}")))?;
-                let mut record = Record::json(StatusCode::CREATED, &payment)?;
-                let location = HeaderValue::try_from(format!("/payments/{}", payment.id))
-                    .map_err(|_| StepError::retryable("the payment id is not a header value"))?;
-                record.headers.insert(header::LOCATION, location);
-                Ok(record)
-            })
+        .finish(async |tx| {
+            DB::insert_payment(&mut **tx, tenant, &payment).await?;
+            // In the transaction that completes the key: the event exists exactly when the
+            // payment does, and the dispatcher delivers it after the commit.
+            attempt
+                .idem()
+                .enqueue(tx, &event)
+                .await
+                .map_err(|error| StepError::retryable(format!("outbox: {error}")))?;
+            let mut record = Record::json(StatusCode::CREATED, &payment)?;
+            let location = HeaderValue::try_from(format!("/payments/{}", payment.id))
+                .map_err(|_| StepError::retryable("the payment id is not a header value"))?;
+            record.headers.insert(header::LOCATION, location);
+            Ok(record)
         })
         .await
 }
@@ -460,69 +477,41 @@ fn payment_id(provider_key: &str) -> Result<Uuid, uuid::Error> {
     Ok(uuid::Builder::from_custom_bytes(bits.into_bytes()).into_uuid())
 }
 
-/// The `charge` step: one request to the provider.
+/// The `charge` step: one request to the provider. Its `201` is the charge and its `402` a
+/// decline; any other answer, or none, is classified by [`StepError::from_response`] and
+/// [`StepError`]'s `From<reqwest::Error>`: a `5xx`, a timeout or a refused connection leaves
+/// the payment resumable (`503`, `Retry-After`), a permanent refusal (a `4xx` such as the
+/// provider's `422` for a provider key reused with another amount) ends it.
 async fn charge(
     ctx: &PaymentsCtx,
     provider_key: String,
     request: &NewPayment,
 ) -> Result<Charge, StepError> {
-    let interrupted = |reason: String| {
-        tracing::warn!(%reason, "charge interrupted; a retry resumes it");
-        StepError::Retryable {
-            reason,
-            retry_after: Some(RETRY_AFTER),
-        }
-    };
     let response = ctx
         .http
         .post(format!("{}/charges", ctx.provider_url))
         .header(key::HEADER, &provider_key)
         .json(request)
         .send()
-        .await
-        .map_err(|error| interrupted(format!("no answer from the provider: {}", chain(&error))))?;
+        .await?;
     match response.status() {
-        StatusCode::CREATED => response.json::<Charge>().await.map_err(|error| {
-            interrupted(format!(
-                "the provider's charge is unreadable: {}",
-                chain(&error)
-            ))
-        }),
+        StatusCode::CREATED => Ok(response.json::<Charge>().await?),
         StatusCode::PAYMENT_REQUIRED => {
             tracing::info!(provider_key, "charge declined");
-            Err(StepError::permanent(declined()?))
+            Err(StepError::permanent(declined()))
         }
-        status => Err(interrupted(format!("the provider answered {status}"))),
+        _ => Err(StepError::from_response(&response)),
     }
-}
-
-/// An error and its sources, for logs: reqwest's own message leaves out why a request
-/// failed (a timeout, a refused connection, a connection closed before the answer).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(error) = source {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        source = error.source();
-    }
-    text
 }
 
 /// The stored answer to a declined payment.
-fn declined() -> Result<Record, serde_json::Error> {
-    let problem = Problem::new(
+fn declined() -> Problem {
+    Problem::new(
         StatusCode::PAYMENT_REQUIRED,
         "urn:idem:example:payment-declined",
         "payment declined",
     )
-    .with_detail("the card was declined; nothing was charged");
-    let mut record = Record::json(StatusCode::PAYMENT_REQUIRED, &problem)?;
-    record.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    Ok(record)
+    .with_detail("the card was declined; nothing was charged")
 }
 
 /// `POST /payments`: charges once per key. Safe to retry with the same `Idempotency-Key`.
@@ -607,6 +596,10 @@ pub struct Applied {
     pub payment_id: Option<String>,
     /// The payment's settlements after it.
     pub settlements: Option<i64>,
+    /// `true` when no payment names the event's charge and it is kept as unmatched for an
+    /// operator (`idem inbox list`) instead of being applied.
+    #[serde(default)]
+    pub unmatched: bool,
 }
 
 /// `POST /webhooks/provider`: the provider's events, applied once each.
@@ -620,7 +613,12 @@ pub struct Applied {
 /// provider sends it as soon as it charges, so it can arrive before the payment that names
 /// the charge is committed: then nothing is applied or stored, and the answer is `503` with
 /// `Retry-After: 1`, so that the provider delivers it again (failed responses are not stored:
-/// the key stays free). Events of other types are acknowledged and ignored.
+/// the key stays free). That lasts `PAYMENTS_UNMATCHED_AFTER` (an hour by default) from the
+/// event's first delivery ([`Idem::unapplied`]): a charge that no payment names by then
+/// exists without one (its attempt was fenced out by an operator's forced action, say), and
+/// the event is acknowledged (`200`, `"unmatched": true`) and kept in the inbox as
+/// unmatched, for an operator to refund or reconcile (`idem inbox list`). Events of other
+/// types are acknowledged and ignored.
 #[utoipa::path(
     post,
     path = "/webhooks/provider",
@@ -632,14 +630,16 @@ pub struct Applied {
     ),
     responses(
         (status = 200, description = "The event was applied (or, for a type this service \
-            ignores, acknowledged); `settlements` is the payment's count after it",
-            body = Applied),
+            ignores, acknowledged); `settlements` is the payment's count after it. \
+            `unmatched`: no payment named its charge for `PAYMENTS_UNMATCHED_AFTER` after its \
+            first delivery, and it is kept for an operator", body = Applied),
         (status = 401, description = "The delivery's Standard Webhooks signature is missing, \
             wrong or more than 5 minutes old (`urn:idem:problem:webhook-unverified`); nothing \
             was applied", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No payment names the event's charge yet \
             (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
-            deliver the event again after `Retry-After`", body = Problem,
+            deliver the event again after `Retry-After` (for `PAYMENTS_UNMATCHED_AFTER` after \
+            its first delivery; then it is acknowledged as unmatched)", body = Problem,
             content_type = "application/problem+json",
             headers(("Retry-After" = u32, description = "Seconds to wait before delivering again"))),
     ),
@@ -652,30 +652,51 @@ pub struct Applied {
     path = "POST /webhooks/provider"
 )]
 pub async fn provider_event<DB: PaymentsDb>(
+    State(state): State<AppState<DB>>,
     tx: &mut Transaction<'_, DB>,
     Verified(JsonBody(event)): Verified<JsonBody<ProviderEvent>>,
 ) -> Result<axum::Json<Applied>, Problem> {
+    let database = |error: sqlx::Error| {
+        tracing::error!(%error, "database error");
+        Problem::from_database(&error)
+    };
+    let mut applied = Applied {
+        event_id: event.id.clone(),
+        payment_id: None,
+        settlements: None,
+        unmatched: false,
+    };
     if event.kind != "charge.succeeded" {
         tracing::info!(event = %event.id, kind = %event.kind, "provider event ignored");
-        return Ok(axum::Json(Applied {
-            event_id: event.id,
-            payment_id: None,
-            settlements: None,
-        }));
+        return Ok(axum::Json(applied));
     }
-    let settled = DB::settle(&mut **tx, &event.data.charge_id)
+    if let Some((payment_id, settlements)) = DB::settle(&mut **tx, &event.data.charge_id)
         .await
-        .map_err(|error| {
-            tracing::error!(%error, "database error");
-            Problem::from_database(&error)
-        })?;
-    match settled {
-        Some((payment_id, settlements)) => Ok(axum::Json(Applied {
-            event_id: event.id,
-            payment_id: Some(payment_id),
-            settlements: Some(settlements),
-        })),
-        None => {
+        .map_err(database)?
+    {
+        state
+            .idem
+            .applied(&mut **tx, PROVIDER_EVENT_OPERATION, &event.id)
+            .await
+            .map_err(database)?;
+        applied.payment_id = Some(payment_id);
+        applied.settlements = Some(settlements);
+        return Ok(axum::Json(applied));
+    }
+    let body = serde_json::to_string(&event).unwrap_or_default();
+    let delivery = Delivery {
+        source: PROVIDER_EVENT_OPERATION,
+        event_id: &event.id,
+        reason: "no payment names the event's charge",
+        body: &body,
+    };
+    let after = state.ctx.unmatched_after;
+    match state.idem.unapplied(&mut **tx, delivery, after).await {
+        Ok(Unapplied::Kept) => {
+            applied.unmatched = true;
+            Ok(axum::Json(applied))
+        }
+        Ok(Unapplied::Retry) => {
             tracing::info!(
                 event = %event.id,
                 charge = %event.data.charge_id,
@@ -692,6 +713,7 @@ pub async fn provider_event<DB: PaymentsDb>(
             )
             .with_retry_after(RETRY_AFTER))
         }
+        Err(error) => Err(database(error)),
     }
 }
 

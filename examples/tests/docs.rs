@@ -233,7 +233,10 @@ fn documents_name_sources_when_asked() {
     use idem_examples::{orders, payments};
     use utoipa::OpenApi as _;
 
-    let served = |operations, api| idem_examples::docs::documents(operations, api).unwrap();
+    let served = |operations, api| {
+        let documents = idem_examples::docs::documents(operations, api).unwrap();
+        (documents.markdown, documents.openapi)
+    };
     let cases = [
         (
             "examples/src/orders.rs:",

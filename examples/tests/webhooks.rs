@@ -32,6 +32,11 @@ struct Pair {
 
 impl Pair {
     fn start(db: &Db) -> Self {
+        Self::start_with(db, "1h")
+    }
+
+    /// [`Pair::start`] with `PAYMENTS_UNMATCHED_AFTER=unmatched_after`.
+    fn start_with(db: &Db, unmatched_after: &str) -> Self {
         let port = free_port();
         let provider = Server::spawn(
             env!("CARGO_BIN_EXE_fake-provider"),
@@ -51,6 +56,7 @@ impl Pair {
                 ("LISTEN_ADDR", &format!("127.0.0.1:{port}")),
                 ("PROVIDER_URL", &provider.base),
                 ("WEBHOOK_URL", &format!("{}/webhooks", provider.base)),
+                ("PAYMENTS_UNMATCHED_AFTER", unmatched_after),
             ],
         );
         Self {
@@ -324,6 +330,103 @@ async fn signatures_and_repeats<DB: Store>() {
             .await,
         0
     );
+    // Its deliveries are noted in the inbox, waiting.
+    let db = &db;
+    eventually(
+        Duration::from_secs(5),
+        "evt_early noted as waiting",
+        || async move {
+            db.scalar(
+                "SELECT count(*) FROM idempotency_inbox \
+             WHERE event_id = 'evt_early' AND status = 'waiting'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+}
+
+/// An event whose charge no payment names is answered `503` for `PAYMENTS_UNMATCHED_AFTER`
+/// (2 s here) after its first delivery, then acknowledged (`200`, `"unmatched": true`,
+/// stored and replayed like any answer) and kept in the inbox as unmatched, never dropped.
+/// An event that waited there and is applied after all leaves it.
+async fn unmatched_events_are_kept<DB: Store>() {
+    let db = Db::fresh(Kind::of::<DB>()).await;
+    let pair = Pair::start_with(&db, "2s");
+    let event = |id: &str, charge: &str| {
+        json!({
+            "id": id,
+            "type": "charge.succeeded",
+            "data": { "charge_id": charge, "amount": 100, "currency": "EUR" },
+        })
+    };
+    let orphan = event("evt_orphan", "ch_nobody");
+    let first = std::time::Instant::now();
+    let acknowledged = loop {
+        let reply = pair
+            .deliver("evt_orphan", &orphan, Some((SECRET, now())))
+            .await;
+        if reply.status == 200 {
+            break reply;
+        }
+        let problem = reply.assert_problem(503);
+        assert_eq!(problem["type"], "urn:idem:example:charge-not-recorded-yet");
+        assert!(
+            first.elapsed() < Duration::from_secs(15),
+            "never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        first.elapsed() >= Duration::from_millis(1500),
+        "acknowledged after {:?}",
+        first.elapsed()
+    );
+    let applied = acknowledged.json();
+    assert_eq!(applied["unmatched"], true, "{applied}");
+    assert_eq!(applied["payment_id"], Value::Null);
+    assert_eq!(
+        db.text("SELECT status FROM idempotency_inbox WHERE event_id = 'evt_orphan'")
+            .await,
+        "unmatched"
+    );
+    assert!(
+        db.scalar("SELECT deliveries FROM idempotency_inbox WHERE event_id = 'evt_orphan'")
+            .await
+            >= 2
+    );
+    let body = db
+        .text("SELECT body FROM idempotency_inbox WHERE event_id = 'evt_orphan'")
+        .await;
+    assert!(body.contains("ch_nobody"), "{body}");
+    // A repeat replays the acknowledgement; the event stays in the inbox.
+    let again = pair
+        .deliver("evt_orphan", &orphan, Some((SECRET, now())))
+        .await;
+    assert_eq!(again.status, 200);
+    assert!(again.replayed());
+    assert_eq!(again.body, acknowledged.body);
+
+    // An early event, applied once its payment exists, leaves the inbox.
+    let ids = pair.pay(1).await;
+    let charge = db
+        .text(&format!(
+            "SELECT charge_id FROM payments WHERE id = '{}'",
+            ids[0]
+        ))
+        .await;
+    let late = event("evt_late", &charge);
+    // (As an early delivery of it would have left it.)
+    db.note_waiting("provider_event:v1", "evt_late").await;
+    let applied = pair.deliver("evt_late", &late, Some((SECRET, now()))).await;
+    assert_eq!(applied.status, 200, "{}", applied.body);
+    assert_eq!(applied.json()["payment_id"], ids[0].as_str());
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM idempotency_inbox WHERE event_id = 'evt_late'")
+            .await,
+        0
+    );
 }
 
 /// `payments`' outbox: a receiver answering 404 for a while loses nothing, and `/metrics`
@@ -398,5 +501,6 @@ idem_testkit::on_every_store!(
     #[flavor = current_thread]
     provider_events_apply_once,
     signatures_and_repeats,
+    unmatched_events_are_kept,
     outbox_outlasts_a_refusing_receiver,
 );

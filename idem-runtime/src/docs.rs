@@ -10,6 +10,19 @@
 //! With the `utoipa` feature, `merge_into` adds the contract to the application's own
 //! `utoipa` document instead.
 //!
+//! Serving them is one call: [`Operations::routes`] answers `GET /openapi.json` and
+//! `GET /docs/idempotency.md` ([`OPENAPI_PATH`], [`MARKDOWN_PATH`]), written once when the
+//! router is built:
+//!
+//! ```no_run
+//! # fn demo(app: axum::Router) -> Result<axum::Router, idem_runtime::docs::DuplicateOperation> {
+//! let app = app.merge(idem_runtime::docs::Operations::from_registry()?.routes());
+//! # Ok(app) }
+//! ```
+//!
+//! With `utoipa`, [`Operations::documents_with`] merges the contract into the application's
+//! own document first: `app.merge(operations.documents_with(api)?.routes())`.
+//!
 //! ```no_run
 //! use idem_runtime::docs::{self, OperationDoc, Operations};
 //! use idem_runtime::spec::{Mode, OperationSpec, ScopeKind};
@@ -26,8 +39,19 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
 use idem_spec::{KeyFormat, OperationSpec};
+
+/// Where [`Documents::routes`] serves the Markdown document.
+pub const MARKDOWN_PATH: &str = "/docs/idempotency.md";
+/// Where [`Documents::routes`] serves the OpenAPI document.
+pub const OPENAPI_PATH: &str = "/openapi.json";
+/// The Markdown document's content type.
+pub const MARKDOWN_TYPE: &str = "text/markdown; charset=utf-8";
 
 /// With the `utoipa` feature: idem's contract merged into the application's
 /// `utoipa::openapi::OpenApi` ([`merge_into`]).
@@ -269,6 +293,78 @@ impl Operations {
     #[must_use]
     pub fn openapi(&self) -> serde_json::Value {
         openapi(&self.docs)
+    }
+
+    /// Both documents, written: [`Operations::markdown`] and [`Operations::openapi`].
+    #[must_use]
+    pub fn documents(&self) -> Documents {
+        Documents {
+            markdown: self.markdown(),
+            // A `Value` always serialises.
+            openapi: serde_json::to_string_pretty(&self.openapi()).unwrap_or_default(),
+        }
+    }
+
+    /// Both documents, the OpenAPI one being the application's `api` with the contract of
+    /// these operations merged in ([`merge_into`]).
+    ///
+    /// # Errors
+    /// [`MergeError`] when `api` does not convert.
+    #[cfg(feature = "utoipa")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+    pub fn documents_with(
+        &self,
+        mut api: utoipa::openapi::OpenApi,
+    ) -> Result<Documents, MergeError> {
+        merge_into(&mut api, &self.docs)?;
+        Ok(Documents {
+            markdown: self.markdown(),
+            // It just went through JSON and back.
+            openapi: serde_json::to_string_pretty(&api).unwrap_or_default(),
+        })
+    }
+
+    /// `GET /openapi.json` and `GET /docs/idempotency.md` serving these operations'
+    /// documents ([`Documents::routes`]): `app.merge(operations.routes())`.
+    pub fn routes<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
+        self.documents().routes()
+    }
+}
+
+/// The two documents of a list of operations, written ([`Operations::documents`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Documents {
+    /// The Markdown contract.
+    pub markdown: String,
+    /// The OpenAPI 3.1 document, as JSON text.
+    pub openapi: String,
+}
+
+impl Documents {
+    /// `GET` [`OPENAPI_PATH`] (`application/json`) and `GET` [`MARKDOWN_PATH`]
+    /// ([`MARKDOWN_TYPE`]) answering them, as written now.
+    pub fn routes<S: Clone + Send + Sync + 'static>(self) -> Router<S> {
+        let markdown = Arc::<str>::from(self.markdown);
+        let openapi = Arc::<str>::from(self.openapi);
+        Router::new()
+            .route(
+                MARKDOWN_PATH,
+                get(async move || {
+                    (
+                        [(header::CONTENT_TYPE, MARKDOWN_TYPE)],
+                        markdown.to_string(),
+                    )
+                }),
+            )
+            .route(
+                OPENAPI_PATH,
+                get(async move || {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        openapi.to_string(),
+                    )
+                }),
+            )
     }
 }
 

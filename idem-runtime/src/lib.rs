@@ -19,6 +19,7 @@ mod first_step;
 mod handler;
 mod hex;
 mod hold;
+pub mod inbox;
 pub mod key;
 mod maintenance;
 mod once;

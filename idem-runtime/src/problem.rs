@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
 
+use crate::record::Record;
+
 /// Media type of problem details.
 pub(crate) const CONTENT_TYPE: &str = "application/problem+json";
 
@@ -138,17 +140,28 @@ impl std::error::Error for Problem {}
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self).unwrap_or_default();
-        let mut response = (self.status(), body).into_response();
-        let headers = response.headers_mut();
+        Record::from(self).into_response()
+    }
+}
+
+/// The problem as a response to store: a staged step's final failure
+/// ([`StepError::permanent`](crate::staged::StepError::permanent)), say.
+impl From<Problem> for Record {
+    fn from(problem: Problem) -> Self {
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut headers = http::HeaderMap::new();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-        if let Some(after) = self.retry_after {
+        if let Some(after) = problem.retry_after {
             headers.insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(after.as_secs().max(1)),
             );
         }
-        response
+        Self {
+            status: problem.status(),
+            headers,
+            body: body.into(),
+        }
     }
 }
 

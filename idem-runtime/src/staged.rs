@@ -65,21 +65,21 @@
 //! async fn charge(attempt: Attempt<Sqlite>, amount: u64) -> Result<Finished, StepError> {
 //!     // Runs once; on a resumed attempt, returns what the first recorded.
 //!     let charge_id: String = attempt
-//!         .step("charge", |provider_key| async move {
+//!         .step("charge", async |provider_key| {
 //!             // POST /charges with `Idempotency-Key: provider_key` …
 //!             Ok(format!("ch_{provider_key}"))
 //!         })
 //!         .await?;
+//!     // The writes and the response commit together; the closure borrows what it needs.
 //!     attempt
-//!         .finish(move |tx| Box::pin(async move {
+//!         .finish(async |tx| {
 //!             sqlx::query("INSERT INTO payments (charge_id, amount) VALUES (?1, ?2)")
 //!                 .bind(&charge_id)
 //!                 .bind(amount as i64)
 //!                 .execute(&mut **tx)
 //!                 .await?;
-//!             Ok(Record::json(http::StatusCode::CREATED, &serde_json::json!({"charge": charge_id}))
-//!                 .map_err(|_| StepError::retryable("response"))?)
-//!         }))
+//!             Ok(Record::json(http::StatusCode::CREATED, &serde_json::json!({"charge": charge_id}))?)
+//!         })
 //!         .await
 //! }
 //!
@@ -103,6 +103,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
+use http::StatusCode;
 use serde::Deserialize as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -115,6 +116,7 @@ use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::hold::Hold;
 use crate::key::IdempotencyKey;
+use crate::problem::Problem;
 use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
 use crate::resume::{Resumption, StoredRequest};
 use crate::spec::{InFlightPolicy, OperationSpec, Scope};
@@ -149,10 +151,59 @@ pub enum StepError {
 }
 
 impl StepError {
-    /// [`StepError::Permanent`]: store `record` as the key's response and end the key.
+    /// The problem type of a step another system refused for good
+    /// ([`StepError::from_status`]).
+    pub const REFUSED: &'static str = "urn:idem:problem:step-refused";
+
+    /// [`StepError::Permanent`]: store `record` (a [`Record`], or a [`Problem`]) as the key's
+    /// response and end the key.
     #[must_use]
-    pub fn permanent(record: Record) -> Self {
-        Self::Permanent(Box::new(record))
+    pub fn permanent(record: impl Into<Record>) -> Self {
+        Self::Permanent(Box::new(record.into()))
+    }
+
+    /// What another system's answer means for the step that called it, when it is not the
+    /// answer the step expects — the one classification of a provider's HTTP status, so that
+    /// a step needs to handle only its own successes (and its own refusals, such as a
+    /// declined card):
+    ///
+    /// | the answer | the step | its client |
+    /// |---|---|---|
+    /// | `408`, `409`, `425`, `429`, any `5xx`, or not a `4xx` at all | [`StepError::Retryable`], with the answer's `Retry-After` | `503` with `Retry-After`; a retry or the [`Reconciler`] resumes the key, and the step runs again with the same provider key |
+    /// | any other `4xx` | [`StepError::Permanent`]: `422`, problem type [`StepError::REFUSED`], naming the status | that problem, replayed to every retry: the provider would refuse the same request under the same provider key the same way |
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use idem_runtime::staged::StepError;
+    ///
+    /// let busy = StepError::from_status(StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(2)));
+    /// assert!(matches!(busy, StepError::Retryable { retry_after: Some(_), .. }));
+    /// let refused = StepError::from_status(StatusCode::UNPROCESSABLE_ENTITY, None);
+    /// let StepError::Permanent(record) = refused else { panic!() };
+    /// assert_eq!(record.status, StatusCode::UNPROCESSABLE_ENTITY);
+    /// ```
+    #[must_use]
+    pub fn from_status(status: StatusCode, retry_after: Option<Duration>) -> Self {
+        let transient = matches!(status.as_u16(), 408 | 409 | 425 | 429);
+        if !status.is_client_error() || transient {
+            return Self::Retryable {
+                reason: format!("another system answered {status}"),
+                retry_after,
+            };
+        }
+        Self::permanent(
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Self::REFUSED,
+                "refused by another system",
+            )
+            .with_detail(format!(
+                "a step of this request was refused for good by the system it calls (it \
+                 answered {status}); retrying it under this key changes nothing: send a \
+                 corrected request under a new key"
+            )),
+        )
     }
 
     /// [`StepError::Retryable`] with the default `Retry-After`.
@@ -187,6 +238,60 @@ impl From<sqlx::Error> for StepError {
 impl From<serde_json::Error> for StepError {
     fn from(error: serde_json::Error) -> Self {
         Self::Journal(error)
+    }
+}
+
+/// A `reqwest` call of a step that failed ([`reqwest::Error`]): an error that carries an
+/// HTTP status (from `error_for_status`) is classified by [`StepError::from_status`]; any
+/// other — a timeout, a refused or dropped connection, a body that does not read as the
+/// step's type — is [`StepError::Retryable`], with its causes in the reason (reqwest's own
+/// message leaves them out).
+#[cfg(feature = "reqwest")]
+impl From<reqwest::Error> for StepError {
+    fn from(error: reqwest::Error) -> Self {
+        if let Some(status) = error.status() {
+            return Self::from_status(status, None);
+        }
+        let mut reason = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            reason.push_str(": ");
+            reason.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self::retryable(reason)
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl StepError {
+    /// [`StepError::from_status`] of a provider's answer, with its `Retry-After` (in
+    /// seconds) when it has one: for the answers a step does not expect.
+    ///
+    /// ```no_run
+    /// use idem_runtime::staged::StepError;
+    ///
+    /// async fn charge(http: &reqwest::Client, provider_key: String) -> Result<String, StepError> {
+    ///     let response = http
+    ///         .post("https://provider.example/charges")
+    ///         .header("idempotency-key", provider_key)
+    ///         .send()
+    ///         .await?; // no answer: retryable
+    ///     match response.status() {
+    ///         reqwest::StatusCode::CREATED => Ok(response.text().await?),
+    ///         _ => Err(StepError::from_response(&response)),
+    ///     }
+    /// }
+    /// ```
+    #[must_use]
+    pub fn from_response(response: &reqwest::Response) -> Self {
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Self::from_status(response.status(), retry_after)
     }
 }
 
@@ -257,9 +362,6 @@ impl<DB: Backend> AttemptState<DB> {
     }
 }
 
-/// A database step's or the last step's work: runs in a transaction and returns its result.
-pub type StepWork<'t, T> = BoxFuture<'t, Result<T, StepError>>;
-
 impl<DB: Backend> Attempt<DB> {
     /// This attempt's fencing number: 1 for the first, one more at every takeover.
     #[must_use]
@@ -322,11 +424,10 @@ impl<DB: Backend> Attempt<DB> {
     /// # Errors
     /// What `call` returns; [`StepError::LeaseLost`] when the attempt was fenced out (the
     /// result is not recorded); [`StepError::Store`].
-    pub async fn step<T, F, Fut>(&self, name: &str, call: F) -> Result<T, StepError>
+    pub async fn step<T, F>(&self, name: &str, call: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
-        F: FnOnce(String) -> Fut,
-        Fut: Future<Output = Result<T, StepError>>,
+        F: AsyncFnOnce(String) -> Result<T, StepError>,
     {
         if let Some(done) = self.recorded(name)? {
             return Ok(done);
@@ -360,7 +461,7 @@ impl<DB: Backend> Attempt<DB> {
     pub async fn db_step<T, F>(&self, name: &str, work: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned + Send,
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> StepWork<'t, T> + Send,
+        F: for<'t, 'c> AsyncFnOnce(&'t mut Transaction<'c, DB>) -> Result<T, StepError> + Send,
     {
         if let Some(done) = self.recorded(name)? {
             return Ok(done);
@@ -394,7 +495,7 @@ impl<DB: Backend> Attempt<DB> {
     /// [`StepError::Store`].
     pub async fn finish<F>(&self, work: F) -> Result<Finished, StepError>
     where
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c, DB>) -> StepWork<'t, Record> + Send,
+        F: for<'t, 'c> AsyncFnOnce(&'t mut Transaction<'c, DB>) -> Result<Record, StepError> + Send,
     {
         self.check_lease()?;
         let state = &self.inner;
@@ -955,6 +1056,7 @@ pub struct Reconciler<DB: Backend> {
     idem: Idem<DB>,
     operations: HashMap<&'static str, (OperationSpec, Resumer<DB>)>,
     batch: i64,
+    max_attempts: i64,
 }
 
 impl<DB: Backend> fmt::Debug for Reconciler<DB> {
@@ -962,6 +1064,7 @@ impl<DB: Backend> fmt::Debug for Reconciler<DB> {
         f.debug_struct("Reconciler")
             .field("operations", &self.operations.keys().collect::<Vec<_>>())
             .field("batch", &self.batch)
+            .field("max_attempts", &self.max_attempts)
             .finish_non_exhaustive()
     }
 }
@@ -979,17 +1082,37 @@ pub struct Reconciled {
     /// Keys another attempt (a client's retry, another process's reconciler) took over or
     /// completed first: nothing was resumed.
     pub taken: usize,
+    /// Of `not_completed`, keys whose attempt was the last the reconciler runs
+    /// ([`Reconciler::max_attempts`]): from now on it leaves them stuck for an operator.
+    pub left: usize,
 }
 
 impl<DB: Backend> Reconciler<DB> {
-    /// A reconciler with no operations; at most 32 keys per operation and pass.
+    /// [`Reconciler::max_attempts`]'s default.
+    pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+
+    /// A reconciler with no operations; at most 32 keys per operation and pass, and
+    /// [`Reconciler::DEFAULT_MAX_ATTEMPTS`] attempts per key.
     #[must_use]
     pub fn new(idem: Idem<DB>) -> Self {
         Self {
             idem,
             operations: HashMap::new(),
             batch: 32,
+            max_attempts: i64::from(Self::DEFAULT_MAX_ATTEMPTS),
         }
+    }
+
+    /// The last attempt number the reconciler runs for a key (default 10): it takes over
+    /// no key whose attempt is this one or later. A key that no attempt completes by then —
+    /// a step that fails the same way every time — stays stuck for an operator to look at
+    /// (`idem keys list --status stuck`; complete, fail or release it), counted once in
+    /// `idem_reconciler_left_total` and logged as a warning. A client's retry still takes
+    /// such a key over; an operator's release lets the reconciler run it once more.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = i64::from(attempts.max(1));
+        self
     }
 
     /// How many stuck keys per operation one pass resumes (default 32).
@@ -1057,7 +1180,7 @@ impl<DB: Backend> Reconciler<DB> {
             let now = self.idem.now_millis();
             let stuck: Vec<StuckKey> = {
                 let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-                DB::stuck(&mut conn, spec.id, now, self.batch)
+                DB::stuck(&mut conn, spec.id, now, self.max_attempts, self.batch)
                     .await
                     .map_err(Error::Store)?
             };
@@ -1069,11 +1192,17 @@ impl<DB: Backend> Reconciler<DB> {
                     Ok(None) => done.taken += 1,
                     Err(error) => {
                         done.not_completed += 1;
+                        let hash = telemetry::key_hash(&key.scope, &key.key);
                         tracing::warn!(
                             operation = %key.operation,
-                            key = %telemetry::key_hash(&key.scope, &key.key),
+                            key = %hash,
                             %error, "could not resume a stuck staged key"
                         );
+                        let last = key.fence.attempt + 1;
+                        if last >= self.max_attempts {
+                            done.left += 1;
+                            telemetry::left_for_operator(&key.operation, hash.as_str(), last);
+                        }
                     }
                 }
             }
@@ -1237,6 +1366,49 @@ impl Drop for ReconcilerHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_answers_are_classified() {
+        use http::StatusCode as S;
+        for status in [
+            S::REQUEST_TIMEOUT,
+            S::CONFLICT,
+            S::TOO_EARLY,
+            S::TOO_MANY_REQUESTS,
+            S::INTERNAL_SERVER_ERROR,
+            S::BAD_GATEWAY,
+            S::SERVICE_UNAVAILABLE,
+            S::OK,
+            S::FOUND,
+        ] {
+            let after = Some(Duration::from_secs(7));
+            match StepError::from_status(status, after) {
+                StepError::Retryable { retry_after, .. } => assert_eq!(retry_after, after),
+                other => panic!("{status}: {other}"),
+            }
+        }
+        for status in [
+            S::BAD_REQUEST,
+            S::UNAUTHORIZED,
+            S::PAYMENT_REQUIRED,
+            S::NOT_FOUND,
+            S::GONE,
+            S::UNPROCESSABLE_ENTITY,
+        ] {
+            let StepError::Permanent(record) = StepError::from_status(status, None) else {
+                panic!("{status}: not permanent");
+            };
+            assert_eq!(record.status, S::UNPROCESSABLE_ENTITY);
+            assert_eq!(
+                record.headers[http::header::CONTENT_TYPE],
+                "application/problem+json"
+            );
+            let problem: Value = serde_json::from_slice(&record.body).unwrap();
+            assert_eq!(problem["type"], StepError::REFUSED);
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains(&status.to_string()), "{detail}");
+        }
+    }
 
     #[test]
     fn provider_keys_are_stable_and_distinct() {

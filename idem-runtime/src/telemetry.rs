@@ -78,6 +78,7 @@
 //! | `idem_lock_wait_seconds` | histogram | `operation` | atomic mode: `BEGIN` and the key's lock, waits that ended in a lock timeout or found the key's row included |
 //! | `idem_stored_response_bytes` | histogram | `operation` | the body of each response stored |
 //! | `idem_stuck_keys` | gauge | `operation` | staged keys whose lease ran out, not completed: set by [`Idem::observe_stuck`] |
+//! | `idem_reconciler_left_total` | counter | `operation` | staged keys the [`Reconciler`](crate::staged::Reconciler) stopped resuming after its last attempt, left stuck for an operator |
 //! | `idem_outbox_delivered_total` | counter | | outbox messages delivered (by this process's dispatchers) |
 //! | `idem_outbox_failed_attempts_total` | counter | | failed delivery attempts, retried later or dead-lettered |
 //! | `idem_outbox_dead_lettered_total` | counter | | messages parked as dead by this process's dispatchers |
@@ -154,6 +155,8 @@ pub const LOCK_WAIT_SECONDS: &str = "idem_lock_wait_seconds";
 pub const STORED_RESPONSE_BYTES: &str = "idem_stored_response_bytes";
 /// Gauge: staged keys whose lease ran out and that are not completed, by `operation`.
 pub const STUCK_KEYS: &str = "idem_stuck_keys";
+/// Counter: staged keys the reconciler left stuck for an operator, by `operation`.
+pub const RECONCILER_LEFT_TOTAL: &str = "idem_reconciler_left_total";
 
 /// Counter: outbox messages delivered.
 pub const OUTBOX_DELIVERED_TOTAL: &str = "idem_outbox_delivered_total";
@@ -322,6 +325,11 @@ pub fn describe_metrics() {
         STUCK_KEYS,
         Unit::Count,
         "Staged keys whose lease ran out and that are not completed"
+    );
+    metrics::describe_counter!(
+        RECONCILER_LEFT_TOTAL,
+        Unit::Count,
+        "Staged keys the reconciler stopped resuming, left stuck for an operator"
     );
     metrics::describe_counter!(
         OUTBOX_DELIVERED_TOTAL,
@@ -750,6 +758,17 @@ pub(crate) fn owner_gone(attempt: i64) {
 /// Staged mode: a step's result was recorded.
 pub(crate) fn step_recorded(step: &str, attempt: i64) {
     tracing::debug!(step, attempt, "step recorded");
+}
+
+/// The reconciler left a key of `operation` for an operator ([`RECONCILER_LEFT_TOTAL`]).
+pub(crate) fn left_for_operator(operation: &str, key: &str, attempt: i64) {
+    tracing::warn!(
+        key,
+        attempt,
+        "the reconciler leaves this staged key stuck for an operator: its last attempt did not \
+         complete it (idem keys list --status stuck)"
+    );
+    count_by(RECONCILER_LEFT_TOTAL, &labels(operation).operation, 1);
 }
 
 /// Sets the [`STUCK_KEYS`] gauge of `operation` to `n`.

@@ -220,3 +220,48 @@ fn the_documents_name_the_handlers_source_only_when_asked() {
         "{openapi}"
     );
 }
+
+/// One call serves both documents: `GET /openapi.json` (JSON) and `GET /docs/idempotency.md`
+/// (Markdown), each naming the registered operations, and nothing else.
+#[tokio::test]
+async fn the_documents_are_served_by_one_call() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt as _;
+
+    let app: axum::Router = Operations::from_registry().unwrap().routes();
+    let get = |path: &'static str| {
+        let app = app.clone();
+        async move {
+            let request = Request::get(path).body(Body::empty()).unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            let status = response.status();
+            let kind = response.headers()[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (status, kind, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    let (status, kind, openapi) = get(docs::OPENAPI_PATH).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::OK, "application/json")
+    );
+    let openapi: serde_json::Value = serde_json::from_str(&openapi).unwrap();
+    assert!(openapi["paths"]["/short"]["post"].is_object(), "{openapi}");
+    let (status, kind, markdown) = get(docs::MARKDOWN_PATH).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::OK, docs::MARKDOWN_TYPE)
+    );
+    assert!(markdown.contains("short_window"), "{markdown}");
+    let unknown = Request::get("/docs").body(Body::empty()).unwrap();
+    assert_eq!(
+        app.oneshot(unknown).await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+}

@@ -110,9 +110,9 @@ async fn pay<DB: TestDb>(
     amount: u64,
 ) -> Result<Finished, StepError> {
     work.runs.fetch_add(1, Ordering::SeqCst);
-    let w = Arc::clone(&work);
+    let w = &work;
     let charge: String = attempt
-        .step("charge", |provider_key| async move {
+        .step("charge", async |provider_key| {
             w.keys_seen.lock().unwrap().push(provider_key.clone());
             let charge = w.provider.charge(&provider_key);
             if w.after() == After::PanicBeforeRecording {
@@ -132,15 +132,13 @@ async fn pay<DB: TestDb>(
         _ => {}
     }
     attempt
-        .finish(move |tx| {
-            Box::pin(async move {
-                DB::write_effect(&mut **tx, "payment").await;
-                Ok(Record::json(
-                    StatusCode::CREATED,
-                    &json!({ "charge": charge, "amount": amount }),
-                )
-                .unwrap())
-            })
+        .finish(async |tx| {
+            DB::write_effect(&mut **tx, "payment").await;
+            Ok(Record::json(
+                StatusCode::CREATED,
+                &json!({ "charge": charge, "amount": amount }),
+            )
+            .unwrap())
         })
         .await
 }

@@ -27,7 +27,8 @@ use http_body_util::BodyExt as _;
 use idem_runtime::protocol::{OutcomeKind, Record};
 use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::sqlx::Transaction;
-use idem_runtime::staged::{Attempt, Finished, StepError};
+use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
+use idem_runtime::store::{KeyRef, KeyStatus};
 use idem_runtime::telemetry::{self, RequestId, key_hash};
 use idem_runtime::{Idem, IdemState, IdempotencyKey, JsonBody, Principal, idempotent};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -584,7 +585,7 @@ fn json_amount() -> serde_json::Value {
 
 async fn charge<DB: TestDb>(attempt: Attempt<DB>, interrupt: bool) -> Result<Finished, StepError> {
     let charge: String = attempt
-        .step("charge", |provider_key| async move {
+        .step("charge", async |provider_key| {
             Ok(format!("ch_{provider_key}"))
         })
         .await?;
@@ -592,9 +593,7 @@ async fn charge<DB: TestDb>(attempt: Attempt<DB>, interrupt: bool) -> Result<Fin
         return Err(StepError::retryable("the provider blinked"));
     }
     attempt
-        .finish(move |_tx| {
-            Box::pin(async move { Ok(Record::json(StatusCode::CREATED, &charge).unwrap()) })
-        })
+        .finish(async |_tx| Ok(Record::json(StatusCode::CREATED, &charge).unwrap()))
         .await
 }
 
@@ -670,6 +669,62 @@ async fn staged_and_stuck_keys<DB: TestDb>(seen: Observed) {
     assert_eq!(steps.len(), 1, "the retry reads the recorded step back");
     assert_eq!(steps[0].field("step"), Some("charge"));
     assert_eq!(steps[0].field("operation"), Some(STAGED.id));
+
+    // A key no attempt completes: the reconciler resumes it until its last attempt, then
+    // leaves it stuck for an operator, and counts it once.
+    let doomed = IdempotencyKey::new("k-doomed").unwrap();
+    let interrupted = h
+        .idem
+        .staged(
+            &STAGED,
+            &staged_scope(),
+            &doomed,
+            &json_amount(),
+            |attempt| charge::<DB>(attempt, true),
+        )
+        .await;
+    assert!(interrupted.is_err());
+    let reconciler = Reconciler::new(h.idem.clone())
+        .max_attempts(3)
+        .resumable(STAGED, |attempt, _: serde_json::Value| {
+            charge::<DB>(attempt, true)
+        });
+    let passes = [
+        reconciler.run_once().await.unwrap(),
+        reconciler.run_once().await.unwrap(),
+        reconciler.run_once().await.unwrap(),
+    ];
+    let seen_passes: Vec<(usize, usize, usize)> = passes
+        .iter()
+        .map(|done| (done.stuck, done.not_completed, done.left))
+        .collect();
+    assert_eq!(
+        seen_passes,
+        [(1, 1, 0), (1, 1, 1), (0, 0, 0)],
+        "attempts 2, 3, none"
+    );
+    let row = h
+        .idem
+        .lookup(KeyRef {
+            scope: staged_scope().as_str(),
+            operation: STAGED.id,
+            key: "k-doomed",
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.attempt, row.status), (3, KeyStatus::Stuck));
+    let metrics = seen.metrics();
+    assert_eq!(
+        counter(&metrics, telemetry::RECONCILER_LEFT_TOTAL, &labels),
+        1
+    );
+    let left = seen.capture.events_named(
+        "the reconciler leaves this staged key stuck for an operator: its last attempt did not \
+         complete it (idem keys list --status stuck)",
+    );
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].field("attempt"), Some("3"));
 
     let text = seen.capture.all_text();
     for secret in [TENANT, KEY] {

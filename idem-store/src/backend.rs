@@ -601,12 +601,13 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`,
-    /// the longest stuck first.
+    /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`
+    /// and whose attempt is below `below_attempt`, the longest stuck first.
     fn stuck(
         conn: &mut Self::Connection,
         operation: &str,
         now_ms: i64,
+        below_attempt: i64,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<StuckKey>, sqlx::Error>> + Send {
         async move {
@@ -614,6 +615,7 @@ pub trait Backend: Glue + sealed::Sealed {
                 Arg::Text(operation),
                 Arg::Text(operation),
                 Arg::Int(now_ms),
+                Arg::Int(below_attempt),
                 Arg::Int(limit),
             ];
             let rows = Self::fetch_all(conn, Self::SQL.stuck, &args).await?;

@@ -10,6 +10,7 @@
 mod backend;
 mod error;
 mod glue;
+mod inbox;
 mod key;
 mod list;
 mod migrate;
@@ -33,6 +34,7 @@ mod table;
 
 pub use crate::backend::Backend;
 pub use crate::error::{Hazard, StoreError};
+pub use crate::inbox::{Delivery, Inbox, InboxEvent, InboxStatus};
 pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};
 pub use crate::migrate::{MIGRATION_LOCK_ID, check_schema, migrate};

@@ -15,7 +15,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on MySQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 2] = [
+static MIGRATIONS: [Migration; 3] = [
     migration!(1, "mysql/0001_idempotency_keys.sql",
         "idempotency_keys, the audit trail, the outbox and the operation registry",
         present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
@@ -29,6 +29,8 @@ static MIGRATIONS: [Migration; 2] = [
     .formerly(&["e060dc77f569aa39e6ea0209bdd1d2d6b41265c2557ac579b61fa14a26d6ecb8"]),
     migration!(2, "mysql/0002_reservation.sql", "staged attempts fenced on their reservation",
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(3, "mysql/0003_inbox.sql", "the inbox of events not applied",
+        present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
 ];
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).
@@ -89,6 +91,12 @@ const SQL: Sql = Sql {
     outbox_find_for_update: include_str!("../sql/mysql/outbox_find_for_update.sql"),
     outbox_list: include_str!("../sql/mysql/outbox_list.sql"),
     outbox_list_status: include_str!("../sql/mysql/outbox_list_status.sql"),
+    inbox_note: include_str!("../sql/mysql/inbox_note.sql"),
+    inbox_first_seen: include_str!("../sql/mysql/inbox_first_seen.sql"),
+    inbox_remove: include_str!("../sql/mysql/inbox_remove.sql"),
+    inbox_list: include_str!("../sql/mysql/inbox_list.sql"),
+    inbox_list_status: include_str!("../sql/mysql/inbox_list_status.sql"),
+    inbox_get: include_str!("../sql/mysql/inbox_get.sql"),
     outbox_counts: include_str!("../sql/mysql/outbox_counts.sql"),
     outbox_retry: include_str!("../sql/mysql/outbox_retry.sql"),
     outbox_retryable: include_str!("../sql/mysql/outbox_retryable.sql"),

@@ -19,7 +19,7 @@ use crate::sql::{Claim, Sql};
 use crate::staged::Fence;
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 9] = [
+static MIGRATIONS: [Migration; 10] = [
     migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "postgres/0002_staged.sql", "staged mode and the audit trail",
@@ -43,6 +43,8 @@ static MIGRATIONS: [Migration; 9] = [
         present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
     migration!(9, "postgres/0009_reservation.sql", "staged attempts fenced on their reservation",
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(10, "postgres/0010_inbox.sql", "the inbox of events not applied",
+        present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
 ];
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
@@ -104,6 +106,12 @@ const SQL: Sql = Sql {
     outbox_find_for_update: include_str!("../sql/postgres/outbox_find_for_update.sql"),
     outbox_list: include_str!("../sql/postgres/outbox_list.sql"),
     outbox_list_status: include_str!("../sql/postgres/outbox_list_status.sql"),
+    inbox_note: include_str!("../sql/postgres/inbox_note.sql"),
+    inbox_first_seen: include_str!("../sql/postgres/inbox_first_seen.sql"),
+    inbox_remove: include_str!("../sql/postgres/inbox_remove.sql"),
+    inbox_list: include_str!("../sql/postgres/inbox_list.sql"),
+    inbox_list_status: include_str!("../sql/postgres/inbox_list_status.sql"),
+    inbox_get: include_str!("../sql/postgres/inbox_get.sql"),
     outbox_counts: include_str!("../sql/postgres/outbox_counts.sql"),
     outbox_retry: include_str!("../sql/postgres/outbox_retry.sql"),
     outbox_retryable: include_str!("../sql/postgres/outbox_retryable.sql"),

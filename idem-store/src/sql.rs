@@ -168,8 +168,8 @@ pub struct Sql {
     pub finish: &'static str,
     /// The lease given back (locked until; the key; the reservation and attempt).
     pub give_back: &'static str,
-    /// Up to `$3` stuck keys of operation `$1` (processing, lease run out at `$2`, whatever
-    /// `expires_at` says), oldest lease first.
+    /// Up to `$5` stuck keys of operation `$1` and `$2` (processing, lease run out at `$3`,
+    /// whatever `expires_at` says, attempt below `$4`), oldest lease first.
     pub stuck: &'static str,
 
     // The outbox.
@@ -204,6 +204,21 @@ pub struct Sql {
     pub outbox_retryable: &'static str,
     /// Up to `$2` delivered messages, delivered by `$1`, deleted.
     pub sweep_delivered: &'static str,
+
+    // The inbox of events not applied, `idempotency_inbox` ([`crate::Inbox`]).
+    /// A delivery noted (source, event id, status, reason, body; now, twice): a new row, or
+    /// one more delivery of a known one, whose status only ever goes to `unmatched`.
+    pub inbox_note: &'static str,
+    /// When an event (source, event id) was first noted, in ms.
+    pub inbox_first_seen: &'static str,
+    /// An event (source, event id) removed: applied after all.
+    pub inbox_remove: &'static str,
+    /// Up to `$1` events, first noted first.
+    pub inbox_list: &'static str,
+    /// Up to `$2` events of status `$1`, first noted first.
+    pub inbox_list_status: &'static str,
+    /// The events of id `$1`, one per source.
+    pub inbox_get: &'static str,
 
     // The migration runner's history, `idem_schema_migrations`.
     /// One migration's recorded checksum.

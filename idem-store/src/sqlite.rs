@@ -14,7 +14,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on SQLite ([migrations](crate#migrations): no version 7).
-static MIGRATIONS: [Migration; 8] = [
+static MIGRATIONS: [Migration; 9] = [
     migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "sqlite/0002_staged.sql", "staged mode and the audit trail",
@@ -34,6 +34,8 @@ static MIGRATIONS: [Migration; 8] = [
         present: "SELECT count(forced) FROM idempotency_audit WHERE 1 = 0"),
     migration!(9, "sqlite/0009_reservation.sql", "staged attempts fenced on their reservation",
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(10, "sqlite/0010_inbox.sql", "the inbox of events not applied",
+        present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
 ];
 
 /// Every statement SQLite is sent ([`Sql`] says what each does).
@@ -90,6 +92,12 @@ const SQL: Sql = Sql {
     outbox_find_for_update: include_str!("../sql/sqlite/outbox_find.sql"),
     outbox_list: include_str!("../sql/sqlite/outbox_list.sql"),
     outbox_list_status: include_str!("../sql/sqlite/outbox_list_status.sql"),
+    inbox_note: include_str!("../sql/sqlite/inbox_note.sql"),
+    inbox_first_seen: include_str!("../sql/sqlite/inbox_first_seen.sql"),
+    inbox_remove: include_str!("../sql/sqlite/inbox_remove.sql"),
+    inbox_list: include_str!("../sql/sqlite/inbox_list.sql"),
+    inbox_list_status: include_str!("../sql/sqlite/inbox_list_status.sql"),
+    inbox_get: include_str!("../sql/sqlite/inbox_get.sql"),
     outbox_counts: include_str!("../sql/sqlite/outbox_counts.sql"),
     outbox_retry: include_str!("../sql/sqlite/outbox_retry.sql"),
     outbox_retryable: include_str!("../sql/sqlite/outbox_retryable.sql"),

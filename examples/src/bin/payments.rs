@@ -29,6 +29,10 @@
 //! - `PAYMENTS_LEASE`: how long an attempt holds a payment's key without renewing it
 //!   (`30s`, `1m` …), default `30s`. A payment whose attempt died is resumed — by a retry or
 //!   by this process's reconciler — once it ran out.
+//! - `PAYMENTS_UNMATCHED_AFTER`: how long after its first delivery a provider event for a
+//!   charge no payment names is answered `503` (`30s`, `1h` …), default `1h`; after that it
+//!   is acknowledged with `200` and kept as unmatched in the inbox (`idem inbox list`), for
+//!   an operator to refund or reconcile.
 //! - `PAYMENTS_ATTEMPT_HOLDS`: `on` makes every attempt hold its number on PostgreSQL
 //!   ([`Config::attempt_holds`](idem_runtime::Config::attempt_holds)), so that a retry
 //!   resumes a payment at once when the process that ran its attempt is gone (its hold
@@ -97,6 +101,12 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         Ok(text) => parse_duration(&text).map_err(|e| format!("PAYMENTS_LEASE={text}: {e}"))?,
         Err(_) => payments::DEFAULT_LEASE,
     };
+    let unmatched_after = match std::env::var("PAYMENTS_UNMATCHED_AFTER") {
+        Ok(text) => {
+            parse_duration(&text).map_err(|e| format!("PAYMENTS_UNMATCHED_AFTER={text}: {e}"))?
+        }
+        Err(_) => payments::DEFAULT_UNMATCHED_AFTER,
+    };
     let holds = match server::env_or("PAYMENTS_ATTEMPT_HOLDS", "off").as_str() {
         "on" => true,
         "off" => false,
@@ -111,7 +121,7 @@ async fn serve<DB: PaymentsDb>(url: &str) -> Result<(), Box<dyn Error>> {
         .lease_for(payments::OPERATION, lease)
         .attempt_holds(holds);
     let idem: Idem<DB> = server::connect(url, config).await?;
-    let ctx = Arc::new(PaymentsCtx::new(&provider_url)?);
+    let ctx = Arc::new(PaymentsCtx::new(&provider_url)?.unmatched_after(unmatched_after));
     // The operator tool `idem` shows the operation's scope, ttl, mode and lease beside its
     // keys, and documents it (`idem docs`).
     idem.register_docs(payments::operations()?.docs()).await?;

@@ -236,6 +236,32 @@ impl Db {
     }
 }
 
+impl Db {
+    /// Notes a delivery of event `event_id` received by `source` in the inbox as waiting, as
+    /// a `503` for an event not applied yet does.
+    pub async fn note_waiting(&self, source: &str, event_id: &str) {
+        match &self.pool {
+            Pool::Pg(p) => note_waiting(p, source, event_id).await,
+            Pool::Lite(p) => note_waiting(p, source, event_id).await,
+            Pool::My(p) => note_waiting(p, source, event_id).await,
+        }
+    }
+}
+
+async fn note_waiting<DB: Backend>(pool: &sqlx::Pool<DB>, source: &str, event_id: &str) {
+    use idem_runtime::store::{Delivery, Inbox, InboxStatus};
+    let delivery = Delivery {
+        source,
+        event_id,
+        reason: "not applied yet",
+        body: "{}",
+    };
+    let mut conn = pool.acquire().await.unwrap();
+    Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, 0)
+        .await
+        .unwrap();
+}
+
 async fn force_delete<DB: Backend>(pool: &sqlx::Pool<DB>, key: &str) {
     use idem_runtime::store::{Action, Actor, KeyFilter, KeyTable};
     let table = KeyTable::new(pool.clone());

@@ -290,7 +290,7 @@ async fn staged<DB: TestBackend>(
         &json!({"amount": 100}),
         move |attempt| async move {
             let charge: String = attempt
-                .step("charge", |provider_key| async move {
+                .step("charge", async |provider_key| {
                     Ok(format!("ch_{provider_key}"))
                 })
                 .await?;
@@ -300,10 +300,8 @@ async fn staged<DB: TestBackend>(
                 Then::Wait(gate) => gate.notified().await,
             }
             let done: Finished = attempt
-                .finish(move |_tx| {
-                    Box::pin(async move {
-                        Ok(Record::json(StatusCode::CREATED, &json!({"charge": charge})).unwrap())
-                    })
+                .finish(async |_tx| {
+                    Ok(Record::json(StatusCode::CREATED, &json!({"charge": charge})).unwrap())
                 })
                 .await?;
             Ok(done)

@@ -20,7 +20,7 @@ impl IdemState<Sqlite> for AppState {
 
 #[idempotent(scope = "global", mode = "staged", path = "post orders")]
 async fn create_order(attempt: Attempt<Sqlite>) -> Result<Finished, StepError> {
-    attempt.finish(|_tx| Box::pin(async { Err(StepError::retryable("not yet")) })).await
+    attempt.finish(async |_tx| Err(StepError::retryable("not yet"))).await
 }
 
 fn main() {

@@ -44,7 +44,7 @@ async fn staged(
 ) -> Result<Finished, StepError> {
     let _ = event;
     attempt
-        .finish(|_| Box::pin(async { Ok(idem_runtime::protocol::Record::json(axum::http::StatusCode::OK, "done")?) }))
+        .finish(async |_| Ok(idem_runtime::protocol::Record::json(axum::http::StatusCode::OK, "done")?))
         .await
 }
 

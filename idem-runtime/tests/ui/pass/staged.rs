@@ -32,18 +32,15 @@ async fn create_order(
     JsonBody(charge): JsonBody<Charge>,
 ) -> Result<Finished, StepError> {
     let id: String = attempt
-        .step("charge", |provider_key| async move { Ok(format!("{provider_key}-{}", charge.amount)) })
+        .step("charge", async |provider_key| Ok(format!("{provider_key}-{}", charge.amount)))
         .await?;
     attempt
-        .finish(move |tx| {
-            Box::pin(async move {
-                sqlx::query("INSERT INTO charges (id) VALUES (?1)")
-                    .bind(&id)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(Record::json(http::StatusCode::CREATED, &serde_json::json!({ "id": id }))
-                    .map_err(StepError::retryable)?)
-            })
+        .finish(async |tx| {
+            sqlx::query("INSERT INTO charges (id) VALUES (?1)")
+                .bind(&id)
+                .execute(&mut **tx)
+                .await?;
+            Ok(Record::json(http::StatusCode::CREATED, &serde_json::json!({ "id": id }))?)
         })
         .await
 }

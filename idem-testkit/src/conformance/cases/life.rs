@@ -110,7 +110,7 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
         "the oldest stuck key"
     );
 
-    let stuck = DB::stuck(&mut conn, "op:v1", NOW, 10)
+    let stuck = DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 10)
         .await
         .must("stuck")
         .into_iter()

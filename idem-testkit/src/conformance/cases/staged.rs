@@ -857,18 +857,43 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     };
     let at = |k: &str| ("global".to_owned(), "op:v1".to_owned(), k.to_owned(), 1);
     assert_eq!(
-        names(DB::stuck(&mut conn, "op:v1", NOW, 10).await.must("stuck")),
+        names(
+            DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 10)
+                .await
+                .must("stuck")
+        ),
         [at("s-1"), at("s-2"), at("s-3")],
         "stuck keys of op:v1, longest stuck first"
     );
     assert_eq!(
-        names(DB::stuck(&mut conn, "op:v1", NOW, 2).await.must("stuck")),
+        names(
+            DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 2)
+                .await
+                .must("stuck")
+        ),
         [at("s-1"), at("s-2")],
         "stuck keys of op:v1, limit 2"
     );
     assert_eq!(
         names(
-            DB::stuck(&mut conn, "other:v1", NOW, 10)
+            DB::stuck(&mut conn, "op:v1", NOW, 2, 10)
+                .await
+                .must("stuck")
+        )
+        .len(),
+        3,
+        "stuck keys of op:v1 below attempt 2"
+    );
+    assert!(
+        DB::stuck(&mut conn, "op:v1", NOW, 1, 10)
+            .await
+            .must("stuck")
+            .is_empty(),
+        "stuck keys of op:v1 below attempt 1: none (left for an operator)"
+    );
+    assert_eq!(
+        names(
+            DB::stuck(&mut conn, "other:v1", NOW, i64::MAX, 10)
                 .await
                 .must("stuck")
         ),
@@ -881,7 +906,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         "stuck keys of other:v1"
     );
     assert!(
-        DB::stuck(&mut conn, "op:v1", NOW - 5_000, 10)
+        DB::stuck(&mut conn, "op:v1", NOW - 5_000, i64::MAX, 10)
             .await
             .must("stuck")
             .is_empty(),

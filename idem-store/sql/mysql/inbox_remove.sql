@@ -1,0 +1,2 @@
+DELETE FROM idempotency_inbox
+WHERE source = ? AND event_id = ?

@@ -1,0 +1,5 @@
+SELECT id, source, event_id, status, reason, body, deliveries, CAST(round(unixepoch(first_seen_at,
+    'auto', 'subsec') * 1000) AS INTEGER), CAST(round(unixepoch(last_seen_at, 'auto', 'subsec') *
+    1000) AS INTEGER)
+FROM idempotency_inbox
+ORDER BY first_seen_at, id LIMIT $1

@@ -1,0 +1,246 @@
+//! [`Inbox`]: incoming events that could not be applied, `idempotency_inbox`.
+//!
+//! A receiver that cannot apply an event yet (a provider's `charge.succeeded` for a charge
+//! no payment names) tells its sender to deliver it again, and notes the delivery here as
+//! `waiting`; past a time of its choosing it acknowledges the event instead and keeps it as
+//! `unmatched`, so that the effect nobody owns (a charge without a payment) stays visible
+//! until an operator settles it (`idem inbox list`). An event applied after all leaves the
+//! inbox ([`Inbox::remove`]). The runtime's `Idem::unapplied` composes these.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sqlx::Pool;
+
+use crate::backend::Backend;
+use crate::error::StoreError;
+use crate::glue::Glue;
+use crate::sql::Arg;
+
+/// Where an event stands in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InboxStatus {
+    /// Not applied yet: its sender was told to deliver it again.
+    Waiting,
+    /// Acknowledged without being applied, kept for an operator.
+    Unmatched,
+}
+
+impl InboxStatus {
+    /// `waiting` or `unmatched`, as stored.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Unmatched => "unmatched",
+        }
+    }
+}
+
+impl fmt::Display for InboxStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for InboxStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "waiting" => Ok(Self::Waiting),
+            "unmatched" => Ok(Self::Unmatched),
+            other => Err(format!("unknown inbox status {other:?}")),
+        }
+    }
+}
+
+/// One delivery of an event that could not be applied ([`Inbox::note`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// What received it: the receiving operation's id (`provider_event:v1`).
+    pub source: &'a str,
+    /// The event's id (its `webhook-id`).
+    pub event_id: &'a str,
+    /// Why it could not be applied, for the operator.
+    pub reason: &'a str,
+    /// The event as received (JSON text); the first delivery's is kept.
+    pub body: &'a str,
+}
+
+/// An event of the inbox, as tools read it ([`Inbox::list`], [`Inbox::get`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEvent {
+    /// The row's id.
+    pub id: i64,
+    /// [`Delivery::source`].
+    pub source: String,
+    /// [`Delivery::event_id`].
+    pub event_id: String,
+    /// Where it stands.
+    pub status: InboxStatus,
+    /// The last delivery's [`Delivery::reason`].
+    pub reason: String,
+    /// The first delivery's body.
+    pub body: String,
+    /// Deliveries noted.
+    pub deliveries: i64,
+    /// When the first delivery was noted.
+    pub first_seen_at_ms: i64,
+    /// When the last delivery was noted.
+    pub last_seen_at_ms: i64,
+}
+
+impl InboxEvent {
+    /// How long ago, at `now_ms`, its first delivery was noted.
+    #[must_use]
+    pub fn age_ms(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_sub(self.first_seen_at_ms)
+    }
+
+    fn read<DB: Glue>(row: &DB::Row) -> Result<Self, StoreError> {
+        let id = DB::int(row, 0)?;
+        let status = DB::text(row, 3)?;
+        let status = status
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("inbox event {id}: {e}")))?;
+        Ok(Self {
+            id,
+            source: DB::text(row, 1)?,
+            event_id: DB::text(row, 2)?,
+            status,
+            reason: DB::text(row, 4)?,
+            body: DB::text(row, 5)?,
+            deliveries: DB::int(row, 6)?,
+            first_seen_at_ms: DB::int(row, 7)?,
+            last_seen_at_ms: DB::int(row, 8)?,
+        })
+    }
+}
+
+/// The inbox in a pool's database: what operators read. The writes run on a connection the
+/// caller gives ([`Inbox::note`], [`Inbox::first_seen`], [`Inbox::remove`]): a receiver's
+/// transaction, or one of their own.
+///
+/// ```no_run
+/// # use idem_store::{Inbox, InboxStatus};
+/// # async fn demo<DB: idem_store::Backend>(inbox: Inbox<DB>, now_ms: i64) -> Result<(), idem_store::StoreError> {
+/// for event in inbox.list(Some(InboxStatus::Unmatched), 50).await? {
+///     println!("{} from {}, {} s old: {}", event.event_id, event.source, event.age_ms(now_ms) / 1000, event.reason);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Inbox<DB: Backend> {
+    pool: Pool<DB>,
+}
+
+impl<DB: Backend> Clone for Inbox<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// The most events [`Inbox::list`] returns at once; larger numbers are lowered to this.
+    pub const MAX_LIST: u32 = 1000;
+
+    /// The inbox in `pool`'s database.
+    #[must_use]
+    pub fn new(pool: Pool<DB>) -> Self {
+        Self { pool }
+    }
+
+    /// Notes `delivery` at `now_ms` as `status`: the event's first delivery makes its row,
+    /// a later one counts one more and keeps the first's time and body. An event kept as
+    /// `unmatched` stays so.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn note(
+        conn: &mut DB::Connection,
+        delivery: Delivery<'_>,
+        status: InboxStatus,
+        now_ms: i64,
+    ) -> Result<(), sqlx::Error> {
+        let args = [
+            Arg::Text(delivery.source),
+            Arg::Text(delivery.event_id),
+            Arg::Text(status.as_str()),
+            Arg::Text(delivery.reason),
+            Arg::Text(delivery.body),
+            Arg::Int(now_ms),
+            Arg::Int(now_ms),
+        ];
+        DB::execute(conn, DB::SQL.inbox_note, &args).await.map(drop)
+    }
+
+    /// When the event's first delivery was noted; `None` when it is not in the inbox.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn first_seen(
+        conn: &mut DB::Connection,
+        source: &str,
+        event_id: &str,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let args = [Arg::Text(source), Arg::Text(event_id)];
+        let row = DB::fetch_optional(conn, DB::SQL.inbox_first_seen, &args).await?;
+        row.map(|row| DB::int(&row, 0)).transpose()
+    }
+
+    /// Removes the event: it was applied after all. `false` when it was not in the inbox.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn remove(
+        conn: &mut DB::Connection,
+        source: &str,
+        event_id: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let args = [Arg::Text(source), Arg::Text(event_id)];
+        Ok(DB::execute(conn, DB::SQL.inbox_remove, &args).await? > 0)
+    }
+
+    /// Up to `limit` events (1 to [`Inbox::MAX_LIST`]) in `status`, or in any, the longest
+    /// noted first.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
+    pub async fn list(
+        &self,
+        status: Option<InboxStatus>,
+        limit: u32,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        let limit = i64::from(limit.clamp(1, Self::MAX_LIST));
+        let sql = DB::SQL;
+        let rows = match status {
+            None => self.rows(sql.inbox_list, &[Arg::Int(limit)]).await?,
+            Some(status) => {
+                let args = [Arg::Text(status.as_str()), Arg::Int(limit)];
+                self.rows(sql.inbox_list_status, &args).await?
+            }
+        };
+        rows.iter().map(InboxEvent::read::<DB>).collect()
+    }
+
+    /// The events of id `event_id`: one per source that noted it (usually one).
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
+    pub async fn get(&self, event_id: &str) -> Result<Vec<InboxEvent>, StoreError> {
+        let rows = self.rows(DB::SQL.inbox_get, &[Arg::Text(event_id)]).await?;
+        rows.iter().map(InboxEvent::read::<DB>).collect()
+    }
+
+    async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<DB::Row>, StoreError> {
+        async {
+            let mut conn = self.pool.acquire().await?;
+            DB::fetch_all(&mut conn, sql, args).await
+        }
+        .await
+        .map_err(|e| StoreError::from(e).refine::<DB>())
+    }
+}
