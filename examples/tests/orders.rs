@@ -44,7 +44,7 @@ async fn contract_on(db: &Db, server: Server) {
         "\"unterminated",
         "\"a b\"",
         "a\"b",
-        &"k".repeat(256),
+        &"k".repeat(idem_runtime::key::MAX_RECEIVED_LEN + 1),
         "\"\"",
     ] {
         c.post(Some("acme"), Some(bad), ORDER)

@@ -177,7 +177,12 @@ async fn contract<DB: Store>() {
         .await
         .assert_problem(400);
     assert_eq!(missing["type"], "urn:idem:problem:missing-key");
-    for bad in ["\"unterminated", "a b", &"k".repeat(256), "\"\""] {
+    for bad in [
+        "\"unterminated",
+        "a b",
+        &"k".repeat(idem_runtime::key::MAX_RECEIVED_LEN + 1),
+        "\"\"",
+    ] {
         post(&c, Some("acme"), Some(bad), PAYMENT)
             .await
             .assert_problem(400);

@@ -2,8 +2,8 @@
 //!
 //! Invariants:
 //! - parsing never panics;
-//! - an accepted key is 1 to 255 visible ASCII characters, and `IdempotencyKey::new`
-//!   accepts it as it is;
+//! - an accepted key, as stored, is 1 to 255 visible ASCII characters (a longer one is its
+//!   digest, `sha256:…`), and `IdempotencyKey::new` accepts it as it is;
 //! - `Strict` accepts a subset of what `Lenient` accepts, as the same key;
 //! - ASCII whitespace around the value changes nothing;
 //! - round trip: the key's canonical form, its structured-field string (`"…"` with `\` and

@@ -6,8 +6,10 @@ use http::HeaderValue;
 /// Name of the request header that carries the key.
 pub const HEADER: &str = "idempotency-key";
 
-/// Longest key idem's servers accept, in characters.
-pub const MAX_LEN: usize = 255;
+/// Longest key idem's servers accept, in characters (8 KiB). A server stores a key longer
+/// than 255 characters as its SHA-256 digest, so a long key is retried as safely as a short
+/// one.
+pub const MAX_LEN: usize = 8192;
 
 /// A key the generator returned that no server following the draft would accept.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +38,7 @@ pub fn generate() -> String {
 /// The header value of `key`, as a structured-field string: `"key"`.
 ///
 /// # Errors
-/// [`InvalidKey`] unless the key is 1 to 255 visible ASCII characters, as idem's servers
+/// [`InvalidKey`] unless the key is 1 to 8192 visible ASCII characters, as idem's servers
 /// require. (A structured-field string could carry `"` and `\` escaped, and spaces; idem's
 /// keys may hold the first two, escaped here, but not spaces.)
 pub fn header_value(key: &str) -> Result<HeaderValue, InvalidKey> {
@@ -113,8 +115,11 @@ mod tests {
     #[test]
     fn keys_a_server_would_refuse_are_refused() {
         assert_eq!(header_value(""), Err(InvalidKey::Empty));
-        assert_eq!(header_value(&"k".repeat(256)), Err(InvalidKey::TooLong));
-        assert!(header_value(&"k".repeat(255)).is_ok());
+        assert_eq!(
+            header_value(&"k".repeat(MAX_LEN + 1)),
+            Err(InvalidKey::TooLong)
+        );
+        assert!(header_value(&"k".repeat(MAX_LEN)).is_ok());
         for bad in ["a b", "tab\there", "é", "line\n"] {
             assert_eq!(
                 header_value(bad),

@@ -218,7 +218,7 @@ impl Builder {
     }
 
     /// Where keys come from (default [`key::generate`], a v4 UUID). Called once per logical
-    /// request; the key is sent quoted ([`key::header_value`]). A key that is not 1 to 255
+    /// request; the key is sent quoted ([`key::header_value`]). A key that is not 1 to 8192
     /// visible ASCII characters fails the request with [`InvalidKey`], before it is sent.
     pub fn key_generator(mut self, keys: impl Fn() -> String + Send + Sync + 'static) -> Self {
         self.settings.keys = Arc::new(keys);

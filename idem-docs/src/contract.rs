@@ -19,7 +19,15 @@ pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 pub const KEY_MIN_LEN: usize = 1;
 
 /// Longest key, in characters (unquoted), as the runtime's key parser accepts.
-pub const KEY_MAX_LEN: usize = 255;
+pub const KEY_MAX_LEN: usize = 8192;
+
+/// Longest key stored as it is; a longer one is stored as [`KEY_DIGEST_PREFIX`] and the
+/// SHA-256 of the key, in 64 lowercase hexadecimal digits (the runtime's `key` module).
+pub const KEY_STORED_MAX_LEN: usize = 255;
+
+/// What a key longer than [`KEY_STORED_MAX_LEN`] is stored as: this prefix, then the 64
+/// lowercase hexadecimal digits of the key's SHA-256.
+pub const KEY_DIGEST_PREFIX: &str = "sha256:";
 
 /// Media type of idem's error bodies.
 pub const PROBLEM_MEDIA_TYPE: &str = "application/problem+json";
@@ -29,21 +37,21 @@ pub const PROBLEM_MEDIA_TYPE: &str = "application/problem+json";
 pub const EXAMPLE_KEY: &str = "8e03978e-40d5-43e8-bc93-6894a57f9324";
 
 /// A pattern (ECMA-262, as OpenAPI uses) for the header's value in the strict format
-/// ([`KeyFormat::Strict`]): a structured-field string of 1 to 255 visible ASCII characters,
+/// ([`KeyFormat::Strict`]): a structured-field string of 1 to 8192 visible ASCII characters,
 /// `"` and `\` escaped with `\`, with the parameters an item may carry (ignored): each
 /// `;key` or `;key=value`, the value an integer, a decimal, a string, a token or a boolean.
 pub const KEY_PATTERN: &str = concat!(
-    r#"^"([!#-\[\]-~]|\\["\\]){1,255}""#,
+    r#"^"([!#-\[\]-~]|\\["\\]){1,8192}""#,
     r#"(; *[a-z*][a-z0-9_.*-]*(=(-?[0-9]{1,12}\.[0-9]{1,3}|-?[0-9]{1,15}|"([ !#-\[\]-~]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*|\?[01]))?)*$"#,
 );
 
 /// A pattern for the header's value in the lenient format ([`KeyFormat::Lenient`], the
-/// default): [`KEY_PATTERN`]'s structured-field string, or a bare key of 1 to 255 visible
+/// default): [`KEY_PATTERN`]'s structured-field string, or a bare key of 1 to 8192 visible
 /// ASCII characters without `"` or `\`.
 pub const LENIENT_KEY_PATTERN: &str = concat!(
-    r#"^("([!#-\[\]-~]|\\["\\]){1,255}""#,
+    r#"^("([!#-\[\]-~]|\\["\\]){1,8192}""#,
     r#"(; *[a-z*][a-z0-9_.*-]*(=(-?[0-9]{1,12}\.[0-9]{1,3}|-?[0-9]{1,15}|"([ !#-\[\]-~]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*|\?[01]))?)*"#,
-    r#"|[!#-\[\]-~]{1,255})$"#,
+    r#"|[!#-\[\]-~]{1,8192})$"#,
 );
 
 /// The pattern of the header's value in `format`: [`KEY_PATTERN`] or
@@ -54,6 +62,15 @@ pub const fn key_pattern(format: KeyFormat) -> &'static str {
         KeyFormat::Strict => KEY_PATTERN,
         KeyFormat::Lenient => LENIENT_KEY_PATTERN,
     }
+}
+
+/// What becomes of a long key, for the key's paragraph, whatever its source.
+fn long_keys() -> String {
+    format!(
+        "A key longer than {KEY_STORED_MAX_LEN} characters is kept as its digest, \
+         `{KEY_DIGEST_PREFIX}` followed by the 64 lowercase hexadecimal digits of its SHA-256: \
+         every retry with the same key finds what the first request stored."
+    )
 }
 
 /// When `422 urn:idem:problem:invalid-body` is the answer: a JSON body that does not
@@ -138,8 +155,9 @@ pub fn key_syntax(format: KeyFormat) -> String {
         "`{KEY_HEADER}` is a structured-field string (IETF httpapi draft): the key in double \
          quotes, such as `{KEY_HEADER}: \"{EXAMPLE_KEY}\"`. A key is {KEY_MIN_LEN} to \
          {KEY_MAX_LEN} visible ASCII characters (`!` to `~`, no spaces); a `\"` or `\\` in it \
-         is escaped with `\\`. Use a new random key (a UUID) for each intent, and the same key \
-         for every retry of it. {quotes}"
+         is escaped with `\\`. {} Use a new random key (a UUID) for each intent, and the same \
+         key for every retry of it. {quotes}",
+        long_keys()
     )
 }
 
@@ -263,8 +281,9 @@ pub fn key_format(doc: &OperationDoc) -> String {
     }
     let _ = write!(
         text,
-        " The key, once encoded{}, is {KEY_MIN_LEN} to {KEY_MAX_LEN} characters.",
-        if several { " and joined" } else { "" }
+        " The key, once encoded{}, is {KEY_MIN_LEN} to {KEY_MAX_LEN} characters. {}",
+        if several { " and joined" } else { "" },
+        long_keys()
     );
     text.push_str(if several {
         " A retry of a request carries the same values, and a new request different ones."

@@ -61,7 +61,9 @@
 //! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
 //!   2xx of its own, success is documented as OpenAPI's `2XX`.
 //! - **The key's syntax** is the IETF draft's structured-field string; the length limits are
-//!   the runtime's (1 to 255 visible ASCII characters). Its schema is exactly what the server
+//!   the runtime's (1 to 8192 visible ASCII characters; one longer than 255 is kept as its
+//!   digest, `sha256:` and 64 hexadecimal digits, which the documents say). Its schema is
+//!   exactly what the server
 //!   accepts in its format ([`OperationDoc::key_format`], the runtime's `Config::key_format`):
 //!   [`contract::KEY_PATTERN`] when strict (the string, with the parameters an item may carry:
 //!   integers, decimals, strings, tokens, booleans), [`contract::LENIENT_KEY_PATTERN`] by
@@ -88,10 +90,11 @@
 //! - **Where the key is, in each document.** The contract names the source wherever it named
 //!   `Idempotency-Key`: the summary, the key's paragraph (each part taken verbatim, a body
 //!   field's string as its text and a number or boolean as its JSON text, percent-encoding,
-//!   joining, 1 to 255 characters), the `400 missing-key` and `400 invalid-key` rows, and the
+//!   joining, 1 to 8192 characters, the digest of a long one), the `400 missing-key` and
+//!   `400 invalid-key` rows, and the
 //!   example request, which carries the key's headers and body fields and no
 //!   `Idempotency-Key`. In OpenAPI each header part is a required parameter under its own
-//!   name (string, `maxLength` 255, and `minLength` 1 when it is the whole key) in place of
+//!   name (string, `maxLength` 8192, and `minLength` 1 when it is the whole key) in place of
 //!   `Idempotency-Key`; body fields add no parameter (the request body is the application's
 //!   to describe), so the key's paragraph is added to the operation's description, and
 //!   `x-idempotency` lists the parts as `keyFrom`, camel-cased like its other members.

@@ -489,7 +489,7 @@ mod tests {
             standalone["paths"]["/orders"]["post"]["parameters"]
         );
         assert_eq!(post["parameters"][0]["name"], "webhook-id");
-        assert_eq!(post["parameters"][0]["schema"]["maxLength"], 255);
+        assert_eq!(post["parameters"][0]["schema"]["maxLength"], 8192);
         assert_eq!(
             post["x-idempotency"]["keyFrom"],
             json!([{"header": "webhook-id"}])

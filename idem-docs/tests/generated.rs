@@ -356,7 +356,7 @@ fn key_errors_name_the_source() {
     assert_eq!(
         problem(&body_sourced(), invalid),
         "The body's `/id` cannot be a key: the body is not JSON, the field is an object, an \
-         array or `null`, or it is empty or longer than 255 characters once percent-encoded. \
+         array or `null`, or it is empty or longer than 8192 characters once percent-encoded. \
          Fix the request; nothing ran."
     );
     assert_eq!(
@@ -385,7 +385,7 @@ fn key_format_follows_the_parts() {
     let several = contract::key_format(&mixed_parts());
     assert!(several.contains("`:` is `%3A`"), "{several}");
     assert!(
-        several.contains("once encoded and joined, is 1 to 255"),
+        several.contains("once encoded and joined, is 1 to 8192"),
         "{several}"
     );
     assert!(
@@ -458,7 +458,7 @@ fn openapi_parameters_are_the_headers_the_key_is_taken_from() {
     assert_eq!(standard[0]["required"], true);
     assert_eq!(
         standard[0]["schema"],
-        json!({"type": "string", "minLength": 1, "maxLength": 255})
+        json!({"type": "string", "minLength": 1, "maxLength": 8192})
     );
     assert_eq!(
         standard[0]["description"],
@@ -482,7 +482,7 @@ fn openapi_parameters_are_the_headers_the_key_is_taken_from() {
     assert_eq!(mixed[0]["name"], "x-partner");
     assert_eq!(
         mixed[0]["schema"],
-        json!({"type": "string", "maxLength": 255})
+        json!({"type": "string", "maxLength": 8192})
     );
     assert_eq!(mixed[1]["name"], "partner");
     assert_eq!(mixed[1]["in"], "path");
@@ -566,9 +566,10 @@ fn operations_without_a_route_are_still_documented() {
 #[test]
 fn the_key_pattern_matches_the_runtime_limits() {
     // A small check of the pattern's shape; the runtime's parser is tested in idem-runtime.
-    assert!(contract::KEY_PATTERN.contains("{1,255}"));
-    assert!(contract::LENIENT_KEY_PATTERN.contains("|[!#-\\[\\]-~]{1,255})$"));
-    assert_eq!(contract::KEY_MAX_LEN, 255);
+    assert!(contract::KEY_PATTERN.contains("{1,8192}"));
+    assert!(contract::LENIENT_KEY_PATTERN.contains("|[!#-\\[\\]-~]{1,8192})$"));
+    assert_eq!(contract::KEY_MAX_LEN, 8192);
+    assert_eq!(contract::KEY_STORED_MAX_LEN, 255);
 }
 
 #[test]

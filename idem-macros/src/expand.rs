@@ -5,7 +5,8 @@
 //! handler, in idem's words (as `axum::debug_handler` does): every extractor must be an
 //! `Input` or marked `#[not_input]`, a body extractor must come last, and — when the
 //! attribute names the state (`state = AppState`) — the state must be an `IdemState` of the
-//! transaction's backend and every extractor must work with it.
+//! transaction's backend (whose principal a staged handler can store with its key) and
+//! every extractor must work with it.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -190,8 +191,15 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
             }
         }
         if let Some(state) = &args.state {
+            // A method (see `__private::Extractor`): idem's extractors with a requirement of
+            // their own on the state report it in their words. Every token at the argument's
+            // span, for the method's error to be reported there (at its first token).
             checks.push(if last {
-                quote_spanned!(ty.span()=> #rt::last_extractor::<#ty, #state, _>();)
+                quote_spanned!(ty.span()=> {
+                    #[allow(unused_imports)]
+                    use ::idem_runtime::__private::LastExtractor as _;
+                    ::idem_runtime::__private::Extractor::<#ty, #state>::NEW.last_extractor();
+                })
             } else {
                 quote_spanned!(ty.span()=> #rt::parts_extractor::<#ty, #state>();)
             });
@@ -199,6 +207,10 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     }
     if let Some(state) = &args.state {
         checks.push(quote_spanned!(state.span()=> #rt::state::<#state, #db>();));
+        // A staged key is stored with its principal, for the reconciler to resume it.
+        if staged {
+            checks.push(quote_spanned!(state.span()=> #rt::resumable::<#state, #db>();));
+        }
         // A principal type that can never name the scope's owner: a compile error. A const
         // item is evaluated by `cargo check` too; it cannot name a generic backend, so a
         // handler generic over its types is not checked.

@@ -49,9 +49,24 @@ fn state_checks_only_when_named() {
     let with = expanded(quote!(scope = "global", state = AppState), item);
     assert!(with.contains("state :: < AppState ,"), "{with}");
     assert!(
-        with.contains("last_extractor :: < JsonBody < B > , AppState , _ >"),
+        with.contains("Extractor :: < JsonBody < B > , AppState > :: NEW . last_extractor ()"),
         "{with}"
     );
+    assert!(!with.contains("resumable"), "{with}");
+}
+
+#[test]
+fn a_staged_state_is_checked_for_a_principal_to_store() {
+    let item = quote!(
+        async fn h(attempt: Attempt<Sqlite>) -> Result<Finished, StepError> {}
+    );
+    let without = expanded(quote!(scope = "tenant", mode = "staged"), item.clone());
+    assert!(!without.contains("resumable"), "{without}");
+    let with = expanded(
+        quote!(scope = "tenant", mode = "staged", state = AppState),
+        item,
+    );
+    assert!(with.contains("resumable :: < AppState ,"), "{with}");
 }
 
 #[test]

@@ -266,6 +266,9 @@ where
 )]
 pub trait ResumablePrincipal: Serialize + DeserializeOwned {}
 
+/// (Not recommended: the error names `ResumablePrincipal`, whose note says why, rather than
+/// `Serialize` alone.)
+#[diagnostic::do_not_recommend]
 impl<T: Serialize + DeserializeOwned> ResumablePrincipal for T {}
 
 impl<DB: Backend, K: ScopeMarker> Ctx<DB, K> {

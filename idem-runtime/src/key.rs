@@ -7,18 +7,63 @@
 //! could have been the content of a structured-field string, so it has no `"` and no `\`
 //! (`a\"b` is refused rather than guessed at).
 //!
-//! Either way a key is 1 to 255 visible ASCII characters (`!` to `~`): no spaces, no
-//! control characters.
+//! Either way a key is 1 to 8192 visible ASCII characters (`!` to `~`): no spaces, no
+//! control characters. The same holds for a key taken from the request
+//! (`key = header("webhook-id")`, `key = body("/id")`), once percent-encoded and joined.
+//!
+//! # Long keys
+//!
+//! The store keeps keys of up to [`MAX_LEN`] (255) characters as they are. A longer key is
+//! stored as its digest: [`DIGEST_PREFIX`] (`sha256:`) followed by the 64 lowercase
+//! hexadecimal digits of the SHA-256 of the whole key, 71 characters in all. The same long
+//! key always has the same digest, so its retries find the key its first request stored,
+//! and two long keys that differ anywhere have different ones. Every key goes through
+//! [`IdempotencyKey::new`], whether it comes from the `Idempotency-Key` header, from a
+//! header or body field the operation names, or from the plain function API, so the rule
+//! is the same for all of them; the key an operator types into `idem keys show` is the
+//! stored one (`sha256:…` for a long key).
+//!
+//! ```
+//! use idem_runtime::IdempotencyKey;
+//!
+//! let long = "k".repeat(300);
+//! let key = IdempotencyKey::new(long.as_str()).unwrap();
+//! assert_eq!(
+//!     key.as_str(),
+//!     "sha256:17b16d8ef494060fefa36a6a41567b8c32d213a17e02b7eeae86158cc4495461"
+//! );
+//! assert_eq!(IdempotencyKey::new(long.as_str()).unwrap(), key);
+//! ```
+//!
+//! A key of [`MAX_LEN`] characters or fewer is never digested, so `sha256:…` sent as a key
+//! names the same record as the long key it is the digest of (in the same scope and
+//! operation). Two different keys meet only if SHA-256 collides.
+//!
+//! Keys longer than [`MAX_RECEIVED_LEN`] (8192 characters, 8 KiB) are refused
+//! (`400 invalid-key`): an explicit bound, whatever the server's header size limit, that
+//! also holds for keys taken from a body field.
 
 use std::fmt;
+
+use sha2::{Digest, Sha256};
 
 use crate::spec::{KeyPart, KeySource};
 
 /// Name of the request header that carries the key.
 pub const HEADER: &str = "idempotency-key";
 
-/// Longest accepted key, in characters.
+/// Longest key stored as it is, in characters; a longer one is stored as its digest
+/// ([`DIGEST_PREFIX`], see [the module](self#long-keys)). Every stored key is 1 to
+/// `MAX_LEN` characters: the store's key columns hold 255.
 pub const MAX_LEN: usize = 255;
+
+/// Longest key accepted, in characters (8 KiB): a longer one is refused. One longer than
+/// [`MAX_LEN`] is stored as its digest.
+pub const MAX_RECEIVED_LEN: usize = 8192;
+
+/// What a key longer than [`MAX_LEN`] is stored as: this prefix, then the 64 lowercase
+/// hexadecimal digits of the SHA-256 of the key.
+pub const DIGEST_PREFIX: &str = "sha256:";
 
 /// Which spellings of the header are accepted: [`KeyFormat::Lenient`] (the default) or
 /// [`KeyFormat::Strict`]. The generated documents describe the same format
@@ -100,26 +145,39 @@ impl IdempotencyKey {
         }
     }
 
-    /// Validates an already unquoted key, e.g. one given to the plain function API.
+    /// Validates an already unquoted key, e.g. one given to the plain function API: the key
+    /// as it is stored, the key itself when it has at most [`MAX_LEN`] characters, its
+    /// digest when longer (`sha256:` and 64 hexadecimal digits, see
+    /// [the module](self#long-keys)).
+    ///
+    /// Every key idem takes from a request goes through here.
     ///
     /// # Errors
-    /// [`KeyError`] if the key is empty, longer than 255 characters or has a character outside
-    /// visible ASCII.
+    /// [`KeyError`] if the key is empty, longer than [`MAX_RECEIVED_LEN`] characters or has a
+    /// character outside visible ASCII.
     pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
         let key = key.into();
         if key.is_empty() {
             return Err(KeyError::Empty);
         }
-        if key.len() > MAX_LEN {
+        if key.len() > MAX_RECEIVED_LEN {
             return Err(KeyError::TooLong);
         }
         if !key.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(KeyError::InvalidCharacter);
         }
+        if key.len() > MAX_LEN {
+            let digest = Sha256::digest(key.as_bytes());
+            return Ok(Self(format!(
+                "{DIGEST_PREFIX}{}",
+                crate::hex::encode(&digest)
+            )));
+        }
         Ok(Self(key))
     }
 
-    /// The key as sent, without quotes.
+    /// The key as stored, without quotes: as sent, or its digest when it is longer than
+    /// [`MAX_LEN`] characters.
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
@@ -145,8 +203,8 @@ pub enum KeyError {
     /// The header is present but empty (or the string inside it is).
     #[error("the key is empty")]
     Empty,
-    /// Longer than 255 characters.
-    #[error("the key is longer than 255 characters")]
+    /// Longer than [`MAX_RECEIVED_LEN`] (8192) characters.
+    #[error("the key is longer than 8192 characters")]
     TooLong,
     /// A space, control character or non-ASCII character; in a bare key, a `"` or `\`.
     #[error(
@@ -175,7 +233,8 @@ pub enum KeyError {
 /// # Errors
 /// [`PartError`]: a part is missing (a header that is absent, a field the body does not
 /// have, or `null`), or cannot be a key (a header sent twice; not a string, number or
-/// boolean; a body that is not JSON; a key longer than 255 characters).
+/// boolean; a body that is not JSON; a key longer than [`MAX_RECEIVED_LEN`] characters). A
+/// key longer than [`MAX_LEN`] is its digest ([`IdempotencyKey::new`]).
 pub(crate) fn from_parts(
     source: KeySource,
     headers: &http::HeaderMap,
@@ -241,13 +300,13 @@ pub(crate) fn from_parts(
                 }
             }
         }
-        if key.len() > MAX_LEN {
+        if key.len() > MAX_RECEIVED_LEN {
             break;
         }
     }
     IdempotencyKey::new(key)
         .map(Some)
-        .map_err(|_| refuse(false, "the key is longer than 255 characters"))
+        .map_err(|_| refuse(false, "the key is longer than 8192 characters"))
 }
 
 /// Why a key could not be taken from the request ([`from_parts`]).
@@ -348,9 +407,10 @@ mod tests {
         missing(from(id, &[], Some(r#"{"id": ""}"#)));
         missing(from(id, &[], Some(r#"{"id": {"a": 1}}"#)));
         missing(from(id, &[], Some("not json")));
-        let long = format!(r#"{{"id": "{}"}}"#, "k".repeat(256));
+        let long = format!(r#"{{"id": "{}"}}"#, "k".repeat(MAX_RECEIVED_LEN + 1));
         let error = from_parts(id, &http::HeaderMap::new(), Some(long.as_bytes())).unwrap_err();
         assert!(!error.missing, "{error:?}");
+        assert_eq!(error.reason, "the key is longer than 8192 characters");
         let error = from_parts(id, &http::HeaderMap::new(), Some(b"{}")).unwrap_err();
         assert_eq!(
             error,
@@ -382,12 +442,76 @@ mod tests {
     fn length_limits() {
         assert_eq!(lenient(""), Err(KeyError::Empty));
         assert_eq!(lenient("\"\""), Err(KeyError::Empty));
-        assert_eq!(lenient(&"k".repeat(255)).unwrap().as_str().len(), 255);
-        assert_eq!(lenient(&"k".repeat(256)), Err(KeyError::TooLong));
+        let longest = "k".repeat(MAX_LEN);
+        assert_eq!(lenient(&longest).unwrap().as_str(), longest);
         assert_eq!(
-            lenient(&format!("\"{}\"", "k".repeat(256))),
-            Err(KeyError::TooLong)
+            IdempotencyKey::new(longest.as_str()).unwrap().as_str(),
+            longest
         );
+        assert!(lenient(&"k".repeat(MAX_RECEIVED_LEN)).is_ok());
+        let too_long = "k".repeat(MAX_RECEIVED_LEN + 1);
+        assert_eq!(lenient(&too_long), Err(KeyError::TooLong));
+        assert_eq!(lenient(&format!("\"{too_long}\"")), Err(KeyError::TooLong));
+        assert!(
+            KeyError::TooLong
+                .to_string()
+                .contains(&MAX_RECEIVED_LEN.to_string())
+        );
+    }
+
+    #[test]
+    fn a_long_key_is_stored_as_its_digest() {
+        let long = "k".repeat(300);
+        let key = IdempotencyKey::new(long.as_str()).unwrap();
+        // `sha256:` and the SHA-256 of the whole key (`printf 'k%.0s' {1..300} | sha256sum`).
+        assert_eq!(
+            key.as_str(),
+            "sha256:17b16d8ef494060fefa36a6a41567b8c32d213a17e02b7eeae86158cc4495461"
+        );
+        assert!(key.as_str().len() <= MAX_LEN);
+        // Stable, and the same from a header, quoted or bare.
+        assert_eq!(IdempotencyKey::new(long.as_str()).unwrap(), key);
+        assert_eq!(lenient(&long).unwrap(), key);
+        assert_eq!(lenient(&format!("\"{long}\"")).unwrap(), key);
+        // The digest is a key of its own that names the same row.
+        assert_eq!(IdempotencyKey::new(key.as_str()).unwrap(), key);
+        // Long keys that differ anywhere, even only in their last character, differ.
+        let mut other = long.clone();
+        other.replace_range(299.., "j");
+        assert_ne!(IdempotencyKey::new(other).unwrap(), key);
+        assert_eq!(
+            IdempotencyKey::new("k".repeat(256)).unwrap().as_str(),
+            "sha256:ce16fe78208a4e93f7158e62393680e025b2ad584f4e875ce903a654bb74cf93"
+        );
+        // Still visible ASCII only.
+        let spaced = format!("{} ", "k".repeat(300));
+        assert_eq!(IdempotencyKey::new(spaced), Err(KeyError::InvalidCharacter));
+    }
+
+    #[test]
+    fn a_long_key_from_the_request_is_stored_as_its_digest() {
+        let hook = KeySource::Parts(&[KeyPart::Header("webhook-id")]);
+        let long = format!("msg_{}", "x".repeat(296));
+        let mut headers = http::HeaderMap::new();
+        headers.insert("webhook-id", http::HeaderValue::from_str(&long).unwrap());
+        let key = from_parts(hook, &headers, None).unwrap().unwrap();
+        assert_eq!(key, IdempotencyKey::new(long.as_str()).unwrap());
+        assert!(key.as_str().starts_with(DIGEST_PREFIX), "{key:?}");
+        assert_eq!(key.as_str().len(), DIGEST_PREFIX.len() + 64);
+        // The key is encoded and joined first, then digested.
+        let id = KeySource::Parts(&[KeyPart::Body("/id")]);
+        let body = format!(r#"{{"id": "{} "}}"#, "x".repeat(300));
+        let key = from_parts(id, &http::HeaderMap::new(), Some(body.as_bytes()))
+            .unwrap()
+            .unwrap();
+        let encoded = format!("{}%20", "x".repeat(300));
+        assert_eq!(key, IdempotencyKey::new(encoded).unwrap());
+        let exactly = "x".repeat(MAX_LEN);
+        let body = format!(r#"{{"id": "{exactly}"}}"#);
+        let key = from_parts(id, &http::HeaderMap::new(), Some(body.as_bytes()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.as_str(), exactly);
     }
 
     #[test]

@@ -145,8 +145,53 @@ pub mod __private {
     /// With `state = S`: an extractor before the last works with the state.
     pub fn parts_extractor<T: axum::extract::FromRequestParts<S>, S>() {}
 
-    /// With `state = S`: the last extractor works with the state.
-    pub fn last_extractor<T: axum::extract::FromRequest<S, M>, S, M>() {}
+    /// With `state = S` and `mode = "staged"`: the state's principal can be stored with the
+    /// key, for the reconciler to resume the handler without its client.
+    pub fn resumable<S: crate::IdemState<DB>, DB: crate::store::Backend>()
+    where
+        S::Principal: ResumablePrincipal,
+    {
+    }
+
+    /// With `state = S`: the last extractor `T` works with the state, checked by
+    /// `Extractor::<T, S>::NEW.last_extractor()` (with [`LastExtractor`] in scope).
+    ///
+    /// A method, so that idem's own body extractors with a requirement of their own on the
+    /// state have an inherent `last_extractor` that reports that requirement in its words
+    /// (`Verified`: a `WebhookSecret`); every other extractor takes the trait's, which asks
+    /// for `FromRequest<S, _>`. Decided by type, so aliases are seen through; a generic `T`
+    /// takes the trait's.
+    #[derive(Debug)]
+    pub struct Extractor<T, S>(core::marker::PhantomData<fn() -> (T, S)>);
+
+    impl<T, S> Extractor<T, S> {
+        /// The probe.
+        pub const NEW: Self = Self(core::marker::PhantomData);
+    }
+
+    /// See [`Extractor`].
+    pub trait LastExtractor<T, S> {
+        /// `T` is an extractor of the body (or of the parts) with the state `S`.
+        fn last_extractor<M>(&self)
+        where
+            T: axum::extract::FromRequest<S, M>,
+        {
+        }
+    }
+
+    impl<T, S> LastExtractor<T, S> for Extractor<T, S> {}
+
+    #[cfg(feature = "standard-webhooks")]
+    impl<E, S> Extractor<crate::webhooks::Verified<E>, S> {
+        /// `Verified<E>` with the state `S`: the state gives a `WebhookSecret`, and `E`
+        /// extracts the body.
+        pub fn last_extractor<M>(&self)
+        where
+            S: crate::webhooks::WebhookState,
+            E: axum::extract::FromRequest<S, M>,
+        {
+        }
+    }
 
     /// Names the backend of a handler's transaction argument.
     #[diagnostic::on_unimplemented(

@@ -746,7 +746,7 @@ mod webhook {
     /// instead of acting twice. `webhook-timestamp` is when this attempt was sent (seconds
     /// since the Unix epoch), and `webhook-signature` is sent when the sink has a
     /// [`signing_secret`](WebhookSink::signing_secret). A dedup id that cannot be a key
-    /// (1 to 255 visible ASCII characters) fails permanently.
+    /// (1 to 8192 visible ASCII characters, [`crate::key`]) fails permanently.
     ///
     /// The outcome, by the response:
     ///
@@ -877,16 +877,17 @@ mod webhook {
         data: &'a serde_json::Value,
     }
 
-    /// `dedup_id` as a structured-field string: quoted, `\` and `"` escaped.
+    /// `dedup_id` as a structured-field string: quoted, `\` and `"` escaped. As it is, even
+    /// when it is long: the receiver stores a long key as its digest itself.
     fn idempotency_key(dedup_id: &str) -> Result<HeaderValue, DeliveryError> {
-        let key = IdempotencyKey::new(dedup_id).map_err(|e| {
+        IdempotencyKey::new(dedup_id).map_err(|e| {
             DeliveryError::permanent(format!(
                 "the dedup id cannot be sent as an Idempotency-Key: {e}"
             ))
         })?;
-        let mut quoted = String::with_capacity(key.as_str().len() + 2);
+        let mut quoted = String::with_capacity(dedup_id.len() + 2);
         quoted.push('"');
-        for c in key.as_str().chars() {
+        for c in dedup_id.chars() {
             if matches!(c, '"' | '\\') {
                 quoted.push('\\');
             }
@@ -1003,6 +1004,10 @@ mod webhook {
             assert!(idempotency_key("with space").unwrap_err().is_permanent());
             assert!(idempotency_key("").unwrap_err().is_permanent());
             assert!(idempotency_key("é").unwrap_err().is_permanent());
+            // A long one goes out as it is: the receiver digests it.
+            let long = "d".repeat(300);
+            let value = idempotency_key(&long).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(value.to_str().ok(), Some(format!("\"{long}\"").as_str()));
         }
 
         #[test]

@@ -164,9 +164,38 @@ impl WebhookSecret {
     }
 }
 
+/// A state that gives [`Verified`] its [`WebhookSecret`]: every state `S` with
+/// `impl FromRef<S> for WebhookSecret` (`axum::extract::FromRef`).
+///
+/// A trait of its own, rather than the `FromRef` bound, so that a state without the secret
+/// is reported in these words — at the extractor, with `#[idempotent(state = AppState)]` —
+/// and that axum does not take `WebhookSecret` itself for the router's state (the one state
+/// `FromRef` would otherwise find).
+#[diagnostic::on_unimplemented(
+    message = "the state `{Self}` does not give `Verified` a `WebhookSecret`",
+    label = "`Verified` checks deliveries with the state's `WebhookSecret`",
+    note = "implement `axum::extract::FromRef<{Self}>` for `idem_runtime::webhooks::WebhookSecret`, returning the secret the provider signs with (or `#[derive(FromRef)]` on the state with a `WebhookSecret` field)"
+)]
+pub trait WebhookState: Send + Sync {
+    /// The secret deliveries are verified with.
+    fn webhook_secret(&self) -> WebhookSecret;
+}
+
+/// (Not recommended: the error names `WebhookState`, whose note says what to implement.)
+#[diagnostic::do_not_recommend]
+impl<S> WebhookState for S
+where
+    S: Send + Sync,
+    WebhookSecret: FromRef<S>,
+{
+    fn webhook_secret(&self) -> WebhookSecret {
+        WebhookSecret::from_ref(self)
+    }
+}
+
 /// A body extractor `E` (`JsonBody<T>`, `Checked<T>`, …) whose request was verified first as
 /// a Standard Webhooks delivery, with the [`WebhookSecret`] of the application's state
-/// (`WebhookSecret: FromRef<S>`).
+/// (`impl FromRef<AppState> for WebhookSecret`: [`WebhookState`]).
 ///
 /// A delivery whose signature is missing, wrong or more than 5 minutes old is refused with
 /// `401` `application/problem+json` ([`UNVERIFIED`]) before its body is parsed and before
@@ -179,8 +208,7 @@ pub struct Verified<E>(pub E);
 
 impl<S, E> FromRequest<S> for Verified<E>
 where
-    S: Send + Sync,
-    WebhookSecret: FromRef<S>,
+    S: WebhookState,
     E: FromRequest<S>,
 {
     type Rejection = Response;
@@ -193,7 +221,7 @@ where
         let bytes = crate::extract::read_body(read)
             .await
             .map_err(IntoResponse::into_response)?;
-        let secret = WebhookSecret::from_ref(state);
+        let secret = state.webhook_secret();
         if let Err(reason) = secret.verify(&parts.headers, &bytes) {
             tracing::warn!(%reason, "webhook refused: its signature does not verify");
             return Err(Problem::new(

@@ -6,7 +6,9 @@ use idem_runtime::docs::{self, OperationDoc, Operations};
 use std::time::Duration;
 
 use idem_runtime::docs::contract;
-use idem_runtime::key::{IdempotencyKey, KeyError, KeyFormat, MAX_LEN};
+use idem_runtime::key::{
+    DIGEST_PREFIX, IdempotencyKey, KeyError, KeyFormat, MAX_LEN, MAX_RECEIVED_LEN,
+};
 use idem_runtime::spec::{ExpiryPolicy, Mode, OperationSpec, ScopeKind};
 use idem_runtime::sqlx::{Sqlite, Transaction};
 use idem_runtime::{Error, sqlx};
@@ -132,12 +134,20 @@ fn operations_without_an_attribute_are_added_by_hand() {
 
 #[test]
 fn the_documented_key_limits_are_the_parsers() {
-    assert_eq!(contract::KEY_MAX_LEN, MAX_LEN);
+    assert_eq!(contract::KEY_MAX_LEN, MAX_RECEIVED_LEN);
+    assert_eq!(contract::KEY_STORED_MAX_LEN, MAX_LEN);
+    assert_eq!(contract::KEY_DIGEST_PREFIX, DIGEST_PREFIX);
     let quoted = |n: usize| format!("\"{}\"", "k".repeat(n));
     let parse = |raw: String| IdempotencyKey::parse(raw.as_bytes(), KeyFormat::Strict);
     assert!(parse(quoted(contract::KEY_MIN_LEN)).is_ok());
     assert!(parse(quoted(contract::KEY_MAX_LEN)).is_ok());
     assert!(parse(quoted(contract::KEY_MAX_LEN + 1)).is_err());
+    let stored = |n: usize| parse(quoted(n)).unwrap().as_str().to_owned();
+    assert_eq!(
+        stored(contract::KEY_STORED_MAX_LEN).len(),
+        contract::KEY_STORED_MAX_LEN
+    );
+    assert!(stored(contract::KEY_STORED_MAX_LEN + 1).starts_with(contract::KEY_DIGEST_PREFIX));
     assert!(parse(quoted(contract::KEY_MIN_LEN - 1)).is_err());
     assert!(parse(format!("\"{}\"", contract::EXAMPLE_KEY)).is_ok());
 }

@@ -359,6 +359,84 @@ async fn keys_from_the_request<DB: TestDb>() {
     assert!(stored.is_some(), "the joined key is stored");
 }
 
+/// A key longer than 255 characters is stored as its digest: a Standard Webhooks
+/// `webhook-id` of 300 characters is applied once and replayed to its retries, an
+/// `Idempotency-Key` alike; one longer than 8 KiB is refused.
+async fn long_keys_are_stored_as_their_digest<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let event = r#"{"id":"evt_1","type":"charge.succeeded"}"#;
+    let id = format!("msg_{}", "2KWPBgLlAfxdpx2AI54pPJ85f4W".repeat(11));
+    assert_eq!(id.len(), 301);
+
+    let first = send(&app, "/hooks/header", &[("webhook-id", &id)], event).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert!(!first.replayed());
+    let retry = send(&app, "/hooks/header", &[("webhook-id", &id)], event).await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.body);
+    assert!(retry.replayed());
+    assert_eq!(retry.body, first.body);
+    assert_eq!(h.effects().await, 1);
+    // Stored under its digest, as the key module documents it.
+    let digest = idem_runtime::IdempotencyKey::new(id.as_str()).unwrap();
+    assert!(digest.as_str().starts_with("sha256:"), "{digest:?}");
+    let key = idem_runtime::store::KeyRef {
+        scope: "global",
+        operation: "hook_by_header:v1",
+        key: digest.as_str(),
+    };
+    let keys = h.idem.keys();
+    let stored = keys.get(key, h.idem.now_millis()).await.unwrap();
+    assert!(stored.is_some(), "the digest is the stored key");
+
+    // Another long id, even one differing only in its last character, is another event.
+    let mut other = id.clone();
+    other.pop();
+    other.push('X');
+    let second = send(&app, "/hooks/header", &[("webhook-id", &other)], event).await;
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
+    assert!(!second.replayed());
+    assert_eq!(h.effects().await, 2);
+
+    // The `Idempotency-Key` header follows the same rule, quoted or bare.
+    let long = "k".repeat(300);
+    let t = ("x-tenant", "t");
+    let quoted = format!("\"{long}\"");
+    let keyed = send(
+        &app,
+        "/optional",
+        &[t, ("idempotency-key", &quoted)],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    assert_eq!(keyed.status, StatusCode::CREATED, "{}", keyed.body);
+    let again = send(
+        &app,
+        "/optional",
+        &[t, ("idempotency-key", &long)],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    assert!(again.replayed());
+    assert_eq!(again.body, keyed.body);
+    assert_eq!(h.effects().await, 3);
+
+    // Above 8 KiB: refused, nothing runs.
+    let huge = "k".repeat(idem_runtime::key::MAX_RECEIVED_LEN + 1);
+    let refused = send(&app, "/hooks/header", &[("webhook-id", &huge)], event).await;
+    let problem = refused.problem_json(StatusCode::BAD_REQUEST);
+    assert_eq!(problem["type"], "urn:idem:problem:invalid-key");
+    let refused = send(
+        &app,
+        "/optional",
+        &[t, ("idempotency-key", &huge)],
+        r#"{"name":"a"}"#,
+    )
+    .await;
+    let problem = refused.problem_json(StatusCode::BAD_REQUEST);
+    assert_eq!(problem["type"], "urn:idem:problem:invalid-key");
+    assert_eq!(h.effects().await, 3);
+}
+
 async fn stored_client_error_is_replayed<DB: TestDb>() {
     let (h, app) = app::<DB>(Config::default()).await;
     let key = [("idempotency-key", "k")];
@@ -477,6 +555,7 @@ idem_testkit::on_every_store!(
     principal_rules,
     key_rules,
     keys_from_the_request,
+    long_keys_are_stored_as_their_digest,
     stored_client_error_is_replayed,
     panic_is_500_and_leaves_nothing,
     oversized_response_rolls_back,

@@ -391,6 +391,7 @@ fn key_header_value() -> impl Strategy<Value = String> {
         3 => "\"([ -~]|\\\\[\"\\\\a]){0,12}\"(;[ ]?[a-zA-Z*0-9]{0,3}(=[ -~]{0,6})?){0,2}",
         2 => "[!-~]{0,20}",
         1 => "[!-~]{250,260}",
+        1 => "[!-~]{8185,8200}",
     ]
     .prop_filter("a field value has no surrounding whitespace", |v| {
         v.trim_matches([' ', '\t']) == v

@@ -195,7 +195,8 @@ pub struct KeyArgs {
     /// The key's operation id, e.g. `create_order:v1`.
     #[arg(long)]
     pub operation: String,
-    /// The client's idempotency key.
+    /// The client's idempotency key, as stored and listed: a key longer than 255 characters
+    /// is stored as `sha256:` and the 64 hex digits of its SHA-256.
     #[arg(long)]
     pub key: String,
 }

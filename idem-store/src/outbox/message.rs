@@ -24,7 +24,8 @@ pub struct OutboxMessage {
     /// Unique in the table ([`enqueue`](crate::enqueue)), and what receivers deduplicate on
     /// (the webhook sink sends it as `Idempotency-Key`): derive it from what the message is
     /// about (`order-42/created`), not from a value drawn per attempt. For webhooks to
-    /// idem-powered receivers: 1 to 255 visible ASCII characters.
+    /// idem-powered receivers: 1 to 8192 visible ASCII characters (a receiver stores one
+    /// longer than 255 as its digest; MySQL's `dedup_id` column holds 255).
     pub dedup_id: String,
     /// The kind of message (`order.created`): what the sink routes on.
     pub topic: String,
