@@ -614,11 +614,11 @@ pub struct Applied {
 /// the charge is committed: then nothing is applied or stored, and the answer is `503` with
 /// `Retry-After: 1`, so that the provider delivers it again (failed responses are not stored:
 /// the key stays free). That lasts `PAYMENTS_UNMATCHED_AFTER` (an hour by default) from the
-/// event's first delivery ([`Idem::unapplied`]): a charge that no payment names by then
+/// event's first delivery: a charge that no payment names by then
 /// exists without one (its attempt was fenced out by an operator's forced action, say), and
 /// the event is acknowledged (`200`, `"unmatched": true`) and kept in the inbox as
 /// unmatched, for an operator to refund or reconcile (`idem inbox list`). Events of other
-/// types are acknowledged and ignored.
+/// types are acknowledged and ignored. (Idem's side of it: `Idem::unapplied`.)
 #[utoipa::path(
     post,
     path = "/webhooks/provider",

@@ -572,6 +572,40 @@ async fn forced_delete_mid_charge(kind: Kind, holds: bool) {
     );
 }
 
+/// Case 7: an operator deletes a completed payment's key with `--force`, and a request with
+/// another body comes under the same key: a new reservation, with provider keys of its own,
+/// so the provider charges it (it would refuse the old provider key with another amount, for
+/// ever) and the client gets its own final answer at once; nothing is left stuck for the
+/// reconciler.
+async fn forced_delete_of_a_completed_payment(kind: Kind) {
+    const AGAIN: &str = r#"{"amount": 7777, "currency": "EUR", "customer": "cus-1"}"#;
+    let db = Db::fresh(kind).await;
+    let provider = Provider::start(&db);
+    let server = payments(&db, provider.url(), "2s");
+    let c = Client::new(&server);
+    let first = post(&c, Some("acme"), Some("k-again"), PAYMENT).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    db.force_delete("k-again").await;
+
+    let again = post_until_final(std::slice::from_ref(&c), "k-again", AGAIN, 20).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert!(!again.replayed());
+    assert_eq!(again.json()["amount"], 7777);
+    assert_ne!(
+        again.json()["id"],
+        first.json()["id"],
+        "a payment of its own"
+    );
+    assert_eq!(payments_rows(&db).await, 2);
+    assert_eq!(
+        db.text("SELECT status FROM idempotency_keys").await,
+        "completed"
+    );
+    let stats = provider.stats().await;
+    assert_eq!(stats["charges"], 2, "{stats}");
+    assert_eq!(stats["distinct_keys"], 2, "{stats}");
+}
+
 /// Case 5: two processes on one PostgreSQL, a provider that fails 20 % of charges and loses
 /// 30 % of its answers; 20 keys, each retried on alternating processes until final: one
 /// charge and one payment per paid key, none for declined ones.
@@ -688,8 +722,17 @@ idem_testkit::on_every_store!(
 mod crash {
     use super::{
         Kind, crash_after_charge, crash_after_charge_with, crash_with_a_live_lease,
-        forced_delete_mid_charge,
+        forced_delete_mid_charge, forced_delete_of_a_completed_payment,
     };
+
+    #[tokio::test]
+    async fn postgres_forced_delete_of_a_completed_payment() {
+        forced_delete_of_a_completed_payment(Kind::Postgres).await;
+    }
+    #[tokio::test]
+    async fn sqlite_forced_delete_of_a_completed_payment() {
+        forced_delete_of_a_completed_payment(Kind::Sqlite).await;
+    }
 
     #[tokio::test]
     async fn postgres_forced_delete_mid_charge_with_holds() {

@@ -236,11 +236,6 @@ impl<DB: Backend> Inbox<DB> {
     }
 
     async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<DB::Row>, StoreError> {
-        async {
-            let mut conn = self.pool.acquire().await?;
-            DB::fetch_all(&mut conn, sql, args).await
-        }
-        .await
-        .map_err(|e| StoreError::from(e).refine::<DB>())
+        crate::outbox::pooled_rows(&self.pool, sql, args).await
     }
 }

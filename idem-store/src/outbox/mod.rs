@@ -501,12 +501,7 @@ impl<DB: Backend> Outbox<DB> {
 
     /// The rows `sql` returns, on a connection of the pool.
     async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<DB::Row>, StoreError> {
-        async {
-            let mut conn = self.pool.acquire().await?;
-            DB::fetch_all(&mut conn, sql, args).await
-        }
-        .await
-        .map_err(|e| StoreError::from(e).refine::<DB>())
+        pooled_rows(&self.pool, sql, args).await
     }
 
     /// Runs `sql` on a connection of the pool; how many rows it changed.
@@ -592,4 +587,18 @@ async fn retry_in<DB: Backend>(
     let json = (before_json.as_str(), Some(after_json.as_str()));
     record::<DB>(tx, now_ms, by, (key, RETRY_ACTION), json, false).await?;
     Ok(after)
+}
+
+/// The rows `sql` returns, on a connection of `pool`: the outbox's and the inbox's reads.
+pub(crate) async fn pooled_rows<DB: Backend>(
+    pool: &Pool<DB>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<DB::Row>, StoreError> {
+    async {
+        let mut conn = pool.acquire().await?;
+        DB::fetch_all(&mut conn, sql, args).await
+    }
+    .await
+    .map_err(|e| StoreError::from(e).refine::<DB>())
 }
