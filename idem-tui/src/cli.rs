@@ -9,10 +9,13 @@ use idem_store::{AuditFilter, KeyFilter, KeyRef};
 /// store).
 const OUTBOX_MAX: u32 = idem_store::Outbox::<idem_store::sqlx::Sqlite>::MAX_BATCH;
 
+/// The most events one inbox listing shows: the store's own bound (the same on every store).
+pub const INBOX_MAX: u32 = idem_store::Inbox::<idem_store::sqlx::Sqlite>::MAX_LIST;
+
 /// idem's operator tool: inspect and manage the idempotency keys of a live database.
 ///
 /// Without a command, on a terminal, opens the terminal UI. Exit codes: 0 done, 1 error,
-/// 2 usage, 3 key or message not found, 4 refused (the key changed, the key or message is
+/// 2 usage, 3 key, message or event not found, 4 refused (the key changed, the key or message is
 /// not in a state the action allows, or --read-only).
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
@@ -64,6 +67,40 @@ pub enum Command {
     /// The transactional outbox: list and inspect messages, retry dead ones.
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// The inbox of incoming events that could not be applied: list and inspect them
+    /// (read-only).
+    #[command(subcommand)]
+    Inbox(InboxCommand),
+}
+
+/// `idem inbox …`.
+#[derive(Debug, Subcommand)]
+pub enum InboxCommand {
+    /// List events, the longest noted first: those waiting to be delivered again and those
+    /// kept as unmatched.
+    List(InboxListArgs),
+    /// Everything about one event (every source that noted its id): its columns and body.
+    Show(InboxShowArgs),
+}
+
+/// `inbox list`.
+#[derive(Debug, Args)]
+pub struct InboxListArgs {
+    /// Only events in this state: `waiting` (its sender is told to deliver it again) or
+    /// `unmatched` (acknowledged without being applied, kept for an operator).
+    #[arg(long, value_parser = ["waiting", "unmatched"])]
+    pub status: Option<String>,
+    /// Events at most (1 to 1000), the longest noted first.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(INBOX_MAX)))]
+    pub limit: u32,
+}
+
+/// `inbox show`.
+#[derive(Debug, Args)]
+pub struct InboxShowArgs {
+    /// The event's id, as its sender gave it (a webhook's `webhook-id`).
+    #[arg(value_name = "ID")]
+    pub id: String,
 }
 
 /// `idem outbox …`.

@@ -1,5 +1,6 @@
 //! The database the tool works on: one [`KeyTable`] on PostgreSQL, SQLite or MySQL, chosen
-//! by the URL, with the same methods whichever it is, and the [`Outbox`] beside it.
+//! by the URL, with the same methods whichever it is, and the [`Outbox`] and the [`Inbox`]
+//! beside it.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -9,9 +10,9 @@ use idem_store::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{MySql, Postgres, Sqlite};
 use idem_store::{
-    Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Journal, KeyFilter, KeyRef, KeyRow,
-    KeyTable, OperationInfo, Outbox, OutboxCounts, OutboxRow, OutboxStatus, Page, Registration,
-    StoreError,
+    Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Inbox, InboxEvent, InboxStatus, Journal,
+    KeyFilter, KeyRef, KeyRow, KeyTable, OperationInfo, Outbox, OutboxCounts, OutboxRow,
+    OutboxStatus, Page, Registration, StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -48,20 +49,21 @@ macro_rules! on_table {
     };
 }
 
-/// Calls the same method on the outbox of whichever database `self` holds.
-macro_rules! on_outbox {
-    ($self:ident, $outbox:ident => $call:expr) => {
+/// Calls the same method on a table beside the key table (`Outbox`, `Inbox`) of whichever
+/// database `self` holds.
+macro_rules! on_beside {
+    ($self:ident, $area:ident, $name:ident => $call:expr) => {
         match $self {
             Db::Postgres(t) => {
-                let $outbox = Outbox::new(t.pool().clone());
+                let $name = $area::new(t.pool().clone());
                 $call
             }
             Db::Sqlite(t) => {
-                let $outbox = Outbox::new(t.pool().clone());
+                let $name = $area::new(t.pool().clone());
                 $call
             }
             Db::MySql(t) => {
-                let $outbox = Outbox::new(t.pool().clone());
+                let $name = $area::new(t.pool().clone());
                 $call
             }
         }
@@ -208,17 +210,17 @@ impl Db {
         status: Option<OutboxStatus>,
         limit: u32,
     ) -> Result<Vec<OutboxRow>, StoreError> {
-        on_outbox!(self, o => o.list(status, limit).await)
+        on_beside!(self, Outbox, o => o.list(status, limit).await)
     }
 
     /// See [`Outbox::counts`].
     pub async fn outbox_counts(&self, now_ms: i64) -> Result<OutboxCounts, StoreError> {
-        on_outbox!(self, o => o.counts(now_ms).await)
+        on_beside!(self, Outbox, o => o.counts(now_ms).await)
     }
 
     /// See [`Outbox::find`].
     pub async fn outbox_find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
-        on_outbox!(self, o => o.find(id).await)
+        on_beside!(self, Outbox, o => o.find(id).await)
     }
 
     /// A message as the command line names it: by its numeric id, or, when `name` is not a
@@ -230,7 +232,7 @@ impl Db {
         {
             return Ok(Some(row));
         }
-        on_outbox!(self, o => o.get(name).await)
+        on_beside!(self, Outbox, o => o.get(name).await)
     }
 
     /// See [`Outbox::retry`].
@@ -240,12 +242,26 @@ impl Db {
         now_ms: i64,
         by: &Actor,
     ) -> Result<OutboxRow, StoreError> {
-        on_outbox!(self, o => o.retry(id, now_ms, by).await)
+        on_beside!(self, Outbox, o => o.retry(id, now_ms, by).await)
     }
 
     /// See [`Outbox::retry_all`].
     pub async fn outbox_retry_all(&self, now_ms: i64, by: &Actor) -> Result<u64, StoreError> {
-        on_outbox!(self, o => o.retry_all(now_ms, by).await)
+        on_beside!(self, Outbox, o => o.retry_all(now_ms, by).await)
+    }
+
+    /// See [`Inbox::list`].
+    pub async fn inbox_list(
+        &self,
+        status: Option<InboxStatus>,
+        limit: u32,
+    ) -> Result<Vec<InboxEvent>, StoreError> {
+        on_beside!(self, Inbox, i => i.list(status, limit).await)
+    }
+
+    /// See [`Inbox::get`].
+    pub async fn inbox_get(&self, event_id: &str) -> Result<Vec<InboxEvent>, StoreError> {
+        on_beside!(self, Inbox, i => i.get(event_id).await)
     }
 }
 

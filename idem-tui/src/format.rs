@@ -1,9 +1,10 @@
-//! How keys, outbox messages, responses, times and audit entries are written: the JSON
-//! shapes of the command line's contract, and the short forms of its tables.
+//! How keys, outbox messages, inbox events, responses, times and audit entries are written:
+//! the JSON shapes of the command line's contract, and the short forms of its tables.
 
 use base64::Engine as _;
 use idem_store::{
-    AuditEntry, KeyRow, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts, StoredResponse,
+    AuditEntry, InboxEvent, KeyRow, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts,
+    StoredResponse,
 };
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
@@ -303,6 +304,27 @@ pub fn message_json(row: &OutboxRow, now_ms: i64) -> Value {
     })
 }
 
+/// An inbox event at `now_ms`: `id` is the event's id (its sender's), `row_id` the inbox
+/// row's; `body` is the body as JSON when it parses, else its text.
+pub fn inbox_event_json(event: &InboxEvent, now_ms: i64) -> Value {
+    let age_ms = event.age_ms(now_ms);
+    json!({
+        "id": event.event_id,
+        "row_id": event.id,
+        "source": event.source,
+        "status": event.status.as_str(),
+        "first_seen_at": rfc3339(event.first_seen_at_ms),
+        "last_seen_at": rfc3339(event.last_seen_at_ms),
+        "age_ms": age_ms,
+        "age_seconds": age_ms / 1000,
+        "age": span(age_ms),
+        "deliveries": event.deliveries,
+        "reason": event.reason,
+        "body": serde_json::from_str::<Value>(&event.body)
+            .unwrap_or_else(|_| Value::String(event.body.clone())),
+    })
+}
+
 /// The outbox's counts, with their total.
 pub fn outbox_counts_json(counts: &OutboxCounts) -> Value {
     json!({
@@ -490,6 +512,38 @@ mod tests {
             outbox_counts_text(&counts),
             "3 pending (1 in flight), 10 delivered, 2 dead"
         );
+    }
+
+    #[test]
+    fn inbox_events_in_json() {
+        let event = InboxEvent {
+            id: 7,
+            source: "provider_event:v1".into(),
+            event_id: "evt_1".into(),
+            status: idem_store::InboxStatus::Unmatched,
+            reason: "no payment names the charge".into(),
+            body: r#"{"charge":"ch_1"}"#.into(),
+            deliveries: 3,
+            first_seen_at_ms: 1_796_107_500_123,
+            last_seen_at_ms: 1_796_107_560_123,
+        };
+        let now = event.first_seen_at_ms + 3_725_000;
+        let json = inbox_event_json(&event, now);
+        assert_eq!((&json["id"], &json["row_id"]), (&json!("evt_1"), &json!(7)));
+        assert_eq!(json["status"], "unmatched");
+        assert_eq!(json["first_seen_at"], "2026-12-01T06:45:00.123Z");
+        assert_eq!(json["last_seen_at"], "2026-12-01T06:46:00.123Z");
+        assert_eq!(
+            (&json["age_ms"], &json["age_seconds"]),
+            (&json!(3_725_000), &json!(3725))
+        );
+        assert_eq!(json["age"], "1h2m");
+        assert_eq!(json["body"], json!({"charge": "ch_1"}));
+        let text = InboxEvent {
+            body: "charge=ch_1".into(),
+            ..event
+        };
+        assert_eq!(inbox_event_json(&text, now)["body"], "charge=ch_1");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `idem`: the operator's terminal UI and command line for idem's key table and outbox.
+//! `idem`: the operator's terminal UI and command line for idem's key table, outbox and
+//! inbox.
 //!
 //! `idem` with no command, on a terminal, opens the UI. Every command works without a
 //! terminal and prints aligned columns, or one JSON document on stdout with `--json`:
@@ -18,10 +19,12 @@
 //! | `outbox list [--dead] [--limit N]` | the outbox's messages, oldest first, with its counts (pending, in flight, delivered, dead) |
 //! | `outbox show ID` | one message (its numeric id, else its dedup id): every column, the payload, the audit history |
 //! | `outbox retry ID\|--all [--reason R]` | sends a dead message again, or one waiting for its backoff now; audited |
+//! | `inbox list [--status waiting\|unmatched] [--limit N]` | incoming events not applied, the longest noted first: waiting ones (their sender delivers them again) and unmatched ones (kept for an operator) |
+//! | `inbox show ID` | the events of that event id (one per source): every column and the body; read-only |
 //!
 //! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
-//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key or message not
-//! found, 4 refused (the key changed, the action does not apply to the key's or message's
+//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key, message or event
+//! not found, 4 refused (the key changed, the action does not apply to the key's or message's
 //! state, it needs `--force` — a live lease, deleting a completed staged key — or
 //! `--read-only`).
 //! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.

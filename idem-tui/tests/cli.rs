@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
-use common::{BINARY_BODY, MESSAGES, ORDERS, OutboxSeeded, Seeded, idem};
+use common::{BINARY_BODY, InboxSeeded, MESSAGES, ORDERS, ORPHAN_BODY, OutboxSeeded, Seeded, idem};
 use idem_runtime::clock::{Clock as _, SystemClock};
 use idem_runtime::outbox::OutboxStatus;
 use idem_runtime::store::{AuditFilter, KeyStatus};
@@ -999,6 +999,213 @@ async fn outbox_retries_are_audited<DB: TestBackend>() {
     );
 }
 
+/// The (`id`, `source`) of each event of `inbox list` or `inbox show`.
+fn events_of(doc: &Value) -> Vec<(String, String)> {
+    doc["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let field = |name: &str| e[name].as_str().unwrap().to_owned();
+            (field("id"), field("source"))
+        })
+        .collect()
+}
+
+/// `(id, source)` pairs, owned.
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(id, source)| ((*id).to_owned(), (*source).to_owned()))
+        .collect()
+}
+
+const PROVIDER: &str = "provider_event:v1";
+const LEDGER: &str = "ledger_event:v1";
+
+/// `inbox list`: waiting and unmatched events, the longest noted first, with their ages
+/// and bodies; `--status`; `--limit`.
+async fn inbox_lists_events<DB: TestBackend>() {
+    let s = InboxSeeded::<DB>::new().await;
+    let (min, hour) = (60_000, 3_600_000);
+    let doc = s.run(&["--json", "inbox", "list"]).code(0).json();
+    assert_eq!(
+        events_of(&doc),
+        pairs(&[
+            ("evt_old", PROVIDER),
+            ("evt_orphan", PROVIDER),
+            ("evt_orphan", LEDGER),
+            ("evt_early", PROVIDER),
+        ]),
+        "{doc:#}"
+    );
+    let orphan = &doc["events"][1];
+    let stored = s.inbox().get("evt_orphan").await.unwrap();
+    let row_id = stored.iter().find(|e| e.source == PROVIDER).unwrap().id;
+    assert_eq!(orphan["row_id"], row_id);
+    assert_eq!(orphan["status"], "unmatched");
+    assert_eq!(orphan["deliveries"], 3);
+    assert_eq!(orphan["reason"], "no payment names the charge ch_1");
+    assert_eq!(orphan["first_seen_at"], rfc3339(s.now - 2 * hour));
+    assert_eq!(orphan["last_seen_at"], rfc3339(s.now - 62 * min));
+    assert_eq!(
+        orphan["body"],
+        serde_json::from_str::<Value>(ORPHAN_BODY).unwrap()
+    );
+    let age_ms = orphan["age_ms"].as_i64().unwrap();
+    assert!(
+        (2 * hour..2 * hour + 10 * min).contains(&age_ms),
+        "{orphan}"
+    );
+    assert_eq!(orphan["age_seconds"], age_ms / 1000);
+    let old = &doc["events"][0];
+    assert_eq!(
+        old["body"], "charge=ch_9; amount=500",
+        "a body not JSON: its text"
+    );
+    assert!(old["age_seconds"].as_i64().unwrap() >= 26 * 3600, "{old}");
+    assert_eq!(doc["events"][3]["status"], "waiting");
+
+    let waiting = s
+        .run(&["inbox", "list", "--status", "waiting", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(
+        events_of(&waiting),
+        pairs(&[("evt_orphan", LEDGER), ("evt_early", PROVIDER)])
+    );
+    let unmatched = s
+        .run(&["inbox", "list", "--status", "unmatched", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(
+        events_of(&unmatched),
+        pairs(&[("evt_old", PROVIDER), ("evt_orphan", PROVIDER)])
+    );
+    let first = s
+        .run(&["--json", "inbox", "list", "--limit", "2"])
+        .code(0)
+        .json();
+    assert_eq!(
+        events_of(&first),
+        pairs(&[("evt_old", PROVIDER), ("evt_orphan", PROVIDER)])
+    );
+
+    // For people: a table, ages as the tool writes lengths of time.
+    let text = s
+        .run(&["--read-only", "inbox", "list"])
+        .code(0)
+        .stdout
+        .clone();
+    let header = text.lines().next().unwrap();
+    for column in [
+        "EVENT ID",
+        "SOURCE",
+        "STATUS",
+        "AGE",
+        "DELIVERIES",
+        "REASON",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert_eq!(
+        cells(&text, "evt_old"),
+        [
+            "evt_old",
+            PROVIDER,
+            "unmatched",
+            "1d2h",
+            "1",
+            "no payment names the charge ch_9"
+        ],
+        "{text}"
+    );
+    let early = cells(&text, "evt_early");
+    assert_eq!(early[2], "waiting", "{text}");
+    assert!(early[3].starts_with("5m"), "{text}");
+    assert_eq!(text.lines().count(), 1 + 4, "{text}");
+    assert!(!text.contains("may be more"), "{text}");
+    let text = s
+        .run(&["inbox", "list", "--status", "unmatched", "--limit", "1"])
+        .code(0)
+        .stdout
+        .clone();
+    assert_eq!(text.lines().count(), 1 + 1 + 1, "{text}");
+    assert!(
+        text.contains("the first 1 shown, there may be more"),
+        "{text}"
+    );
+    for bad in [
+        &["inbox", "list", "--status", "dead"][..],
+        &["inbox", "list", "--limit", "0"][..],
+        &["inbox", "list", "--limit", "1001"][..],
+    ] {
+        s.run(bad).code(EXIT_USAGE);
+    }
+}
+
+/// `inbox show`: every source's event of an id, in full, its body pretty-printed; an
+/// unknown id is not found (3).
+async fn inbox_shows_an_event<DB: TestBackend>() {
+    let s = InboxSeeded::<DB>::new().await;
+    let doc = s
+        .run(&["inbox", "show", "evt_orphan", "--json"])
+        .code(0)
+        .json();
+    assert_eq!(
+        events_of(&doc),
+        pairs(&[("evt_orphan", LEDGER), ("evt_orphan", PROVIDER)])
+    );
+    let (ledger, provider) = (&doc["events"][0], &doc["events"][1]);
+    assert_eq!(
+        (&ledger["status"], &ledger["deliveries"]),
+        (&Value::from("waiting"), &Value::from(1))
+    );
+    assert_eq!(ledger["reason"], "no ledger entry for the charge ch_1");
+    assert_eq!(provider["status"], "unmatched");
+    assert_eq!(provider["deliveries"], 3);
+    assert_eq!(
+        provider["body"],
+        serde_json::from_str::<Value>(ORPHAN_BODY).unwrap()
+    );
+    let listed = s.run(&["inbox", "list", "--json"]).code(0).json();
+    assert_eq!(provider["row_id"], listed["events"][1]["row_id"]);
+    assert_eq!(
+        provider["first_seen_at"],
+        listed["events"][1]["first_seen_at"]
+    );
+
+    let text = s
+        .run(&["inbox", "show", "evt_orphan"])
+        .code(0)
+        .stdout
+        .clone();
+    for expected in [
+        "event id:",
+        LEDGER,
+        PROVIDER,
+        "no ledger entry for the charge ch_1",
+        "unmatched (acknowledged without being applied",
+        &rfc3339(s.now - 2 * 3_600_000),
+        "body:\n{\n",
+        "    \"charge\": \"ch_1\"",
+    ] {
+        assert!(text.contains(expected), "{expected} in {text}");
+    }
+    let old = s.run(&["inbox", "show", "evt_old"]).code(0).stdout.clone();
+    assert!(old.ends_with("body:\ncharge=ch_9; amount=500\n"), "{old}");
+
+    let run = s.run(&["inbox", "show", "nope", "--json"]);
+    run.code(EXIT_NOT_FOUND);
+    assert!(
+        run.stderr.contains("no inbox event with id \"nope\""),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.json()["code"], EXIT_NOT_FOUND);
+    s.run(&["inbox", "show", "nope"]).code(EXIT_NOT_FOUND);
+    s.run(&["inbox", "show"]).code(EXIT_USAGE);
+}
+
 /// `ms` as the tool writes times: RFC 3339 UTC with milliseconds.
 fn rfc3339(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
@@ -1185,6 +1392,8 @@ idem_testkit::on_every_store!(
     outbox_lists_messages,
     outbox_shows_a_message,
     outbox_retries_are_audited,
+    inbox_lists_events,
+    inbox_shows_an_event,
     docs_from_the_database,
     lists_filter_and_paginate,
     show_tells_everything,

@@ -1,7 +1,8 @@
 //! The real `idem` binary in a pseudo-terminal, on a real SQLite file: search by key prefix,
 //! open a key, expire it with a reason, try to delete another that an operator changes while
 //! the dialog is open (refused), quit; then the database and the audit trail tell what
-//! happened. Likewise in the outbox view: retry a dead message with a reason.
+//! happened. Likewise in the outbox view: retry a dead message with a reason; and in the
+//! inbox view: an unmatched event's reason and body, read-only.
 //!
 //! The same on PostgreSQL, in a schema of its own (`idem_test_<uuid>`, named by the URL's
 //! `options=-c search_path=…`): PostgreSQL comes from `DATABASE_URL` (default: the
@@ -21,8 +22,8 @@ use std::time::{Duration, Instant};
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{Postgres, Sqlite};
 use idem_store::{
-    Action, Actor, AuditFilter, Backend, KeyRef, KeyStatus, KeyTable, NewRow, Outbox,
-    OutboxMessage, OutboxStatus, StoredResponse, enqueue,
+    Action, Actor, AuditFilter, Backend, Delivery, Inbox, InboxStatus, KeyRef, KeyStatus, KeyTable,
+    NewRow, Outbox, OutboxMessage, OutboxStatus, StoredResponse, enqueue,
 };
 use idem_testkit::harness::{Location, TestBackend as _, settings};
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
@@ -525,6 +526,77 @@ async fn retry_a_message_on_sqlite() {
 async fn retry_a_message_on_postgres() {
     let (url, table) = seeded_postgres().await;
     retry_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+}
+
+/// An event kept as unmatched after two deliveries, noted first two hours ago
+/// (`evt_orphan`), and one waiting (`evt_early`), in the inbox beside the key table.
+async fn seed_inbox<DB: Backend>(table: &KeyTable<DB>) {
+    let now = now_ms();
+    let delivery = |event_id, body| Delivery {
+        source: "provider_event:v1",
+        event_id,
+        reason: "no payment names the charge",
+        body,
+    };
+    let orphan = delivery("evt_orphan", r#"{"data":{"charge":"ch_1"}}"#);
+    let mut conn = table.pool().acquire().await.unwrap();
+    for (delivery, status, at) in [
+        (orphan, InboxStatus::Waiting, now - 7_200_000),
+        (orphan, InboxStatus::Unmatched, now - 3_600_000),
+        (
+            delivery("evt_early", r#"{"data":{"charge":"ch_2"}}"#),
+            InboxStatus::Waiting,
+            now - 60_000,
+        ),
+    ] {
+        Inbox::<DB>::note(&mut conn, delivery, status, at)
+            .await
+            .unwrap();
+    }
+}
+
+/// Tab to the inbox, open the unmatched event down to its body, try an action (the inbox
+/// is read-only), filter the waiting ones, quit: the inbox is as it was.
+async fn inbox_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<DB>) {
+    seed_inbox(table).await;
+    let inbox = Inbox::new(table.pool().clone());
+    let before = inbox.list(None, 10).await.unwrap();
+    let mut tui = Tui::start(database_url);
+    tui.wait_text("3 keys");
+    tui.send("\t\t\t");
+    tui.wait_text("2 events (the longest noted first");
+    tui.wait_text("listed: unmatched 1  waiting 1");
+    tui.wait_text("evt_orphan");
+    tui.send("\r");
+    tui.wait_text("event evt_orphan — Esc back");
+    tui.wait_text("deliveries     2");
+    tui.scroll_to("\"charge\": \"ch_1\"");
+    tui.send("d");
+    tui.wait_text("the inbox is read-only");
+    tui.send("\x1b");
+    tui.wait_text("2 events (the longest noted first");
+    tui.send("s");
+    tui.wait_text("1 waiting events");
+    tui.wait_text("evt_early");
+    tui.send("q");
+    assert!(tui.wait_exit().success());
+    assert_eq!(inbox.list(None, 10).await.unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_on_sqlite() {
+    let (path, table) = seeded_sqlite().await;
+    let url = format!("sqlite://{}", path.display());
+    inbox_through_the_ui(&url, &table).await;
+    table.pool().close().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_on_postgres() {
+    let (url, table) = seeded_postgres().await;
+    inbox_through_the_ui(&url, &table).await;
     table.pool().close().await;
 }
 

@@ -4,6 +4,7 @@
 mod actions;
 mod context;
 mod docs;
+mod inbox;
 mod keys;
 mod operations;
 mod outbox;
@@ -12,7 +13,7 @@ mod sweep;
 
 pub use context::Context;
 
-use crate::cli::{Command, KeysCommand, ListArgs, OutboxCommand};
+use crate::cli::{Command, InboxCommand, KeysCommand, ListArgs, OutboxCommand};
 use crate::error::CommandError;
 use crate::output::Report;
 
@@ -54,5 +55,7 @@ pub async fn run(context: &Context, command: Command) -> Result<Report, CommandE
         Command::Outbox(OutboxCommand::List(args)) => outbox::list(context, args).await,
         Command::Outbox(OutboxCommand::Show(args)) => outbox::show(context, &args).await,
         Command::Outbox(OutboxCommand::Retry(args)) => outbox::retry(context, args).await,
+        Command::Inbox(InboxCommand::List(args)) => inbox::list(context, args).await,
+        Command::Inbox(InboxCommand::Show(args)) => inbox::show(context, &args).await,
     }
 }

@@ -2,8 +2,8 @@
 //! ([`Command`]): [`update`] is pure, so every transition is a unit test.
 
 use idem_store::{
-    Action, AuditEntry, Counts, Cursor, Journal, KeyFilter, KeyRef, KeyRow, KeyStatus,
-    OperationInfo, OutboxCounts, OutboxRow, OutboxStatus, Page, StoredResponse,
+    Action, AuditEntry, Counts, Cursor, InboxEvent, InboxStatus, Journal, KeyFilter, KeyRef,
+    KeyRow, KeyStatus, OperationInfo, OutboxCounts, OutboxRow, OutboxStatus, Page, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind};
@@ -25,6 +25,9 @@ pub const PREFETCH: usize = 5;
 /// The most messages the outbox view reads (the store lists them oldest first, without
 /// pages).
 pub const MESSAGES: u32 = 500;
+/// The most events the inbox view reads (the store lists them the longest noted first,
+/// without pages).
+pub const EVENTS: u32 = 500;
 
 /// A key's identity, owned.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,6 +92,8 @@ pub enum View {
     Operations,
     /// The outbox's messages.
     Outbox,
+    /// The inbox's events.
+    Inbox,
 }
 
 impl View {
@@ -98,7 +103,8 @@ impl View {
         match self {
             Self::Keys => Self::Operations,
             Self::Operations => Self::Outbox,
-            Self::Outbox => Self::Keys,
+            Self::Outbox => Self::Inbox,
+            Self::Inbox => Self::Keys,
         }
     }
 
@@ -106,9 +112,10 @@ impl View {
     #[must_use]
     pub fn previous(self) -> Self {
         match self {
-            Self::Keys => Self::Outbox,
+            Self::Keys => Self::Inbox,
             Self::Operations => Self::Keys,
             Self::Outbox => Self::Operations,
+            Self::Inbox => Self::Outbox,
         }
     }
 }
@@ -482,6 +489,69 @@ pub struct MessageData {
     pub audit: Result<Vec<AuditEntry>, String>,
 }
 
+/// The inbox view's listing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Events {
+    /// The events as last read, the longest noted first (at most [`EVENTS`]).
+    pub rows: Vec<InboxEvent>,
+    /// The selected line.
+    pub selected: usize,
+    /// Only events in this status.
+    pub status: Option<InboxStatus>,
+    /// Whether a listing with this filter arrived.
+    pub loaded: bool,
+    /// Why the last listing failed.
+    pub error: Option<String>,
+}
+
+impl Events {
+    /// The selected event.
+    #[must_use]
+    pub fn selected_row(&self) -> Option<&InboxEvent> {
+        self.rows.get(self.selected)
+    }
+
+    /// The listing to read: its filter and its size.
+    #[must_use]
+    pub fn query(&self) -> InboxQuery {
+        InboxQuery {
+            status: self.status,
+            limit: EVENTS,
+        }
+    }
+}
+
+/// Which events the inbox view reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxQuery {
+    /// Only events in this status.
+    pub status: Option<InboxStatus>,
+    /// At most this many, the longest noted first.
+    pub limit: u32,
+}
+
+/// The detail pane of one inbox event. The inbox is read-only: no action applies to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventDetail {
+    /// Which event: its inbox row's id.
+    pub id: i64,
+    /// Its event id, as its sender gave it: what a refresh reads it by.
+    pub event_id: String,
+    /// The event as last read; `None` once it left the inbox (applied after all).
+    pub row: Option<InboxEvent>,
+    /// Lines scrolled down.
+    pub scroll: u16,
+}
+
+impl EventDetail {
+    /// The pane's lines ([`detail::event_lines`]), times shown in `tz` and relative to
+    /// `now_ms`.
+    #[must_use]
+    pub fn lines(&self, now_ms: i64, tz: &TimeZone) -> Vec<Line<'static>> {
+        detail::event_lines(self.row.as_ref(), now_ms, tz)
+    }
+}
+
 /// What a retry did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Retried {
@@ -556,6 +626,10 @@ pub struct App {
     pub outbox_counts: Option<OutboxCounts>,
     /// The detail pane of a message, while open (from the outbox view).
     pub message: Option<MessageDetail>,
+    /// The inbox view's events.
+    pub inbox: Events,
+    /// The detail pane of an inbox event, while open (from the inbox view).
+    pub event: Option<EventDetail>,
     /// The help overlay is shown.
     pub help: bool,
     /// Live refresh is paused.
@@ -607,6 +681,10 @@ pub struct Refreshed {
     pub outbox: Option<(OutboxQuery, Result<Vec<OutboxRow>, String>)>,
     /// The message detail's message, when one was open.
     pub message: Option<(i64, Result<MessageData, String>)>,
+    /// The inbox view's listing, when it was asked for: for which query, and what it read.
+    pub inbox: Option<(InboxQuery, Result<Vec<InboxEvent>, String>)>,
+    /// The event detail's events (every source's with its event id), when one was open.
+    pub event: Option<(String, Result<Vec<InboxEvent>, String>)>,
 }
 
 /// Why an action was not done.
@@ -697,6 +775,10 @@ pub enum Command {
         outbox: Option<OutboxQuery>,
         /// The message detail's message.
         message: Option<i64>,
+        /// The inbox view's listing, when the view is shown.
+        inbox: Option<InboxQuery>,
+        /// The event detail's event id.
+        event: Option<String>,
     },
     /// Read the next page; answered by [`Msg::MoreLoaded`].
     LoadMore {
@@ -763,6 +845,8 @@ impl App {
             outbox: Messages::default(),
             outbox_counts: None,
             message: None,
+            inbox: Events::default(),
+            event: None,
             help: false,
             paused: false,
             refreshed_at_ms: None,
@@ -827,6 +911,8 @@ impl App {
             outbox: (self.view == View::Outbox || self.message.is_some())
                 .then(|| self.outbox.query()),
             message: self.message.as_ref().map(|m| m.id),
+            inbox: (self.view == View::Inbox || self.event.is_some()).then(|| self.inbox.query()),
+            event: self.event.as_ref().map(|e| e.event_id.clone()),
         }
     }
 
@@ -911,6 +997,11 @@ impl App {
             View::Outbox => {
                 let last = self.outbox.rows.len().saturating_sub(1);
                 self.outbox.selected = self.outbox.selected.saturating_add_signed(delta).min(last);
+                None
+            }
+            View::Inbox => {
+                let last = self.inbox.rows.len().saturating_sub(1);
+                self.inbox.selected = self.inbox.selected.saturating_add_signed(delta).min(last);
                 None
             }
         }
@@ -1014,10 +1105,27 @@ impl App {
         });
     }
 
-    /// Shows `view`; the outbox view is read at once (it is read only while shown).
+    /// Shows `view`; the outbox and inbox views are read at once (each is read only while
+    /// shown).
     fn switch_view(&mut self, view: View) -> Option<Command> {
         self.view = view;
-        (view == View::Outbox).then(|| self.refresh())
+        matches!(view, View::Outbox | View::Inbox).then(|| self.refresh())
+    }
+
+    /// Shows only events in `status` (`None`: every event), from a new listing.
+    fn set_inbox_status(&mut self, status: Option<InboxStatus>) -> Command {
+        self.inbox = Events {
+            status,
+            ..Events::default()
+        };
+        self.refresh()
+    }
+
+    /// Closes every detail pane.
+    fn close_details(&mut self) {
+        self.detail = None;
+        self.message = None;
+        self.event = None;
     }
 
     /// Shows only messages in `status` (`None`: every message), from a new listing.
@@ -1055,16 +1163,25 @@ impl App {
     /// The screen shown, under a dialog or the help: a detail, else the view.
     #[must_use]
     pub fn page(&self) -> Screen {
-        match (&self.detail, &self.message, self.view) {
-            (Some(_), _, _) => Screen::Detail,
-            (None, Some(_), _) => Screen::Message,
-            (None, None, View::Keys) => Screen::Keys,
-            (None, None, View::Operations) => Screen::Operations,
-            (None, None, View::Outbox) => Screen::Outbox,
+        if self.detail.is_some() {
+            return Screen::Detail;
+        }
+        if self.message.is_some() {
+            return Screen::Message;
+        }
+        if self.event.is_some() {
+            return Screen::Event;
+        }
+        match self.view {
+            View::Keys => Screen::Keys,
+            View::Operations => Screen::Operations,
+            View::Outbox => Screen::Outbox,
+            View::Inbox => Screen::Inbox,
         }
     }
 
-    /// Opens the selected line: a key's detail, an operation's keys, a message's detail.
+    /// Opens the selected line: a key's detail, an operation's keys, a message's detail, an
+    /// event's detail (shown as listed: the next refresh reads it again).
     fn open(&mut self) -> Option<Command> {
         match self.view {
             View::Keys => {
@@ -1101,22 +1218,34 @@ impl App {
                 });
                 Some(Command::LoadMessage { id })
             }
+            View::Inbox => {
+                let row = self.inbox.selected_row()?.clone();
+                self.event = Some(EventDetail {
+                    id: row.id,
+                    event_id: row.event_id.clone(),
+                    row: Some(row),
+                    scroll: 0,
+                });
+                None
+            }
         }
     }
 
-    /// Scrolls the open detail (a key's or a message's) by `step`: a line, a page of ten,
-    /// or to an end (its last line: a wrapped line counts once).
+    /// Scrolls the open detail (a key's, a message's or an event's) by `step`: a line, a
+    /// page of ten, or to an end (its last line: a wrapped line counts once).
     fn scroll(&mut self, step: Step) {
-        let lines = match (&self.detail, &self.message) {
-            (Some(detail), _) => detail.lines(self.now_ms, &self.tz).len(),
-            (None, Some(message)) => message.lines(self.now_ms, &self.tz).len(),
-            (None, None) => return,
+        let lines = match (&self.detail, &self.message, &self.event) {
+            (Some(detail), _, _) => detail.lines(self.now_ms, &self.tz).len(),
+            (None, Some(message), _) => message.lines(self.now_ms, &self.tz).len(),
+            (None, None, Some(event)) => event.lines(self.now_ms, &self.tz).len(),
+            (None, None, None) => return,
         };
         let last = u16::try_from(lines.saturating_sub(1)).unwrap_or(u16::MAX);
-        let scroll = match (&mut self.detail, &mut self.message) {
-            (Some(detail), _) => &mut detail.scroll,
-            (None, Some(message)) => &mut message.scroll,
-            (None, None) => return,
+        let scroll = match (&mut self.detail, &mut self.message, &mut self.event) {
+            (Some(detail), _, _) => &mut detail.scroll,
+            (None, Some(message), _) => &mut message.scroll,
+            (None, None, Some(event)) => &mut event.scroll,
+            (None, None, None) => return,
         };
         *scroll = match step {
             Step::Down => scroll.saturating_add(1).min(last),
@@ -1160,6 +1289,8 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                         outbox_counts,
                         outbox,
                         message,
+                        inbox,
+                        event,
                     } = *refreshed;
                     let keep = app.selected_row().map(KeyId::of);
                     app.refreshed_at_ms = Some(app.now_ms);
@@ -1187,6 +1318,12 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     }
                     if let Some((id, result)) = message {
                         apply_message(app, id, result);
+                    }
+                    if let Some((query, result)) = inbox {
+                        apply_events(app, query, result);
+                    }
+                    if let Some((event_id, result)) = event {
+                        apply_event(app, &event_id, result);
                     }
                     if app
                         .status
@@ -1327,6 +1464,45 @@ fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRo
     }
 }
 
+/// A listing of the inbox arrived: shown if it is for the filter in force, keeping the
+/// selected event.
+fn apply_events(app: &mut App, query: InboxQuery, result: Result<Vec<InboxEvent>, String>) {
+    if query.status != app.inbox.status {
+        return;
+    }
+    let keep = app.inbox.selected_row().map(|row| row.id);
+    app.inbox.loaded = true;
+    match result {
+        Ok(rows) => {
+            app.inbox.rows = rows;
+            app.inbox.error = None;
+            if let Some(at) = keep.and_then(|id| app.inbox.rows.iter().position(|r| r.id == id)) {
+                app.inbox.selected = at;
+            }
+            app.inbox.selected = app
+                .inbox
+                .selected
+                .min(app.inbox.rows.len().saturating_sub(1));
+        }
+        Err(e) => app.inbox.error = Some(e),
+    }
+}
+
+/// A read of the events of `event_id` arrived: the open event detail's row, if it is one of
+/// them (`None`: it left the inbox).
+fn apply_event(app: &mut App, event_id: &str, result: Result<Vec<InboxEvent>, String>) {
+    let Some(detail) = &mut app.event else {
+        return;
+    };
+    if detail.event_id != event_id {
+        return;
+    }
+    match result {
+        Ok(rows) => detail.row = rows.into_iter().find(|row| row.id == detail.id),
+        Err(e) => app.error(format!("reading inbox event {event_id:?} failed: {e}")),
+    }
+}
+
 /// A read of message `id` arrived: shown if its detail is still open.
 fn apply_message(app: &mut App, id: i64, result: Result<MessageData, String>) {
     let Some(detail) = &mut app.message else {
@@ -1427,7 +1603,9 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             }
         }
         Do::Refresh => return Some(app.refresh()),
-        Do::Move(step) if matches!(screen, Screen::Detail | Screen::Message) => app.scroll(step),
+        Do::Move(step) if matches!(screen, Screen::Detail | Screen::Message | Screen::Event) => {
+            app.scroll(step);
+        }
         Do::Move(step) => {
             let page = isize::try_from(app.page_height.max(1)).unwrap_or(10);
             return app.move_selection(match step {
@@ -1440,19 +1618,14 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             });
         }
         Do::Open => return app.open(),
-        Do::Back => {
-            app.detail = None;
-            app.message = None;
-        }
+        Do::Back => app.close_details(),
         Do::NextView => {
-            app.detail = None;
-            app.message = None;
+            app.close_details();
             return app.switch_view(app.view.next());
         }
         Do::PreviousView => return app.switch_view(app.view.previous()),
         Do::Search => {
-            app.detail = None;
-            app.message = None;
+            app.close_details();
             app.view = View::Keys;
             app.prompt = Some(Prompt {
                 text: app.filters.key_prefix.clone().unwrap_or_default(),
@@ -1468,6 +1641,16 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
             let shown = status.map_or("all", OutboxStatus::as_str);
             app.info(format!("outbox status filter: {shown}"));
             return Some(app.set_outbox_status(status));
+        }
+        Do::CycleStatus if screen == Screen::Inbox => {
+            let status = match app.inbox.status {
+                None => Some(InboxStatus::Waiting),
+                Some(InboxStatus::Waiting) => Some(InboxStatus::Unmatched),
+                Some(InboxStatus::Unmatched) => None,
+            };
+            let shown = status.map_or("all", InboxStatus::as_str);
+            app.info(format!("inbox status filter: {shown}"));
+            return Some(app.set_inbox_status(status));
         }
         Do::CycleStatus => {
             let mut filters = app.filters.clone();
@@ -1510,6 +1693,12 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 return Some(app.set_outbox_status(None));
             }
         }
+        Do::ClearFilters if screen == Screen::Inbox => {
+            if app.inbox.status.is_some() {
+                app.info("inbox filter cleared");
+                return Some(app.set_inbox_status(None));
+            }
+        }
         Do::ClearFilters => {
             if app.filters != Filters::default() {
                 app.info("filters cleared");
@@ -1541,10 +1730,17 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
         Do::RetryAll => app.open_retry(true),
         Do::KeysOnly => {
             if let KeyCode::Char(c) = key.code {
-                app.error(format!(
-                    "{c} acts on keys (Tab to the keys view); in the outbox, r retries the \
-                     selected message and A every dead or waiting one"
-                ));
+                app.error(if matches!(screen, Screen::Inbox | Screen::Event) {
+                    format!(
+                        "{c} acts on keys (Tab to the keys view); the inbox is read-only: \
+                         settle an unmatched event at its provider (a refund) or by hand"
+                    )
+                } else {
+                    format!(
+                        "{c} acts on keys (Tab to the keys view); in the outbox, r retries the \
+                         selected message and A every dead or waiting one"
+                    )
+                });
             }
         }
     }

@@ -699,15 +699,19 @@ fn the_detail_scrolls_within_its_lines() {
     assert_eq!(app.detail.as_ref().unwrap().scroll, 0);
 }
 
-/// Tab goes round the three views, BackTab the other way; entering the outbox reads it.
+/// Tab goes round the four views, BackTab the other way; entering the outbox or the inbox
+/// reads it.
 #[test]
-fn tab_goes_round_the_views_and_reads_the_outbox() {
+fn tab_goes_round_the_views_and_reads_the_outbox_and_the_inbox() {
     let mut app = loaded_app();
     assert_eq!(update(&mut app, key(KeyCode::Tab)), None);
     assert_eq!(app.view, View::Operations);
     match update(&mut app, key(KeyCode::Tab)) {
         Some(Command::Refresh {
-            outbox, message, ..
+            outbox,
+            message,
+            inbox,
+            ..
         }) => {
             assert_eq!(
                 outbox,
@@ -716,21 +720,157 @@ fn tab_goes_round_the_views_and_reads_the_outbox() {
                     limit: MESSAGES
                 })
             );
-            assert_eq!(message, None);
+            assert_eq!((message, inbox), (None, None));
         }
         other => panic!("expected a refresh of the outbox, got {other:?}"),
     }
     assert_eq!(app.view, View::Outbox);
+    match update(&mut app, key(KeyCode::Tab)) {
+        Some(Command::Refresh {
+            outbox,
+            inbox,
+            event,
+            ..
+        }) => {
+            assert_eq!(
+                inbox,
+                Some(InboxQuery {
+                    status: None,
+                    limit: EVENTS
+                })
+            );
+            assert_eq!((outbox, event), (None, None));
+        }
+        other => panic!("expected a refresh of the inbox, got {other:?}"),
+    }
+    assert_eq!(app.view, View::Inbox);
+    assert_eq!(app.page(), Screen::Inbox);
     assert_eq!(update(&mut app, key(KeyCode::Tab)), None);
     assert_eq!(app.view, View::Keys);
+    assert!(update(&mut app, key(KeyCode::BackTab)).is_some());
+    assert_eq!(app.view, View::Inbox);
     assert!(update(&mut app, key(KeyCode::BackTab)).is_some());
     assert_eq!(app.view, View::Outbox);
     assert_eq!(update(&mut app, key(KeyCode::BackTab)), None);
     assert_eq!(app.view, View::Operations);
-    // Outside the outbox view, refreshes leave the outbox alone.
+    // Outside the outbox and inbox views, refreshes leave them alone.
     let _ = update(&mut app, key(KeyCode::BackTab));
     match update(&mut app, ch('R')) {
-        Some(Command::Refresh { outbox, .. }) => assert_eq!(outbox, None),
+        Some(Command::Refresh { outbox, inbox, .. }) => assert_eq!((outbox, inbox), (None, None)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// [`fixtures::inbox_refreshed`] with the event detail's read of `event_id`: `events`.
+fn event_refreshed(event_id: &str, events: Vec<InboxEvent>) -> Msg {
+    let mut msg = fixtures::inbox_refreshed(fixtures::events());
+    if let Msg::Refreshed {
+        result: Ok(refreshed),
+        ..
+    } = &mut msg
+    {
+        refreshed.event = Some((event_id.to_owned(), Ok(events)));
+    }
+    msg
+}
+
+#[test]
+fn the_inbox_view_lists_filters_and_opens_events() {
+    let mut app = fixtures::inbox_app();
+    assert!(app.inbox.loaded);
+    assert_eq!(app.inbox.rows, fixtures::events());
+    // Moving stays within the events.
+    let _ = update(&mut app, ch('G'));
+    assert_eq!(app.inbox.selected, 2);
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.inbox.selected, 2);
+    let _ = update(&mut app, ch('g'));
+    let _ = update(&mut app, ch('j'));
+    assert_eq!(app.inbox.selected_row().unwrap().event_id, "evt_orphan");
+    // A refresh keeps the selected event, wherever it moved.
+    let mut reordered = fixtures::events();
+    reordered.rotate_left(1);
+    let _ = update(&mut app, fixtures::inbox_refreshed(reordered));
+    assert_eq!(app.inbox.selected, 0);
+    assert_eq!(app.inbox.selected_row().unwrap().event_id, "evt_orphan");
+
+    // `s` cycles the status filter: a new listing, the old one's results dropped.
+    let query = |command: Option<Command>| match command {
+        Some(Command::Refresh { inbox, .. }) => inbox.unwrap().status,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(query(update(&mut app, ch('s'))), Some(InboxStatus::Waiting));
+    assert!(!app.inbox.loaded && app.inbox.rows.is_empty());
+    let _ = update(&mut app, fixtures::inbox_refreshed(fixtures::events()));
+    assert!(
+        !app.inbox.loaded,
+        "a listing of every status is not this one"
+    );
+    assert_eq!(
+        query(update(&mut app, ch('s'))),
+        Some(InboxStatus::Unmatched)
+    );
+    assert_eq!(query(update(&mut app, ch('s'))), None);
+    assert_eq!(query(update(&mut app, ch('s'))), Some(InboxStatus::Waiting));
+    assert_eq!(query(update(&mut app, ch('x'))), None);
+    assert_eq!(app.inbox.status, None);
+    let _ = update(&mut app, fixtures::inbox_refreshed(fixtures::events()));
+    assert!(app.inbox.loaded);
+
+    // Enter shows the event as listed, at once; refreshes read it again by its event id.
+    let _ = update(&mut app, ch('j'));
+    let row = app.inbox.selected_row().unwrap().clone();
+    assert_eq!(row.event_id, "evt_orphan");
+    assert_eq!(update(&mut app, key(KeyCode::Enter)), None);
+    assert_eq!(app.page(), Screen::Event);
+    assert_eq!(app.event.as_ref().unwrap().row.as_ref(), Some(&row));
+    match update(&mut app, ch('R')) {
+        Some(Command::Refresh { inbox, event, .. }) => {
+            assert_eq!(inbox.unwrap().status, None);
+            assert_eq!(event.as_deref(), Some("evt_orphan"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The read gives every source's event of that id: the detail keeps its own row.
+    let again = InboxEvent {
+        deliveries: 4,
+        ..row.clone()
+    };
+    let other_source = InboxEvent {
+        id: 9,
+        source: "ledger_event:v1".into(),
+        ..row.clone()
+    };
+    let _ = update(
+        &mut app,
+        event_refreshed("evt_orphan", vec![other_source, again.clone()]),
+    );
+    assert_eq!(app.event.as_ref().unwrap().row.as_ref(), Some(&again));
+    // It scrolls within its lines.
+    let lines = app.event.as_ref().unwrap().lines(app.now_ms, &app.tz).len();
+    let _ = update(&mut app, ch('G'));
+    assert_eq!(usize::from(app.event.as_ref().unwrap().scroll), lines - 1);
+    let _ = update(&mut app, ch('k'));
+    assert_eq!(usize::from(app.event.as_ref().unwrap().scroll), lines - 2);
+    // Nothing acts on the inbox: key actions say so.
+    assert_eq!(update(&mut app, ch('d')), None);
+    assert!(app.dialog.is_none());
+    let said = &app.status.as_ref().unwrap().text;
+    assert!(said.contains("the inbox is read-only"), "{said}");
+    // Applied after all: it left the inbox.
+    let _ = update(&mut app, event_refreshed("evt_orphan", Vec::new()));
+    let detail = app.event.as_ref().unwrap();
+    assert_eq!(detail.row, None);
+    assert!(
+        detail.lines(app.now_ms, &app.tz)[0]
+            .to_string()
+            .contains("not in the inbox any more")
+    );
+    let _ = update(&mut app, key(KeyCode::Esc));
+    assert!(app.event.is_none());
+    assert_eq!(app.page(), Screen::Inbox);
+    match update(&mut app, ch('R')) {
+        Some(Command::Refresh { event, .. }) => assert_eq!(event, None),
         other => panic!("{other:?}"),
     }
 }

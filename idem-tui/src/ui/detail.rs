@@ -1,13 +1,13 @@
 //! The detail panes' lines: a key's row, its response, its journal and its audit history;
-//! an outbox message's row, its payload and its audit history. The view draws them; the
-//! key handler scrolls within them.
+//! an outbox message's row, its payload and its audit history; an inbox event's row, its
+//! reason and its body. The view draws them; the key handler scrolls within them.
 
-use idem_store::{AuditEntry, Journal, KeyRow, OutboxRow, OutboxStatus};
+use idem_store::{AuditEntry, InboxEvent, InboxStatus, Journal, KeyRow, OutboxRow, OutboxStatus};
 use jiff::tz::TimeZone;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::format::{self, Body, Expiry, message_state, message_style, status_style};
+use super::format::{self, Body, Expiry, event_style, message_state, message_style, status_style};
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())
@@ -50,6 +50,33 @@ fn audit_section(
                     lines.push(Line::raw(format!("    reason: {reason}")));
                 }
             }
+        }
+    }
+}
+
+/// A body's lines: a `body` line saying what it is (JSON, text, binary) and its size, then
+/// the body (JSON highlighted, binary as a hex head).
+fn body_lines(lines: &mut Vec<Line<'static>>, body: &[u8]) {
+    match format::body(body) {
+        Body::Empty => lines.push(field("body", "empty".to_owned())),
+        Body::Json(pretty) => {
+            lines.push(field("body", format!("JSON, {} bytes", body.len())));
+            lines.extend(format::highlight_json(&pretty));
+        }
+        Body::Text(text) => {
+            lines.push(field("body", format!("text, {} bytes", body.len())));
+            lines.extend(text.lines().map(|l| Line::raw(l.to_owned())));
+        }
+        Body::Binary { len, head } => {
+            let shown = len.min(format::HEX_HEAD);
+            lines.push(field(
+                "body",
+                format!("binary, {len} bytes (first {shown} in hex)"),
+            ));
+            lines.extend(
+                head.into_iter()
+                    .map(|l| Line::styled(l, Style::new().dim())),
+            );
         }
     }
 }
@@ -132,34 +159,7 @@ pub fn lines(
                     Span::raw(value.clone()),
                 ]));
             }
-            match format::body(&response.body) {
-                Body::Empty => lines.push(field("body", "empty".to_owned())),
-                Body::Json(pretty) => {
-                    lines.push(field(
-                        "body",
-                        format!("JSON, {} bytes", response.body.len()),
-                    ));
-                    lines.extend(format::highlight_json(&pretty));
-                }
-                Body::Text(text) => {
-                    lines.push(field(
-                        "body",
-                        format!("text, {} bytes", response.body.len()),
-                    ));
-                    lines.extend(text.lines().map(|l| Line::raw(l.to_owned())));
-                }
-                Body::Binary { len, head } => {
-                    let shown = len.min(format::HEX_HEAD);
-                    lines.push(field(
-                        "body",
-                        format!("binary, {len} bytes (first {shown} in hex)"),
-                    ));
-                    lines.extend(
-                        head.into_iter()
-                            .map(|l| Line::styled(l, Style::new().dim())),
-                    );
-                }
-            }
+            body_lines(&mut lines, &response.body);
         }
     }
     lines.push(Line::raw(""));
@@ -275,5 +275,47 @@ pub fn message_lines(
         now_ms,
         tz,
     );
+    lines
+}
+
+/// The lines of the detail pane of an inbox event: its `row` (`None`: it left the inbox),
+/// times shown in `tz` and relative to `now_ms`.
+#[must_use]
+pub fn event_lines(row: Option<&InboxEvent>, now_ms: i64, tz: &TimeZone) -> Vec<Line<'static>> {
+    let when = |ms: i64| format::when(ms, now_ms, tz);
+    let mut lines = Vec::new();
+    let Some(row) = row else {
+        lines.push(Line::from(Span::styled(
+            "this event is not in the inbox any more: applied after all",
+            Style::new().yellow(),
+        )));
+        return lines;
+    };
+    lines.push(field("event id", row.event_id.clone()));
+    lines.push(field("row id", row.id.to_string()));
+    lines.push(field("source", row.source.clone()));
+    lines.push(Line::from(vec![
+        label("status"),
+        Span::styled(row.status.as_str(), event_style(row.status)),
+        Span::raw(match row.status {
+            InboxStatus::Waiting => " (its sender is told to deliver it again)",
+            InboxStatus::Unmatched => " (acknowledged without being applied)",
+        }),
+    ]));
+    lines.push(field("deliveries", row.deliveries.to_string()));
+    lines.push(field("first seen", when(row.first_seen_at_ms)));
+    lines.push(field("last seen", when(row.last_seen_at_ms)));
+    if row.status == InboxStatus::Unmatched {
+        lines.push(Line::styled(
+            "read-only: settle it at its provider (a refund) or by hand",
+            Style::new().yellow(),
+        ));
+    }
+    lines.push(Line::raw(""));
+    lines.push(section("Reason"));
+    lines.extend(row.reason.lines().map(|l| Line::raw(l.to_owned())));
+    lines.push(Line::raw(""));
+    lines.push(section("Body"));
+    body_lines(&mut lines, row.body.as_bytes());
     lines
 }

@@ -3,14 +3,15 @@
 
 use bytes::Bytes;
 use idem_store::{
-    AuditEntry, Counts, Journal, KeyRow, KeyStatus, OperationInfo, OutboxCounts, OutboxRow,
-    OutboxStatus, Page, Registration, StatusCounts, StoredResponse,
+    AuditEntry, Counts, InboxEvent, InboxStatus, Journal, KeyRow, KeyStatus, OperationInfo,
+    OutboxCounts, OutboxRow, OutboxStatus, Page, Registration, StatusCounts, StoredResponse,
 };
 use jiff::tz::TimeZone;
 use serde_json::json;
 
 use super::app::{
-    App, DetailData, MessageData, Msg, OutboxQuery, Refreshed, View, operations_from_counts, update,
+    App, DetailData, InboxQuery, MessageData, Msg, OutboxQuery, Refreshed, View,
+    operations_from_counts, update,
 };
 
 /// The fixed "now": 2027-01-15 08:00:00 UTC.
@@ -151,6 +152,8 @@ pub fn refreshed(rows: Vec<KeyRow>, next: Option<idem_store::Cursor>) -> Msg {
             outbox_counts: Some(OutboxCounts::default()),
             outbox: None,
             message: None,
+            inbox: None,
+            event: None,
         })),
     }
 }
@@ -275,6 +278,71 @@ pub fn message_data(row: &OutboxRow) -> MessageData {
             forced: false,
         }]),
     }
+}
+
+/// The fixed inbox events, the longest noted first: an event kept as unmatched a day ago
+/// (its body not JSON), one kept as unmatched after three deliveries, one still waiting.
+pub fn events() -> Vec<InboxEvent> {
+    let orphan = InboxEvent {
+        id: 2,
+        source: "provider_event:v1".into(),
+        event_id: "evt_orphan".into(),
+        status: InboxStatus::Unmatched,
+        reason: "no payment names the charge ch_1".into(),
+        body: r#"{"data":{"amount":1250,"charge":"ch_1"},"type":"charge.succeeded"}"#.into(),
+        deliveries: 3,
+        first_seen_at_ms: NOW - 2 * HOUR,
+        last_seen_at_ms: NOW - 62 * MIN,
+    };
+    let old = InboxEvent {
+        id: 1,
+        event_id: "evt_old".into(),
+        reason: "no payment names the charge ch_9".into(),
+        body: "charge=ch_9; amount=500".into(),
+        deliveries: 1,
+        first_seen_at_ms: NOW - 26 * HOUR,
+        last_seen_at_ms: NOW - 26 * HOUR,
+        ..orphan.clone()
+    };
+    let early = InboxEvent {
+        id: 3,
+        event_id: "evt_early".into(),
+        status: InboxStatus::Waiting,
+        reason: "no payment names the charge ch_2".into(),
+        body: r#"{"data":{"charge":"ch_2"},"type":"charge.succeeded"}"#.into(),
+        deliveries: 1,
+        first_seen_at_ms: NOW - 5 * MIN,
+        last_seen_at_ms: NOW - 5 * MIN,
+        ..orphan.clone()
+    };
+    vec![old, orphan, early]
+}
+
+/// A refresh result with [`rows`] and, for the inbox view, `events` of every status.
+pub fn inbox_refreshed(events: Vec<InboxEvent>) -> Msg {
+    let mut msg = refreshed(rows(), None);
+    if let Msg::Refreshed {
+        result: Ok(refreshed),
+        ..
+    } = &mut msg
+    {
+        refreshed.inbox = Some((
+            InboxQuery {
+                status: None,
+                limit: super::app::EVENTS,
+            },
+            Ok(events),
+        ));
+    }
+    msg
+}
+
+/// [`loaded_app`] in the inbox view, with [`events`] loaded.
+pub fn inbox_app() -> App {
+    let mut app = loaded_app();
+    app.view = View::Inbox;
+    let _ = update(&mut app, inbox_refreshed(events()));
+    app
 }
 
 /// An app at [`NOW`] in UTC with [`rows`] loaded.

@@ -2,7 +2,7 @@
 //! binary as a hex head), fingerprints, the colours of statuses, how a message stands and
 //! when it is next attempted. Pure functions of their inputs.
 
-use idem_store::{KeyRow, KeyStatus, OutboxRow, OutboxStatus};
+use idem_store::{InboxStatus, KeyRow, KeyStatus, OutboxRow, OutboxStatus};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use ratatui::style::{Color, Modifier, Style};
@@ -234,6 +234,16 @@ pub fn status_style(status: KeyStatus) -> Style {
         KeyStatus::Processing => Style::new().fg(Color::Yellow),
         KeyStatus::Stuck => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         KeyStatus::Expired => Style::new().fg(Color::DarkGray),
+    }
+}
+
+/// The colour of an inbox event's status: unmatched red (an operator settles it), waiting
+/// yellow.
+#[must_use]
+pub fn event_style(status: InboxStatus) -> Style {
+    match status {
+        InboxStatus::Unmatched => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        InboxStatus::Waiting => Style::new().fg(Color::Yellow),
     }
 }
 

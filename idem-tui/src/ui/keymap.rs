@@ -12,7 +12,7 @@ use ratatui::crossterm::event::KeyCode::{
 };
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use Screen::{Detail, Dialog, Help, Keys, Message, Operations, Outbox, Prompt};
+use Screen::{Detail, Dialog, Event, Help, Inbox, Keys, Message, Operations, Outbox, Prompt};
 
 /// Where a key is pressed: a screen, or what is open over it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,10 +23,14 @@ pub enum Screen {
     Operations,
     /// The outbox's messages.
     Outbox,
+    /// The inbox's events.
+    Inbox,
     /// A key's detail.
     Detail,
     /// A message's detail.
     Message,
+    /// An inbox event's detail.
+    Event,
     /// The help, over a screen: any key closes it.
     Help,
     /// The `/` prompt: keys type the prefix.
@@ -85,8 +89,8 @@ pub enum Do {
     Refresh,
     /// Move the selection; in a detail, scroll.
     Move(Step),
-    /// Open the selected key's or message's detail; in the operations view, list the
-    /// operation's keys.
+    /// Open the selected key's, message's or event's detail; in the operations view, list
+    /// the operation's keys.
     Open,
     /// Close the detail.
     Back,
@@ -96,13 +100,13 @@ pub enum Do {
     PreviousView,
     /// Search keys by prefix: open the prompt.
     Search,
-    /// Cycle the status filter (in the outbox view, the messages').
+    /// Cycle the status filter (in the outbox and inbox views, the messages' and events').
     CycleStatus,
     /// Filter by the selected key's operation (again: clear it).
     FilterOperation,
     /// Filter by the selected key's scope (again: clear it).
     FilterScope,
-    /// Clear every filter (in the outbox view, its status filter).
+    /// Clear every filter (in the outbox and inbox views, their status filter).
     ClearFilters,
     /// Sort the loaded keys by the column of the digit pressed (again: reverse); `0`: the
     /// database order.
@@ -121,7 +125,7 @@ pub enum Do {
     Retry,
     /// Retry every dead message and every one waiting for its next attempt.
     RetryAll,
-    /// An action on keys pressed in the outbox: say where it applies.
+    /// An action on keys pressed in the outbox or the inbox: say where it applies.
     KeysOnly,
 }
 
@@ -186,12 +190,14 @@ const fn key(code: KeyCode) -> Key {
     Key::Is(code)
 }
 
-const LISTS: &[Screen] = &[Keys, Operations, Outbox];
-const DETAILS: &[Screen] = &[Detail, Message];
-const SCREENS: &[Screen] = &[Keys, Operations, Outbox, Detail, Message];
+const LISTS: &[Screen] = &[Keys, Operations, Outbox, Inbox];
+const DETAILS: &[Screen] = &[Detail, Message, Event];
+const SCREENS: &[Screen] = &[Keys, Operations, Outbox, Inbox, Detail, Message, Event];
 /// Where the actions on keys apply (the operations view has no key selected: they say so).
 const ON_KEYS: &[Screen] = &[Keys, Operations, Detail];
 const ON_MESSAGES: &[Screen] = &[Outbox, Message];
+/// The inbox is read-only: nothing acts on its events.
+const ON_EVENTS: &[Screen] = &[Inbox, Event];
 /// `0`…`7`: sort by a column (`0`: none).
 const DIGITS: &[Key] = &[
     ch('0'),
@@ -204,7 +210,7 @@ const DIGITS: &[Key] = &[
     ch('7'),
 ];
 const EVERYWHERE: &[Screen] = &[
-    Keys, Operations, Outbox, Detail, Message, Help, Prompt, Dialog,
+    Keys, Operations, Outbox, Inbox, Detail, Message, Event, Help, Prompt, Dialog,
 ];
 
 /// Every binding, in the help screen's order. On a screen, the first binding with the key
@@ -231,7 +237,7 @@ pub const BINDINGS: &[Binding] = &[
     )
     .hint(1, "Esc back", DETAILS),
     bind(&[key(Tab)], Do::NextView, SCREENS)
-        .help("Tab", "switch view: keys / operations / outbox")
+        .help("Tab", "switch view: keys / operations / outbox / inbox")
         .hint(8, "Tab view", LISTS),
     bind(&[key(BackTab)], Do::PreviousView, LISTS),
     bind(&[ch('/')], Do::Search, SCREENS)
@@ -277,6 +283,17 @@ pub const BINDINGS: &[Binding] = &[
     bind(&[ch('s')], Do::CycleStatus, &[Outbox])
         .help("outbox: s", "cycle status filter: pending delivered dead")
         .hint(4, "s status", &[Outbox]),
+    bind(&[ch('s')], Do::CycleStatus, &[Inbox])
+        .help(
+            "inbox: s",
+            "cycle status filter: waiting unmatched (read-only)",
+        )
+        .hint(4, "s status", &[Inbox]),
+    bind(
+        &[ch('e'), ch('r'), ch('c'), ch('f'), ch('d')],
+        Do::KeysOnly,
+        ON_EVENTS,
+    ),
     bind(&[ch('p')], Do::Pause, SCREENS).help(
         "p",
         "pause / resume the live refresh (keys 2 s, counts 10 s)",
@@ -288,7 +305,9 @@ pub const BINDINGS: &[Binding] = &[
     bind(
         &[ch('q')],
         Do::Quit,
-        &[Keys, Operations, Outbox, Detail, Message, Help],
+        &[
+            Keys, Operations, Outbox, Inbox, Detail, Message, Event, Help,
+        ],
     )
     .help("q, Ctrl-C", "quit")
     .hint(10, "q quit", SCREENS),

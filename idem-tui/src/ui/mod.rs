@@ -8,9 +8,11 @@
 //! size and a hex head), its journal and its audit history; an operations view with each
 //! operation's counts by status (and its ttl, scope and mode when registered); an outbox
 //! view with the transactional outbox's messages (status, attempts, next attempt, age, last
-//! error) and a message's detail (its columns, payload and audit history); and the operator
-//! actions, each behind a confirmation dialog that says what will change and asks for a
-//! reason recorded in the audit trail: on keys, and the outbox's retries.
+//! error) and a message's detail (its columns, payload and audit history); an inbox view
+//! with the incoming events a receiver could not apply (event id, source, status, age,
+//! deliveries, reason) and an event's detail (its columns, reason and body), read-only; and
+//! the operator actions, each behind a confirmation dialog that says what will change and
+//! asks for a reason recorded in the audit trail: on keys, and the outbox's retries.
 //!
 //! # Key bindings
 //!
@@ -20,12 +22,15 @@
 //! in the `/` prompt the keys type, but for the few the [`keymap`] module names.
 //!
 //! The keys on screen (and an open detail) are read again every 2 s, and so are the outbox's
-//! messages while its view (or a message's detail) is shown. The counts in the header and
+//! messages while its view (or a message's detail) is shown, and the inbox's events while
+//! its view (or an event's detail) is shown. The counts in the header and
 //! the operations view are one pass over the whole key table (and the outbox's counts one
 //! over the outbox), so they are read every 10 s, after an action, and right after the
 //! first screen — which shows the first page of keys without waiting for them. The outbox
 //! view reads the first 500 messages of its filter, oldest first (the store lists messages
-//! without pages); the `Outbox` tab says how many messages are dead, whatever the view.
+//! without pages); the `Outbox` tab says how many messages are dead, whatever the view. The
+//! inbox view likewise reads the first 500 events of its filter, the longest noted first,
+//! and its header counts them by status.
 //!
 //! The database orders keys by (scope, operation, key), the order pages are read in; a sort by
 //! another column sorts the keys loaded so far.
@@ -244,6 +249,8 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             detail,
             outbox,
             message,
+            inbox,
+            event,
         } => {
             let result = async {
                 let page = db.list(&filter, now).await.map_err(|e| store_message(&e))?;
@@ -272,6 +279,20 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                     Some(id) => Some((id, read_message(db, id).await)),
                     None => None,
                 };
+                let inbox = match inbox {
+                    Some(query) => {
+                        let events = db.inbox_list(query.status, query.limit).await;
+                        Some((query, events.map_err(|e| store_message(&e))))
+                    }
+                    None => None,
+                };
+                let event = match event {
+                    Some(event_id) => {
+                        let events = db.inbox_get(&event_id).await;
+                        Some((event_id, events.map_err(|e| store_message(&e))))
+                    }
+                    None => None,
+                };
                 // A database without the outbox's table still shows its keys.
                 let outbox_counts = if count {
                     db.outbox_counts(now).await.ok()
@@ -286,6 +307,8 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                     outbox_counts,
                     outbox,
                     message,
+                    inbox,
+                    event,
                 }))
             }
             .await;

@@ -200,6 +200,76 @@ fn tiny_terminals_do_not_panic() {
         render(&outbox, w, h);
         press(&mut outbox, KeyCode::Esc);
     }
+    let mut inbox = fixtures::inbox_app();
+    for (w, h) in [(1, 1), (10, 3), (20, 5), (40, 10), (80, 24)] {
+        render(&inbox, w, h);
+        press(&mut inbox, KeyCode::Enter);
+        render(&inbox, w, h);
+        press(&mut inbox, KeyCode::Esc);
+    }
+}
+
+#[test]
+fn the_inbox() {
+    let mut app = fixtures::inbox_app();
+    press(&mut app, KeyCode::Down);
+    let screen = render(&app, 80, 24);
+    // Each event's age, status and deliveries, in the order the store lists them.
+    let events: Vec<Vec<&str>> = ["evt_old", "evt_orphan", "evt_early"]
+        .iter()
+        .map(|id| {
+            table_line(&screen, id)
+                .split(['"', '│', '▸', ' '])
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(events[0][2..5], ["unmatched", "1d", "1"], "{screen}");
+    assert_eq!(events[1][2..5], ["unmatched", "2h", "3"], "{screen}");
+    assert_eq!(events[2][2..5], ["waiting", "5m", "1"], "{screen}");
+    assert!(
+        screen.contains("listed: unmatched 2  waiting 1"),
+        "{screen}"
+    );
+    snapshot!("ui_inbox_80x24", screen);
+    // Filtered, nothing to show.
+    let mut empty = fixtures::inbox_app();
+    press(&mut empty, KeyCode::Char('s'));
+    let query = empty.inbox.query();
+    let _ = update(
+        &mut empty,
+        Msg::Refreshed {
+            generation: 0,
+            result: Ok(Box::new(super::app::Refreshed {
+                inbox: Some((query, Ok(Vec::new()))),
+                ..refreshed_parts()
+            })),
+        },
+    );
+    let screen = render(&empty, 80, 24);
+    assert!(
+        screen.contains("no waiting events (x clears the filter)"),
+        "{screen}"
+    );
+    snapshot!("ui_inbox_empty_80x24", screen);
+}
+
+#[test]
+fn an_inbox_event() {
+    let mut app = fixtures::inbox_app();
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Enter);
+    let screen = render(&app, 80, 24);
+    for expected in [
+        "event evt_orphan — Esc back",
+        "deliveries     3",
+        "no payment names the charge ch_1",
+        "body           JSON, 66 bytes",
+        "\"charge\": \"ch_1\"",
+    ] {
+        assert!(screen.contains(expected), "{expected} in {screen}");
+    }
+    snapshot!("ui_inbox_event_80x24", screen);
 }
 
 #[test]

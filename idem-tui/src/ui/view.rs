@@ -1,7 +1,8 @@
 //! Drawing: [`view`] is a pure function of the [`App`] (its clock included).
 
 use idem_store::{
-    KeyRow, KeyStatus, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts, StoredStatus,
+    InboxStatus, KeyRow, KeyStatus, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts,
+    StoredStatus,
 };
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -10,9 +11,10 @@ use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 
 use super::app::{
-    ActKind, App, Column, Detail, Dialog, Field, Filters, MESSAGES, MessageDetail, Target, View,
+    ActKind, App, Column, Detail, Dialog, EVENTS, EventDetail, Field, Filters, MESSAGES,
+    MessageDetail, Target, View,
 };
-use super::format::{self, message_state, message_style, status_style};
+use super::format::{self, event_style, message_state, message_style, status_style};
 use super::keymap;
 
 /// Draws the whole screen.
@@ -24,12 +26,14 @@ pub fn view(app: &App, frame: &mut Frame<'_>) {
     ])
     .areas(frame.area());
     draw_header(app, frame, header);
-    match (&app.detail, &app.message, app.view) {
-        (Some(detail), _, _) => draw_detail(app, detail, frame, body),
-        (None, Some(message), _) => draw_message(app, message, frame, body),
-        (None, None, View::Keys) => draw_keys(app, frame, body),
-        (None, None, View::Operations) => draw_operations(app, frame, body),
-        (None, None, View::Outbox) => draw_outbox(app, frame, body),
+    match (&app.detail, &app.message, &app.event, app.view) {
+        (Some(detail), _, _, _) => draw_detail(app, detail, frame, body),
+        (None, Some(message), _, _) => draw_message(app, message, frame, body),
+        (None, None, Some(event), _) => draw_event(app, event, frame, body),
+        (None, None, None, View::Keys) => draw_keys(app, frame, body),
+        (None, None, None, View::Operations) => draw_operations(app, frame, body),
+        (None, None, None, View::Outbox) => draw_outbox(app, frame, body),
+        (None, None, None, View::Inbox) => draw_inbox(app, frame, body),
     }
     draw_footer(app, frame, footer);
     if let Some(dialog) = &app.dialog {
@@ -76,6 +80,29 @@ fn outbox_counts_spans(counts: &OutboxCounts) -> Vec<Span<'static>> {
     ]
 }
 
+/// The inbox view's counts: of the events listed (at most [`EVENTS`]), by status.
+fn inbox_counts_spans(app: &App) -> Vec<Span<'static>> {
+    let inbox = &app.inbox;
+    if !inbox.loaded {
+        return vec![Span::raw("reading the inbox…")];
+    }
+    let count = |status: InboxStatus| inbox.rows.iter().filter(|e| e.status == status).count();
+    let (unmatched, waiting) = (count(InboxStatus::Unmatched), count(InboxStatus::Waiting));
+    vec![
+        Span::raw("listed: "),
+        Span::styled(
+            format!("unmatched {unmatched}"),
+            if unmatched > 0 {
+                event_style(InboxStatus::Unmatched)
+            } else {
+                Style::new()
+            },
+        ),
+        Span::raw(format!("  waiting {waiting}")),
+        Span::styled("  read-only", Style::new().dim()),
+    ]
+}
+
 fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let refreshed = match app.refreshed_at_ms {
         Some(at) => format!(
@@ -101,6 +128,8 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
     first.push(Span::raw(app.database.clone()));
     let mut second = vec![Span::raw(" ")];
     match (&app.counts, &app.outbox_counts) {
+        // The inbox view counts the events it lists.
+        _ if app.view == View::Inbox => second.extend(inbox_counts_spans(app)),
         // The outbox view counts messages.
         (_, Some(counts)) if app.view == View::Outbox => {
             second.extend(outbox_counts_spans(counts));
@@ -142,19 +171,25 @@ fn draw_header(app: &App, frame: &mut Frame<'_>, area: Rect) {
     // Dead messages wait for an operator: said whatever the view.
     if let Some(counts) = app.outbox_counts.filter(|c| c.dead > 0) {
         third.push(Span::styled(
-            format!(" {} dead", counts.dead),
+            format!("{} dead ", counts.dead),
             Style::new().red().bold(),
         ));
     }
+    third.push(Span::raw("│"));
+    third.push(tab("Inbox", app.view == View::Inbox));
     third.push(Span::raw("  "));
     let filter = |name: &str, value: Option<&str>| match value {
         Some(v) => Span::styled(format!("{name}={v} "), Style::new().yellow()),
         None => Span::styled(format!("{name}=* "), Style::new().dim()),
     };
-    if app.view == View::Outbox {
+    if matches!(app.view, View::Outbox | View::Inbox) {
         third.push(filter(
             "status",
-            app.outbox.status.map(OutboxStatus::as_str),
+            if app.view == View::Outbox {
+                app.outbox.status.map(OutboxStatus::as_str)
+            } else {
+                app.inbox.status.map(InboxStatus::as_str)
+            },
         ));
         frame.render_widget(
             Paragraph::new(vec![
@@ -498,6 +533,81 @@ fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
     } else {
         frame.render_stateful_widget(table, area, &mut state);
     }
+}
+
+fn draw_inbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
+    let inbox = &app.inbox;
+    let filtered = inbox.status.map_or_else(String::new, |s| format!(" {s}"));
+    let capped = if inbox.rows.len() >= usize::try_from(EVENTS).unwrap_or(usize::MAX) {
+        format!(", the first {EVENTS}")
+    } else {
+        String::new()
+    };
+    let title = format!(
+        " {}{filtered} events (the longest noted first{capped}; Enter: one) ",
+        inbox.rows.len()
+    );
+    let header = Row::new(["event id", "source", "status", "age", "dlv", "reason"])
+        .style(Style::new().bold().underlined());
+    let rows = inbox.rows.iter().map(|row| {
+        Row::new(vec![
+            Cell::from(row.event_id.clone()),
+            Cell::from(row.source.clone()),
+            Cell::from(Span::styled(row.status.as_str(), event_style(row.status))),
+            Cell::from(format::span(row.age_ms(app.now_ms))),
+            Cell::from(row.deliveries.to_string()),
+            Cell::from(crate::format::one_line(&row.reason, 200)),
+        ])
+    });
+    let widths = [
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+        Constraint::Length(9),
+        Constraint::Length(4),
+        Constraint::Length(4),
+        Constraint::Fill(3),
+    ];
+    let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
+    let offset = inbox.selected.saturating_sub(inner_height - 1);
+    let mut state = TableState::new()
+        .with_offset(offset)
+        .with_selected((!inbox.rows.is_empty()).then_some(inbox.selected));
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(title))
+        .row_highlight_style(Style::new().reversed())
+        .highlight_symbol("▸")
+        .column_spacing(1);
+    if inbox.rows.is_empty() {
+        let text = match (&inbox.error, inbox.loaded, inbox.status) {
+            (Some(e), _, _) => format!("the inbox cannot be read: {e}"),
+            (None, false, _) => "loading…".to_owned(),
+            (None, true, None) => "no events: every event received was applied".to_owned(),
+            (None, true, Some(status)) => format!("no {status} events (x clears the filter)"),
+        };
+        frame.render_widget(table, area);
+        let inner = Rect {
+            x: area.x + 2,
+            y: area.y + 2,
+            width: area.width.saturating_sub(4),
+            height: 1,
+        }
+        .intersection(area);
+        frame.render_widget(Paragraph::new(text).dim(), inner);
+    } else {
+        frame.render_stateful_widget(table, area, &mut state);
+    }
+}
+
+fn draw_event(app: &App, event: &EventDetail, frame: &mut Frame<'_>, area: Rect) {
+    let title = format!(" event {} — Esc back ", event.event_id);
+    frame.render_widget(
+        Paragraph::new(Text::from(event.lines(app.now_ms, &app.tz)))
+            .block(Block::bordered().title(title))
+            .wrap(Wrap { trim: false })
+            .scroll((event.scroll, 0)),
+        area,
+    );
 }
 
 fn draw_message(app: &App, message: &MessageDetail, frame: &mut Frame<'_>, area: Rect) {

@@ -21,7 +21,7 @@ use idem_runtime::outbox::{Outbox, OutboxMessage, OutboxRow};
 use idem_runtime::protocol::{Call, Record, work_fn};
 use idem_runtime::spec::{Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Finished, StepError};
-use idem_runtime::store::{KeyRef, KeyRow, KeyTable};
+use idem_runtime::store::{Delivery, Inbox, InboxStatus, KeyRef, KeyRow, KeyTable};
 use idem_runtime::{Config, Idem, IdempotencyKey};
 use idem_testkit::harness::{Location, TestBackend, postgres_url};
 use serde_json::{Value, json};
@@ -415,5 +415,98 @@ impl<DB: TestBackend> OutboxSeeded<DB> {
     /// The key table, for its audit trail.
     pub fn table(&self) -> KeyTable<DB> {
         self.idem.keys()
+    }
+}
+
+/// A migrated database whose inbox holds events in both states, noted at times in the past
+/// (the real clock's, as the tool's), and the tool pointed at it.
+///
+/// | event id | source | state | noted |
+/// |---|---|---|---|
+/// | `evt_old` | `provider_event:v1` | unmatched, body not JSON | once, 26 hours ago |
+/// | `evt_orphan` | `provider_event:v1` | unmatched | waiting 2 h and 90 min ago, unmatched 62 min ago |
+/// | `evt_orphan` | `ledger_event:v1` | waiting | once, 30 minutes ago |
+/// | `evt_early` | `provider_event:v1` | waiting | once, 5 minutes ago |
+pub struct InboxSeeded<DB: TestBackend> {
+    pub idem: Idem<DB>,
+    pub args: Vec<String>,
+    /// When the events were noted from: `evt_orphan`'s first delivery is `now - 2 h`.
+    pub now: i64,
+}
+
+/// `evt_orphan`'s body, as received.
+pub const ORPHAN_BODY: &str =
+    r#"{"type":"charge.succeeded","data":{"charge":"ch_1","amount":1250}}"#;
+
+impl<DB: TestBackend> InboxSeeded<DB> {
+    pub async fn new() -> Self {
+        let (url, args, config) = fresh::<DB>().await;
+        let idem = Idem::<DB>::connect(&url, config).await.unwrap();
+        idem.migrate().await.unwrap();
+        let now = SystemClock.now_millis();
+        let (min, hour) = (60_000, 3_600_000);
+        let provider = |event_id, reason, body| Delivery {
+            source: "provider_event:v1",
+            event_id,
+            reason,
+            body,
+        };
+        let orphan = provider(
+            "evt_orphan",
+            "no payment names the charge ch_1",
+            ORPHAN_BODY,
+        );
+        let notes = [
+            (
+                provider(
+                    "evt_old",
+                    "no payment names the charge ch_9",
+                    "charge=ch_9; amount=500",
+                ),
+                InboxStatus::Unmatched,
+                now - 26 * hour,
+            ),
+            (orphan, InboxStatus::Waiting, now - 2 * hour),
+            (orphan, InboxStatus::Waiting, now - 90 * min),
+            (orphan, InboxStatus::Unmatched, now - 62 * min),
+            (
+                Delivery {
+                    source: "ledger_event:v1",
+                    reason: "no ledger entry for the charge ch_1",
+                    ..orphan
+                },
+                InboxStatus::Waiting,
+                now - 30 * min,
+            ),
+            (
+                provider(
+                    "evt_early",
+                    "no payment names the charge ch_2",
+                    r#"{"type":"charge.succeeded","data":{"charge":"ch_2"}}"#,
+                ),
+                InboxStatus::Waiting,
+                now - 5 * min,
+            ),
+        ];
+        let mut conn = idem.pool().acquire().await.unwrap();
+        for (delivery, status, at) in notes {
+            Inbox::<DB>::note(&mut conn, delivery, status, at)
+                .await
+                .unwrap();
+        }
+        drop(conn);
+        Self { idem, args, now }
+    }
+
+    /// Runs the tool on this database with `args`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let mut all = self.args.clone();
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        idem(&all, None)
+    }
+
+    /// The inbox.
+    pub fn inbox(&self) -> Inbox<DB> {
+        self.idem.inbox()
     }
 }
