@@ -45,6 +45,7 @@
 use std::time::Duration;
 
 use crate::clock::millis;
+use crate::key::stored;
 use crate::protocol::Idem;
 use crate::store::{Backend, Delivery, Inbox, InboxStatus};
 
@@ -68,7 +69,8 @@ impl<DB: Backend> Idem<DB> {
     }
 
     /// An event the receiver cannot apply, found in its transaction `tx` (see [the
-    /// module](crate::inbox)): [`Unapplied::Kept`] — noted in `tx` as `unmatched` — once
+    /// module](crate::inbox)); an event id longer than 255 characters is kept as its digest,
+    /// as a key is ([long keys](crate::key#long-keys)): [`Unapplied::Kept`] — noted in `tx` as `unmatched` — once
     /// `keep_after` has passed since its first delivery was noted, [`Unapplied::Retry`]
     /// before. A retry's delivery is noted as `waiting` on a connection of its own, after `tx`
     /// ends (it rolls back with the `503`; SQLite has one writer at a time): its first
@@ -83,6 +85,11 @@ impl<DB: Backend> Idem<DB> {
         delivery: Delivery<'_>,
         keep_after: Duration,
     ) -> Result<Unapplied, sqlx::Error> {
+        let event_id = stored(delivery.event_id);
+        let delivery = Delivery {
+            event_id: &event_id,
+            ..delivery
+        };
         let now = self.now_millis();
         let first = Inbox::<DB>::first_seen(tx, delivery.source, delivery.event_id).await?;
         if now.saturating_sub(first.unwrap_or(now)) >= millis(keep_after) {
@@ -129,6 +136,8 @@ impl<DB: Backend> Idem<DB> {
         source: &str,
         event_id: &str,
     ) -> Result<(), sqlx::Error> {
-        Inbox::<DB>::remove(tx, source, event_id).await.map(drop)
+        Inbox::<DB>::remove(tx, source, &stored(event_id))
+            .await
+            .map(drop)
     }
 }

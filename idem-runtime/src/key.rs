@@ -43,6 +43,7 @@
 //! (`400 invalid-key`): an explicit bound, whatever the server's header size limit, that
 //! also holds for keys taken from a body field.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
@@ -64,6 +65,17 @@ pub const MAX_RECEIVED_LEN: usize = 8192;
 /// What a key longer than [`MAX_LEN`] is stored as: this prefix, then the 64 lowercase
 /// hexadecimal digits of the SHA-256 of the key.
 pub const DIGEST_PREFIX: &str = "sha256:";
+
+/// `id` as idem stores it: itself up to [`MAX_LEN`] characters, else its digest
+/// ([`DIGEST_PREFIX`] and the 64 lowercase hexadecimal digits of its SHA-256): the rule of
+/// keys ([long keys](self#long-keys)), and of the inbox's event ids.
+pub(crate) fn stored(id: &str) -> Cow<'_, str> {
+    if id.len() <= MAX_LEN {
+        return Cow::Borrowed(id);
+    }
+    let digest = Sha256::digest(id.as_bytes());
+    Cow::Owned(format!("{DIGEST_PREFIX}{}", crate::hex::encode(&digest)))
+}
 
 /// Which spellings of the header are accepted: [`KeyFormat::Lenient`] (the default) or
 /// [`KeyFormat::Strict`]. The generated documents describe the same format
@@ -166,14 +178,10 @@ impl IdempotencyKey {
         if !key.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(KeyError::InvalidCharacter);
         }
-        if key.len() > MAX_LEN {
-            let digest = Sha256::digest(key.as_bytes());
-            return Ok(Self(format!(
-                "{DIGEST_PREFIX}{}",
-                crate::hex::encode(&digest)
-            )));
-        }
-        Ok(Self(key))
+        Ok(Self(match stored(&key) {
+            Cow::Borrowed(_) => key,
+            Cow::Owned(digest) => digest,
+        }))
     }
 
     /// The key as stored, without quotes: as sent, or its digest when it is longer than
