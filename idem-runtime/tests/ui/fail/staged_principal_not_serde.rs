@@ -46,7 +46,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 #[idempotent(scope = "tenant", mode = "staged", state = AppState)]
 async fn create_order(attempt: Attempt<Sqlite>) -> Result<Finished, StepError> {
     attempt
-        .finish(|_| Box::pin(async { Record::json(StatusCode::CREATED, &1).map_err(StepError::retryable) }))
+        .finish(async |_| Record::json(StatusCode::CREATED, &1).map_err(StepError::retryable))
         .await
 }
 
