@@ -624,18 +624,11 @@ pub struct Applied {
     path = "/webhooks/provider",
     tag = "webhooks",
     request_body = ProviderEvent,
-    params(
-        ("webhook-timestamp" = String, Header,
-            description = "When the delivery was signed, in seconds since the Unix epoch"),
-    ),
     responses(
         (status = 200, description = "The event was applied (or, for a type this service \
             ignores, acknowledged); `settlements` is the payment's count after it. \
             `unmatched`: no payment named its charge for `PAYMENTS_UNMATCHED_AFTER` after its \
             first delivery, and it is kept for an operator", body = Applied),
-        (status = 401, description = "The delivery's Standard Webhooks signature is missing, \
-            wrong or more than 5 minutes old (`urn:idem:problem:webhook-unverified`); nothing \
-            was applied", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No payment names the event's charge yet \
             (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
             deliver the event again after `Retry-After` (for `PAYMENTS_UNMATCHED_AFTER` after \

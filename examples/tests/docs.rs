@@ -113,21 +113,28 @@ async fn payments_serves_its_documents() {
             .contains(&"urn:idem:problem:interrupted".into())
     );
     assert!(post["responses"]["402"].is_object());
-    // The provider's events: the key is the `webhook-id` header, and a delivery that does
-    // not verify is documented.
+    // The provider's events: the key is the `webhook-id` header; the signature's headers and
+    // a delivery that does not verify are documented from the handler's `Verified`, once each.
     let hook = &openapi["paths"]["/webhooks/provider"]["post"];
     let parameters = hook["parameters"].as_array().unwrap();
-    assert!(
-        parameters
+    for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        let listed = parameters
             .iter()
-            .any(|p| p["name"] == "webhook-id" && p["in"] == "header" && p["required"] == true),
-        "{parameters:?}"
-    );
+            .filter(|p| p["name"] == name && p["in"] == "header" && p["required"] == true);
+        assert_eq!(listed.count(), 1, "{name}: {parameters:?}");
+    }
     assert!(
         !parameters.iter().any(|p| p["name"] == "Idempotency-Key"),
         "{parameters:?}"
     );
-    assert!(hook["responses"]["401"].is_object());
+    assert_eq!(
+        hook["responses"]["401"]["content"]["application/problem+json"]["x-problem-types"],
+        serde_json::json!([idem_runtime::webhooks::UNVERIFIED])
+    );
+    assert!(
+        markdown.contains("| 401 `urn:idem:problem:webhook-unverified` |"),
+        "{markdown}"
+    );
     assert!(
         markdown.contains("## POST /webhooks/provider"),
         "{markdown}"

@@ -49,6 +49,12 @@
 //!   (`Validated`, `Garde`): a failed `Check` answers the application's own problem, its
 //!   status and type, which the documents list only as the application documents them
 //!   ([`contract::INVALID_BODY`]).
+//! - **Verified webhooks say what they need.** An operation whose handler takes the runtime's
+//!   `webhooks::Verified` ([`OperationDoc::verified_webhook`], which the attribute sets) lists
+//!   the Standard Webhooks request headers (`webhook-id`, `webhook-timestamp`,
+//!   `webhook-signature`, required; [`contract::WEBHOOK_HEADERS`]) and the `401`
+//!   [`contract::WEBHOOK_UNVERIFIED`] of a delivery whose signature does not verify, in both
+//!   documents; the application need not write them in its `#[utoipa::path]`.
 //! - **Staged mode, as it is.** A staged operation's calls to other systems are recorded
 //!   steps: a step whose result was recorded does not run again, and one interrupted before
 //!   its result was recorded runs again with the same provider key, so that one effect needs

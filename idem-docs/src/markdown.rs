@@ -5,12 +5,14 @@ use std::fmt::Write as _;
 use idem_spec::{Mode, describe_duration};
 use serde_json::Value;
 
-use crate::contract::{self, EXAMPLE_KEY, KEY_HEADER, REPLAYED_HEADER};
+use crate::contract::{self, EXAMPLE_KEY, KEY_HEADER, REPLAYED_HEADER, WEBHOOK_HEADERS};
 use crate::{KeyPartDoc, OperationDoc};
 
 /// The client's contract of every operation, as Markdown. Each operation's section names
 /// its handler, and where the handler is written only when
-/// [`OperationDoc::publish_source`] is set.
+/// [`OperationDoc::publish_source`] is set. A verified webhook's
+/// ([`OperationDoc::verified_webhook`]) has a section on its signed deliveries, their
+/// headers in its example requests, and the `401` of a delivery that does not verify.
 ///
 /// ```
 /// use idem_docs::{OperationDoc, markdown};
@@ -105,6 +107,15 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     writeln!(out, "{}\n", contract::key_requirement(doc))?;
     writeln!(out, "{}\n", contract::key_format(doc))?;
 
+    if doc.verified_webhook {
+        writeln!(out, "### Signed deliveries\n")?;
+        writeln!(out, "{}\n", contract::webhook_verification())?;
+        for (name, description) in WEBHOOK_HEADERS {
+            writeln!(out, "- `{name}`: {description}")?;
+        }
+        writeln!(out)?;
+    }
+
     writeln!(out, "### Responses\n")?;
     writeln!(out, "| Status | When | What the client does |")?;
     writeln!(out, "|---|---|---|")?;
@@ -162,10 +173,22 @@ fn request(out: &mut String, doc: &OperationDoc, method: &str, path: &str) -> st
     if doc.key_from.is_empty() {
         writeln!(out, "{KEY_HEADER}: \"{EXAMPLE_KEY}\"")?;
     }
+    let mut headers: Vec<(&str, String)> = Vec::new();
     for (part, value) in contract::example_values(doc) {
         if let KeyPartDoc::Header(name) = part {
-            writeln!(out, "{name}: {value}")?;
+            headers.push((name, value));
         }
+    }
+    if doc.verified_webhook {
+        // The signature's headers, their values left out as the body's fields are.
+        for (name, _) in WEBHOOK_HEADERS {
+            if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                headers.push((name, "…".to_owned()));
+            }
+        }
+    }
+    for (name, value) in headers {
+        writeln!(out, "{name}: {value}")?;
     }
     writeln!(out, "Content-Type: application/json\n")?;
     writeln!(out, "{}", example_body(doc))?;

@@ -98,6 +98,13 @@ pub struct OperationDoc {
     /// Responses of the operation itself, besides idem's (its success, say), as
     /// `(status, description)`, sorted by status.
     pub responses: Vec<(u16, String)>,
+    /// The handler takes the runtime's `webhooks::Verified`: requests are Standard Webhooks
+    /// deliveries, whose `webhook-id`, `webhook-timestamp` and `webhook-signature` headers
+    /// the documents list, with the `401` of a signature that does not verify
+    /// ([`OperationDoc::verified_webhook`]). Serialised only when set, so that documents
+    /// stored before it read back unchanged.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub verified_webhook: bool,
 }
 
 impl OperationDoc {
@@ -161,6 +168,7 @@ impl OperationDoc {
             source: None,
             publish_source: false,
             responses: Vec::new(),
+            verified_webhook: false,
         }
     }
 
@@ -264,6 +272,42 @@ impl OperationDoc {
         self.responses.retain(|(s, _)| *s != status);
         self.responses.push((status, description.to_owned()));
         self.responses.sort_by_key(|(s, _)| *s);
+        self
+    }
+
+    /// Marks the operation as a receiver of Standard Webhooks deliveries verified before it
+    /// runs (the runtime's `webhooks::Verified`, which the attribute sees among the handler's
+    /// arguments): the documents list the `webhook-id`, `webhook-timestamp` and
+    /// `webhook-signature` request headers ([`contract::WEBHOOK_HEADERS`]) and the `401`
+    /// [`contract::WEBHOOK_UNVERIFIED`] of a delivery whose signature does not verify.
+    ///
+    /// [`contract::WEBHOOK_HEADERS`]: crate::contract::WEBHOOK_HEADERS
+    /// [`contract::WEBHOOK_UNVERIFIED`]: crate::contract::WEBHOOK_UNVERIFIED
+    ///
+    /// ```
+    /// use idem_docs::{OperationDoc, markdown, openapi};
+    /// use idem_spec::{KeyPart, KeySource, OperationSpec};
+    ///
+    /// let spec = OperationSpec::new("provider_event:v1")
+    ///     .key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")]));
+    /// let doc = OperationDoc::from_spec(&spec)
+    ///     .path("POST", "/webhooks/provider")
+    ///     .verified_webhook();
+    /// let api = openapi(std::slice::from_ref(&doc));
+    /// let post = &api["paths"]["/webhooks/provider"]["post"];
+    /// let names: Vec<&str> = post["parameters"].as_array().unwrap().iter()
+    ///     .map(|p| p["name"].as_str().unwrap())
+    ///     .collect();
+    /// assert_eq!(names, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
+    /// assert_eq!(
+    ///     post["responses"]["401"]["content"]["application/problem+json"]["x-problem-types"][0],
+    ///     "urn:idem:problem:webhook-unverified"
+    /// );
+    /// assert!(markdown(&[doc]).contains("| 401 `urn:idem:problem:webhook-unverified` |"));
+    /// ```
+    #[must_use]
+    pub fn verified_webhook(mut self) -> Self {
+        self.verified_webhook = true;
         self
     }
 

@@ -4,7 +4,8 @@ use idem_spec::{Mode, format_duration};
 use serde_json::{Map, Value, json};
 
 use crate::contract::{
-    self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER, key_pattern,
+    self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER,
+    WEBHOOK_HEADERS, key_pattern,
 };
 use crate::{KeyPartDoc, OperationDoc};
 
@@ -22,6 +23,10 @@ use crate::{KeyPartDoc, OperationDoc};
 /// parameter (the body is the application's to describe), but the operation's description
 /// explains the key and `x-idempotency` lists its parts under `keyFrom`
 /// (`[{"header": "webhook-id"}, {"body": "/id"}]`, as [`OperationDoc`] serialises them).
+///
+/// A verified webhook ([`OperationDoc::verified_webhook`]) also has the required
+/// `webhook-id`, `webhook-timestamp` and `webhook-signature` header parameters (once each:
+/// `webhook-id` is often its key) and the `401` of a delivery that does not verify.
 ///
 /// ```
 /// use idem_docs::{OperationDoc, openapi};
@@ -203,6 +208,9 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
         }
     }
     let mut parameters = key_parameters(doc);
+    if doc.verified_webhook {
+        webhook_parameters(&mut parameters);
+    }
     for name in template_names(doc.path.as_deref().unwrap_or_default()) {
         parameters.push(json!({
             "name": name,
@@ -227,19 +235,45 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
     operation
 }
 
-/// The operation's description: [`contract::summary`], and when the key is taken from the
-/// body (which has no parameter to describe it), how it is made.
+/// The Standard Webhooks headers of a verified delivery ([`contract::WEBHOOK_HEADERS`]),
+/// required, after the key's parameters; a header that already is one (`webhook-id`, the
+/// key) is not listed twice.
+fn webhook_parameters(parameters: &mut Vec<Value>) {
+    for (name, description) in WEBHOOK_HEADERS {
+        let seen = parameters.iter().any(|p| {
+            p["in"] == "header"
+                && p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        });
+        if !seen {
+            parameters.push(json!({
+                "name": name,
+                "in": "header",
+                "required": true,
+                "description": description,
+                "schema": {"type": "string"},
+            }));
+        }
+    }
+}
+
+/// The operation's description: [`contract::summary`]; when the key is taken from the body
+/// (which has no parameter to describe it), how it is made; and for a verified webhook, how
+/// its deliveries are checked.
 fn description(doc: &OperationDoc) -> String {
-    let summary = contract::summary(doc);
+    let mut description = contract::summary(doc);
     if doc
         .key_from
         .iter()
         .any(|p| matches!(p, KeyPartDoc::Body(_)))
     {
-        format!("{summary}\n\n{}", contract::key_parameter(doc))
-    } else {
-        summary
+        description = format!("{description}\n\n{}", contract::key_parameter(doc));
     }
+    if doc.verified_webhook {
+        description = format!("{description}\n\n{}", contract::webhook_verification());
+    }
+    description
 }
 
 /// The names of a path's template segments: `id` of `/orders/{id}`, each once.

@@ -255,8 +255,9 @@ fn fold_response(own: &mut Map<String, Value>, idem: &Value) {
 /// The operations' own responses, read from the application's document: for each operation
 /// with a route, every status its operation in `api` documents (`201`, `422`; not ranges like
 /// `2XX`) with its description, as [`OperationDoc::responds`] adds them; but not the `401` of
-/// an operation whose keys are per tenant or user, which the contract already describes (the
-/// application's authentication refusing the request before any key is looked at). The Markdown
+/// an operation whose keys are per tenant or user, or that verifies webhooks, which the
+/// contract already describes (the application's authentication refusing the request before
+/// any key is looked at, a delivery whose signature does not verify). The Markdown
 /// document then lists them beside idem's, from the one place the application wrote them;
 /// [`merge_into`] leaves them to the application's document.
 ///
@@ -295,7 +296,8 @@ pub fn responses_from(
             continue;
         };
         // The contract has a row for the application's authentication refusing a request
-        // of an operation whose keys need a principal: its 401 is that row, not another.
+        // of an operation whose keys need a principal, and one for a webhook's signature
+        // that does not verify: the application's 401 is one of those rows, not another.
         let authenticates = crate::contract::cases(doc)
             .iter()
             .any(|case| case.status == "401");
@@ -497,6 +499,66 @@ mod tests {
         // Still an `OpenApi`.
         let again: OpenApi = serde_json::from_value(merged.clone()).unwrap();
         assert_eq!(serde_json::to_value(&again).unwrap(), merged);
+    }
+
+    /// An application that documents a verified webhook's headers and 401 itself keeps its
+    /// words; idem adds what it lacks, once.
+    #[test]
+    fn a_verified_webhook_documented_by_the_application_is_not_listed_twice() {
+        use idem_spec::{KeyPart, KeySource};
+
+        let mut api: OpenApi = serde_json::from_value(json!({
+            "openapi": "3.1.0",
+            "info": {"title": "Shop", "version": "1"},
+            "paths": {"/events": {"post": {
+                "parameters": [{
+                    "name": "Webhook-Timestamp", "in": "header", "required": true,
+                    "description": "When it was signed", "schema": {"type": "string"},
+                }],
+                "responses": {
+                    "200": {"description": "Applied"},
+                    "401": {"description": "Not signed by the provider", "content": {
+                        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}},
+                    }},
+                },
+            }}},
+        }))
+        .unwrap();
+        let spec = OperationSpec::new("event:v1")
+            .key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")]));
+        let mut docs = [OperationDoc::from_spec(&spec)
+            .path("POST", "/events")
+            .verified_webhook()];
+        responses_from(&api, &mut docs).unwrap();
+        // The contract's 401 row is the application's 401.
+        assert_eq!(docs[0].responses, [(200, "Applied".to_owned())]);
+        merge_into(&mut api, &docs).unwrap();
+        let merged = serde_json::to_value(&api).unwrap();
+        let post = &merged["paths"]["/events"]["post"];
+        let names: Vec<&str> = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["Webhook-Timestamp", "webhook-id", "webhook-signature"]
+        );
+        assert_eq!(post["parameters"][0]["description"], "When it was signed");
+        let unverified = &post["responses"]["401"];
+        let description = unverified["description"].as_str().unwrap();
+        assert!(
+            description.starts_with("Not signed by the provider\n\n"),
+            "{description}"
+        );
+        assert_eq!(
+            unverified["content"]["application/problem+json"]["x-problem-types"],
+            json!([crate::contract::WEBHOOK_UNVERIFIED])
+        );
+        // Merging again changes nothing.
+        merge_into(&mut api, &docs).unwrap();
+        assert_eq!(serde_json::to_value(&api).unwrap(), merged);
     }
 
     #[test]

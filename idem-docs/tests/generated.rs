@@ -713,3 +713,149 @@ fn invalid_body_says_what_a_check_answers() {
     );
     assert!(!markdown(&all()).contains("does not pass the operation's validation"));
 }
+
+/// A Standard Webhooks receiver that verifies its deliveries (the runtime's `Verified`).
+fn verified() -> OperationDoc {
+    header_sourced().verified_webhook()
+}
+
+#[test]
+fn a_verified_webhook_lists_its_headers_and_its_401_in_openapi() {
+    let api = openapi(&[verified()]);
+    let post = &api["paths"]["/webhooks/standard"]["post"];
+    let parameters = post["parameters"].as_array().unwrap();
+    let names: Vec<&str> = parameters
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    // `webhook-id` once: it is the key.
+    assert_eq!(
+        names,
+        ["webhook-id", "webhook-timestamp", "webhook-signature"]
+    );
+    for parameter in parameters {
+        assert_eq!(parameter["in"], "header", "{parameter}");
+        assert_eq!(parameter["required"], true, "{parameter}");
+        assert!(
+            parameter["description"]
+                .as_str()
+                .is_some_and(|d| !d.is_empty()),
+            "{parameter}"
+        );
+    }
+    assert_eq!(parameters[1]["description"], contract::WEBHOOK_HEADERS[1].1);
+    let unverified = &post["responses"]["401"];
+    assert_eq!(
+        unverified["content"][contract::PROBLEM_MEDIA_TYPE]["x-problem-types"],
+        json!([contract::WEBHOOK_UNVERIFIED])
+    );
+    assert!(
+        unverified["description"]
+            .as_str()
+            .unwrap()
+            .contains("signature is missing or wrong"),
+        "{unverified}"
+    );
+    assert!(
+        post["description"]
+            .as_str()
+            .unwrap()
+            .ends_with(&contract::webhook_verification()),
+        "{post}"
+    );
+
+    // Without `Verified`, none of it.
+    let plain = openapi(&[header_sourced()]);
+    let post = &plain["paths"]["/webhooks/standard"]["post"];
+    assert_eq!(post["parameters"].as_array().unwrap().len(), 1);
+    assert!(post["responses"]["401"].is_null());
+}
+
+#[test]
+fn a_verified_webhook_lists_its_headers_and_its_401_in_markdown() {
+    let text = markdown(&[verified()]);
+    assert!(text.contains("### Signed deliveries\n"), "{text}");
+    assert!(text.contains(&contract::webhook_verification()), "{text}");
+    for (name, description) in contract::WEBHOOK_HEADERS {
+        assert!(
+            text.contains(&format!("- `{name}`: {description}\n")),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("| 401 `urn:idem:problem:webhook-unverified` | The delivery's Standard Webhooks signature is missing or wrong"),
+        "{text}"
+    );
+    // The example deliveries carry the signature's headers, the key's once.
+    assert_eq!(text.matches("webhook-id: 8e03978e").count(), 2, "{text}");
+    assert_eq!(
+        text.matches("\nwebhook-timestamp: …\n").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("\nwebhook-signature: …\n").count(),
+        2,
+        "{text}"
+    );
+
+    let plain = markdown(&[header_sourced()]);
+    assert!(!plain.contains("Signed deliveries"), "{plain}");
+    assert!(!plain.contains("webhook-signature"), "{plain}");
+    assert!(!plain.contains("| 401"), "{plain}");
+}
+
+#[test]
+fn a_verified_webhook_keyed_otherwise_still_lists_webhook_id() {
+    let spec = OperationSpec::new("hook:v1").scope(ScopeKind::Tenant);
+    let doc = OperationDoc::from_spec(&spec)
+        .path("POST", "/hooks")
+        .verified_webhook();
+    let api = openapi(std::slice::from_ref(&doc));
+    let post = &api["paths"]["/hooks"]["post"];
+    let names: Vec<&str> = post["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Idempotency-Key",
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature"
+        ]
+    );
+    // The application's authentication and the signature: one 401, both cases.
+    let unauthorized = &post["responses"]["401"];
+    let description = unauthorized["description"].as_str().unwrap();
+    assert!(
+        description.contains("authentication refused"),
+        "{description}"
+    );
+    assert!(
+        description.contains("Standard Webhooks signature"),
+        "{description}"
+    );
+    assert_eq!(
+        unauthorized["content"][contract::PROBLEM_MEDIA_TYPE]["x-problem-types"],
+        json!([contract::WEBHOOK_UNVERIFIED])
+    );
+    let rows = markdown(&[doc])
+        .lines()
+        .filter(|line| line.starts_with("| 401"))
+        .count();
+    assert_eq!(rows, 2);
+}
+
+#[test]
+fn verified_webhook_is_serialised_only_when_set() {
+    let plain = serde_json::to_value(header_sourced()).unwrap();
+    assert!(plain.get("verified_webhook").is_none(), "{plain}");
+    let json = serde_json::to_value(verified()).unwrap();
+    assert_eq!(json["verified_webhook"], true);
+    let back: OperationDoc = serde_json::from_value(json).unwrap();
+    assert_eq!(back, verified());
+}

@@ -6,7 +6,9 @@
 //! `Input` or marked `#[not_input]`, a body extractor must come last, and — when the
 //! attribute names the state (`state = AppState`) — the state must be an `IdemState` of the
 //! transaction's backend (whose principal a staged handler can store with its key) and
-//! every extractor must work with it.
+//! every extractor must work with it. Without `state = …`, a `State<T>` argument whose `T`
+//! is an `IdemState` of that backend stands for it (the principal and the extractors are
+//! checked against `T`); a `T` that is not (a sub-state taken with `FromRef`) is not checked.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -167,6 +169,9 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let mut call = Vec::new();
     let mut inputs = Vec::new();
     let mut checks = Vec::new();
+    // Without `state = …`: each extractor's check, made on the state of a `State<T>`
+    // argument (see below).
+    let mut extractor_checks = Vec::new();
     let mut position = 0;
     for (i, argument) in signature.arguments.iter().enumerate() {
         let ty = &argument.ty;
@@ -202,6 +207,41 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 })
             } else {
                 quote_spanned!(ty.span()=> #rt::parts_extractor::<#ty, #state>();)
+            });
+        } else {
+            extractor_checks.push(if last {
+                quote_spanned!(ty.span()=> __idem_state.extractor::<#ty>().last_extractor();)
+            } else {
+                quote_spanned!(ty.span()=> __idem_state.extractor::<#ty>().parts_extractor();)
+            });
+        }
+    }
+    if args.state.is_none() {
+        // A `State<T>` argument names a state; whether it is the router's (an `IdemState` of
+        // the transaction's backend) or a sub-state taken with `FromRef` is decided by the
+        // compiler (`__private::StateArg`): only the first is checked, as `state = T` would
+        // check it.
+        let states = signature
+            .arguments
+            .iter()
+            .filter(|a| matches!(a.role, Role::Extractor { .. }))
+            .filter_map(|a| signature::state_argument(&a.ty));
+        for state in states {
+            let resumable =
+                staged.then(|| quote_spanned!(state.span()=> __idem_state.resumable();));
+            let probe = quote_spanned!(state.span()=>
+                let __idem_state = (&::idem_runtime::__private::StateArg::<#state, #db>::NEW).checks();
+            );
+            checks.push(quote! {
+                {
+                    #[allow(unused_imports)]
+                    use ::idem_runtime::__private::{
+                        IdemStateArg as _, LastExtractor as _, OtherStateArg as _,
+                    };
+                    #probe
+                    #resumable
+                    #(#extractor_checks)*
+                }
             });
         }
     }
@@ -265,7 +305,11 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     };
     let mut inner_sig = sig.clone();
     inner_sig.ident = format_ident!("__idem_handler");
-    let doc = rustdoc(args);
+    let verified_webhook = signature
+        .arguments
+        .iter()
+        .any(|a| matches!(a.role, Role::Extractor { .. }) && signature::is_verified(&a.ty));
+    let doc = rustdoc(args, verified_webhook);
     let handler_name = LitStr::new(&name.to_string(), Span::call_site());
     let (method, path) = match &args.route {
         Some((method, path)) => (
@@ -309,6 +353,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                     method: #method,
                     path: #path,
                     handler: #handler_name,
+                    verified_webhook: #verified_webhook,
                     file: ::core::file!(),
                     line: ::core::line!(),
                 }
@@ -331,12 +376,15 @@ fn variant(word: &str) -> String {
 
 /// The "Idempotency" section appended to the handler's rustdoc, in the words of the
 /// generated documents (`idem_docs::contract`).
-fn rustdoc(args: &Args) -> String {
+fn rustdoc(args: &Args, verified_webhook: bool) -> String {
     let spec = &args.spec;
     let id = spec.id;
     let mut operation = OperationDoc::from_spec(spec);
     if let Some((method, path)) = &args.route {
         operation = operation.path(method, path);
+    }
+    if verified_webhook {
+        operation = operation.verified_webhook();
     }
     let route = operation
         .route()

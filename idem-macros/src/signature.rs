@@ -5,7 +5,7 @@
 //! look alike). The expansion asks the compiler instead, through the runtime's `Input` trait.
 
 use syn::visit_mut::VisitMut;
-use syn::{FnArg, ItemFn, Lifetime, Pat, Type, TypeReference};
+use syn::{FnArg, GenericArgument, ItemFn, Lifetime, Pat, PathArguments, Type, TypeReference};
 
 use crate::args::Errors;
 
@@ -30,14 +30,44 @@ pub(crate) struct Signature {
     pub transaction: Type,
 }
 
-/// Reads the signature and removes idem's argument attributes from `item`.
 /// Whether `ty` names staged mode's `Attempt` (by its last path segment: `Attempt<DB>`,
 /// `idem_runtime::staged::Attempt<DB>`).
 fn is_attempt(ty: &Type) -> bool {
-    matches!(ty, Type::Path(path) if path.qself.is_none()
-        && path.path.segments.last().is_some_and(|s| s.ident == "Attempt"))
+    last_segment(ty).is_some_and(|s| s.ident == "Attempt")
 }
 
+/// The last segment of a path type (`State` of `axum::extract::State<T>`), with no `<T as …>`.
+fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => path.path.segments.last(),
+        _ => None,
+    }
+}
+
+/// `T`, when `ty` is spelled `State<T>` (by its last path segment: `State<AppState<DB>>`,
+/// `axum::extract::State<T>`). Only a hint, for the checks of a handler whose attribute does
+/// not name the state: whether `T` is the router's state is left to the compiler.
+pub(crate) fn state_argument(ty: &Type) -> Option<&Type> {
+    let segment = last_segment(ty).filter(|s| s.ident == "State")?;
+    let PathArguments::AngleBracketed(arguments) = &segment.arguments else {
+        return None;
+    };
+    let mut arguments = arguments.args.iter();
+    match (arguments.next(), arguments.next()) {
+        (Some(GenericArgument::Type(state)), None) => Some(state),
+        _ => None,
+    }
+}
+
+/// Whether `ty` is spelled `Verified<…>` (by its last path segment, as
+/// `idem_runtime::webhooks::Verified<E>`): the handler receives Standard Webhooks deliveries,
+/// which its documents describe. A type alias of it is not seen.
+pub(crate) fn is_verified(ty: &Type) -> bool {
+    last_segment(ty).is_some_and(|s| s.ident == "Verified")
+}
+
+/// Reads the signature and removes idem's argument attributes from `item`.
+///
 /// `staged`: the handler takes an `Attempt<DB>` (by value) where an atomic one takes its
 /// transaction; [`Role::Transaction`] and [`Signature::transaction`] then stand for it.
 pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors, staged: bool) -> Option<Signature> {

@@ -142,3 +142,73 @@ fn the_handler_registers_its_route_and_documents_its_statuses() {
     assert!(out.contains("`409`"), "{out}");
     assert!(!out.contains("`410`"), "reexecute: {out}");
 }
+
+#[test]
+fn without_state_a_state_argument_is_probed_for_the_checks() {
+    let staged = expanded(
+        quote!(scope = "global", mode = "staged"),
+        quote!(
+            async fn h(
+                State(prices): State<Prices>,
+                axum::extract::State(s): axum::extract::State<AppState<DB>>,
+                attempt: Attempt<DB>,
+                body: JsonBody<B>,
+            ) -> Result<Finished, StepError> {
+            }
+        ),
+    );
+    // Each `State<T>` is probed; whether `T` is the router's state is the compiler's to say.
+    assert!(staged.contains("StateArg :: < Prices ,"), "{staged}");
+    assert!(
+        staged.contains("StateArg :: < AppState < DB > ,"),
+        "{staged}"
+    );
+    assert!(staged.contains("__idem_state . resumable ()"), "{staged}");
+    assert!(
+        staged.contains("__idem_state . extractor :: < JsonBody < B > > () . last_extractor ()"),
+        "{staged}"
+    );
+    assert!(
+        staged.contains("__idem_state . extractor :: < State < Prices > > () . parts_extractor ()"),
+        "{staged}"
+    );
+
+    let atomic = expanded(
+        quote!(scope = "global"),
+        quote!(
+            async fn h(State(s): State<AppState>, tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    );
+    assert!(atomic.contains("StateArg :: < AppState ,"), "{atomic}");
+    assert!(!atomic.contains("resumable"), "{atomic}");
+
+    // Named, the state is checked as named, and the arguments are not probed.
+    let named = expanded(
+        quote!(scope = "global", state = AppState),
+        quote!(
+            async fn h(State(s): State<AppState>, tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    );
+    assert!(!named.contains("StateArg"), "{named}");
+    assert!(named.contains("state :: < AppState ,"), "{named}");
+}
+
+#[test]
+fn a_verified_extractor_is_registered_for_the_documents() {
+    let item = |ty: TokenStream| {
+        quote!(
+            async fn h(tx: &mut Transaction<'_, Sqlite>, event: #ty) {}
+        )
+    };
+    let args = quote!(scope = "global", key = header("webhook-id"));
+    let verified = expanded(
+        args.clone(),
+        item(quote!(idem_runtime::webhooks::Verified<JsonBody<E>>)),
+    );
+    assert!(verified.contains("verified_webhook : true"), "{verified}");
+    // The rustdoc lists the 401 of a delivery that does not verify.
+    assert!(verified.contains("`401`"), "{verified}");
+    let plain = expanded(args, item(quote!(JsonBody<E>)));
+    assert!(plain.contains("verified_webhook : false"), "{plain}");
+    assert!(!plain.contains("`401`"), "{plain}");
+}

@@ -71,6 +71,8 @@ pub struct AnnotatedHandler {
     pub path: Option<&'static str>,
     /// The handler's name.
     pub handler: &'static str,
+    /// The handler takes a `webhooks::Verified` extractor ([`OperationDoc::verified_webhook`]).
+    pub verified_webhook: bool,
     /// `file!()` at the attribute.
     pub file: &'static str,
     /// `line!()` at the attribute.
@@ -86,6 +88,9 @@ impl AnnotatedHandler {
             .source(&format!("{}:{}", self.file, self.line));
         if let (Some(method), Some(path)) = (self.method, self.path) {
             doc = doc.path(method, path);
+        }
+        if self.verified_webhook {
+            doc = doc.verified_webhook();
         }
         doc
     }

@@ -181,6 +181,97 @@ pub mod __private {
 
     impl<T, S> LastExtractor<T, S> for Extractor<T, S> {}
 
+    impl<T, S> Extractor<T, S> {
+        /// `T`, not the last extractor, works with the state `S` ([`parts_extractor`], as a
+        /// method for [`StateChecks`]).
+        pub fn parts_extractor(&self)
+        where
+            T: axum::extract::FromRequestParts<S>,
+        {
+        }
+    }
+
+    /// Without `state = …`: a handler's `State<S>` argument, probed for the state to check
+    /// the handler against. `(&StateArg::<S, DB>::NEW).checks()` is [`IdemStateArg::checks`]
+    /// when `S` is an `IdemState<DB>` — then `S` is taken for the router's state, and checked
+    /// as `state = S` checks it (a staged principal to store, every extractor with `S`) — and
+    /// [`OtherStateArg::checks`], which checks nothing, otherwise: a sub-state taken with
+    /// `FromRef` (`State<Prices>`) is not the router's state and says nothing of it. Decided
+    /// by trait (autoref: the first takes `&StateArg`, the second `&&StateArg`), so aliases
+    /// are seen through and a generic state is checked under the handler's bounds.
+    #[derive(Debug)]
+    pub struct StateArg<S, DB>(core::marker::PhantomData<fn() -> (S, DB)>);
+
+    impl<S, DB> StateArg<S, DB> {
+        /// The probe.
+        pub const NEW: Self = Self(core::marker::PhantomData);
+    }
+
+    /// See [`StateArg`]: `S` is an `IdemState<DB>`.
+    pub trait IdemStateArg<S, DB> {
+        /// The checks of the state `S`.
+        fn checks(&self) -> StateChecks<S, DB> {
+            StateChecks(core::marker::PhantomData)
+        }
+    }
+
+    impl<S, DB> IdemStateArg<S, DB> for StateArg<S, DB>
+    where
+        S: crate::IdemState<DB>,
+        DB: crate::store::Backend,
+    {
+    }
+
+    /// See [`StateArg`]: `S` is not an `IdemState<DB>`.
+    pub trait OtherStateArg {
+        /// No checks.
+        fn checks(&self) -> NoChecks {
+            NoChecks
+        }
+    }
+
+    impl<S, DB> OtherStateArg for &StateArg<S, DB> {}
+
+    /// The checks of a state `S` found in a `State<S>` argument, as `state = S` makes them.
+    #[derive(Debug)]
+    pub struct StateChecks<S, DB>(core::marker::PhantomData<fn() -> (S, DB)>);
+
+    impl<S: crate::IdemState<DB>, DB: crate::store::Backend> StateChecks<S, DB> {
+        /// A staged handler's: the state's principal can be stored ([`resumable`]).
+        pub fn resumable(&self)
+        where
+            S::Principal: ResumablePrincipal,
+        {
+        }
+
+        /// The probe of an extractor `T` with the state: `.parts_extractor()`, or
+        /// `.last_extractor()` (with [`LastExtractor`] in scope), as with `state = S`.
+        pub fn extractor<T>(&self) -> Extractor<T, S> {
+            Extractor::NEW
+        }
+    }
+
+    /// What [`OtherStateArg::checks`] gives: the same methods as [`StateChecks`], checking
+    /// nothing.
+    #[derive(Debug)]
+    pub struct NoChecks;
+
+    impl NoChecks {
+        /// Nothing.
+        pub fn resumable(&self) {}
+
+        /// Nothing to check either.
+        pub fn extractor<T>(&self) -> Self {
+            Self
+        }
+
+        /// Nothing.
+        pub fn parts_extractor(&self) {}
+
+        /// Nothing.
+        pub fn last_extractor(&self) {}
+    }
+
     #[cfg(feature = "standard-webhooks")]
     impl<E, S> Extractor<crate::webhooks::Verified<E>, S> {
         /// `Verified<E>` with the state `S`: the state gives a `WebhookSecret`, and `E`

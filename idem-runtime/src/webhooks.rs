@@ -78,8 +78,9 @@ use crate::problem::Problem;
 
 pub use standardwebhooks::{HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP};
 
-/// The problem type of a delivery whose signature does not verify (`401`).
-pub const UNVERIFIED: &str = "urn:idem:problem:webhook-unverified";
+/// The problem type of a delivery whose signature does not verify (`401`), as the generated
+/// documents of a handler that takes [`Verified`] list it.
+pub const UNVERIFIED: &str = idem_docs::contract::WEBHOOK_UNVERIFIED;
 
 /// A Standard Webhooks secret (`whsec_` and the key in base64), or several while one is
 /// rotated: a delivery verifies when its signature matches any of them; the first signs.

@@ -43,6 +43,29 @@ pub async fn without_route(tx: &mut Transaction<'_, Sqlite>) -> &'static str {
     "done"
 }
 
+/// A Standard Webhooks receiver: its documents list the signature's headers and its `401`
+/// without the application writing them.
+#[cfg(feature = "standard-webhooks")]
+#[idempotent(scope = "global", key = header("webhook-id"), path = "POST /events")]
+pub async fn provider_event(
+    tx: &mut Transaction<'_, Sqlite>,
+    idem_runtime::webhooks::Verified(JsonBody(event)): idem_runtime::webhooks::Verified<
+        JsonBody<serde_json::Value>,
+    >,
+) -> String {
+    let _ = tx;
+    event.to_string()
+}
+
+/// The ids of the operations registered in this file, sorted.
+const REGISTERED: &[&str] = &[
+    "long_window:v1",
+    "nightly:v2",
+    #[cfg(feature = "standard-webhooks")]
+    "provider_event:v1",
+    "short_window:v1",
+];
+
 fn find<'a>(operations: &'a [OperationDoc], id: &str) -> &'a OperationDoc {
     let found = operations.iter().find(|d| d.id == id);
     found.unwrap_or_else(|| panic!("`{id}` is not registered: {operations:#?}"))
@@ -52,7 +75,7 @@ fn find<'a>(operations: &'a [OperationDoc], id: &str) -> &'a OperationDoc {
 fn attributed_handlers_are_registered_sorted_by_id() {
     let operations = docs::operations().unwrap();
     let ids: Vec<&str> = operations.iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(ids, ["long_window:v1", "nightly:v2", "short_window:v1"]);
+    assert_eq!(ids, REGISTERED);
 
     let short = find(&operations, "short_window:v1");
     assert_eq!(short.ttl.as_secs(), 3600);
@@ -102,6 +125,62 @@ fn the_attributes_arguments_reach_the_documents() {
     assert!(openapi["paths"]["/long"]["post"]["responses"]["410"].is_null());
 }
 
+/// A handler that takes `webhooks::Verified` is documented with the Standard Webhooks
+/// headers and the `401` of a delivery that does not verify; the others are not.
+#[cfg(feature = "standard-webhooks")]
+#[test]
+fn a_verified_webhook_documents_its_headers_and_its_401() {
+    use idem_runtime::webhooks::{
+        HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP, UNVERIFIED,
+    };
+
+    let operations = docs::operations().unwrap();
+    let event = find(&operations, "provider_event:v1");
+    assert!(event.verified_webhook);
+    assert!(!find(&operations, "short_window:v1").verified_webhook);
+    // The documents' names are the verifier's.
+    let names: Vec<&str> = contract::WEBHOOK_HEADERS.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            HEADER_WEBHOOK_ID,
+            HEADER_WEBHOOK_TIMESTAMP,
+            HEADER_WEBHOOK_SIGNATURE
+        ]
+    );
+
+    let openapi = docs::openapi(&operations);
+    let post = &openapi["paths"]["/events"]["post"];
+    for &name in &names {
+        let listed = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"] == name && p["in"] == "header" && p["required"] == true);
+        assert_eq!(listed.count(), 1, "{name}: {post}");
+    }
+    assert_eq!(
+        post["responses"]["401"]["content"]["application/problem+json"]["x-problem-types"],
+        serde_json::json!([UNVERIFIED])
+    );
+    assert!(
+        openapi["paths"]["/short"]["post"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| !p["name"].as_str().unwrap().starts_with("webhook-"))
+    );
+
+    let markdown = docs::markdown(&operations);
+    assert!(
+        markdown.contains(&format!("| 401 `{UNVERIFIED}` |")),
+        "{markdown}"
+    );
+    for &name in &names {
+        assert!(markdown.contains(&format!("- `{name}`: ")), "{markdown}");
+    }
+}
+
 #[test]
 fn duplicate_ids_are_refused() {
     let again = OperationDoc::from_spec(&OperationSpec::new("short_window:v1"));
@@ -125,10 +204,10 @@ fn operations_without_an_attribute_are_added_by_hand() {
     let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("POST", "/payments");
     let operations = Operations::from_registry().unwrap().with(pay).unwrap();
     let ids: Vec<&str> = operations.docs().iter().map(|d| d.id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["long_window:v1", "nightly:v2", "pay:v1", "short_window:v1"]
-    );
+    let mut expected = REGISTERED.to_vec();
+    expected.push("pay:v1");
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
     assert!(operations.openapi()["paths"]["/payments"]["post"].is_object());
 }
 

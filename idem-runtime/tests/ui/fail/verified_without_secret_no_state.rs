@@ -1,6 +1,6 @@
-//! `Verified` with a state that gives it no `WebhookSecret`, without `state = AppState`: only
-//! axum's `Handler` error at `.route(…)` can report it, for the state `AppState` (and not for
-//! `WebhookSecret` taken as the router's state, followed by a mismatch at `.with_state`).
+//! `Verified` with a state that gives it no `WebhookSecret`, with neither `state = AppState`
+//! nor a `State<AppState>` argument: only axum's `Handler` error at `.route(…)` can report it,
+//! for the state `AppState` (not for `WebhookSecret` taken as the router's state).
 
 use axum::Router;
 use axum::http::StatusCode;
