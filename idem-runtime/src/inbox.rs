@@ -96,7 +96,7 @@ impl<DB: Backend> Idem<DB> {
             Inbox::<DB>::note(tx, delivery, InboxStatus::Unmatched, now).await?;
             tracing::warn!(
                 source = delivery.source,
-                event = delivery.event_id,
+                event = %crate::telemetry::key_hash(delivery.source, delivery.event_id),
                 reason = delivery.reason,
                 "an event that cannot be applied is acknowledged and kept as unmatched \
                  (idem inbox list)"
@@ -119,7 +119,8 @@ impl<DB: Backend> Idem<DB> {
             }
             .await;
             if let Err(error) = noted {
-                tracing::warn!(%error, event = %event_id, "could not note an event's delivery");
+                let event = crate::telemetry::key_hash(&source, &event_id);
+                tracing::warn!(%error, %event, "could not note an event's delivery");
             }
         });
         Ok(Unapplied::Retry)

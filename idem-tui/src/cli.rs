@@ -16,11 +16,12 @@ pub const INBOX_MAX: u32 = idem_store::Inbox::<idem_store::sqlx::Sqlite>::MAX_LI
 ///
 /// Without a command, on a terminal, opens the terminal UI. Exit codes: 0 done, 1 error,
 /// 2 usage, 3 key, message or event not found, 4 refused (the key changed, the key or message is
-/// not in a state the action allows, or --read-only).
+/// not in a state the action allows, the action needs --force, or --read-only).
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 pub struct Cli {
-    /// The database: `postgres://user:password@host/db` or `sqlite:path/to/app.db`.
+    /// The database: `postgres://user:password@host/db`, `mysql://user:password@host/db` (or
+    /// `mariadb://…`) or `sqlite:path/to/app.db`.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 

@@ -5,7 +5,8 @@
 //! ```
 //!
 //! Prints one JSON line: `{"deleted": …, "seconds": …, "rows_per_second": …}`. The `orders`
-//! server sweeps by itself every ten minutes; this is for operators and the benchmarks.
+//! and `payments` servers sweep by themselves every ten minutes; this is for operators and
+//! the benchmarks.
 //! `DATABASE_URL` is a direct URL: the sweep does not go through a transaction pooler.
 
 #![allow(clippy::print_stdout)] // a command-line tool: its result goes to stdout

@@ -1,5 +1,6 @@
 //! Staged mode's statements ([`idem_store::Backend`]): reservation, leases and
-//! takeovers, the journal, finishing and releasing, every write fenced by its attempt.
+//! takeovers, the journal, finishing and releasing, every write fenced by its reservation and
+//! its attempt.
 
 use idem_store::sqlx::{Connection as _, Pool};
 use idem_store::staged::{Ending, Fence, Lease, Reservation, StuckKey};
