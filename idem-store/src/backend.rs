@@ -273,7 +273,8 @@ pub trait Backend: Glue + sealed::Sealed {
                 locked_until_ms: Self::opt_int(&row, 6)?,
                 fence: Fence {
                     attempt: Self::int(&row, 7)?,
-                    reservation: Self::int(&row, 8)?,
+                    // NULL: an atomic row.
+                    reservation: Self::opt_int(&row, 8)?.unwrap_or(0),
                 },
             }))
         }
@@ -627,7 +628,7 @@ pub trait Backend: Glue + sealed::Sealed {
                         key: Self::text(row, 2)?,
                         fence: Fence {
                             attempt: Self::int(row, 3)?,
-                            reservation: Self::int(row, 4)?,
+                            reservation: Self::opt_int(row, 4)?.unwrap_or(0),
                         },
                     })
                 })

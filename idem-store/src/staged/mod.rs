@@ -39,7 +39,7 @@ pub struct Reservation<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fence {
     /// The `reservation` column ([`Reservation::id`]; 0 for rows reserved before it
-    /// existed).
+    /// existed, and read so for atomic mode's rows, where it is NULL).
     pub reservation: i64,
     /// The `attempt` column: 1 for the first attempt, one more at every takeover.
     pub attempt: i64,
