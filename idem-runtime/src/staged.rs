@@ -794,27 +794,24 @@ impl<DB: Backend> Idem<DB> {
                         reservation: reservation.id,
                         attempt: 1,
                     };
-                    // The first attempt is held before the reservation shows it: in the
-                    // reservation's own round trip for a new key; before it for a replaced
-                    // row.
-                    let held = match &mut hold {
+                    // The first attempt is held before the reservation shows it, where
+                    // attempts hold theirs. `None`: another request holds it.
+                    let reserved = match hold.as_mut().filter(|_| !replace_expired) {
                         // A new key: reserved in the hold's own round trip.
-                        Some(hold) if !replace_expired => {
-                            hold.reserve(self, reservation).await?.map(Some)
-                        }
+                        Some(hold) => hold.reserve(self, reservation).await?,
                         // A replaced row: held first, then reserved.
-                        Some(hold) => hold.take(self, first).await?.then_some(None),
-                        None => Some(None),
-                    };
-                    let reserved = match held {
-                        // Another request holds it.
-                        None => None,
-                        Some(Some(reserved)) => Some(reserved),
-                        Some(None) => Some(
-                            DB::reserve(&mut *conn, reservation)
-                                .await
-                                .map_err(Error::Store)?,
-                        ),
+                        None => {
+                            let free = match &mut hold {
+                                Some(hold) => hold.take(self, first).await?,
+                                None => true,
+                            };
+                            if free {
+                                let reserved = DB::reserve(&mut *conn, reservation).await;
+                                Some(reserved.map_err(Error::Store)?)
+                            } else {
+                                None
+                            }
+                        }
                     };
                     let Some(reserved) = reserved else {
                         // Another request is reserving it.
