@@ -113,10 +113,30 @@ struct Inner<DB: Backend> {
     /// [`Backend::namespace`], asked on the first keyed execution.
     namespace: OnceLock<String>,
     /// Staged attempts' hold connections ([`crate::hold`]), opened on first use.
-    holds: OnceLock<Pool<DB>>,
+    holds: OnceLock<Holds<DB>>,
     /// Per operation, whether an execution begins with the key's lock or its lookup.
     first_step: FirstStep,
     fail: FailPoints,
+}
+
+/// The pool of staged attempts' hold connections, and the application pool's connect options
+/// it was last given.
+struct Holds<DB: Backend> {
+    pool: Pool<DB>,
+    on: std::sync::Mutex<Arc<<DB::Connection as sqlx::Connection>::Options>>,
+}
+
+impl<DB: Backend> Clone for Holds<DB> {
+    fn clone(&self) -> Self {
+        let on = self
+            .on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Self {
+            pool: self.pool.clone(),
+            on: std::sync::Mutex::new(Arc::clone(&on)),
+        }
+    }
 }
 
 impl<DB: Backend> Clone for Idem<DB> {
@@ -273,7 +293,7 @@ impl<DB: Backend> Idem<DB> {
             }
         }
         if let Some(holds) = self.inner.holds.get() {
-            close_all(holds).await;
+            close_all(&holds.pool).await;
         }
         connections::close_all(&self.inner.conns).await;
         close_all(&self.inner.pool).await;
@@ -289,16 +309,33 @@ impl<DB: Backend> Idem<DB> {
     /// pool's size and connect options, opened on first use (inside the runtime), its
     /// connections not pinged on acquire (a dead one fails the hold's own statement, which
     /// tries another).
+    ///
+    /// On a [host list](crate::store::hosts) the application pool moves to another host after
+    /// a failover: the hold pool's new connections follow it.
     pub(crate) fn hold_pool(&self) -> &Pool<DB> {
-        self.inner.holds.get_or_init(|| {
-            let pool = &self.inner.pool;
-            sqlx::pool::PoolOptions::<DB>::new()
-                .max_connections(pool.options().get_max_connections())
-                .min_connections(0)
-                .test_before_acquire(false)
-                .idle_timeout(std::time::Duration::from_secs(30))
-                .connect_lazy_with((*pool.connect_options()).clone())
-        })
+        let pool = &self.inner.pool;
+        let holds = self.inner.holds.get_or_init(|| {
+            let options = pool.connect_options();
+            Holds {
+                pool: sqlx::pool::PoolOptions::<DB>::new()
+                    .max_connections(pool.options().get_max_connections())
+                    .min_connections(0)
+                    .test_before_acquire(false)
+                    .idle_timeout(std::time::Duration::from_secs(30))
+                    .connect_lazy_with((*options).clone()),
+                on: std::sync::Mutex::new(options),
+            }
+        });
+        let now = pool.connect_options();
+        let mut on = holds
+            .on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !Arc::ptr_eq(&on, &now) {
+            holds.pool.set_connect_options((*now).clone());
+            *on = now;
+        }
+        &holds.pool
     }
 
     /// The settings.
