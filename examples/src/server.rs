@@ -101,6 +101,11 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
 /// [`Idem::connect`](idem_runtime::Idem::connect)), or fails on a prepared statement or a
 /// startup parameter, says to set it. Empty counts as unset.
 ///
+/// `DATABASE_URL` may be a PostgreSQL host list (`postgres://db1,db2/shop?target_session_attrs=read-write`,
+/// see [`idem_runtime::store::hosts`]): after a failover the servers' new connections find
+/// the promoted standby. `REPLICA_DATABASE_URL`, when set (empty counts as unset), is a
+/// standby replays are read from first ([`Config::replica`](idem_runtime::Config::replica)).
+///
 /// `IDEM_MIGRATIONS=external` says idem's tables are applied by another tool (the files of
 /// the repository's `migrations/<store>/`, in order): idem runs with
 /// [`Config::external_migrations`](idem_runtime::Config::external_migrations), applies none
@@ -127,9 +132,15 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
             return Err(format!("IDEM_MIGRATIONS: `external` or `idem`, not `{other}`").into());
         }
     };
-    let config = config
+    let mut config = config
         .transaction_pooler(migration_url.is_some())
         .external_migrations(external);
+    if let Some(replica) = std::env::var("REPLICA_DATABASE_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
+        config = config.replica(replica);
+    }
     let connected = async {
         let idem = idem_runtime::Idem::<DB>::connect(url, config).await?;
         match &migration_url {

@@ -37,9 +37,12 @@
 //! Every write of an attempt is fenced by its reservation and its attempt number: an attempt
 //! whose lease was taken over, or whose key an operator completed, failed or deleted (and a
 //! new request reserved again), can no longer record, finish or release anything
-//! ([`StepError::LeaseLost`]). A reservation is one life of a key's row: a key deleted and
-//! reserved again is a new reservation, with new provider keys, whose attempts count from 1
-//! again.
+//! ([`StepError::LeaseLost`]). A reservation is one life of a key's row for one request: a
+//! key deleted and reserved again by another request, or expired and executed again, is a
+//! new reservation, with new provider keys, whose attempts count from 1 again. The same
+//! request reserved again after its row was lost (a promoted standby that had not received
+//! it, an operator's forced delete) is the same reservation: its provider keys are the ones
+//! its first attempts sent ([`Attempt::provider_key`]).
 //!
 //! # Outcomes
 //!
@@ -391,9 +394,12 @@ impl<DB: Backend> Attempt<DB> {
     /// The key to send to another system for `step`: `idem_` and 32 hexadecimal digits of
     /// SHA-256 over the length-prefixed scope, operation, key, reservation and step name.
     /// The same on every attempt at one reservation of the key, different for every step and
-    /// key — and for a key an operator deleted and a new request reserved again, whose
-    /// effects are new ones. (Rows reserved before idem had reservations, reservation 0,
-    /// leave it out.)
+    /// key. A new key's reservation is derived from the key and the request's fingerprint, so
+    /// the same request reserved again after its row was lost (a promoted standby that had not
+    /// received it, an operator's forced delete) sends the same provider keys, and another
+    /// request under a deleted key, or a key re-executed after it expired, new ones: its
+    /// effects are new. (Rows reserved before idem had reservations, reservation 0, leave it
+    /// out.)
     #[must_use]
     pub fn provider_key(&self, step: &str) -> String {
         provider_key(self.inner.key(), self.inner.fence.reservation, step)
@@ -588,14 +594,29 @@ async fn store_record<DB: Backend>(
     Ok(stored)
 }
 
-/// A new reservation's id ([`Reservation::id`]): random, never 0.
-fn new_reservation() -> i64 {
-    loop {
-        let id = fastrand::i64(..);
-        if id != 0 {
-            return id;
+/// A new reservation's id ([`Reservation::id`]), never 0. A new key's is derived from the key
+/// and the request's fingerprint: the same request reserved again after its row was lost (a
+/// promoted standby that had not received it, an operator's forced delete) is the same
+/// reservation, with the same provider keys, so its effects are not made twice. One that
+/// replaces an expired key is random: a new life, whose effects are new ones.
+fn reservation_id(key: KeyRef<'_>, fingerprint: &[u8], replace_expired: bool) -> i64 {
+    let id = if replace_expired {
+        fastrand::i64(..)
+    } else {
+        let mut hash = Sha256::new();
+        for part in [
+            key.scope.as_bytes(),
+            key.operation.as_bytes(),
+            key.key.as_bytes(),
+            fingerprint,
+        ] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
         }
-    }
+        let digest = hash.finalize();
+        i64::from_le_bytes(std::array::from_fn(|i| digest[i]))
+    };
+    if id == 0 { 1 } else { id }
 }
 
 /// The attempt that takes `seen` over: the same reservation, the next number.
@@ -791,7 +812,7 @@ impl<DB: Backend> Idem<DB> {
                         expires_ms: now.saturating_add(millis(spec.ttl)),
                         locked_until_ms: now.saturating_add(millis(spec.lease)),
                         replace_expired,
-                        id: new_reservation(),
+                        id: reservation_id(key, call.fingerprint.as_bytes(), replace_expired),
                     };
                     let first = Fence {
                         reservation: reservation.id,
@@ -1408,6 +1429,30 @@ mod tests {
             let detail = problem["detail"].as_str().unwrap();
             assert!(detail.contains(&status.to_string()), "{detail}");
         }
+    }
+
+    #[test]
+    fn the_same_request_is_the_same_reservation() {
+        let key = KeyRef {
+            scope: "tenant:a",
+            operation: "pay:v1",
+            key: "k1",
+        };
+        let first = reservation_id(key, b"request", false);
+        // Reserved again after its row was lost: the same reservation, the same provider keys.
+        assert_eq!(first, reservation_id(key, b"request", false));
+        assert_ne!(first, 0);
+        // Another request under the key, or another key: another reservation.
+        assert_ne!(first, reservation_id(key, b"another", false));
+        assert_ne!(
+            first,
+            reservation_id(KeyRef { key: "k2", ..key }, b"request", false)
+        );
+        // A key executed again after it expired: a new life, new each time.
+        let again = reservation_id(key, b"request", true);
+        assert_ne!(again, 0);
+        assert_ne!(again, first);
+        assert_ne!(again, reservation_id(key, b"request", true));
     }
 
     #[test]
