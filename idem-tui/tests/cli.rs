@@ -1411,6 +1411,7 @@ fn passwords_are_never_printed() {
     for url in [
         "postgres://alice:hunter2secret@127.0.0.1:1/db",
         "postgres://alice@127.0.0.1:1/db?password=hunter2secret",
+        "postgres://alice:hunter2secret@127.0.0.1:1,127.0.0.1:2/db?target_session_attrs=read-write",
     ] {
         // (An unreachable server: each run waits for the pool's connect timeout.)
         let run = idem(&args(&["--database-url", url, "stats", "--json"]), None);
@@ -1420,6 +1421,59 @@ fn passwords_are_never_printed() {
         assert!(!run.stdout.contains("hunter2secret"), "{}", run.stdout);
         assert_eq!(run.json()["code"], 1);
     }
+}
+
+/// A host list with the standby first: the tool reads and acts on the host
+/// `target_session_attrs=read-write` asks for, the primary.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_list_reaches_the_primary() {
+    use idem_runtime::fingerprint::Fingerprint;
+    use idem_runtime::protocol::{Call, Record, work_fn};
+    use idem_runtime::spec::OperationSpec;
+    use idem_runtime::sqlx::Postgres;
+    use idem_runtime::{Config, Idem, IdempotencyKey};
+    use idem_testkit::failover::Failover;
+
+    const SPEC: OperationSpec = OperationSpec::new("orders:v1");
+    let rig = Failover::start(true);
+    let idem = Idem::<Postgres>::connect(
+        &Failover::url_of(rig.primary_port, "test"),
+        Config::default(),
+    )
+    .await
+    .unwrap();
+    idem.migrate().await.unwrap();
+    let key = IdempotencyKey::new("k-1").unwrap();
+    let call = Call {
+        scope: "global",
+        key: &key,
+        fingerprint: Fingerprint::of(SPEC.id, &serde_json::json!({}), &[]).unwrap(),
+    };
+    let work = work_fn::<Postgres, _>(|_tx| {
+        Box::pin(async {
+            Record::json(http::StatusCode::CREATED, &serde_json::json!({"order": 1})).unwrap()
+        })
+    });
+    idem.execute(&SPEC, call, work).await.unwrap();
+
+    let list = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/test?target_session_attrs=read-write",
+        rig.standby_port, rig.primary_port
+    );
+    let db = ["--database-url", list.as_str()];
+    let listed = idem_tool(&[&db[..], &["keys", "list", "--json"]].concat());
+    assert_eq!(keys_of(&listed.code(0).json()), ["k-1"]);
+    let key = ["--scope", "global", "--operation", SPEC.id, "--key", "k-1"];
+    // A write, which a standby refuses.
+    idem_tool(&[&db[..], &["keys", "expire"], &key[..]].concat()).code(0);
+    let shown = idem_tool(&[&db[..], &["keys", "show", "--json"], &key[..]].concat());
+    assert_eq!(shown.code(0).json()["status"], "expired");
+    idem.close().await;
+}
+
+/// `idem ARGS`.
+fn idem_tool(list: &[&str]) -> common::Run {
+    idem(&args(list), None)
 }
 
 /// Usage errors exit 2; so does no command without a terminal.
