@@ -138,6 +138,28 @@ pub struct Config {
     /// missing, its file and what it does. Call it at start, as without the switch, and
     /// refuse to start when it fails.
     pub external_migrations: bool,
+    /// A standby of the database, read first for replays ([`Config::replica`]). Default
+    /// none.
+    pub replica: Option<ReplicaUrl>,
+}
+
+/// The connection string of [`Config::replica`]; printed without its text, which may hold a
+/// password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReplicaUrl(String);
+
+impl ReplicaUrl {
+    /// The connection string.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ReplicaUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplicaUrl(..)")
+    }
 }
 
 impl Default for Config {
@@ -161,6 +183,7 @@ impl Default for Config {
             attempt_holds: false,
             transaction_pooler: false,
             external_migrations: false,
+            replica: None,
         }
     }
 }
@@ -218,6 +241,36 @@ impl Config {
         attempt_holds: bool,
         transaction_pooler: bool,
         external_migrations: bool,
+    }
+
+    /// Reads replays from a standby first: [`Idem::connect`](crate::Idem::connect) opens a
+    /// pool on `url` beside the primary's (the same size; on PostgreSQL a
+    /// [host list](crate::store::hosts) too, `target_session_attrs=prefer-standby` say), and
+    /// a lookup that would come first on the primary (an operation whose recent keys were
+    /// mostly replays, and every staged start) asks the standby first. Only a key the
+    /// standby has completed, unexpired, for the same request, is answered from there;
+    /// anything else — no row, a key not final, expired, a request that differs, a standby
+    /// that fails or takes longer than [`Config::acquire_timeout`] — goes to the primary's
+    /// lookup and lock exactly as without a standby, so no answer depends on replication
+    /// lag. A standby that failed is passed over for five seconds.
+    ///
+    /// What lag can show: a key an operator expired, released or deleted on the primary is
+    /// still replayed from a standby that has not replayed that change yet (for as long as
+    /// its lag). A key the primary completed a moment ago is not there yet: it is read on the
+    /// primary. A standby that does not answer when [`Idem::connect`](crate::Idem::connect)
+    /// opens it fails the start; list the primary after it (`prefer-standby`) to start
+    /// without it.
+    ///
+    /// ```
+    /// use idem_runtime::Config;
+    ///
+    /// let config = Config::default().replica("postgres://app@db2/orders");
+    /// assert_eq!(config.replica.unwrap().as_str(), "postgres://app@db2/orders");
+    /// ```
+    #[must_use]
+    pub fn replica(mut self, url: impl Into<String>) -> Self {
+        self.replica = Some(ReplicaUrl(url.into()));
+        self
     }
 
     /// Sets [`Config::stored_headers`].

@@ -43,7 +43,7 @@ pub use idem_spec as spec;
 /// and [`KeyTable`](store::KeyTable) for tools.
 pub use idem_store as store;
 
-pub use crate::config::Config;
+pub use crate::config::{Config, ReplicaUrl};
 pub use crate::error::Error;
 pub use crate::extract::{Check, Checked, JsonBody};
 pub use crate::fingerprint::Input;

@@ -113,10 +113,97 @@ struct Inner<DB: Backend> {
     /// [`Backend::namespace`], asked on the first keyed execution.
     namespace: OnceLock<String>,
     /// Staged attempts' hold connections ([`crate::hold`]), opened on first use.
-    holds: OnceLock<Pool<DB>>,
+    holds: OnceLock<Holds<DB>>,
+    /// The standby replays are read from first ([`Config::replica`]).
+    replica: Option<Replica<DB>>,
     /// Per operation, whether an execution begins with the key's lock or its lookup.
     first_step: FirstStep,
     fail: FailPoints,
+}
+
+/// A standby replays are read from first ([`Config::replica`]): its pool, the request path's
+/// connections beside it, and until when it is passed over after it failed.
+struct Replica<DB: Backend> {
+    pool: Pool<DB>,
+    conns: Connections<DB>,
+    resting_until: Arc<std::sync::Mutex<Option<Instant>>>,
+}
+
+/// How long a standby that failed a lookup is passed over.
+const REPLICA_REST: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl<DB: Backend> Replica<DB> {
+    fn new(pool: Pool<DB>) -> Self {
+        Self {
+            conns: connections::beside(&pool),
+            pool,
+            resting_until: Arc::default(),
+        }
+    }
+
+    fn resting(&self) -> bool {
+        let until = self
+            .resting_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn rest(&self) {
+        *self
+            .resting_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Instant::now() + REPLICA_REST);
+    }
+}
+
+impl<DB: Backend> Clone for Replica<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            conns: self.conns.clone(),
+            resting_until: Arc::clone(&self.resting_until),
+        }
+    }
+}
+
+impl<DB: Backend> Inner<DB> {
+    /// Another handle's state, for a builder method called after the handle was cloned.
+    fn copy(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            conns: self.conns.clone(),
+            config: self.config.clone(),
+            tx_settings: self.tx_settings.clone(),
+            clock: Arc::clone(&self.clock),
+            namespace: self.namespace.clone(),
+            holds: self.holds.clone(),
+            replica: self.replica.clone(),
+            first_step: FirstStep::default(),
+            fail: FailPoints::default(),
+        }
+    }
+}
+
+/// The pool of staged attempts' hold connections, and the application pool's connect options
+/// it was last given.
+struct Holds<DB: Backend> {
+    pool: Pool<DB>,
+    on: std::sync::Mutex<Arc<<DB::Connection as sqlx::Connection>::Options>>,
+}
+
+impl<DB: Backend> Clone for Holds<DB> {
+    fn clone(&self) -> Self {
+        let on = self
+            .on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Self {
+            pool: self.pool.clone(),
+            on: std::sync::Mutex::new(Arc::clone(&on)),
+        }
+    }
 }
 
 impl<DB: Backend> Clone for Idem<DB> {
@@ -167,7 +254,33 @@ impl<DB: Backend> Idem<DB> {
                     .into(),
             ));
         }
-        Ok(Self::with_settings(pool, config, settings))
+        let replica = match &config.replica {
+            Some(url) => Some(
+                DB::connect(url.as_str(), config.max_connections, &settings)
+                    .await
+                    .map_err(|e| {
+                        sqlx::Error::Configuration(format!("Config::replica: {e}").into())
+                    })?,
+            ),
+            None => None,
+        };
+        let idem = Self::with_settings(pool, config, settings);
+        Ok(match replica {
+            Some(replica) => idem.with_replica(replica),
+            None => idem,
+        })
+    }
+
+    /// Reads replays from `replica`, a pool on a standby, first, as [`Config::replica`] says
+    /// ([`Idem::connect`] opens it from there; this is for a pool of the application's own).
+    /// Call before cloning the handle.
+    #[must_use]
+    pub fn with_replica(self, replica: Pool<DB>) -> Self {
+        let replica = Some(Replica::new(replica));
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| shared.copy());
+        Self {
+            inner: Arc::new(Inner { replica, ..inner }),
+        }
     }
 
     /// Uses an existing pool, shared with the application. The request path's lookups and
@@ -211,6 +324,7 @@ impl<DB: Backend> Idem<DB> {
                 clock: Arc::new(SystemClock),
                 namespace: OnceLock::new(),
                 holds: OnceLock::new(),
+                replica: None,
                 first_step: FirstStep::default(),
                 fail: FailPoints::default(),
             }),
@@ -220,17 +334,7 @@ impl<DB: Backend> Idem<DB> {
     /// Replaces the clock (tests, simulations). Call before cloning the handle.
     #[must_use]
     pub fn with_clock(self, clock: impl Clock) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            pool: shared.pool.clone(),
-            conns: shared.conns.clone(),
-            config: shared.config.clone(),
-            tx_settings: shared.tx_settings.clone(),
-            clock: Arc::clone(&shared.clock),
-            namespace: shared.namespace.clone(),
-            holds: shared.holds.clone(),
-            first_step: FirstStep::default(),
-            fail: FailPoints::default(),
-        });
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| shared.copy());
         Self {
             inner: Arc::new(Inner {
                 clock: Arc::new(clock),
@@ -257,7 +361,8 @@ impl<DB: Backend> Idem<DB> {
         crate::store::migrate(&self.inner.pool).await
     }
 
-    /// Closes idem's connections — the pool and staged mode's hold connections — waiting
+    /// Closes idem's connections — the pool, staged mode's hold connections and the
+    /// [replica](Config::replica)'s — waiting
     /// for those in use to come back: after a graceful shutdown, or in a test, to end this
     /// handle's sessions as a stopped process's end. Every clone of this handle shares them.
     pub async fn close(&self) {
@@ -273,10 +378,14 @@ impl<DB: Backend> Idem<DB> {
             }
         }
         if let Some(holds) = self.inner.holds.get() {
-            close_all(holds).await;
+            close_all(&holds.pool).await;
         }
         connections::close_all(&self.inner.conns).await;
         close_all(&self.inner.pool).await;
+        if let Some(replica) = &self.inner.replica {
+            connections::close_all(&replica.conns).await;
+            close_all(&replica.pool).await;
+        }
     }
 
     /// The pool, for the application's own queries.
@@ -289,16 +398,33 @@ impl<DB: Backend> Idem<DB> {
     /// pool's size and connect options, opened on first use (inside the runtime), its
     /// connections not pinged on acquire (a dead one fails the hold's own statement, which
     /// tries another).
+    ///
+    /// On a [host list](crate::store::hosts) the application pool moves to another host after
+    /// a failover: the hold pool's new connections follow it.
     pub(crate) fn hold_pool(&self) -> &Pool<DB> {
-        self.inner.holds.get_or_init(|| {
-            let pool = &self.inner.pool;
-            sqlx::pool::PoolOptions::<DB>::new()
-                .max_connections(pool.options().get_max_connections())
-                .min_connections(0)
-                .test_before_acquire(false)
-                .idle_timeout(std::time::Duration::from_secs(30))
-                .connect_lazy_with((*pool.connect_options()).clone())
-        })
+        let pool = &self.inner.pool;
+        let holds = self.inner.holds.get_or_init(|| {
+            let options = pool.connect_options();
+            Holds {
+                pool: sqlx::pool::PoolOptions::<DB>::new()
+                    .max_connections(pool.options().get_max_connections())
+                    .min_connections(0)
+                    .test_before_acquire(false)
+                    .idle_timeout(std::time::Duration::from_secs(30))
+                    .connect_lazy_with((*options).clone()),
+                on: std::sync::Mutex::new(options),
+            }
+        });
+        let now = pool.connect_options();
+        let mut on = holds
+            .on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !Arc::ptr_eq(&on, &now) {
+            holds.pool.set_connect_options((*now).clone());
+            *on = now;
+        }
+        &holds.pool
     }
 
     /// The settings.
@@ -408,6 +534,14 @@ impl<DB: Backend> Idem<DB> {
                     // one a lock that found the key kept, if any (that lock counted the key).
                     let kept = slot.take();
                     let counted = kept.is_some();
+                    if !counted
+                        && let Some(outcome) = self.replica_replay(&call, key, started).await
+                    {
+                        if DB::LOCK_FIRST {
+                            self.inner.first_step.met(spec.id, true);
+                        }
+                        return Ok(outcome);
+                    }
                     let (session, stored) = self.first_lookup(key, kept).await?;
                     *slot = Some(session);
                     telemetry::looked_up(stored.as_ref(), started);
@@ -607,6 +741,62 @@ impl<DB: Backend> Idem<DB> {
         let conn = self.acquire_bounded().await?;
         let statement = DB::begin_statement(&self.inner.tx_settings);
         Transaction::begin(conn, Some(statement.into())).await
+    }
+
+    /// A replay read on the standby ([`Config::replica`]): the response of a key the standby
+    /// has completed, unexpired, for this request's fingerprint. Anything else — no standby,
+    /// no row there, not final, expired, another fingerprint, a standby that fails or takes
+    /// longer than [`Config::acquire_timeout`] — is `None`: the primary decides.
+    pub(crate) async fn replica_replay(
+        &self,
+        call: &Call<'_>,
+        key: KeyRef<'_>,
+        now: i64,
+    ) -> Option<Outcome> {
+        let replica = self.inner.replica.as_ref()?;
+        if replica.resting() {
+            return None;
+        }
+        let wait = self.inner.config.acquire_timeout;
+        let lookup = async {
+            let conn = connections::get(&replica.conns, wait).await?;
+            let mut session = Session {
+                conn: Some(conn),
+                state: State::Open,
+            };
+            let stored = DB::lookup(session.conn(), key).await?;
+            session.state = State::Finished {
+                rollback_queued: false,
+            };
+            Ok::<_, sqlx::Error>(stored)
+        };
+        let stored = match tokio::time::timeout(wait, lookup).await {
+            Ok(Ok(stored)) => stored,
+            failed => {
+                replica.rest();
+                telemetry::replica_looked_up(telemetry::ReplicaLookup::Failed);
+                match failed {
+                    Ok(Err(error)) => tracing::warn!(%error, "the replica failed a lookup"),
+                    _ => tracing::warn!("the replica did not answer a lookup in time"),
+                }
+                return None;
+            }
+        };
+        let response = stored
+            .filter(|stored| {
+                stored.status_at(now) == KeyStatus::Completed
+                    && stored.fingerprint.as_slice() == call.fingerprint.as_bytes()
+            })
+            .and_then(|stored| stored.response);
+        telemetry::replica_looked_up(if response.is_some() {
+            telemetry::ReplicaLookup::Replayed
+        } else {
+            telemetry::ReplicaLookup::Primary
+        });
+        Some(Outcome {
+            kind: OutcomeKind::Replayed,
+            record: Record::from_stored(response?),
+        })
     }
 
     /// Step 1's read: a connection and the key's row. A pooled connection found dead (the

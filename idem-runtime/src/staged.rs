@@ -767,6 +767,9 @@ impl<DB: Backend> Idem<DB> {
         key: KeyRef<'_>,
         request: &str,
     ) -> Result<Start<DB>, Error> {
+        if let Some(outcome) = self.replica_replay(call, key, self.now_millis()).await {
+            return Ok(Start::Answer(outcome));
+        }
         let started = Instant::now();
         let mut pause = Duration::from_millis(10);
         // Before the lookup's connection: see `Idem::hold_for`.

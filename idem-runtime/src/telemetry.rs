@@ -78,6 +78,7 @@
 //! | `idem_lock_wait_seconds` | histogram | `operation` | atomic mode: `BEGIN` and the key's lock, waits that ended in a lock timeout or found the key's row included |
 //! | `idem_stored_response_bytes` | histogram | `operation` | the body of each response stored |
 //! | `idem_stuck_keys` | gauge | `operation` | staged keys whose lease ran out, not completed: set by [`Idem::observe_stuck`] |
+//! | `idem_replica_lookups_total` | counter | `result` | lookups on the [replica](crate::Config::replica): `replayed` (answered from there), `primary` (not there, not final, expired or another request: the primary answered), `failed` (the standby failed or was slow; passed over for 5 s) |
 //! | `idem_reconciler_left_total` | counter | `operation` | staged keys the [`Reconciler`](crate::staged::Reconciler) stopped resuming after its last attempt, left stuck for an operator |
 //! | `idem_outbox_delivered_total` | counter | | outbox messages delivered (by this process's dispatchers) |
 //! | `idem_outbox_failed_attempts_total` | counter | | failed delivery attempts, retried later or dead-lettered |
@@ -157,6 +158,8 @@ pub const STORED_RESPONSE_BYTES: &str = "idem_stored_response_bytes";
 pub const STUCK_KEYS: &str = "idem_stuck_keys";
 /// Counter: staged keys the reconciler left stuck for an operator, by `operation`.
 pub const RECONCILER_LEFT_TOTAL: &str = "idem_reconciler_left_total";
+/// Counter: lookups on the [replica](crate::Config::replica), by `result`.
+pub const REPLICA_LOOKUPS_TOTAL: &str = "idem_replica_lookups_total";
 
 /// Counter: outbox messages delivered.
 pub const OUTBOX_DELIVERED_TOTAL: &str = "idem_outbox_delivered_total";
@@ -325,6 +328,11 @@ pub fn describe_metrics() {
         STUCK_KEYS,
         Unit::Count,
         "Staged keys whose lease ran out and that are not completed"
+    );
+    metrics::describe_counter!(
+        REPLICA_LOOKUPS_TOTAL,
+        Unit::Count,
+        "Lookups on the replica, by result: replayed there, left to the primary, failed"
     );
     metrics::describe_counter!(
         RECONCILER_LEFT_TOTAL,
@@ -685,6 +693,29 @@ impl Execution {
 /// Step 1: what the lookup found.
 pub(crate) fn looked_up(stored: Option<&StoredKey>, now_ms: i64) {
     tracing::debug!(found = found(stored, now_ms), "key looked up");
+}
+
+/// What a lookup on the [replica](crate::Config::replica) led to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReplicaLookup {
+    /// A replay, answered from there.
+    Replayed,
+    /// Anything else: the primary decides.
+    Primary,
+    /// The standby failed or was slow: the primary decides.
+    Failed,
+}
+
+/// Step 1 on the replica: counted in [`REPLICA_LOOKUPS_TOTAL`].
+pub(crate) fn replica_looked_up(result: ReplicaLookup) {
+    static LABELS: [[Label; 1]; 3] = [
+        [Label::from_static_parts("result", "replayed")],
+        [Label::from_static_parts("result", "primary")],
+        [Label::from_static_parts("result", "failed")],
+    ];
+    let labels = &LABELS[result as usize];
+    tracing::debug!(result = labels[0].value(), "key looked up on the replica");
+    count(REPLICA_LOOKUPS_TOTAL, labels);
 }
 
 /// Step 5: what the lookup after an execution that stored nothing found.

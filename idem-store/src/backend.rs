@@ -203,7 +203,7 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Opens a pool on `url` with the store's [`Self::connect_options`] and
-    /// [`Self::pool_options`]. Connections are pinged before use only on PostgreSQL, after
+    /// [`Self::pool_options`] ([`Self::open`]). Connections are pinged before use only on PostgreSQL, after
     /// [`crate::IDLE_PING_AFTER`] idle.
     fn connect(
         url: &str,
@@ -211,14 +211,28 @@ pub trait Backend: Glue + sealed::Sealed {
         settings: &TxSettings,
     ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send {
         async move {
-            let options = Self::connect_options(url, settings)?;
             let pool = PoolOptions::<Self>::new()
                 .max_connections(max_connections)
                 .acquire_timeout(settings.acquire_timeout)
                 // A dead connection fails its query (answered 503, retry with the same key; the
                 // runtime retries a read-only lookup) instead of costing every request a ping.
                 .test_before_acquire(false);
-            Self::pool_options(pool).connect_with(options).await
+            Self::open(url, Self::pool_options(pool), settings).await
+        }
+    }
+
+    #[doc(hidden)]
+    /// Opens a pool with `options` on `url`'s [`Self::connect_options`]; on PostgreSQL, on a
+    /// [host list](crate::hosts) when `url` is one.
+    fn open(
+        url: &str,
+        options: PoolOptions<Self>,
+        settings: &TxSettings,
+    ) -> impl Future<Output = Result<Pool<Self>, sqlx::Error>> + Send {
+        async move {
+            options
+                .connect_with(Self::connect_options(url, settings)?)
+                .await
         }
     }
 

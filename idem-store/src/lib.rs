@@ -10,6 +10,9 @@
 mod backend;
 mod error;
 mod glue;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod hosts;
 mod inbox;
 mod key;
 mod list;

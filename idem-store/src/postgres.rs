@@ -11,6 +11,7 @@ use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
 use crate::backend::Backend;
 use crate::glue::{Arg, Glue as _, advisory_id, lock_id};
+use crate::hosts::HostList;
 use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
@@ -156,6 +157,21 @@ impl Backend for Postgres {
         // statement whose client stopped waiting (the runtime's deadline on its lookup) is
         // cancelled within a second instead of holding a server process until it ends.
         Ok(options.options([("client_connection_check_interval", "1000")]))
+    }
+
+    async fn open(
+        url: &str,
+        options: PoolOptions<Self>,
+        settings: &TxSettings,
+    ) -> Result<sqlx::PgPool, sqlx::Error> {
+        if !HostList::is_host_list(url) {
+            return options
+                .connect_with(Self::connect_options(url, settings)?)
+                .await;
+        }
+        HostList::parse(url, |url| Self::connect_options(url, settings))?
+            .pool(options)
+            .await
     }
 
     fn pool_options(options: PoolOptions<Self>) -> PoolOptions<Self> {

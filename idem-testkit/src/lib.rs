@@ -10,6 +10,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod conformance;
+pub mod failover;
 pub mod harness;
 
 /// What the exported macros name. Not an API.

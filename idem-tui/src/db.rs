@@ -5,6 +5,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use idem_store::hosts::HostList;
 use idem_store::sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use idem_store::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
@@ -72,8 +73,10 @@ macro_rules! on_beside {
 
 impl Db {
     /// Opens the database at `url` (`postgres://…`, `postgresql://…`, `mysql://…`,
-    /// `mariadb://…` or `sqlite:…`); on PostgreSQL, names resolve in `schema` when given. Never creates a database: a SQLite
-    /// file that does not exist is an error.
+    /// `mariadb://…` or `sqlite:…`); on PostgreSQL, names resolve in `schema` when given, and
+    /// a [host list](idem_store::hosts) (`postgres://db1,db2/app?target_session_attrs=read-write`)
+    /// reaches the host it asks for. Never creates a database: a SQLite file that does not
+    /// exist is an error.
     ///
     /// # Errors
     /// An unknown scheme, an unreadable URL, or a database that does not answer; the message
@@ -86,18 +89,27 @@ impl Db {
             // transaction mode) needs them, whether or not one is on the way — no prepared
             // statements, no startup parameters it would refuse.
             idem_store::pooler::behind_transaction_pooler();
-            let mut options = PgConnectOptions::from_str(url)
-                .map_err(failed)?
-                .extra_float_digits(None);
-            if let Some(schema) = schema {
-                options = options.options([("search_path", schema)]);
-            }
+            let options = |url: &str| {
+                let options = PgConnectOptions::from_str(url)?.extra_float_digits(None);
+                Ok(match schema {
+                    Some(schema) => options.options([("search_path", schema)]),
+                    None => options,
+                })
+            };
             let pool = PgPoolOptions::new()
                 .max_connections(4)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
-                .await
-                .map_err(failed)?;
+                .acquire_timeout(Duration::from_secs(10));
+            // Several hosts (a primary and its standbys): the one `target_session_attrs` asks
+            // for, as libpq finds it.
+            let pool = if HostList::is_host_list(url) {
+                HostList::parse(url, options)
+                    .map_err(failed)?
+                    .pool(pool)
+                    .await
+            } else {
+                pool.connect_with(options(url).map_err(failed)?).await
+            }
+            .map_err(failed)?;
             Ok(Self::Postgres(KeyTable::new(pool)))
         } else if url.starts_with("sqlite:") {
             if schema.is_some() {
