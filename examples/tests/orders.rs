@@ -202,25 +202,9 @@ async fn killed_and_restarted(kind: Kind, duration: Duration) {
             let mut n = 0;
             while !stop.load(Ordering::SeqCst) {
                 let key = format!("c{client}-{n}");
-                let deadline = Instant::now() + Duration::from_secs(60);
-                let mut attempt = 0;
-                let body = loop {
-                    let base = bases.lock().unwrap()[(n + attempt) % 2].clone();
-                    attempt += 1;
-                    match Client::for_base(&base)
-                        .try_post(Some("acme"), Some(&key), ORDER)
-                        .await
-                    {
-                        Ok(reply) if reply.status == 201 => break reply.body,
-                        // A process killed midway, a key still held by the killed one's
-                        // transaction, a pool still reconnecting: retried.
-                        Ok(reply) if [409, 503].contains(&reply.status) => {}
-                        Ok(reply) => panic!("{key}: {} {}", reply.status, reply.body),
-                        Err(_) => {}
-                    }
-                    assert!(Instant::now() < deadline, "{key} never answered 201");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                };
+                let body =
+                    common::post_until_created(&bases, n, &key, ORDER, Duration::from_secs(60))
+                        .await;
                 answered.push((key, body));
                 n += 1;
             }

@@ -10,9 +10,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Client, Db, Kind, Reply, Server, Store, eventually};
+use common::payments::{Provider, payments, payments_rows, payments_with, post, post_until_final};
+use common::{Client, Db, Kind, Server, Store, eventually};
 use futures_util::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -22,141 +23,6 @@ const PAYMENT_REFORMATTED: &str = r#"{"customer":"cus-1","amount":1250,"currency
 const OTHER_PAYMENT: &str = r#"{"amount": 1251, "currency": "EUR", "customer": "cus-1"}"#;
 /// The fake provider declines every charge of 402.
 const DECLINED: &str = r#"{"amount": 402, "currency": "EUR", "customer": "cus-1"}"#;
-
-/// One `fake-provider` process.
-struct Provider {
-    server: Server,
-    http: reqwest::Client,
-}
-
-impl Provider {
-    fn start(db: &Db) -> Self {
-        Self {
-            server: Server::spawn(
-                env!("CARGO_BIN_EXE_fake-provider"),
-                "fake-provider",
-                &db.dir,
-                &[],
-            ),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self) -> &str {
-        &self.server.base
-    }
-
-    async fn control(&self, settings: Value) {
-        let response = self
-            .http
-            .post(format!("{}/control", self.url()))
-            .json(&settings)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
-
-    async fn stats(&self) -> Value {
-        self.http
-            .get(format!("{}/stats", self.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    /// The `payment.succeeded` deliveries received so far, as payment ids (duplicates kept).
-    async fn payment_events(&self) -> Vec<String> {
-        let events: Value = self
-            .http
-            .get(format!("{}/events", self.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        events
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["body"]["type"] == "payment.succeeded")
-            .map(|e| {
-                assert_eq!(e["id"], e["body"]["id"], "{e}");
-                e["body"]["data"]["payment_id"].as_str().unwrap().to_owned()
-            })
-            .collect()
-    }
-
-    /// Waits until every payment in `ids` has had its event delivered.
-    async fn await_events(&self, ids: &HashSet<String>) {
-        eventually(
-            Duration::from_secs(30),
-            "every payment's event delivered",
-            || async {
-                let seen: HashSet<String> = self.payment_events().await.into_iter().collect();
-                ids.is_subset(&seen)
-            },
-        )
-        .await;
-    }
-
-    async fn charges(&self) -> u64 {
-        self.stats().await["charges"].as_u64().unwrap()
-    }
-}
-
-/// A `payments` process on `db`, calling `provider_url`.
-fn payments(db: &Db, provider_url: &str, lease: &str) -> Server {
-    payments_with(db, provider_url, lease, "off")
-}
-
-/// [`payments`] with `PAYMENTS_ATTEMPT_HOLDS` set to `holds`.
-fn payments_with(db: &Db, provider_url: &str, lease: &str, holds: &str) -> Server {
-    Server::spawn(
-        env!("CARGO_BIN_EXE_payments"),
-        "payments",
-        &db.dir,
-        &[
-            ("DATABASE_URL", &db.url),
-            ("PROVIDER_URL", provider_url),
-            ("WEBHOOK_URL", &format!("{provider_url}/webhooks")),
-            ("PAYMENTS_LEASE", lease),
-            ("PAYMENTS_ATTEMPT_HOLDS", holds),
-        ],
-    )
-}
-
-async fn post(c: &Client, tenant: Option<&str>, key: Option<&str>, body: &str) -> Reply {
-    c.try_post_to("/payments", tenant, key, body).await.unwrap()
-}
-
-/// Posts until the answer is final (not `409` or `503`, which say "retry"), alternating
-/// between `clients`; at most `tries` requests.
-async fn post_until_final(clients: &[Client], key: &str, body: &str, tries: usize) -> Reply {
-    for i in 0..tries {
-        let reply = clients[i % clients.len()]
-            .try_post_to("/payments", Some("acme"), Some(key), body)
-            .await;
-        match reply {
-            Ok(reply) if !matches!(reply.status, 409 | 503) => return reply,
-            Ok(reply) => {
-                let problem = reply.assert_problem(reply.status);
-                assert!(reply.header("retry-after").is_some(), "{problem}");
-            }
-            Err(error) => println!("request failed: {error}"),
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-    panic!("{key}: no final answer after {tries} requests");
-}
-
-async fn payments_rows(db: &Db) -> i64 {
-    db.scalar("SELECT count(*) FROM payments").await
-}
 
 /// Case 1: the happy path, refusals, replays and reads.
 async fn contract<DB: Store>() {

@@ -29,7 +29,7 @@ impl Failover {
     #[must_use]
     pub fn start(sync: bool) -> Self {
         let dir = new_dir("failover");
-        let [primary_port, standby_port] = [free_port(), free_port()];
+        let [primary_port, standby_port] = free_ports();
         let mut this = Self {
             dir,
             primary_port,
@@ -98,9 +98,14 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/failover")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .unwrap_or_else(|e| panic!("a free port: {e}"))
+/// Two free ports, bound at once so that they differ.
+fn free_ports() -> [u16; 2] {
+    let listeners = [(); 2]
+        .map(|()| TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("a free port: {e}")));
+    listeners.map(|listener| {
+        listener
+            .local_addr()
+            .map(|address| address.port())
+            .unwrap_or_else(|e| panic!("a free port: {e}"))
+    })
 }

@@ -12,11 +12,13 @@
 //! behind PgBouncer would set them; the tests' own looks go to the server directly.
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
+pub mod payments;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use idem_runtime::sqlx::{self, MySqlPool, PgPool, SqlitePool};
 use idem_runtime::store::Backend;
@@ -127,6 +129,17 @@ impl Db {
         }
     }
 
+    /// A PostgreSQL database the test made itself, which its servers reach at `url` and the
+    /// test reads at `looks` (one of the servers a multi-host `url` names, say).
+    pub fn postgres_via(url: String, looks: &str, dir: PathBuf) -> Self {
+        let pool = PgPool::connect_lazy(looks).unwrap();
+        Self {
+            url,
+            pool: Pool::Pg(pool),
+            dir,
+        }
+    }
+
     pub fn sqlite_at(url: String, dir: PathBuf) -> Self {
         let pool = SqlitePool::connect_lazy(&url).unwrap();
         Self {
@@ -151,6 +164,21 @@ impl Db {
             Pool::My(p) => {
                 let text: Vec<u8> = sqlx::query_scalar(sql).fetch_one(p).await.unwrap();
                 String::from_utf8(text).unwrap()
+            }
+        }
+    }
+
+    /// The first column of every row `sql` returns.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        match &self.pool {
+            Pool::Pg(p) => sqlx::query_scalar(sql).fetch_all(p).await.unwrap(),
+            Pool::Lite(p) => sqlx::query_scalar(sql).fetch_all(p).await.unwrap(),
+            Pool::My(p) => {
+                let texts: Vec<Vec<u8>> = sqlx::query_scalar(sql).fetch_all(p).await.unwrap();
+                texts
+                    .into_iter()
+                    .map(|text| String::from_utf8(text).unwrap())
+                    .collect()
             }
         }
     }
@@ -520,6 +548,40 @@ impl Client {
             headers: response.headers().clone(),
             body: response.text().await.unwrap(),
         }
+    }
+}
+
+/// Posts the order `body` for tenant `acme` with `key` to the processes of `bases` in turn,
+/// starting with the `first`th, until it is answered `201`, and returns that answer's body.
+/// `409`, `503` and connection errors are retried every 20 ms (a process killed midway, a key
+/// still held by another transaction, a pool reconnecting); any other answer, or none within
+/// `within`, fails.
+pub async fn post_until_created(
+    bases: &Mutex<Vec<String>>,
+    first: usize,
+    key: &str,
+    body: &str,
+    within: Duration,
+) -> String {
+    let deadline = Instant::now() + within;
+    let mut attempt = 0;
+    loop {
+        let base = {
+            let bases = bases.lock().unwrap();
+            bases[(first + attempt) % bases.len()].clone()
+        };
+        attempt += 1;
+        match Client::for_base(&base)
+            .try_post(Some("acme"), Some(key), body)
+            .await
+        {
+            Ok(reply) if reply.status == 201 => return reply.body,
+            Ok(reply) if [409, 503].contains(&reply.status) => {}
+            Ok(reply) => panic!("{key}: {} {}", reply.status, reply.body),
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "{key} never answered 201");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
