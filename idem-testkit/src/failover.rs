@@ -42,6 +42,12 @@ impl Failover {
         this
     }
 
+    /// The standby stops receiving the primary's changes: with an asynchronous standby, what
+    /// the primary commits from then on is acknowledged and lost at the promotion.
+    pub fn cut_standby(&self) {
+        self.run(&["cut-standby"]);
+    }
+
     /// `kill -9` of the primary's postmaster.
     pub fn kill_primary(&self) {
         self.run(&["kill-primary"]);
