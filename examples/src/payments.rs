@@ -470,7 +470,8 @@ pub async fn pay<DB: PaymentsDb>(
 }
 
 /// The payment's id, from the key's provider key for `payment` (a hash of the scope,
-/// operation and key): every attempt at one key writes the same id.
+/// operation, key and reservation): every attempt at one reservation of the key writes the
+/// same id, and so does the same request reserved again after its row was lost.
 fn payment_id(provider_key: &str) -> Result<Uuid, uuid::Error> {
     // `idem_` and 32 hexadecimal digits: the 128 bits of a UUID.
     let bits = Uuid::try_parse(provider_key.trim_start_matches("idem_"))?;
