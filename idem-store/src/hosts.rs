@@ -29,6 +29,10 @@
 //!   connections go there ([`sqlx::Pool::set_connect_options`]): after a failover they reach
 //!   the promoted standby by themselves, with no restart. Connections the pool opened before
 //!   the switch are closed when next acquired; those in use fail as a dead connection does.
+//!   (Connections taken out of the pool with `detach`, as idem's runtime keeps its request
+//!   path's, are the taker's: they end with their server session, which a failover ends —
+//!   a dead primary's, or one that failover tools restart as a standby. A primary made
+//!   read-only while its sessions go on keeps them until they are replaced.)
 //! - The pool stays on the host it found while that host matches: with `any`, a first host
 //!   that comes back does not take the connections back (libpq's new connections would go
 //!   there). With `prefer-standby`, a pool that had to take a primary tries for a standby
