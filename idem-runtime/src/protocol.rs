@@ -534,8 +534,12 @@ impl<DB: Backend> Idem<DB> {
                     // one a lock that found the key kept, if any (that lock counted the key).
                     let kept = slot.take();
                     let counted = kept.is_some();
+                    // (Boxed, and only with a replica: without one an execution's future
+                    // does not grow by the replica's lookup.)
                     if !counted
-                        && let Some(outcome) = self.replica_replay(&call, key, started).await
+                        && self.replica_is_set()
+                        && let Some(outcome) =
+                            Box::pin(self.replica_replay(&call, key, started)).await
                     {
                         if DB::LOCK_FIRST {
                             self.inner.first_step.met(spec.id, true);
@@ -741,6 +745,11 @@ impl<DB: Backend> Idem<DB> {
         let conn = self.acquire_bounded().await?;
         let statement = DB::begin_statement(&self.inner.tx_settings);
         Transaction::begin(conn, Some(statement.into())).await
+    }
+
+    /// Whether replays are read on a standby first ([`Config::replica`]).
+    pub(crate) fn replica_is_set(&self) -> bool {
+        self.inner.replica.is_some()
     }
 
     /// A replay read on the standby ([`Config::replica`]): the response of a key the standby

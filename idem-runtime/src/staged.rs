@@ -788,7 +788,9 @@ impl<DB: Backend> Idem<DB> {
         key: KeyRef<'_>,
         request: &str,
     ) -> Result<Start<DB>, Error> {
-        if let Some(outcome) = self.replica_replay(call, key, self.now_millis()).await {
+        if self.replica_is_set()
+            && let Some(outcome) = Box::pin(self.replica_replay(call, key, self.now_millis())).await
+        {
             return Ok(Start::Answer(outcome));
         }
         let started = Instant::now();
