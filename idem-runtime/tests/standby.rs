@@ -130,6 +130,65 @@ async fn a_lagging_standby_answers_only_what_it_can() {
     idem.close().await;
 }
 
+/// A staged key: a retry is answered from the standby once it has the completed key, before
+/// any hold or lookup on the primary; while the standby lags, the primary answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn staged_replays_from_the_standby() {
+    use idem_runtime::spec::{Mode, Scope};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const STAGED: OperationSpec = OperationSpec::new("staged-op:v1").mode(Mode::Staged);
+    let rig = Failover::start(false);
+    let primary_url = Failover::url_of(rig.primary_port, "test");
+    let standby_url = Failover::url_of(rig.standby_port, "test");
+    let idem = Idem::<Postgres>::connect(&primary_url, Config::default().replica(&standby_url))
+        .await
+        .unwrap();
+    idem.migrate().await.unwrap();
+    let primary = PgPool::connect(&primary_url).await.unwrap();
+    let standby = PgPool::connect(&standby_url).await.unwrap();
+    let runs = AtomicUsize::new(0);
+    let pay = async |k: &str| {
+        let key = IdempotencyKey::new(k).unwrap();
+        let work = async |attempt: idem_runtime::staged::Attempt<Postgres>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let id = attempt.provider_key("charge");
+            attempt
+                .finish(async |_tx| {
+                    Ok(Record::json(StatusCode::CREATED, &json!({"charge": id})).unwrap())
+                })
+                .await
+        };
+        idem.staged(&STAGED, &Scope::global(), &key, &json!({"amount": 5}), work)
+            .await
+            .unwrap()
+    };
+    let first = pay("s1").await;
+    assert_eq!(first.kind, OutcomeKind::Executed);
+    replicated(&standby, "s1", 1).await;
+    sqlx::query("SELECT pg_wal_replay_pause()")
+        .execute(&standby)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM idempotency_keys WHERE idempotency_key = 's1'")
+        .execute(&primary)
+        .await
+        .unwrap();
+    // Answered from the standby: the primary no longer has the key, and would have run it.
+    let again = pay("s1").await;
+    assert_eq!(again.kind, OutcomeKind::Replayed);
+    assert_eq!(again.record.body, first.record.body);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // A key the lagging standby does not have: the primary runs it once and replays it.
+    let new = pay("s2").await;
+    assert_eq!(new.kind, OutcomeKind::Executed);
+    let replay = pay("s2").await;
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(replay.record.body, new.record.body);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    idem.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_that_does_not_answer_leaves_every_answer_to_the_primary() {
     let rig = Failover::start(false);
