@@ -246,8 +246,10 @@ impl Config {
     /// Reads replays from a standby first: [`Idem::connect`](crate::Idem::connect) opens a
     /// pool on `url` beside the primary's (the same size; on PostgreSQL a
     /// [host list](crate::store::hosts) too, `target_session_attrs=prefer-standby` say), and
-    /// a lookup that would come first on the primary (an operation whose recent keys were
-    /// mostly replays, and every staged start) asks the standby first. Only a key the
+    /// a lookup that comes first (always on SQLite and MySQL; on PostgreSQL unless the
+    /// operation's recent keys were mostly new, when the key's lock comes first; every staged
+    /// start) asks the standby first. [`Idem::from_pool`](crate::Idem::from_pool) does not
+    /// read it: give a pool to [`Idem::with_replica`](crate::Idem::with_replica). Only a key the
     /// standby has completed, unexpired, for the same request, is answered from there;
     /// anything else — no row, a key not final, expired, a request that differs, a standby
     /// that fails or takes longer than [`Config::acquire_timeout`] — goes to the primary's

@@ -10,12 +10,13 @@
 //! - `target_session_attrs`, as libpq defines it: [`TargetSessionAttrs`] — `any` (the
 //!   default), `read-write`, `read-only`, `primary`, `standby`, `prefer-standby`;
 //! - `connect_timeout`: how long, in seconds, one host may take to answer before the next is
-//!   tried (libpq's rule: below 2 counts as 2). Unset, 10 seconds — where libpq waits as long
-//!   as the operating system does, a pool cannot.
+//!   tried (libpq's rule: below 2 counts as 2), and how long its answer to the session query
+//!   may take. Unset, 0 or less, 10 seconds — where libpq waits as long as the operating
+//!   system does, a pool cannot.
 //!
 //! Everything else in the string (user, password, database, `sslmode`, `options`,
 //! `application_name` …) is sqlx's, the same for every host. Hosts are `name[:port]` or
-//! `[v6]:port`, the port 5432 where it is missing.
+//! `[v6][:port]`, the port 5432 where it is missing.
 //!
 //! [`HostList::connect`] tries the hosts in order and keeps the first whose session matches;
 //! `prefer-standby` tries for a standby first, then takes any. [`HostList::pool`] opens a
@@ -35,11 +36,12 @@
 //!   read-only while its sessions go on keeps them until they are replaced.)
 //! - The pool stays on the host it found while that host matches: with `any`, a first host
 //!   that comes back does not take the connections back (libpq's new connections would go
-//!   there). With `prefer-standby`, a pool that had to take a primary tries for a standby
-//!   again every second.
+//!   there). With `prefer-standby`, a pool on a primary (none of the hosts was a standby, or
+//!   its standby was promoted) tries for a standby again every second.
 //!
 //! The connection beside the pool and the task that asks it live until the pool is closed
-//! ([`sqlx::Pool::close`]): close a pool on a host list rather than only dropping it.
+//! ([`sqlx::Pool::close`]): the task holds the pool, so a pool on a host list that is only
+//! dropped keeps its connections and that task until the process ends. Close it.
 //!
 //! A single host with neither parameter is not a host list ([`HostList::is_host_list`]): sqlx
 //! connects to it as always.
@@ -551,6 +553,13 @@ async fn watch(pool: PgPool, shared: Arc<Shared>, sentinel: PgConnection) {
             let list = &shared.list;
             let asked = tokio::time::timeout(list.connect_timeout, Role::of(conn)).await;
             let matches = matches!(asked, Ok(Ok(role)) if list.attrs.accepts(role, false));
+            if let Ok(Ok(role)) = asked
+                && list.attrs == TargetSessionAttrs::PreferStandby
+                && !role.standby
+            {
+                // The standby it was on was promoted: look for a standby again.
+                shared.fallback.store(true, Ordering::Relaxed);
+            }
             if matches && !shared.fallback.load(Ordering::Relaxed) {
                 continue;
             }

@@ -6,7 +6,11 @@
 //!
 //! - `DATABASE_URL`: unset → SQLite file `payments.db` in the working directory;
 //!   `sqlite://…`, `postgres://…`, or `mysql://…` / `mariadb://…` otherwise. Several
-//!   instances may share one PostgreSQL or MySQL database.
+//!   instances may share one PostgreSQL or MySQL database. On PostgreSQL a host list
+//!   (`postgres://db1,db2/shop?target_session_attrs=read-write`): after a failover the
+//!   server finds the promoted standby by itself.
+//! - `REPLICA_DATABASE_URL`: unset (or empty) → none; set → a standby replays are read from
+//!   first ([`Config::replica`](idem_runtime::Config::replica)).
 //! - `MIGRATION_DATABASE_URL`: unset (or empty) → migrations run on `DATABASE_URL`; set → a
 //!   direct URL of the same database for the migrations, `DATABASE_URL` then going through a
 //!   transaction pooler such as PgBouncer in transaction mode, and the server runs with
