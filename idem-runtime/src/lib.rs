@@ -14,6 +14,7 @@ pub mod extract;
 pub mod failpoint;
 #[cfg(not(feature = "failpoints"))]
 mod failpoint;
+pub mod fields;
 pub mod fingerprint;
 mod first_step;
 mod handler;
