@@ -103,10 +103,23 @@ async fn contract_on(db: &Db, server: Server) {
         assert_eq!(replay.header("content-type"), Some("application/json"));
     }
 
-    // Same key, other payload: 422, nothing runs.
+    // Same key, other payload: 422, nothing runs; it names the field that changed, never a
+    // value.
     let mismatch = c.post(Some("acme"), Some("k1"), OTHER_ORDER).await;
-    mismatch.assert_problem(422);
+    let problem = mismatch.assert_problem(422);
+    assert_eq!(
+        problem["mismatch"],
+        serde_json::json!({"changed": ["/body/quantity"], "added": [], "removed": []}),
+        "{problem}"
+    );
+    assert!(!mismatch.body.contains('3'), "{}", mismatch.body);
     assert_eq!(db.orders().await, 1);
+    // The key row holds no value of the request.
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM idempotency_keys WHERE field_digests IS NOT NULL")
+            .await,
+        1
+    );
 
     // The same key under another tenant is a new, independent order.
     let other = c.post(Some("globex"), Some("k1"), ORDER).await;

@@ -102,11 +102,15 @@ async fn contract<DB: Store>() {
         assert_eq!(replay.header("location"), first.header("location"));
         assert_eq!(replay.header("content-type"), Some("application/json"));
     }
-    // Same key, other payment: 422.
+    // Same key, other payment: 422, naming the field that changed (a staged key keeps its
+    // request's field digests too), never a value.
     let mismatch = post(&c, Some("acme"), Some("k1"), OTHER_PAYMENT).await;
+    let problem = mismatch.assert_problem(422);
+    assert_eq!(problem["type"], "urn:idem:problem:key-reused");
     assert_eq!(
-        mismatch.assert_problem(422)["type"],
-        "urn:idem:problem:key-reused"
+        problem["mismatch"],
+        json!({"changed": ["/body/amount"], "added": [], "removed": []}),
+        "{problem}"
     );
 
     // Reading: own tenant only.

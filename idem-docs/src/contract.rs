@@ -573,7 +573,9 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
         422,
         "urn:idem:problem:key-reused",
         format!(
-            "The key was already used with a different request (another body, path or query{excluded})."
+            "The key was already used with a different request (another body, path or query{excluded}). \
+             The problem's `mismatch` member names the fields that differ (`changed`, `added`, \
+             `removed`: JSON pointers such as `/body/amount`, never their values)."
         ),
         "A client bug: a new request needs a new key. Do not retry; nothing ran.",
     ));

@@ -338,6 +338,17 @@ pub fn problem_schema() -> Value {
             "title": {"type": "string", "description": "A short, fixed summary of the type."},
             "status": {"type": "integer", "minimum": 100, "maximum": 599},
             "detail": {"type": "string", "description": "What happened to this request."},
+            "mismatch": {
+                "type": "object",
+                "description": "`urn:idem:problem:key-reused` only: the fields of this request that differ from the request the key was first used with, as JSON pointers into the request (`/body/amount`, `/path/id`, `/query/page`), never their values; at most 16 names over the three lists. Absent when the server kept no field digests for the key.",
+                "required": ["changed", "added", "removed"],
+                "properties": {
+                    "changed": {"type": "array", "items": {"type": "string"}, "description": "Fields both requests have, with other values."},
+                    "added": {"type": "array", "items": {"type": "string"}, "description": "Fields only this request has."},
+                    "removed": {"type": "array", "items": {"type": "string"}, "description": "Fields only the first request had."},
+                    "omitted": {"type": "integer", "minimum": 1, "description": "How many names were left out past the 16."},
+                },
+            },
         },
     })
 }

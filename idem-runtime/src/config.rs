@@ -141,6 +141,11 @@ pub struct Config {
     /// A standby of the database, read first for replays ([`Config::replica`]). Default
     /// none.
     pub replica: Option<ReplicaUrl>,
+    /// Whether a key keeps a short salted digest of each field of its request, so that a
+    /// `422` for another request under it names the fields that differ — their JSON pointers,
+    /// never a value ([`crate::fields`]). Default `true`; off for a service whose field names
+    /// are themselves sensitive.
+    pub mismatch_detail: bool,
 }
 
 /// The connection string of [`Config::replica`]; printed without its text, which may hold a
@@ -184,6 +189,7 @@ impl Default for Config {
             transaction_pooler: false,
             external_migrations: false,
             replica: None,
+            mismatch_detail: true,
         }
     }
 }
@@ -241,6 +247,7 @@ impl Config {
         attempt_holds: bool,
         transaction_pooler: bool,
         external_migrations: bool,
+        mismatch_detail: bool,
     }
 
     /// Reads replays from a standby first: [`Idem::connect`](crate::Idem::connect) opens a

@@ -39,9 +39,10 @@ pub enum Error {
     /// a number, a map whose keys are not strings). `400`.
     #[error("the request input cannot be fingerprinted: {0}")]
     Input(#[source] crate::fingerprint::FingerprintError),
-    /// Same key, different request. `422`; nothing ran.
+    /// Same key, different request. `422`; nothing ran. With the fields that differ, where
+    /// the key's row keeps their digests ([`crate::fields`]).
     #[error("this Idempotency-Key was already used with a different request")]
-    Mismatch,
+    Mismatch(Option<Box<crate::fields::Mismatch>>),
     /// A request with the same key is still running. `409` with `Retry-After`.
     #[error("a request with this Idempotency-Key is still in progress")]
     InFlight {
@@ -105,7 +106,7 @@ impl Error {
             | Self::KeyFromRequest { .. }
             | Self::Input(_) => StatusCode::BAD_REQUEST,
             Self::NoScope(_) => StatusCode::FORBIDDEN,
-            Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Mismatch(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::InFlight { .. } => StatusCode::CONFLICT,
             Self::Expired => StatusCode::GONE,
             Self::ResponseTooLarge { .. }
@@ -133,7 +134,7 @@ impl Error {
             }
             Self::NoScope(_) => ("urn:idem:problem:no-scope", "no scope for this key"),
             Self::Input(_) => ("urn:idem:problem:invalid-input", "invalid request input"),
-            Self::Mismatch => (
+            Self::Mismatch(_) => (
                 "urn:idem:problem:key-reused",
                 "Idempotency-Key reused with a different request",
             ),
@@ -199,6 +200,7 @@ impl Error {
             Self::CommitUnknown(_) | Self::Store(_) | Self::StoreBusy(_) => {
                 problem.with_retry_after(RETRY_SOON)
             }
+            Self::Mismatch(Some(mismatch)) => problem.with_mismatch((**mismatch).clone()),
             _ => problem,
         }
     }
@@ -269,7 +271,7 @@ mod tests {
             (Error::MissingKey, 400),
             (Error::InvalidKey(KeyError::TooLong), 400),
             (Error::NoScope("tenant"), 403),
-            (Error::Mismatch, 422),
+            (Error::Mismatch(None), 422),
             (Error::Expired, 410),
             (Error::ResponseTooLarge { limit: 1 }, 500),
             (Error::Panicked, 500),

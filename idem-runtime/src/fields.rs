@@ -78,8 +78,14 @@ pub struct Mismatch {
     pub added: Vec<String>,
     /// Fields only the first request had.
     pub removed: Vec<String>,
-    /// How many names were left out past [`MAX_REPORTED`].
+    /// How many names were left out past [`MAX_REPORTED`]; not written when none were.
+    #[serde(skip_serializing_if = "is_zero")]
     pub omitted: usize,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Mismatch {
@@ -105,24 +111,13 @@ impl FieldDigests {
     /// # Errors
     /// When `canonical` is not JSON as the canonical writer writes it.
     pub fn of_canonical(canonical: &[u8], salt: [u8; 8]) -> Result<Self, NotCanonical> {
-        let mut depth = 1;
-        let mut fields = digests(canonical, depth, &salt)?;
-        while depth < MAX_DEPTH {
-            let deeper = digests(canonical, depth + 1, &salt)?;
-            if deeper == fields {
-                // Nothing deeper: every field is kept, and a new request is read as deep as
-                // it goes.
-                depth = MAX_DEPTH;
-                break;
-            }
-            let fits =
-                deeper.len() <= MAX_FIELDS && deeper.keys().all(|name| name.len() <= MAX_NAME_LEN);
-            if !fits {
-                break;
-            }
-            depth += 1;
-            fields = deeper;
-        }
+        // One pass counts what each level would keep; one more hashes the level chosen.
+        let mut shape = Shape::default();
+        let mut walk = Walk::new(canonical, MAX_DEPTH, &salt, Some(&mut shape));
+        walk.value(0)?;
+        walk.end()?;
+        let depth = shape.depth();
+        let fields = digests(canonical, depth, &salt)?;
         Ok(Self {
             depth,
             salt,
@@ -226,28 +221,67 @@ impl FieldDigests {
     }
 }
 
+/// What each level of a request holds: per level, the fields that end there (values that
+/// are not objects or arrays, and empty ones), the objects and arrays with something in them,
+/// and the longest name of each.
+struct Shape {
+    ends: [usize; MAX_DEPTH as usize + 1],
+    ends_name: [usize; MAX_DEPTH as usize + 1],
+    containers: [usize; MAX_DEPTH as usize + 1],
+    containers_name: [usize; MAX_DEPTH as usize + 1],
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        let zero = [0; MAX_DEPTH as usize + 1];
+        Self {
+            ends: zero,
+            ends_name: zero,
+            containers: zero,
+            containers_name: zero,
+        }
+    }
+}
+
+impl Shape {
+    /// The deepest level whose fields fit [`MAX_FIELDS`] and [`MAX_NAME_LEN`];
+    /// [`MAX_DEPTH`] when every field does.
+    fn depth(&self) -> u8 {
+        let (mut fields, mut longest) = (0, 0);
+        let mut chosen = 1;
+        for level in 1..=MAX_DEPTH {
+            let l = usize::from(level);
+            fields += self.ends[l];
+            longest = longest.max(self.ends_name[l]);
+            let kept = fields + self.containers[l];
+            let name = longest.max(self.containers_name[l]);
+            if kept > MAX_FIELDS || name > MAX_NAME_LEN {
+                break;
+            }
+            chosen = level;
+            if self.containers[l] == 0 {
+                // Nothing deeper: every field is kept.
+                return MAX_DEPTH;
+            }
+        }
+        chosen
+    }
+}
+
 /// The fields of `canonical` cut at `depth`, each with its digest.
 fn digests(
     canonical: &[u8],
     depth: u8,
     salt: &[u8; 8],
 ) -> Result<BTreeMap<String, [u8; DIGEST_LEN]>, NotCanonical> {
-    let mut walk = Walk {
-        bytes: canonical,
-        at: 0,
-        cut: depth,
-        salt,
-        name: String::new(),
-        fields: BTreeMap::new(),
-    };
+    let mut walk = Walk::new(canonical, depth, salt, None);
     walk.value(0)?;
-    if walk.at != canonical.len() {
-        return Err(NotCanonical(walk.at));
-    }
+    walk.end()?;
     Ok(walk.fields)
 }
 
-/// A reader of canonical JSON that records each field's digest.
+/// A reader of canonical JSON that records each field's digest, or with a [`Shape`], only
+/// counts them.
 struct Walk<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -256,9 +290,31 @@ struct Walk<'a> {
     /// The JSON pointer of the value being read.
     name: String,
     fields: BTreeMap<String, [u8; DIGEST_LEN]>,
+    shape: Option<&'a mut Shape>,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    fn new(bytes: &'a [u8], cut: u8, salt: &'a [u8; 8], shape: Option<&'a mut Shape>) -> Self {
+        Self {
+            bytes,
+            at: 0,
+            cut,
+            salt,
+            name: String::new(),
+            fields: BTreeMap::new(),
+            shape,
+        }
+    }
+
+    /// Whether everything was read.
+    fn end(&self) -> Result<(), NotCanonical> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(NotCanonical(self.at))
+        }
+    }
+
     fn peek(&self) -> Result<u8, NotCanonical> {
         self.bytes
             .get(self.at)
@@ -283,7 +339,7 @@ impl Walk<'_> {
             self.skip()?;
             // The root is never a field of its own: a request is always an object.
             if level > 0 {
-                self.record(start);
+                self.record(start, level);
             }
             return Ok(());
         }
@@ -292,9 +348,16 @@ impl Walk<'_> {
         if self.peek()? == close {
             self.at += 1;
             if level > 0 {
-                self.record(start);
+                self.record(start, level);
             }
             return Ok(());
+        }
+        if level > 0
+            && let Some(shape) = &mut self.shape
+        {
+            let l = usize::from(level);
+            shape.containers[l] += 1;
+            shape.containers_name[l] = shape.containers_name[l].max(self.name.len());
         }
         let mut index = 0usize;
         loop {
@@ -322,7 +385,14 @@ impl Walk<'_> {
     }
 
     /// Records the value `start..self.at` under the current name.
-    fn record(&mut self, start: usize) {
+    fn record(&mut self, start: usize, level: u8) {
+        if let Some(shape) = &mut self.shape {
+            // (Counting: every value recorded is a field that ends at its level.)
+            let level = usize::from(level.min(MAX_DEPTH));
+            shape.ends[level] += 1;
+            shape.ends_name[level] = shape.ends_name[level].max(self.name.len());
+            return;
+        }
         let mut hash = Sha256::new();
         hash.update(self.salt);
         hash.update((self.name.len() as u64).to_le_bytes());

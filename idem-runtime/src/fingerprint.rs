@@ -71,6 +71,23 @@ impl Fingerprint {
         Ok(Self(hasher.finalize().into()))
     }
 
+    /// [`Self::of`], and the canonical input it hashed (for [`crate::fields`]).
+    pub(crate) fn of_kept(
+        operation_id: &str,
+        input: &(impl Serialize + ?Sized),
+        exclude: &[&str],
+    ) -> Result<(Self, Vec<u8>), FingerprintError> {
+        let mut sink = Sink {
+            hasher: begin(operation_id),
+            kept: Some(Vec::with_capacity(256)),
+        };
+        canonical::write(input, &Exclude::new(exclude), &mut sink)?;
+        Ok((
+            Self(sink.hasher.finalize().into()),
+            sink.kept.unwrap_or_default(),
+        ))
+    }
+
     /// Rebuilds a fingerprint read from the store.
     #[must_use]
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
@@ -207,7 +224,7 @@ pub trait Input {
 /// Receives the value of one [`Input`]. Each method consumes the writer: one value per part.
 #[derive(Debug)]
 pub struct InputWriter<'a> {
-    sink: &'a mut Sha256,
+    sink: &'a mut Sink,
     exclude: Exclude<'a>,
     written: &'a mut bool,
 }
@@ -270,13 +287,56 @@ impl<T: Input> DynInput for T {
 /// The most parts one request may have (an axum handler takes at most 16 arguments).
 const MAX_PARTS: usize = 16;
 
-/// Fingerprints the input parts of one request: `{"<part>": <value>, …}` with the members
-/// sorted, each value streamed into the hash.
-pub(crate) fn of_parts(
+/// Fingerprints the input parts of one request — `{"<part>": <value>, …}` with the members
+/// sorted, each value streamed into the hash — and keeps the canonical request it hashed (for
+/// [`crate::fields`]).
+pub(crate) fn of_parts_kept(
     operation_id: &str,
     parts: &[&dyn DynInput],
     exclude: &[&str],
-) -> Result<Fingerprint, FingerprintError> {
+) -> Result<(Fingerprint, Vec<u8>), FingerprintError> {
+    let kept = Vec::with_capacity(256);
+    of_parts_into(operation_id, parts, exclude, Some(kept))
+        .map(|(fingerprint, kept)| (fingerprint, kept.unwrap_or_default()))
+}
+
+fn of_parts_into(
+    operation_id: &str,
+    parts: &[&dyn DynInput],
+    exclude: &[&str],
+    kept: Option<Vec<u8>>,
+) -> Result<(Fingerprint, Option<Vec<u8>>), FingerprintError> {
+    let mut sink = Sink {
+        hasher: begin(operation_id),
+        kept,
+    };
+    write_parts(parts, exclude, &mut sink)?;
+    Ok((Fingerprint(sink.hasher.finalize().into()), sink.kept))
+}
+
+/// Where the input parts are written: the hash, and a copy of what it hashed when kept.
+#[derive(Debug)]
+struct Sink {
+    hasher: Sha256,
+    kept: Option<Vec<u8>>,
+}
+
+impl Feed for Sink {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        self.hasher.write(bytes);
+        if let Some(kept) = &mut self.kept {
+            kept.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// Writes the input parts of one request canonically into `hasher`.
+fn write_parts(
+    parts: &[&dyn DynInput],
+    exclude: &[&str],
+    hasher: &mut Sink,
+) -> Result<(), FingerprintError> {
     // (member name, occurrence, part), sorted by name then occurrence.
     let mut members: [(&str, usize, usize); MAX_PARTS] = [("", 0, 0); MAX_PARTS];
     let mut count = 0;
@@ -294,7 +354,6 @@ pub(crate) fn of_parts(
     // `body` and before `headers`, as its name does.
     members.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
 
-    let mut hasher = begin(operation_id);
     hasher.write(b"{");
     let mut first = true;
     let mut sub_paths: Vec<&str> = Vec::new();
@@ -324,11 +383,11 @@ pub(crate) fn of_parts(
             hasher.write(b",");
         }
         first = false;
-        canonical::write_str(&member, &mut hasher);
+        canonical::write_str(&member, hasher);
         hasher.write(b":");
         let mut written = false;
         let out = InputWriter {
-            sink: &mut hasher,
+            sink: hasher,
             exclude: Exclude::new(&sub_paths),
             written: &mut written,
         };
@@ -338,7 +397,7 @@ pub(crate) fn of_parts(
         }
     }
     hasher.write(b"}");
-    Ok(Fingerprint(hasher.finalize().into()))
+    Ok(())
 }
 
 macro_rules! serde_inputs {
@@ -417,6 +476,19 @@ ignored_inputs! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn of_parts(
+        operation_id: &str,
+        parts: &[&dyn DynInput],
+        exclude: &[&str],
+    ) -> Result<Fingerprint, FingerprintError> {
+        let (fingerprint, canonical) = of_parts_kept(operation_id, parts, exclude)?;
+        // What is kept is what was hashed.
+        let mut hasher = begin(operation_id);
+        hasher.update(&canonical);
+        assert_eq!(fingerprint.as_bytes(), &<[u8; 32]>::from(hasher.finalize()));
+        Ok(fingerprint)
+    }
     use serde_json::json;
 
     fn fp(value: &serde_json::Value, exclude: &[&str]) -> Fingerprint {

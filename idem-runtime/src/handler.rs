@@ -367,10 +367,25 @@ where
     }
 }
 
+/// A request's fingerprint, and the canonical request it is of (for the field digests a
+/// `422` names fields with, [`crate::fields`]).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Fingerprinted {
+    fingerprint: Fingerprint,
+    canonical: Vec<u8>,
+}
+
 /// Fingerprints the handler's input parts (the expansion's first step after extraction).
 #[doc(hidden)]
-pub fn fingerprint(spec: &OperationSpec, parts: &[&dyn DynInput]) -> Result<Fingerprint, Error> {
-    fingerprint::of_parts(spec.id, parts, spec.fingerprint_exclude).map_err(Error::Input)
+pub fn fingerprint(spec: &OperationSpec, parts: &[&dyn DynInput]) -> Result<Fingerprinted, Error> {
+    let (fingerprint, canonical) =
+        fingerprint::of_parts_kept(spec.id, parts, spec.fingerprint_exclude)
+            .map_err(Error::Input)?;
+    Ok(Fingerprinted {
+        fingerprint,
+        canonical,
+    })
 }
 
 /// The handler, bound to its arguments, waiting for the transaction.
@@ -382,7 +397,7 @@ pub type Handler<'t> = BoxFuture<'t, Response>;
 pub async fn run<DB, K, F>(
     ctx: Ctx<DB, K>,
     spec: &'static OperationSpec,
-    fingerprint: Result<Fingerprint, Error>,
+    fingerprint: Result<Fingerprinted, Error>,
     handler: F,
 ) -> Response
 where
@@ -413,7 +428,8 @@ where
             let call = Call {
                 scope: ctx.scope.as_str(),
                 key: &key,
-                fingerprint,
+                fingerprint: fingerprint.fingerprint,
+                request: Some(&fingerprint.canonical),
             };
             execution
                 .run(ctx.idem.execute_untraced(spec, call, work))
@@ -443,7 +459,7 @@ fn rejected(execution: Execution, error: Error) -> Response {
 pub async fn run_staged<DB, K, F>(
     ctx: StagedCtx<DB, K>,
     spec: &'static OperationSpec,
-    fingerprint: Result<Fingerprint, Error>,
+    fingerprint: Result<Fingerprinted, Error>,
     handler: F,
 ) -> Response
 where
@@ -485,7 +501,8 @@ where
         let call = Call {
             scope: scope.as_str(),
             key: &key,
-            fingerprint,
+            fingerprint: fingerprint.fingerprint,
+            request: Some(&fingerprint.canonical),
         };
         let staged = idem.staged_untraced(&spec, call, &request, handler);
         execution.run(staged).await

@@ -144,8 +144,9 @@ impl<DB: Backend> Idem<DB> {
             + Send
             + 'static,
     {
-        let fingerprint = Fingerprint::of(spec.id, input, spec.fingerprint_exclude)
-            .map_err(|e| OnceError::Idem(Error::Input(e)))?;
+        let (fingerprint, canonical) =
+            Fingerprint::of_kept(spec.id, input, spec.fingerprint_exclude)
+                .map_err(|e| OnceError::Idem(Error::Input(e)))?;
         let left: Arc<Mutex<Option<Left<T, E>>>> = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&left);
         let work = work_fn(move |tx: &mut Transaction<'_, DB>| {
@@ -165,6 +166,7 @@ impl<DB: Backend> Idem<DB> {
             scope: scope.as_str(),
             key,
             fingerprint,
+            request: Some(&canonical),
         };
         let outcome = self.execute(spec, call, work).await?;
         let left = left.lock().unwrap_or_else(PoisonError::into_inner).take();

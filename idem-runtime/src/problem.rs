@@ -34,6 +34,9 @@ pub struct Problem {
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
+    /// A `422` key-reused's fields that differ ([`crate::fields`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mismatch: Option<Box<crate::fields::Mismatch>>,
     #[serde(skip)]
     retry_after: Option<Duration>,
 }
@@ -51,8 +54,23 @@ impl Problem {
             title: title.into(),
             status: status.as_u16(),
             detail: None,
+            mismatch: None,
             retry_after: None,
         }
+    }
+
+    /// Adds the member `mismatch`: the fields a request under a reused key changed, added or
+    /// removed (names only, never values).
+    #[must_use]
+    pub fn with_mismatch(mut self, mismatch: crate::fields::Mismatch) -> Self {
+        self.mismatch = Some(Box::new(mismatch));
+        self
+    }
+
+    /// The member `mismatch`, if any.
+    #[must_use]
+    pub fn mismatch(&self) -> Option<&crate::fields::Mismatch> {
+        self.mismatch.as_deref()
     }
 
     /// Adds the occurrence-specific explanation.

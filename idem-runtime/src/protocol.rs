@@ -69,6 +69,10 @@ pub struct Call<'a> {
     pub key: &'a IdempotencyKey,
     /// The request's fingerprint.
     pub fingerprint: Fingerprint,
+    /// The canonical request the fingerprint is of, where the caller kept it: its field
+    /// digests are stored with the key, and a `422` for another request under the key names
+    /// the fields that differ ([`crate::fields`]). `None`: a `422` names no field.
+    pub request: Option<&'a [u8]>,
 }
 
 /// The work of one operation at the record level: runs inside the key's transaction and
@@ -552,7 +556,13 @@ impl<DB: Backend> Idem<DB> {
                     if DB::LOCK_FIRST && !counted {
                         self.inner.first_step.met(spec.id, stored.is_some());
                     }
-                    match self.settle(spec, &call, stored, started)? {
+                    let settled = match self.settle(spec, &call, stored, started) {
+                        Err(Error::Mismatch(_)) => {
+                            return Err(self.mismatch(held(slot).conn(), &call, key).await);
+                        }
+                        settled => settled?,
+                    };
+                    match settled {
                         Settled::Answer(outcome) => return Ok(outcome),
                         Settled::Run { replace_expired } => replace_expired,
                         // (Atomic mode commits final rows only: a staged execution of the same
@@ -907,7 +917,7 @@ impl<DB: Backend> Idem<DB> {
             };
         }
         if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
-            return Err(Error::Mismatch);
+            return Err(Error::Mismatch(None));
         }
         if let Some(response) = stored.response {
             return Ok(Settled::Answer(Outcome {
@@ -941,7 +951,9 @@ impl<DB: Backend> Idem<DB> {
         replace_expired: bool,
     ) -> Result<bool, Error> {
         let headers = record.headers_json(&self.inner.config.stored_headers);
+        let digests = self.field_digests(call);
         let row = NewRow {
+            field_digests: digests.as_deref(),
             key,
             fingerprint: call.fingerprint.as_bytes(),
             status: record.status.as_u16(),
@@ -970,6 +982,43 @@ impl<DB: Backend> Idem<DB> {
         Ok(stored)
     }
 
+    /// The field digests of `call`'s request, as stored with its key ([`crate::fields`]):
+    /// `None` without the request, or with [`Config::mismatch_detail`] off.
+    pub(crate) fn field_digests(&self, call: &Call<'_>) -> Option<Vec<u8>> {
+        if !self.inner.config.mismatch_detail {
+            return None;
+        }
+        let salt = fastrand::u64(..).to_le_bytes();
+        let digests = crate::fields::FieldDigests::of_canonical(call.request?, salt);
+        digests.ok().map(|digests| digests.to_bytes())
+    }
+
+    /// A `422` for `call` under `key`, whose row has another fingerprint: with the fields
+    /// that differ, where the row keeps their digests (read on `conn`; a failure to read them
+    /// only leaves them out).
+    pub(crate) async fn mismatch(
+        &self,
+        conn: &mut DB::Connection,
+        call: &Call<'_>,
+        key: KeyRef<'_>,
+    ) -> Error {
+        let Some(request) = call.request.filter(|_| self.inner.config.mismatch_detail) else {
+            return Error::Mismatch(None);
+        };
+        let stored = match DB::field_digests(conn, key).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::debug!(%error, "the key's field digests could not be read");
+                None
+            }
+        };
+        let mismatch = stored
+            .as_deref()
+            .and_then(crate::fields::FieldDigests::from_bytes)
+            .and_then(|stored| stored.compare(request).ok());
+        Error::Mismatch(mismatch.map(Box::new))
+    }
+
     /// Step 5, after an execution that stored nothing: a concurrent execution of the same
     /// key may have committed between this one's lookup and its lock, and its record is then
     /// the answer. Otherwise `own` is.
@@ -987,9 +1036,11 @@ impl<DB: Backend> Idem<DB> {
         telemetry::looked_up_again(stored.as_ref(), now);
         match stored {
             None => own,
-            stored @ Some(_) => match self.settle(spec, call, stored, now)? {
-                Settled::Answer(outcome) => Ok(outcome),
-                Settled::Run { .. } | Settled::Held { .. } | Settled::Stuck { .. } => own,
+            stored @ Some(_) => match self.settle(spec, call, stored, now) {
+                Ok(Settled::Answer(outcome)) => Ok(outcome),
+                Ok(Settled::Run { .. } | Settled::Held { .. } | Settled::Stuck { .. }) => own,
+                Err(Error::Mismatch(_)) => Err(self.mismatch(conn, call, key).await),
+                Err(error) => Err(error),
             },
         }
     }

@@ -730,13 +730,14 @@ impl<DB: Backend> Idem<DB> {
         Fut: Future<Output = Result<Finished, StepError>>,
     {
         let spec = &self.config().spec(spec);
-        let fingerprint =
-            Fingerprint::of(spec.id, input, spec.fingerprint_exclude).map_err(Error::Input)?;
+        let (fingerprint, canonical) =
+            Fingerprint::of_kept(spec.id, input, spec.fingerprint_exclude).map_err(Error::Input)?;
         let request = serde_json::to_string(input).map_err(Error::Journal)?;
         let call = Call {
             scope: scope.as_str(),
             key,
             fingerprint,
+            request: Some(&canonical),
         };
         let execution = telemetry::Execution::start(spec.id, call.scope, Some(key.as_str()), None);
         execution
@@ -795,6 +796,7 @@ impl<DB: Backend> Idem<DB> {
         }
         let started = Instant::now();
         let mut pause = Duration::from_millis(10);
+        let digests = self.field_digests(call);
         // Before the lookup's connection: see `Idem::hold_for`.
         let mut hold = self.hold_for(key).await?;
         loop {
@@ -803,7 +805,13 @@ impl<DB: Backend> Idem<DB> {
             telemetry::looked_up(stored.as_ref(), now);
             let conn: &mut DB::Connection = session.conn();
             // The attempt to take over, and the end of its lease as seen.
-            let (seen, seen_until) = match self.settle(spec, call, stored, now)? {
+            let settled = match self.settle(spec, call, stored, now) {
+                Err(Error::Mismatch(_)) => {
+                    return Err(self.mismatch(session.conn(), call, key).await);
+                }
+                settled => settled?,
+            };
+            let (seen, seen_until) = match settled {
                 Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
                 Settled::Run { replace_expired } => {
                     let reservation = Reservation {
@@ -815,6 +823,7 @@ impl<DB: Backend> Idem<DB> {
                         locked_until_ms: now.saturating_add(millis(spec.lease)),
                         replace_expired,
                         id: reservation_id(key, call.fingerprint.as_bytes(), replace_expired),
+                        field_digests: digests.as_deref(),
                     };
                     let first = Fence {
                         reservation: reservation.id,
@@ -1026,7 +1035,7 @@ impl<DB: Backend> Idem<DB> {
     async fn fenced(&self, key: KeyRef<'_>, fingerprint: &[u8]) -> Result<Outcome, Error> {
         let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
         match DB::lookup(&mut conn, key).await.map_err(Error::Store)? {
-            Some(row) if row.fingerprint != fingerprint => Err(Error::Mismatch),
+            Some(row) if row.fingerprint != fingerprint => Err(Error::Mismatch(None)),
             Some(row) if row.is_final() => match row.response {
                 Some(response) => Ok(Outcome {
                     kind: OutcomeKind::Replayed,

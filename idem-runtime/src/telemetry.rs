@@ -472,7 +472,7 @@ impl Ending {
                     Self::Rejected(Rejection::InvalidKey)
                 }
                 Error::Input(_) => Self::Rejected(Rejection::InvalidInput),
-                Error::Mismatch => Self::Mismatch,
+                Error::Mismatch(_) => Self::Mismatch,
                 Error::InFlight { .. } => Self::InFlight,
                 Error::Expired => Self::Expired,
                 Error::Interrupted { .. } => Self::Failed,
@@ -901,7 +901,7 @@ mod tests {
         assert_eq!(ok(OutcomeKind::Replayed), "replayed");
         assert_eq!(ok(OutcomeKind::Failed), "failed");
         let err = |error| Ending::of(&Err(error)).as_str();
-        assert_eq!(err(Error::Mismatch), "mismatch");
+        assert_eq!(err(Error::Mismatch(None)), "mismatch");
         assert_eq!(err(Error::Expired), "expired");
         assert_eq!(
             err(Error::InFlight {

@@ -246,7 +246,7 @@ fn the_documents_list_every_problem_of_the_protocol() {
         Error::MissingKey,
         Error::InvalidKey(KeyError::TooLong),
         Error::NoScope("tenant"),
-        Error::Mismatch,
+        Error::Mismatch(None),
         Error::InFlight { retry_after: soon },
         Error::Expired,
         Error::ResponseTooLarge { limit: 1 },

@@ -160,7 +160,7 @@ async fn same_key_other_input_is_a_mismatch<DB: Sql>() {
     receipt(&h, &k, &json!({"invoice": 1})).await.unwrap();
     let error = receipt(&h, &k, &json!({"invoice": 2})).await.unwrap_err();
     assert!(
-        matches!(error, OnceError::Idem(Error::Mismatch)),
+        matches!(error, OnceError::Idem(Error::Mismatch(_))),
         "{error:?}"
     );
     assert_eq!(h.effects().await, 1);

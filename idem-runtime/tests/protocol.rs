@@ -40,6 +40,7 @@ fn global(k: &IdempotencyKey) -> Call<'_> {
         scope: "global",
         key: k,
         fingerprint: fp(&json!({})),
+        request: None,
     }
 }
 
@@ -94,6 +95,7 @@ async fn sequential_replay<DB: TestDb>() {
         scope: "global",
         key: &k,
         fingerprint: fp(&json!({"a": 1})),
+        request: None,
     };
     let first = h
         .idem
@@ -140,6 +142,7 @@ async fn awkward_values_round_trip<DB: TestDb>() {
         scope,
         key: &k,
         fingerprint: fp(&json!({"q": "'"})),
+        request: None,
     };
     let body: &'static [u8] = b"\x00\xff'\\x00; ROLLBACK; --\n\xc3\x28";
     let run = || {
@@ -198,6 +201,7 @@ async fn mismatch_runs_nothing<DB: TestDb>() {
         scope: "global",
         key: &k,
         fingerprint: fp(&json!({"a": 1})),
+        request: None,
     };
     h.idem
         .execute(&SPEC, first, ok::<DB>("first"))
@@ -212,9 +216,63 @@ async fn mismatch_runs_nothing<DB: TestDb>() {
         .execute(&SPEC, other, ok::<DB>("other"))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Mismatch), "{err:?}");
+    assert!(matches!(err, Error::Mismatch(_)), "{err:?}");
     assert_eq!(err.status(), 422);
     assert_eq!(h.effects().await, 1);
+}
+
+/// A request under a reused key, from the plain API with its canonical request: the `422`
+/// names the fields changed, added and removed — never a value — from the digests the first
+/// request left in the key's row; with `Config::mismatch_detail(false)` the row keeps none
+/// and the `422` names nothing.
+async fn mismatch_names_the_fields<DB: TestDb>() {
+    for detail in [true, false] {
+        let h = Harness::<DB>::with_config(Config::default().mismatch_detail(detail)).await;
+        let k = key("k-fields");
+        let first = json!({"body": {"amount": 100, "note": "a", "items": [{"sku": "A"}]}});
+        let second = json!({"body": {"amount": 101, "memo": "a", "items": [{"sku": "A"}]}});
+        let (first, second) = (canonical(&first), canonical(&second));
+        fn call<'a>(k: &'a IdempotencyKey, request: &'a [u8]) -> Call<'a> {
+            Call {
+                scope: "global",
+                key: k,
+                fingerprint: Fingerprint::of(SPEC.id, request, &[]).unwrap(),
+                request: Some(request),
+            }
+        }
+        h.idem
+            .execute(&SPEC, call(&k, &first), ok::<DB>("first"))
+            .await
+            .unwrap();
+        let err = h
+            .idem
+            .execute(&SPEC, call(&k, &second), ok::<DB>("second"))
+            .await
+            .unwrap_err();
+        let problem = serde_json::to_value(err.problem()).unwrap();
+        if detail {
+            assert_eq!(
+                problem["mismatch"],
+                json!({"changed": ["/body/amount"], "added": ["/body/memo"], "removed": ["/body/note"]}),
+                "{problem}"
+            );
+        } else {
+            assert!(matches!(err, Error::Mismatch(None)), "{err:?}");
+            assert!(problem.get("mismatch").is_none(), "{problem}");
+        }
+        // The same request reordered replays.
+        let again = h
+            .idem
+            .execute(&SPEC, call(&k, &first), ok::<DB>("again"))
+            .await
+            .unwrap();
+        assert_eq!(again.kind, OutcomeKind::Replayed);
+        assert_eq!(h.effects().await, 1);
+    }
+}
+
+fn canonical(value: &serde_json::Value) -> Vec<u8> {
+    idem_runtime::__fuzz::canonical_json(value).unwrap()
 }
 
 async fn scopes_and_operations_are_independent<DB: TestDb>() {
@@ -225,11 +283,13 @@ async fn scopes_and_operations_are_independent<DB: TestDb>() {
         scope: "tenant:a",
         key: &k,
         fingerprint: f,
+        request: None,
     };
     let b = Call {
         scope: "tenant:b",
         key: &k,
         fingerprint: f,
+        request: None,
     };
     let ra = h.idem.execute(&SPEC, a, ok::<DB>("a")).await.unwrap();
     let rb = h.idem.execute(&SPEC, b, ok::<DB>("b")).await.unwrap();
@@ -341,6 +401,7 @@ async fn either_first_step_gives_the_same_answers<DB: TestDb>() {
                 scope: "global",
                 key: &k,
                 fingerprint: fp(&input),
+                request: None,
             };
             let outcome = lookups
                 .watch(idem.execute(&SPEC, call, ok::<DB>(name)))
@@ -377,7 +438,7 @@ async fn either_first_step_gives_the_same_answers<DB: TestDb>() {
     assert_eq!(seen, expected);
     // Another payload on a key that exists: refused the same way.
     let (outcome, _) = run("b", json!({"other": true})).await;
-    assert!(matches!(outcome, Err(Error::Mismatch)), "{outcome:?}");
+    assert!(matches!(outcome, Err(Error::Mismatch(_))), "{outcome:?}");
     // Two keys that existed outweigh four new ones: the lookup comes first again.
     let (outcome, seen) = run("c", json!({})).await;
     assert_eq!(outcome.unwrap().record.body, bodies[2]);
@@ -432,6 +493,7 @@ async fn expired_key_reexecutes<DB: TestDb>() {
         scope: "global",
         key: &k,
         fingerprint: fp(&json!({"v": 1})),
+        request: None,
     };
     let first = h
         .idem
@@ -461,7 +523,7 @@ async fn expired_key_reexecutes<DB: TestDb>() {
     // The new row has the new fingerprint and a new expiry.
     assert!(matches!(
         h.idem.execute(&AGAIN, call, ok::<DB>("x")).await,
-        Err(Error::Mismatch)
+        Err(Error::Mismatch(_))
     ));
     assert_eq!(h.effects().await, 2);
     assert_eq!(h.keys().await, 1);
@@ -490,6 +552,7 @@ async fn concurrent_duplicates_execute_once<DB: TestDb>() {
                 scope: "global",
                 key: &k,
                 fingerprint: f,
+                request: None,
             };
             idem.execute(&SPEC, call, work_pausing::<DB>("race", 201, everyone))
                 .await
@@ -534,6 +597,7 @@ async fn hold_first<DB: TestDb>(
             scope: "global",
             key: &k,
             fingerprint: f,
+            request: None,
         };
         let pause = async move {
             started.send(()).unwrap();
@@ -708,6 +772,7 @@ async fn duplicates_never_run_the_work_twice<DB: TestDb>(spread: bool) {
                     scope: "global",
                     key: &key,
                     fingerprint: fp(&json!({"dup": name})),
+                    request: None,
                 };
                 let outcome = idem
                     .execute(
@@ -955,6 +1020,7 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
             scope: "global",
             key: &k,
             fingerprint: f,
+            request: None,
         };
         h.idem.execute(&SHORT, call, ok::<DB>("old")).await.unwrap();
     }
@@ -965,6 +1031,7 @@ async fn sweeper_deletes_only_expired_keys<DB: TestDb>() {
             scope: "global",
             key: &k,
             fingerprint: f,
+            request: None,
         };
         h.idem.execute(&SHORT, call, ok::<DB>("new")).await.unwrap();
     }
@@ -1113,6 +1180,7 @@ idem_testkit::on_every_store!(
     awkward_values_round_trip,
     replay_survives_a_new_process,
     mismatch_runs_nothing,
+    mismatch_names_the_fields,
     scopes_and_operations_are_independent,
     failure_is_rolled_back_and_frees_the_key,
     client_errors_can_be_stored_without_their_writes,
@@ -1466,6 +1534,7 @@ async fn postgres_literals_hold_without_standard_conforming_strings() {
         scope: r"tenant:a\'b",
         key: &k,
         fingerprint: fp(&json!({})),
+        request: None,
     };
     let body: &'static [u8] = b"\\x00\\\\' \"\x00\xff";
     let run = || {

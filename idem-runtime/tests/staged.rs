@@ -204,7 +204,7 @@ async fn reservation_commits_at_once<DB: TestDb, H: Holding>() {
     assert_eq!(work.provider.calls(), 1);
     assert_eq!(h.effects().await, 1);
     let other = run(&h.idem, &SPEC, &work, &k, 101).await;
-    assert!(matches!(other, Err(Error::Mismatch)), "{other:?}");
+    assert!(matches!(other, Err(Error::Mismatch(_))), "{other:?}");
 }
 
 /// With `on_in_flight = wait`, a duplicate waits for the running attempt and answers with

@@ -21,6 +21,7 @@ fn call<'k>(key: &'k IdempotencyKey, input: &serde_json::Value) -> Call<'k> {
         scope: "global",
         key,
         fingerprint: Fingerprint::of(SPEC.id, input, &[]).unwrap(),
+        request: None,
     }
 }
 
@@ -122,7 +123,7 @@ async fn a_lagging_standby_answers_only_what_it_can() {
     assert_eq!(replay.kind, OutcomeKind::Replayed);
     assert_eq!(replay.record.body, other.record.body);
     let mismatch = idem.execute(&SPEC, call(&k1, &a), fresh()).await;
-    assert!(matches!(mismatch, Err(Error::Mismatch)), "{mismatch:?}");
+    assert!(matches!(mismatch, Err(Error::Mismatch(_))), "{mismatch:?}");
     assert_eq!(
         scalar(&primary, "SELECT count(*) FROM idempotency_keys").await,
         2
@@ -232,6 +233,6 @@ async fn a_standby_that_does_not_answer_leaves_every_answer_to_the_primary() {
     let mismatch = idem
         .execute(&SPEC, call(&k, &json!({"x": 1})), fresh())
         .await;
-    assert!(matches!(mismatch, Err(Error::Mismatch)), "{mismatch:?}");
+    assert!(matches!(mismatch, Err(Error::Mismatch(_))), "{mismatch:?}");
     idem.close().await;
 }

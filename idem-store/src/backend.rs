@@ -345,6 +345,21 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
+    /// The field digests of `key`'s row: `None` when it has none (written before them, or
+    /// without them) or no row.
+    fn field_digests(
+        conn: &mut Self::Connection,
+        key: KeyRef<'_>,
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, sqlx::Error>> + Send {
+        async move {
+            let row = Self::fetch_optional(conn, Self::SQL.field_digests, &Arg::key(key)).await?;
+            row.map(|row| Self::opt_bytes(&row, 0))
+                .transpose()
+                .map(Option::flatten)
+        }
+    }
+
+    #[doc(hidden)]
     /// Inserts the completed key row and commits ([in one round trip on
     /// PostgreSQL](crate#postgresql-the-record-and-its-commit-in-one-round-trip)), ignoring
     /// [`NewRow::replace_expired`]. Returns `false`, rolled back, when the key's row exists
@@ -402,6 +417,7 @@ pub trait Backend: Glue + sealed::Sealed {
                         Arg::Int(r.locked_until_ms),
                         Arg::Int(r.expires_ms),
                         Arg::Int(r.id),
+                        Arg::OptBytes(r.field_digests),
                     ];
                     let reopen_args = Arg::around_key(&set, r.key, &[Arg::Int(r.created_ms)]);
                     if Self::execute(conn, reopen, &reopen_args).await? == 1 {
@@ -689,7 +705,7 @@ pub(crate) async fn begin_write<DB: Backend>(
 }
 
 /// [`Sql::insert_completed`]'s parameters.
-fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 10] {
+fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 11] {
     [
         Arg::Text(row.key.scope),
         Arg::Text(row.key.operation),
@@ -701,11 +717,12 @@ fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 10] {
         Arg::Int(row.created_ms),
         Arg::Int(row.completed_ms),
         Arg::Int(row.expires_ms),
+        Arg::OptBytes(row.field_digests),
     ]
 }
 
-/// A reservation's parameters after the key's: `$4` to `$9`.
-fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 6] {
+/// A reservation's parameters after the key's: `$4` to `$10`.
+fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 7] {
     [
         Arg::Bytes(r.fingerprint),
         Arg::Text(r.request),
@@ -713,6 +730,7 @@ fn reservation_args<'a>(r: &Reservation<'a>) -> [Arg<'a>; 6] {
         Arg::Int(r.expires_ms),
         Arg::Int(r.locked_until_ms),
         Arg::Int(r.id),
+        Arg::OptBytes(r.field_digests),
     ]
 }
 

@@ -172,6 +172,7 @@ where
     Option<&'a str>: Encode<'a, DB> + Type<DB>,
     Option<i64>: Encode<'a, DB> + Type<DB>,
     &'a [u8]: Encode<'a, DB> + Type<DB>,
+    Option<&'a [u8]>: Encode<'a, DB> + Type<DB>,
     i64: Encode<'a, DB> + Type<DB>,
     i32: Encode<'a, DB> + Type<DB>,
     bool: Encode<'a, DB> + Type<DB>,
@@ -183,6 +184,7 @@ where
         Arg::OptInt(v) => query.bind(v),
         Arg::Int32(v) => query.bind(v),
         Arg::Bytes(v) => query.bind(v),
+        Arg::OptBytes(v) => query.bind(v),
         Arg::Bool(v) => query.bind(v),
     })
 }
@@ -196,6 +198,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> i32: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,

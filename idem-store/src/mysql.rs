@@ -15,7 +15,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on MySQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 3] = [
+static MIGRATIONS: [Migration; 4] = [
     migration!(1, "mysql/0001_idempotency_keys.sql",
         "idempotency_keys, the audit trail, the outbox and the operation registry",
         present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
@@ -31,6 +31,8 @@ static MIGRATIONS: [Migration; 3] = [
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
     migration!(3, "mysql/0003_inbox.sql", "the inbox of events not applied",
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
+    migration!(4, "mysql/0004_field_digests.sql", "the digests of a key's request fields",
+        present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
 ];
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).
@@ -41,6 +43,7 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/mysql/insert_completed_or_replace_expired.sql"
     ),
+    field_digests: include_str!("../sql/mysql/field_digests.sql"),
     get: include_str!("../sql/mysql/get.sql"),
     get_for_update: include_str!("../sql/mysql/get_for_update.sql"),
     list: include_str!("../sql/mysql/list.sql"),

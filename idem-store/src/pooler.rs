@@ -94,7 +94,7 @@ pub(crate) fn inline_into(out: &mut String, sql: &str, args: &[Arg<'_>]) {
     let literals: usize = (args.iter())
         .map(|arg| match arg {
             Arg::Text(text) | Arg::OptText(Some(text)) => 4 * text.len() + 12,
-            Arg::Bytes(bytes) => 2 * bytes.len() + 16,
+            Arg::Bytes(bytes) | Arg::OptBytes(Some(bytes)) => 2 * bytes.len() + 16,
             _ => 32,
         })
         .sum();
@@ -114,7 +114,8 @@ pub(crate) fn inline_into(out: &mut String, sql: &str, args: &[Arg<'_>]) {
             Arg::Int32(n) => {
                 let _ = write!(out, "({n})::int4");
             }
-            Arg::Bytes(bytes) => push_bytes(out, bytes),
+            Arg::Bytes(bytes) | Arg::OptBytes(Some(bytes)) => push_bytes(out, bytes),
+            Arg::OptBytes(None) => out.push_str("NULL::bytea"),
             Arg::Bool(flag) => out.push_str(if flag { "true" } else { "false" }),
         }
         out.push(')');

@@ -20,7 +20,7 @@ use crate::sql::{Claim, Sql};
 use crate::staged::Fence;
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 10] = [
+static MIGRATIONS: [Migration; 11] = [
     migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "postgres/0002_staged.sql", "staged mode and the audit trail",
@@ -46,6 +46,8 @@ static MIGRATIONS: [Migration; 10] = [
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
     migration!(10, "postgres/0010_inbox.sql", "the inbox of events not applied",
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
+    migration!(11, "postgres/0011_field_digests.sql", "the digests of a key's request fields",
+        present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
 ];
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
@@ -56,6 +58,7 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/postgres/insert_completed_or_replace_expired.sql"
     ),
+    field_digests: include_str!("../sql/postgres/field_digests.sql"),
     get: include_str!("../sql/postgres/get.sql"),
     get_for_update: include_str!("../sql/postgres/get_for_update.sql"),
     list: include_str!("../sql/postgres/list.sql"),
@@ -309,12 +312,13 @@ fn insert_and_commit_statement(row: &NewRow<'_>) -> String {
     let text_len =
         row.key.scope.len() + row.key.operation.len() + row.key.key.len() + row.headers_json.len();
     // Text takes four characters a byte (`\xHH`), bytes two.
-    let mut sql =
-        String::with_capacity(512 + 4 * text_len + 2 * (row.fingerprint.len() + row.body.len()));
+    let bytes_len =
+        row.fingerprint.len() + row.body.len() + row.field_digests.map_or(0, <[u8]>::len);
+    let mut sql = String::with_capacity(512 + 4 * text_len + 2 * bytes_len);
     sql.push_str(
         "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
          response_status, response_headers, response_body, created_at, completed_at, \
-         expires_at) VALUES (",
+         expires_at, field_digests) VALUES (",
     );
     for text in [row.key.scope, row.key.operation, row.key.key] {
         push_text(&mut sql, text);
@@ -329,11 +333,15 @@ fn insert_and_commit_statement(row: &NewRow<'_>) -> String {
     for (ms, end) in [
         (row.created_ms, ", "),
         (row.completed_ms, ", "),
-        (row.expires_ms, ")"),
+        (row.expires_ms, ", "),
     ] {
         let _ = write!(sql, "to_timestamp({ms}::float8 / 1000){end}");
     }
-    sql.push_str("; COMMIT; BEGIN");
+    match row.field_digests {
+        Some(digests) => push_bytes(&mut sql, digests),
+        None => sql.push_str("NULL"),
+    }
+    sql.push_str("); COMMIT; BEGIN");
     sql
 }
 

@@ -64,6 +64,8 @@ pub struct NewRow<'a> {
     pub completed_ms: i64,
     /// When the key expires (`expires_at`).
     pub expires_ms: i64,
+    /// The request's field digests (`field_digests`), if kept.
+    pub field_digests: Option<&'a [u8]>,
     /// Overwrite a row that had expired by `created_ms` (an operation that runs expired keys
     /// again). Only [`crate::Backend::insert_completed`] does.
     pub replace_expired: bool,

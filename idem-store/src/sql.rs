@@ -38,6 +38,8 @@ pub enum Arg<'a> {
     Int32(i32),
     /// `bytea` / `blob`.
     Bytes(&'a [u8]),
+    /// `bytea` / `blob` or `NULL`.
+    OptBytes(Option<&'a [u8]>),
     /// `boolean`.
     Bool(bool),
 }
@@ -67,12 +69,14 @@ pub struct Sql {
     /// The key's `expires_at`, looked at again under its lock.
     pub expires_at: &'static str,
     /// The completed row with its response (the key; fingerprint, status, headers, body;
-    /// created, completed, expires); nothing where the key has a row.
+    /// created, completed, expires; the field digests); nothing where the key has a row.
     pub insert_completed: &'static str,
     /// The same, replacing a completed row that had expired by the new row's start (`$8`),
     /// never a processing row ([`crate::KeyStatus::at`]). MySQL: the plain insert, after
     /// [`Sql::clear_expired`].
     pub insert_completed_or_replace_expired: &'static str,
+    /// The key's field digests (a `422`'s detail), read only when a request differs.
+    pub field_digests: &'static str,
 
     // Tools.
     /// The key's row.

@@ -14,7 +14,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on SQLite ([migrations](crate#migrations): no version 7).
-static MIGRATIONS: [Migration; 9] = [
+static MIGRATIONS: [Migration; 10] = [
     migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "sqlite/0002_staged.sql", "staged mode and the audit trail",
@@ -36,6 +36,8 @@ static MIGRATIONS: [Migration; 9] = [
         present: "SELECT count(reservation) FROM idempotency_keys WHERE 1 = 0"),
     migration!(10, "sqlite/0010_inbox.sql", "the inbox of events not applied",
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
+    migration!(11, "sqlite/0011_field_digests.sql", "the digests of a key's request fields",
+        present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
 ];
 
 /// Every statement SQLite is sent ([`Sql`] says what each does).
@@ -46,6 +48,7 @@ const SQL: Sql = Sql {
     insert_completed_or_replace_expired: include_str!(
         "../sql/sqlite/insert_completed_or_replace_expired.sql"
     ),
+    field_digests: include_str!("../sql/sqlite/field_digests.sql"),
     get: include_str!("../sql/sqlite/get.sql"),
     // No `FOR UPDATE` on SQLite: its transactions that write hold the database (`begin_write`).
     get_for_update: include_str!("../sql/sqlite/get.sql"),

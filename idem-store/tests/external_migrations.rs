@@ -70,6 +70,7 @@ where
         key: "k",
     };
     let row = idem_store::NewRow {
+        field_digests: None,
         key,
         fingerprint: &[7; 32],
         status: 201,

@@ -42,6 +42,7 @@ async fn lock_rows_are_swept_once_no_execution_took_them() {
     .unwrap();
     assert_eq!(isolation, "READ COMMITTED");
     let row = NewRow {
+        field_digests: None,
         key,
         fingerprint: &[1; 32],
         status: 201,

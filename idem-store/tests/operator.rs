@@ -76,6 +76,7 @@ async fn running<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         locked_until_ms: LEASE,
         replace_expired: false,
         id: RESERVATION,
+        field_digests: None,
     };
     assert!(DB::reserve(&mut conn, reservation).await.unwrap());
     assert!(
@@ -468,6 +469,7 @@ async fn journals_are_objects<DB: TestBackend>() {
             locked_until_ms: LEASE,
             replace_expired: false,
             id: RESERVATION,
+            field_digests: None,
         };
         assert!(DB::reserve(&mut conn, reservation).await.unwrap());
         assert!(

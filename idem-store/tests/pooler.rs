@@ -52,6 +52,7 @@ async fn parameters_become_typed_literals() {
         locked_until_ms: NOW + HOUR,
         replace_expired: false,
         id: 7,
+        field_digests: None,
     };
     assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
     drop(conn);
@@ -181,6 +182,7 @@ async fn long_values_are_written_whole() {
         locked_until_ms: NOW - 1,
         replace_expired: false,
         id: 7,
+        field_digests: None,
     };
     assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
     drop(conn);

@@ -174,6 +174,7 @@ async fn history_table_layout() {
 fn the_merged_statement_holds_request_values_only_as_hex() {
     let body: &[u8] = b"{\"a\":\"'; DROP TABLE x; --\"}";
     let row = NewRow {
+        field_digests: Some(&[0x01, 0x02, 0x03]),
         key: KeyRef {
             scope: "tenant:o'brien",
             operation: "op:v1",
@@ -193,7 +194,7 @@ fn the_merged_statement_holds_request_values_only_as_hex() {
     // Every quote in the statement opens or closes a literal of hexadecimal escapes or
     // a fixed word: `\xHH…` (text), `\\x<hex>` (bytea), `completed`.
     let quoted: Vec<&str> = sql.split('\'').skip(1).step_by(2).collect();
-    assert_eq!(quoted.len(), 7, "{sql}");
+    assert_eq!(quoted.len(), 8, "{sql}");
     for literal in &quoted {
         let text = literal.len() % 4 == 0
             && literal
@@ -206,7 +207,10 @@ fn the_merged_statement_holds_request_values_only_as_hex() {
         assert!(text || bytea || *literal == "completed", "{literal}");
     }
     assert!(sql.contains(r"E'\\x00ff10'::bytea"), "{sql}");
-    assert!(sql.contains("to_timestamp(3000::float8 / 1000))"), "{sql}");
+    assert!(
+        sql.contains(r"to_timestamp(3000::float8 / 1000), E'\\x010203'::bytea)"),
+        "{sql}"
+    );
     assert!(sql.contains(", 'completed', 201, "), "{sql}");
     // The key, byte for byte.
     let key_escaped: String = "k'); COMMIT; --"

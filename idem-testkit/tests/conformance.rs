@@ -25,6 +25,7 @@ idem_testkit::on_every_store!(
     insert_and_commit_conflict_changes_nothing,
     insert_completed_conflict_changes_nothing,
     replacing_an_expired_key,
+    field_digests_round_trip,
     savepoint_rollback_undoes_the_work,
     // Staged mode.
     reserve_once,

@@ -1448,6 +1448,7 @@ async fn a_host_list_reaches_the_primary() {
         scope: "global",
         key: &key,
         fingerprint: Fingerprint::of(SPEC.id, &serde_json::json!({}), &[]).unwrap(),
+        request: None,
     };
     let work = work_fn::<Postgres, _>(|_tx| {
         Box::pin(async {

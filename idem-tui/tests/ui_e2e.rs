@@ -91,6 +91,7 @@ async fn seed_in<DB: Backend>(table: &KeyTable<DB>, scope: &str, keys: &[&str], 
             .free()
             .unwrap();
         let row = NewRow {
+            field_digests: None,
             key: KeyRef {
                 scope,
                 operation: OPERATION,

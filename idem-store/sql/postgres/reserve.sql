@@ -1,7 +1,8 @@
 WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint,
-    status, request, created_at, expires_at, locked_until, attempt, reservation) VALUES ($1, $2, $3,
+    status, request, created_at, expires_at, locked_until, attempt, reservation,
+    field_digests) VALUES ($1, $2, $3,
     $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), to_timestamp(($7)::float8 / 1000),
-    to_timestamp(($8)::float8 / 1000), 1, $9) ON CONFLICT (scope, operation, idempotency_key) DO NOTHING
+    to_timestamp(($8)::float8 / 1000), 1, $9, $10) ON CONFLICT (scope, operation, idempotency_key) DO NOTHING
     RETURNING scope, operation, idempotency_key) INSERT INTO idempotency_processing (scope,
     operation, idempotency_key) SELECT scope, operation, idempotency_key
 FROM reserved

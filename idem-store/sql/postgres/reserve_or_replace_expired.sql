@@ -1,10 +1,12 @@
 WITH reserved AS (INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint,
-    status, request, created_at, expires_at, locked_until, attempt, reservation) VALUES ($1, $2, $3,
+    status, request, created_at, expires_at, locked_until, attempt, reservation,
+    field_digests) VALUES ($1, $2, $3,
     $4, 'processing', $5, to_timestamp(($6)::float8 / 1000), to_timestamp(($7)::float8 / 1000),
-    to_timestamp(($8)::float8 / 1000), 1, $9) ON CONFLICT (scope, operation, idempotency_key) DO
+    to_timestamp(($8)::float8 / 1000), 1, $9, $10) ON CONFLICT (scope, operation, idempotency_key) DO
     UPDATE SET fingerprint = excluded.fingerprint, status = 'processing', request =
     excluded.request, created_at = excluded.created_at, expires_at = excluded.expires_at,
-    locked_until = excluded.locked_until, attempt = 1, reservation = excluded.reservation, journal
+    locked_until = excluded.locked_until, attempt = 1, reservation = excluded.reservation,
+    field_digests = excluded.field_digests, journal
     = NULL, recovery_point = NULL, response_status = NULL, response_headers = NULL, response_body =
     NULL, completed_at = NULL WHERE idempotency_keys.status = 'completed' AND
     idempotency_keys.expires_at <= excluded.created_at RETURNING scope, operation, idempotency_key)

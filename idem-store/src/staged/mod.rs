@@ -30,6 +30,8 @@ pub struct Reservation<'a> {
     /// This reservation's identity (the `reservation` column): random, never 0, the same for
     /// every attempt at it ([`Fence::reservation`]).
     pub id: i64,
+    /// The request's field digests (`field_digests`), if kept.
+    pub field_digests: Option<&'a [u8]>,
 }
 
 /// What fences an attempt's writes: the reservation it runs and its number. A write

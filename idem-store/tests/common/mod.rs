@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use idem_store::sqlx::migrate::{Migrate, MigrateError, Migrator};
 use idem_store::sqlx::{Database, Pool};
-use idem_store::{Backend, KeyFilter, KeyRef, KeyStatus, KeyTable, StoredStatus};
+use idem_store::{Backend, KeyFilter, KeyRef, KeyStatus, KeyTable, StoredResponse, StoredStatus};
 use idem_testkit::conformance::{HEADERS, put};
 use idem_testkit::harness::{HOUR, NOW, TestBackend, new_dir, settings};
 
@@ -88,6 +88,54 @@ where
 /// A `processing` row of `key` as idem 0.1's table holds it (staged mode writes them; atomic
 /// mode does not), and on PostgreSQL its row in `idempotency_processing` once migration 5
 /// made that table (on SQLite a trigger writes it).
+/// Inserts a completed row with the columns idem 0.1 had (fingerprint `[7; 32]`, status 201,
+/// the headers `HEADERS`, `body`): what a table of that version holds.
+pub async fn insert_completed_legacy<DB: Backend>(
+    pool: &Pool<DB>,
+    key: KeyRef<'_>,
+    created_ms: i64,
+    expires_ms: i64,
+    body: &[u8],
+) {
+    let KeyRef {
+        scope,
+        operation,
+        key,
+    } = key;
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let headers = StoredResponse::encode_headers(HEADERS).replace('\'', "''");
+    let postgres = DB::NAME == "PostgreSQL";
+    let bytes = |hex: &str| {
+        if postgres {
+            format!("decode('{hex}', 'hex')")
+        } else {
+            format!("X'{hex}'")
+        }
+    };
+    let time = |ms: i64| {
+        if postgres {
+            format!("to_timestamp({ms}::float8 / 1000)")
+        } else {
+            format!("strftime('%Y-%m-%d %H:%M:%f', {ms} / 1000.0, 'unixepoch')")
+        }
+    };
+    run(
+        pool,
+        &format!(
+            "INSERT INTO idempotency_keys (scope, operation, idempotency_key, fingerprint, status, \
+             response_status, response_headers, response_body, created_at, completed_at, \
+             expires_at) VALUES ('{scope}', '{operation}', '{key}', {}, 'completed', 201, \
+             '{headers}', {}, {}, {}, {})",
+            bytes(&hex(&[7; 32])),
+            bytes(&hex(body)),
+            time(created_ms),
+            time(created_ms + 5),
+            time(expires_ms),
+        ),
+    )
+    .await;
+}
+
 pub async fn insert_processing<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
@@ -182,9 +230,9 @@ where
         Err(MigrateError::VersionMissing(20_261_130_000_001)) => {}
         other => panic!("expected VersionMissing before the upgrade, got {other:?}"),
     }
-    // Rows idem 0.1 stored.
+    // Rows idem 0.1 stored, in its columns.
     let old = key("tenant:t1", "create_order:v1", "k-old");
-    assert!(put(&pool, old, NOW - HOUR, NOW + HOUR, b"{\"id\":1}").await);
+    insert_completed_legacy(&pool, old, NOW - HOUR, NOW + HOUR, b"{\"id\":1}").await;
     insert_processing(
         &pool,
         key("global", "sync:v1", "p-1"),

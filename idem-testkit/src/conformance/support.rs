@@ -113,6 +113,7 @@ pub async fn put<DB: Backend>(
     DB::insert_completed_and_commit(
         tx,
         NewRow {
+            field_digests: None,
             key,
             fingerprint: &[7; 32],
             status: 201,

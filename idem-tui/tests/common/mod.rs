@@ -256,6 +256,7 @@ async fn atomic<DB: TestBackend>(
         scope,
         key: &key,
         fingerprint: Fingerprint::of(spec.id, &json!({"key": key.as_str()}), &[]).unwrap(),
+        request: None,
     };
     idem.execute(
         spec,

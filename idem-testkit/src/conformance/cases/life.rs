@@ -32,6 +32,7 @@ async fn overdue<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, lease_ms: i64) {
             locked_until_ms: lease_ms,
             replace_expired: false,
             id: RESERVATION,
+            field_digests: None,
         },
     )
     .await
@@ -175,8 +176,10 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
         locked_until_ms: NOW + 30_000,
         replace_expired: true,
         id: RESERVATION,
+        field_digests: None,
     };
     let inserting = |k| NewRow {
+        field_digests: None,
         key: k,
         fingerprint: &[6; 32],
         status: 200,

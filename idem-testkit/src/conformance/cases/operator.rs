@@ -86,6 +86,7 @@ async fn store<DB: Backend>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i
         .must("the store");
     let headers = StoredResponse::encode_headers([("content-type", "application/json")]);
     let row = NewRow {
+        field_digests: None,
         key,
         fingerprint: &[7; 32],
         status: 201,
@@ -1124,6 +1125,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
                 locked_until_ms: NOW + 30_000,
                 replace_expired: false,
                 id: RESERVATION,
+                field_digests: None,
             },
         )
         .await
@@ -1197,6 +1199,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
             locked_until_ms: NOW + 30_000,
             replace_expired: true,
             id: RESERVATION,
+            field_digests: None,
         },
     )
     .await

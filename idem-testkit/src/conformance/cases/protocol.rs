@@ -29,6 +29,7 @@ fn new_row<'a>(
     expires_ms: i64,
 ) -> NewRow<'a> {
     NewRow {
+        field_digests: None,
         key,
         fingerprint,
         status: 200,
@@ -193,6 +194,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
             locked_until_ms: NOW + 30_000,
             replace_expired: false,
             id: RESERVATION,
+            field_digests: None,
         },
     )
     .await
@@ -441,6 +443,7 @@ pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>() {
         .free()
         .must("begin replacing an expired key: a transaction");
     let row = NewRow {
+        field_digests: None,
         replace_expired: true,
         ..new_row(k, &[2; 32], "[]", b"new", NOW, NOW + HOUR)
     };
@@ -759,6 +762,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             "the application's write"
         );
         let row = NewRow {
+            field_digests: None,
             replace_expired,
             ..new_row(target, &[9; 32], "[]", b"second", NOW, NOW + HOUR)
         };
@@ -834,6 +838,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
     assert!(put(pool, k, NOW - 2 * HOUR, NOW - HOUR, b"first").await);
     assert!(put(pool, live, NOW - HOUR, NOW + HOUR, b"live").await);
     let row = |key, created_ms, body: &'static [u8]| NewRow {
+        field_digests: None,
         key,
         fingerprint: &[9; 32],
         status: 200,
@@ -950,6 +955,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         .await
         .must("a second rollback_to_savepoint");
     let row = NewRow {
+        field_digests: None,
         status: 422,
         ..new_row(
             k,
@@ -983,4 +989,77 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         Some(422),
         "the stored failure"
     );
+}
+
+/// A completed row keeps the field digests it is given, byte for byte, whether inserted and
+/// committed in one go, inside a transaction, or over an expired row; a row given none, and
+/// a key with no row, have none ([`Backend::field_digests`]).
+pub async fn field_digests_round_trip<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
+    let pool = table.pool();
+    let digests: Vec<u8> = (0..=255).collect();
+    let row = |key, created_ms, field_digests| NewRow {
+        field_digests,
+        key,
+        fingerprint: &[3; 32],
+        status: 201,
+        headers_json: "[]",
+        body: b"{}",
+        created_ms,
+        completed_ms: created_ms,
+        expires_ms: created_ms + HOUR,
+        replace_expired: false,
+    };
+    let mut conn = pool.acquire().await.must("acquiring a connection");
+    let (one_go, in_tx, none, expired) = (key("one-go"), key("in-tx"), key("none"), key("old"));
+    for (k, given) in [(one_go, Some(&digests[..])), (none, None)] {
+        let tx = DB::begin(&mut conn, &settings(), None)
+            .await
+            .must("begin")
+            .free()
+            .must("begin without a lock");
+        let stored = DB::insert_completed_and_commit(tx, row(k, NOW, given))
+            .await
+            .must("insert_completed_and_commit");
+        assert!(stored);
+    }
+    let mut tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .must("begin")
+        .free()
+        .must("begin without a lock");
+    assert!(
+        DB::insert_completed(&mut tx, row(in_tx, NOW, Some(&digests[..16])))
+            .await
+            .must("insert_completed")
+    );
+    tx.commit().await.must("commit");
+    // Over an expired row: the new row's digests.
+    assert!(put(pool, expired, NOW - 3 * HOUR, NOW - 2 * HOUR, b"first").await);
+    let mut tx = DB::begin(&mut conn, &settings(), None)
+        .await
+        .must("begin")
+        .free()
+        .must("begin without a lock");
+    let replacing = NewRow {
+        replace_expired: true,
+        ..row(expired, NOW, Some(&digests[..8]))
+    };
+    assert!(
+        DB::insert_completed(&mut tx, replacing)
+            .await
+            .must("replacing")
+    );
+    tx.commit().await.must("commit");
+
+    for (k, want) in [
+        (one_go, Some(&digests[..])),
+        (in_tx, Some(&digests[..16])),
+        (expired, Some(&digests[..8])),
+        (none, None),
+        (key("absent"), None),
+    ] {
+        let got = DB::field_digests(&mut conn, k).await.must("field_digests");
+        assert_eq!(got.as_deref(), want, "{}", k.key);
+    }
 }

@@ -27,6 +27,7 @@ fn reservation(key: KeyRef<'_>, created_ms: i64, locked_until_ms: i64) -> Reserv
         locked_until_ms,
         replace_expired: false,
         id: RESERVATION,
+        field_digests: None,
     }
 }
 
@@ -149,6 +150,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         replace_expired: true,
         id: RESERVATION,
         key,
+        field_digests: None,
     };
     assert!(
         !DB::reserve(

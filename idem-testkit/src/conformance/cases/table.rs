@@ -37,6 +37,7 @@ async fn insert_many<DB: Backend>(pool: &Pool<DB>, operation: &str, n: usize, ex
     for i in 0..n {
         let name = format!("bulk-{i:05}");
         let row = NewRow {
+            field_digests: None,
             key: kr("global", operation, &name),
             fingerprint: &[0],
             status: 200,
@@ -177,6 +178,7 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
             locked_until_ms: NOW + 2 * HOUR,
             replace_expired: false,
             id: RESERVATION,
+            field_digests: None,
         },
     )
     .await
