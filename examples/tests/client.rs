@@ -249,8 +249,9 @@ async fn client_errors_are_never_retried() {
     assert_eq!(reused.status(), 422);
     assert_eq!(info(&reused).attempts(), 1);
     assert_eq!(info(&reused).key(), Some("order-1"));
-    let problem: serde_json::Value = reused.json().await.unwrap();
-    assert_eq!(problem["type"], "urn:idem:problem:key-reused");
+    let reused = idem_client::KeyReused::from_problem(&reused.bytes().await.unwrap()).unwrap();
+    assert_eq!(reused.changed, ["/body/quantity"]);
+    assert!(reused.added.is_empty() && reused.removed.is_empty());
     assert_eq!(proxy.statuses(), [Some(422)]);
 
     let invalid = post(&proxy.base, None, r#"{"sku": "BOOK-1", "quantity": 0}"#).await;

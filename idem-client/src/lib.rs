@@ -98,6 +98,7 @@ use reqwest_middleware::{Error, Middleware, Next, Result};
 
 pub mod backoff;
 pub mod key;
+mod reused;
 
 pub use backoff::Jitter;
 pub use key::InvalidKey;
@@ -106,6 +107,7 @@ pub use reqwest;
 /// The `reqwest-middleware` this crate is built against: its `ClientBuilder` takes the
 /// middleware.
 pub use reqwest_middleware;
+pub use reused::KeyReused;
 
 /// Sends an `Idempotency-Key` with unsafe requests and retries them safely; see the
 /// [crate documentation](crate) for the policy.
