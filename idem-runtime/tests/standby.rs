@@ -51,8 +51,9 @@ async fn replicated(standby: &PgPool, key: &str, rows: i64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lagging_standby_answers_only_what_it_can() {
+/// A primary and an asynchronous standby, idem on the primary reading replays on the standby
+/// first (migrated), and a pool on each server for the test's own looks.
+async fn with_replica() -> (Failover, Idem<Postgres>, PgPool, PgPool) {
     let rig = Failover::start(false);
     let primary_url = Failover::url_of(rig.primary_port, "test");
     let standby_url = Failover::url_of(rig.standby_port, "test");
@@ -62,6 +63,12 @@ async fn a_lagging_standby_answers_only_what_it_can() {
     idem.migrate().await.unwrap();
     let primary = PgPool::connect(&primary_url).await.unwrap();
     let standby = PgPool::connect(&standby_url).await.unwrap();
+    (rig, idem, primary, standby)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lagging_standby_answers_only_what_it_can() {
+    let (_rig, idem, primary, standby) = with_replica().await;
 
     let (k1, k2) = (
         IdempotencyKey::new("k1").unwrap(),
@@ -139,15 +146,7 @@ async fn staged_replays_from_the_standby() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     const STAGED: OperationSpec = OperationSpec::new("staged-op:v1").mode(Mode::Staged);
-    let rig = Failover::start(false);
-    let primary_url = Failover::url_of(rig.primary_port, "test");
-    let standby_url = Failover::url_of(rig.standby_port, "test");
-    let idem = Idem::<Postgres>::connect(&primary_url, Config::default().replica(&standby_url))
-        .await
-        .unwrap();
-    idem.migrate().await.unwrap();
-    let primary = PgPool::connect(&primary_url).await.unwrap();
-    let standby = PgPool::connect(&standby_url).await.unwrap();
+    let (_rig, idem, primary, standby) = with_replica().await;
     let runs = AtomicUsize::new(0);
     let pay = async |k: &str| {
         let key = IdempotencyKey::new(k).unwrap();
