@@ -132,9 +132,50 @@ impl FieldDigests {
     /// When `canonical` is not JSON as the canonical writer writes it.
     pub fn compare(&self, canonical: &[u8]) -> Result<Mismatch, NotCanonical> {
         let new = digests(canonical, self.depth, &self.salt)?;
+        Ok(self.differences(&new, |_| true))
+    }
+
+    /// How `body`, a request body alone, differs from the body of the request these digests
+    /// are of. Only the fields under `/body` are compared: a body does not tell the path,
+    /// query or headers of its request. The body is read as JSON, not as the handler's type
+    /// would read it: a field the type ignores or fills with a default shows as added or
+    /// removed.
+    ///
+    /// ```
+    /// use idem_runtime::fields::FieldDigests;
+    ///
+    /// let first = br#"{"body":{"amount":100,"note":"a"},"path":{"id":"7"}}"#;
+    /// let stored = FieldDigests::of_canonical(first, [7; 8]).unwrap();
+    /// let mismatch = stored.compare_body(&serde_json::json!({"amount": 101}));
+    /// assert_eq!(mismatch.changed, ["/body/amount"]);
+    /// assert_eq!(mismatch.removed, ["/body/note"]);
+    /// assert!(mismatch.added.is_empty());
+    /// ```
+    #[must_use]
+    pub fn compare_body(&self, body: &serde_json::Value) -> Mismatch {
+        #[derive(serde::Serialize)]
+        struct Request<'a> {
+            body: &'a serde_json::Value,
+        }
+        let in_body = |name: &str| name == "/body" || name.starts_with("/body/");
+        // A JSON value always writes canonically, and canonical bytes always read back.
+        let new = crate::canonical::to_vec(&Request { body })
+            .ok()
+            .and_then(|canonical| digests(&canonical, self.depth, &self.salt).ok())
+            .unwrap_or_default();
+        self.differences(&new, in_body)
+    }
+
+    /// The fields of `new` that differ from these, among the names `compared` keeps, at most
+    /// [`MAX_REPORTED`] of them.
+    fn differences(
+        &self,
+        new: &BTreeMap<String, [u8; DIGEST_LEN]>,
+        compared: impl Fn(&str) -> bool,
+    ) -> Mismatch {
         let mut changed = Vec::new();
         let mut added = Vec::new();
-        for (name, digest) in &new {
+        for (name, digest) in new {
             match self.fields.get(name) {
                 Some(old) if old != digest => changed.push(name.clone()),
                 Some(_) => {}
@@ -144,7 +185,7 @@ impl FieldDigests {
         let removed: Vec<String> = self
             .fields
             .keys()
-            .filter(|name| !new.contains_key(*name))
+            .filter(|name| compared(name) && !new.contains_key(*name))
             .cloned()
             .collect();
         let mut mismatch = Mismatch {
@@ -164,7 +205,7 @@ impl FieldDigests {
             list.truncate(kept);
             room -= kept;
         }
-        Ok(mismatch)
+        mismatch
     }
 
     /// The fields kept, by name.
