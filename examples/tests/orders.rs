@@ -113,6 +113,28 @@ async fn contract_on(db: &Db, server: Server) {
         "{problem}"
     );
     assert!(!mismatch.body.contains('3'), "{}", mismatch.body);
+    // A body the endpoint would refuse gets the key's answer first: a field added (which
+    // the order does not know) and one removed (which it requires), a value out of range.
+    for (body, expected) in [
+        (
+            r#"{"sku": "BOOK-1", "count": 7}"#,
+            serde_json::json!({"changed": [], "added": ["/body/count"], "removed": ["/body/quantity"]}),
+        ),
+        (
+            r#"{"sku": "BOOK-1", "quantity": 99}"#,
+            serde_json::json!({"changed": ["/body/quantity"], "added": [], "removed": []}),
+        ),
+    ] {
+        let mismatch = c.post(Some("acme"), Some("k1"), body).await;
+        let problem = mismatch.assert_problem(422);
+        assert_eq!(problem["type"], "urn:idem:problem:key-reused", "{problem}");
+        assert_eq!(problem["mismatch"], expected, "{problem}");
+        assert!(!mismatch.body.contains("99") && !mismatch.body.contains('7'));
+    }
+    // Under a new key, or as malformed JSON, the refusal stands.
+    let invalid = c.post(Some("acme"), Some("k-new"), r#"{"sku": "BOOK-1", "count": 7}"#).await;
+    assert_eq!(invalid.assert_problem(422)["type"], "urn:idem:problem:invalid-body");
+    c.post(Some("acme"), Some("k1"), r#"{"sku": "#).await.assert_problem(400);
     assert_eq!(db.orders().await, 1);
     // The key row holds no value of the request.
     assert_eq!(

@@ -112,6 +112,17 @@ async fn contract<DB: Store>() {
         json!({"changed": ["/body/amount"], "added": [], "removed": []}),
         "{problem}"
     );
+    // A body the endpoint refuses gets the key's answer first, naming what differs.
+    let body = r#"{"amount": 1250, "currency": "EUR", "payer": "cus-1"}"#;
+    let problem = post(&c, Some("acme"), Some("k1"), body)
+        .await
+        .assert_problem(422);
+    assert_eq!(problem["type"], "urn:idem:problem:key-reused");
+    assert_eq!(
+        problem["mismatch"],
+        json!({"changed": [], "added": ["/body/payer"], "removed": ["/body/customer"]}),
+        "{problem}"
+    );
 
     // Reading: own tenant only.
     let read = c.get("acme", &format!("/payments/{id}")).await;

@@ -569,13 +569,18 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
             .collect();
         format!("; {} left out of the comparison", paths.join(", "))
     };
+    let named = if doc.mismatch_detail {
+        " The problem's `mismatch` member names the fields that differ (`changed`, `added`, \
+         `removed`: JSON pointers such as `/body/amount`, never their values). A body this \
+         operation would refuse as invalid gets this answer too when its key is in use."
+    } else {
+        " The problem does not say which fields differ."
+    };
     cases.push(Case::problem(
         422,
         "urn:idem:problem:key-reused",
         format!(
-            "The key was already used with a different request (another body, path or query{excluded}). \
-             The problem's `mismatch` member names the fields that differ (`changed`, `added`, \
-             `removed`: JSON pointers such as `/body/amount`, never their values)."
+            "The key was already used with a different request (another body, path or query{excluded}).{named}"
         ),
         "A client bug: a new request needs a new key. Do not retry; nothing ran.",
     ));

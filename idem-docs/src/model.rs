@@ -77,6 +77,10 @@ pub struct OperationDoc {
     pub on_in_flight: InFlightPolicy,
     /// Client errors are stored and replayed.
     pub store_client_errors: bool,
+    /// A `422` for a reused key names the fields that differ. Serialised only when off, so
+    /// that documents written before it read back unchanged (on).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub mismatch_detail: bool,
     /// Dotted paths left out of the fingerprint.
     pub fingerprint_exclude: Vec<String>,
     /// The HTTP method, upper case (`POST`), when known.
@@ -157,6 +161,7 @@ impl OperationDoc {
             lease: spec.lease,
             on_in_flight: spec.on_in_flight,
             store_client_errors: spec.store_client_errors,
+            mismatch_detail: spec.mismatch_detail,
             fingerprint_exclude: spec
                 .fingerprint_exclude
                 .iter()
@@ -397,6 +402,15 @@ impl TryFrom<RawKeyPart> for KeyPartDoc {
 /// `skip_serializing_if` for flags that are off by default.
 fn is_false(value: &bool) -> bool {
     !*value
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Vocabulary words as their spellings.

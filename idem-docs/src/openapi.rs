@@ -312,6 +312,9 @@ fn policy(doc: &OperationDoc) -> Value {
         if !doc.key_from.is_empty() {
             map.insert("keyFrom".to_owned(), json!(doc.key_from));
         }
+        if !doc.mismatch_detail {
+            map.insert("mismatchDetail".to_owned(), false.into());
+        }
         if let Some(source) = doc.published_source() {
             map.insert("source".to_owned(), source.into());
         }

@@ -17,8 +17,8 @@ use syn::punctuated::Punctuated;
 use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
 
 const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, `mode`, \
-                         `lease`, `on_in_flight`, `store_client_errors`, `exclude`, `state`, \
-                         `path`";
+                         `lease`, `on_in_flight`, `store_client_errors`, `mismatch_detail`, \
+                         `exclude`, `state`, `path`";
 
 /// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
@@ -153,6 +153,19 @@ fn lease(value: &Expr) -> syn::Result<(Duration, Span)> {
 }
 
 /// `path = "POST /orders"`: an upper-case method, one space, a path from `/` without spaces.
+/// `true` or `false`, for the argument `name`.
+fn boolean(value: &Expr, name: &str) -> syn::Result<bool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => Ok(b.value),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("`{name}` takes `true` or `false`"),
+        )),
+    }
+}
+
 fn route(value: &Expr) -> syn::Result<(String, String)> {
     let lit = string(value, "path")?;
     let text = lit.value();
@@ -235,18 +248,10 @@ impl Args {
                 }
                 "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
                 "version" => parse_version(value).map(|v| version = Some(v)),
-                "store_client_errors" => match value {
-                    Expr::Lit(ExprLit {
-                        lit: Lit::Bool(b), ..
-                    }) => {
-                        args.spec = args.spec.store_client_errors(b.value);
-                        Ok(())
-                    }
-                    other => Err(syn::Error::new_spanned(
-                        other,
-                        "`store_client_errors` takes `true` or `false`",
-                    )),
-                },
+                "store_client_errors" => boolean(value, "store_client_errors")
+                    .map(|b| args.spec = args.spec.store_client_errors(b)),
+                "mismatch_detail" => boolean(value, "mismatch_detail")
+                    .map(|b| args.spec = args.spec.mismatch_detail(b)),
                 "exclude" => parse_exclude(value).map(|paths| {
                     let paths: Vec<&'static str> = paths.into_iter().map(leak).collect();
                     args.spec = args.spec.fingerprint_exclude(paths.leak());

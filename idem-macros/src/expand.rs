@@ -120,6 +120,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     let key = format_ident!("{}", variant(spec.key.as_str()));
     let mode = format_ident!("{}", variant(spec.mode.as_str()));
     let store_client_errors = spec.store_client_errors;
+    let mismatch_detail = spec.mismatch_detail;
     let exclude = spec.fingerprint_exclude;
     let staged = spec.mode == Mode::Staged;
     let lease = u64::try_from(spec.lease.as_millis()).unwrap_or(u64::MAX);
@@ -173,6 +174,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
     // argument (see below).
     let mut extractor_checks = Vec::new();
     let mut position = 0;
+    let mut last_arg = None;
     for (i, argument) in signature.arguments.iter().enumerate() {
         let ty = &argument.ty;
         // The argument's span, so that errors about it point at the user's type.
@@ -187,7 +189,20 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         };
         position += 1;
         let last = position == extractors;
-        params.push(quote_spanned!(ty.span()=> #rt::Reuse(#ident): #rt::Reuse<#ty>));
+        if last {
+            // Its refusal is kept: the key's answer may come first (`__private::refused`).
+            params.push(quote_spanned!(ty.span()=> __idem_last: #rt::Last<#ty>));
+            last_arg = Some(quote_spanned!(ty.span()=>
+                let #ident = match __idem_last.0 {
+                    ::core::result::Result::Ok(value) => value,
+                    ::core::result::Result::Err(refusal) => {
+                        return #rt::refused(__idem_ctx, &__IDEM_SPEC, refusal).await;
+                    }
+                };
+            ));
+        } else {
+            params.push(quote_spanned!(ty.span()=> #rt::Reuse(#ident): #rt::Reuse<#ty>));
+        }
         call.push(quote!(#ident));
         if !ignored {
             inputs.push(quote_spanned!(ty.span()=> #rt::input::<#ty>(&#ident)));
@@ -343,6 +358,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 #key_from
                 .mode(#rt::Mode::#mode)
                 .store_client_errors(#store_client_errors)
+                .mismatch_detail(#mismatch_detail)
                 .fingerprint_exclude(&[#(#exclude),*])
                 .lease(#rt::Duration::from_millis(#lease))
                 .on_in_flight(#rt::InFlightPolicy::#on_in_flight);
@@ -359,6 +375,7 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
                 }
             }
             #key_ctx
+            #last_arg
             let __idem_fingerprint = #rt::fingerprint(&__IDEM_SPEC, &[#(#inputs),*]);
             #run
         }

@@ -21,9 +21,11 @@ fn every_extractor_goes_through_input_unless_marked() {
     assert!(!out.contains("input :: < HeaderMap >"), "{out}");
     // The marker is consumed, not left for the compiler to reject.
     assert!(!out.contains("not_input"), "{out}");
-    // Every extractor is taken through `Reuse`, the last too.
+    // Every extractor is taken through `Reuse`; the last through `Last`, whose refusal goes
+    // to `refused` (the key's answer may come first).
     assert!(out.contains("Reuse < HeaderMap >"), "{out}");
-    assert!(out.contains("Reuse < AppJson < T > >"), "{out}");
+    assert!(out.contains("Last < AppJson < T > >"), "{out}");
+    assert!(out.contains("refused (__idem_ctx , & __IDEM_SPEC , refusal)"), "{out}");
 }
 
 #[test]
@@ -86,7 +88,7 @@ fn invalid_arguments_give_one_error_and_a_routable_stub() {
     // The handler stays, nested and unused, so its imports are used and its body checked,
     // but nothing calls it.
     assert!(out.contains("async fn __idem_unused"), "{out}");
-    assert!(!out.contains("Reuse"), "{out}");
+    assert!(!out.contains("Reuse") && !out.contains("Last"), "{out}");
 }
 
 #[test]

@@ -139,29 +139,32 @@ impl FieldDigests {
     /// are of. Only the fields under `/body` are compared: a body does not tell the path,
     /// query or headers of its request. The body is read as JSON, not as the handler's type
     /// would read it: a field the type ignores or fills with a default shows as added or
-    /// removed.
+    /// removed. `exclude` is the operation's `fingerprint_exclude` (`body.timestamp`): the
+    /// fields it names were never digested and are not compared.
     ///
     /// ```
     /// use idem_runtime::fields::FieldDigests;
     ///
     /// let first = br#"{"body":{"amount":100,"note":"a"},"path":{"id":"7"}}"#;
     /// let stored = FieldDigests::of_canonical(first, [7; 8]).unwrap();
-    /// let mismatch = stored.compare_body(&serde_json::json!({"amount": 101}));
+    /// let mismatch = stored.compare_body(&serde_json::json!({"amount": 101}), &[]);
     /// assert_eq!(mismatch.changed, ["/body/amount"]);
     /// assert_eq!(mismatch.removed, ["/body/note"]);
     /// assert!(mismatch.added.is_empty());
     /// ```
     #[must_use]
-    pub fn compare_body(&self, body: &serde_json::Value) -> Mismatch {
+    pub fn compare_body(&self, body: &serde_json::Value, exclude: &[&str]) -> Mismatch {
         #[derive(serde::Serialize)]
         struct Request<'a> {
             body: &'a serde_json::Value,
         }
         let in_body = |name: &str| name == "/body" || name.starts_with("/body/");
+        let mut canonical = Vec::new();
+        let exclude = crate::canonical::Exclude::new(exclude);
         // A JSON value always writes canonically, and canonical bytes always read back.
-        let new = crate::canonical::to_vec(&Request { body })
+        let new = crate::canonical::write(&Request { body }, &exclude, &mut canonical)
             .ok()
-            .and_then(|canonical| digests(&canonical, self.depth, &self.salt).ok())
+            .and_then(|()| digests(&canonical, self.depth, &self.salt).ok())
             .unwrap_or_default();
         self.differences(&new, in_body)
     }

@@ -10,6 +10,10 @@
 //!   `IdemState::Principal` extractor first and keeps its value in the request's
 //!   extensions; every extractor of the handler is wrapped in [`Reuse`], which takes a value
 //!   of its type from there before running its own extractor.
+//! - **The key's answer comes before a refused body.** The last extractor is taken as
+//!   [`Last`], which keeps its refusal: when idem's body extractor refused a JSON body and
+//!   the key is in use by another request, the answer is that key's `422` naming the body
+//!   fields that differ ([`refused`]), not the refusal.
 //! - **The handler takes `&mut Transaction<'_, DB>`**: the transaction borrows a connection
 //!   the execution holds, so that a failed `BEGIN` is cleaned up on that same connection.
 
@@ -30,12 +34,13 @@ use crate::extract::BodyLimit;
 use crate::fingerprint::{self, DynInput, Fingerprint};
 use crate::key::IdempotencyKey;
 use crate::principal::{IdemState, scope_of};
+use crate::problem::RefusedBody;
 use crate::protocol::{Call, Idem};
 use crate::record::Record;
 use crate::resume::{CapturedBody, Resumption, StoredRequest};
 use crate::spec::{KeyRequirement, OperationSpec, Scope, ScopeKind};
 use crate::staged::{Attempt, Finished, StepError};
-use crate::store::Backend;
+use crate::store::{Backend, KeyRef};
 use crate::telemetry::Execution;
 
 /// Compile-time scope, chosen by the attribute.
@@ -367,6 +372,89 @@ where
     }
 }
 
+/// The handler's last extractor, as the expansion takes it: as [`Reuse`], and its refusal
+/// kept for [`refused`] rather than answered at once.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Last<T>(pub Result<T, Response>);
+
+impl<S, T> FromRequestParts<S> for Last<T>
+where
+    S: Send + Sync,
+    T: FromRequestParts<S> + Send + 'static,
+{
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let value = Reuse::<T>::from_request_parts(parts, state).await;
+        Ok(Self(value.map(|r| r.0).map_err(IntoResponse::into_response)))
+    }
+}
+
+impl<S, T> FromRequest<S> for Last<T>
+where
+    S: Send + Sync,
+    T: FromRequest<S> + 'static,
+{
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(Reuse::<T>::from_request(req, state).await.map(|r| r.0)))
+    }
+}
+
+/// The context of either mode, for [`refused`].
+#[doc(hidden)]
+pub trait AnyCtx<DB: Backend, K: ScopeMarker> {
+    /// The context proper.
+    fn ctx(self) -> Ctx<DB, K>;
+}
+
+impl<DB: Backend, K: ScopeMarker> AnyCtx<DB, K> for Ctx<DB, K> {
+    fn ctx(self) -> Ctx<DB, K> {
+        self
+    }
+}
+
+impl<DB: Backend, K: ScopeMarker> AnyCtx<DB, K> for StagedCtx<DB, K> {
+    fn ctx(self) -> Ctx<DB, K> {
+        self.ctx
+    }
+}
+
+/// The answer to a request whose last extractor refused it: the refusal, unless idem's body
+/// extractor refused a JSON body under a key another request is using. Then the key's
+/// answer comes first: `422 key-reused` naming the body fields that differ
+/// ([`Idem::refused_mismatch`](crate::protocol::Idem)), as a valid body would have got.
+#[doc(hidden)]
+pub async fn refused<DB, K>(
+    ctx: impl AnyCtx<DB, K>,
+    spec: &'static OperationSpec,
+    refusal: Response,
+) -> Response
+where
+    DB: Backend,
+    K: ScopeMarker,
+{
+    let ctx = ctx.ctx();
+    let body = refusal.extensions().get::<RefusedBody>().cloned();
+    let (Some(RefusedBody(body)), Ok(Some(key))) = (body, &ctx.key) else {
+        return refusal;
+    };
+    let key_ref = KeyRef {
+        scope: ctx.scope.as_str(),
+        operation: spec.id,
+        key: key.as_str(),
+    };
+    match ctx.idem.refused_mismatch(spec, key_ref, &body).await {
+        Some(mismatch) => rejected(
+            ctx.execution(spec),
+            Error::Mismatch(Some(Box::new(mismatch))),
+        ),
+        None => refusal,
+    }
+}
+
 /// A request's fingerprint, and the canonical request it is of (for the field digests a
 /// `422` names fields with, [`crate::fields`]).
 #[doc(hidden)]
@@ -429,7 +517,7 @@ where
                 scope: ctx.scope.as_str(),
                 key: &key,
                 fingerprint: fingerprint.fingerprint,
-                request: Some(&fingerprint.canonical),
+                request: spec.mismatch_detail.then_some(&fingerprint.canonical[..]),
             };
             execution
                 .run(ctx.idem.execute_untraced(spec, call, work))
@@ -502,7 +590,7 @@ where
             scope: scope.as_str(),
             key: &key,
             fingerprint: fingerprint.fingerprint,
-            request: Some(&fingerprint.canonical),
+            request: spec.mismatch_detail.then_some(&fingerprint.canonical[..]),
         };
         let staged = idem.staged_untraced(&spec, call, &request, handler);
         execution.run(staged).await

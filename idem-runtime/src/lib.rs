@@ -96,8 +96,8 @@ pub mod __private {
     pub use crate::docs::AnnotatedHandler;
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
-        Ctx, GlobalScope, Handler, KeyParts, ResumablePrincipal, Reuse, StagedCtx, TenantScope,
-        UserScope, fingerprint, run, run_staged, staged_result,
+        AnyCtx, Ctx, GlobalScope, Handler, KeyParts, Last, ResumablePrincipal, Reuse, StagedCtx,
+        TenantScope, UserScope, fingerprint, refused, run, run_staged, staged_result,
     };
     pub use crate::spec::{
         ExpiryPolicy, InFlightPolicy, KeyPart, KeyRequirement, KeySource, Mode, OperationSpec,

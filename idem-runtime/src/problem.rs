@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -39,7 +40,16 @@ pub struct Problem {
     mismatch: Option<Box<crate::fields::Mismatch>>,
     #[serde(skip)]
     retry_after: Option<Duration>,
+    /// The body of a request one of idem's body extractors refused, as JSON: never answered,
+    /// kept beside the answer for the key check that comes before it
+    /// ([`crate::handler::refused`]).
+    #[serde(skip)]
+    refused_body: Option<Arc<serde_json::Value>>,
 }
+
+/// The JSON body of a request idem's body extractor refused, in the refusal's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct RefusedBody(pub(crate) Arc<serde_json::Value>);
 
 impl Problem {
     /// A problem with a type URI and a short, fixed title.
@@ -56,6 +66,7 @@ impl Problem {
             detail: None,
             mismatch: None,
             retry_after: None,
+            refused_body: None,
         }
     }
 
@@ -125,6 +136,14 @@ impl Problem {
         }
     }
 
+    /// The refusal of `body` by a body extractor: the body is kept (when it is JSON) for the
+    /// key check that comes first.
+    #[must_use]
+    pub(crate) fn refusing(mut self, body: &[u8]) -> Self {
+        self.refused_body = serde_json::from_slice(body).ok().map(Arc::new);
+        self
+    }
+
     /// The HTTP status.
     #[must_use]
     pub fn status(&self) -> StatusCode {
@@ -157,8 +176,13 @@ impl fmt::Display for Problem {
 impl std::error::Error for Problem {}
 
 impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        Record::from(self).into_response()
+    fn into_response(mut self) -> Response {
+        let refused = self.refused_body.take();
+        let mut response = Record::from(self).into_response();
+        if let Some(body) = refused {
+            response.extensions_mut().insert(RefusedBody(body));
+        }
+        response
     }
 }
 

@@ -1019,6 +1019,30 @@ impl<DB: Backend> Idem<DB> {
         Error::Mismatch(mismatch.map(Box::new))
     }
 
+    /// How `body`, a body the operation's extractor refused, differs from the request `key`
+    /// was first used with: the key's answer comes before the refusal. `None` — the refusal
+    /// stands — without [`Config::mismatch_detail`], when the key has no unexpired row with
+    /// field digests, when no body field differs, or when the store fails.
+    pub(crate) async fn refused_mismatch(
+        &self,
+        spec: &OperationSpec,
+        key: KeyRef<'_>,
+        body: &serde_json::Value,
+    ) -> Option<crate::fields::Mismatch> {
+        if !self.inner.config.mismatch_detail || !spec.mismatch_detail {
+            return None;
+        }
+        let mut conn = self.acquire_bounded().await.ok()?;
+        let row = DB::lookup(&mut conn, key).await.ok()??;
+        if row.expires_at_ms <= self.now_millis() {
+            return None;
+        }
+        let stored = DB::field_digests(&mut conn, key).await.ok()??;
+        let stored = crate::fields::FieldDigests::from_bytes(&stored)?;
+        let mismatch = stored.compare_body(body, spec.fingerprint_exclude);
+        (!mismatch.is_empty()).then_some(mismatch)
+    }
+
     /// Step 5, after an execution that stored nothing: a concurrent execution of the same
     /// key may have committed between this one's lookup and its lock, and its record is then
     /// the answer. Otherwise `own` is.

@@ -122,6 +122,10 @@ pub struct OperationSpec {
     pub lease: Duration,
     /// Staged mode: what a retry gets while the key's execution is running.
     pub on_in_flight: InFlightPolicy,
+    /// A `422` for a key used with another request names the fields that differ (a digest
+    /// of each field is stored with the key; never a value). Off for an operation whose
+    /// field names are themselves sensitive.
+    pub mismatch_detail: bool,
 }
 
 impl OperationSpec {
@@ -141,6 +145,7 @@ impl OperationSpec {
             fingerprint_exclude: &[],
             lease: Duration::from_secs(30),
             on_in_flight: InFlightPolicy::Reject,
+            mismatch_detail: true,
         }
     }
 
@@ -207,6 +212,13 @@ impl OperationSpec {
     #[must_use]
     pub const fn store_client_errors(mut self, store: bool) -> Self {
         self.store_client_errors = store;
+        self
+    }
+
+    /// Sets [`OperationSpec::mismatch_detail`].
+    #[must_use]
+    pub const fn mismatch_detail(mut self, detail: bool) -> Self {
+        self.mismatch_detail = detail;
         self
     }
 

@@ -115,8 +115,9 @@ macro_rules! json_extractor {
             type Rejection = Problem;
 
             async fn from_request(req: Request, _state: &S) -> Result<Self, Problem> {
-                let $value: T = read_json(req).await?;
-                $check?;
+                let bytes = read_json(req).await?;
+                let $value: T = parse(&bytes).map_err(|p| p.refusing(&bytes))?;
+                $check.map_err(|p| p.refusing(&bytes))?;
                 Ok(Self($value))
             }
         }
@@ -153,8 +154,8 @@ json_extractor! {
     };
 }
 
-/// Reads and deserialises a JSON body within every limit that applies.
-async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
+/// Reads a JSON body within every limit that applies.
+async fn read_json(req: Request) -> Result<Bytes, Problem> {
     let json_content = req.headers().get(header::CONTENT_TYPE).is_some_and(is_json);
     if !json_content {
         return Err(Problem::new(
@@ -164,8 +165,12 @@ async fn read_json<T: DeserializeOwned>(req: Request) -> Result<T, Problem> {
         )
         .with_detail("send the body with `Content-Type: application/json`"));
     }
-    let bytes = read_body(req).await?;
-    parse_json(&bytes).map_err(|error| match error.classify() {
+    read_body(req).await
+}
+
+/// Deserialises a JSON body: `422` for JSON of the wrong shape, `400` for the rest.
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    parse_json(bytes).map_err(|error| match error.classify() {
         serde_json::error::Category::Data => invalid_body(error.to_string()),
         _ => Problem::new(
             StatusCode::BAD_REQUEST,
