@@ -1,5 +1,6 @@
 //! [Operator actions](crate#operator-actions) on keys ([`KeyTable::act`]), the audit trail
-//! ([`KeyTable::audit`]) and a staged key's journal ([`KeyTable::journal`]).
+//! ([`KeyTable::audit`]), a staged key's journal ([`KeyTable::journal`]) and a key's field
+//! digests ([`KeyTable::field_digests`]).
 
 use serde_json::{Map, Value, json};
 
@@ -382,6 +383,33 @@ impl<DB: Backend> KeyTable<DB> {
         read_journal::<DB>(self.pool(), key)
             .await
             .map_err(StoreError::refine::<DB>)
+    }
+
+    /// `key`'s `field_digests` column as stored ([the key table](crate#the-key-table)): the
+    /// digests of its first request's fields, which the runtime's `fields::FieldDigests`
+    /// reads. `None` when the row has none (written before migration 11, or with the
+    /// runtime's mismatch detail off), or the key has no row.
+    ///
+    /// ```no_run
+    /// # use idem_store::{KeyRef, KeyTable};
+    /// # async fn demo<DB: idem_store::Backend>(table: KeyTable<DB>) -> Result<(), idem_store::StoreError> {
+    /// let key = KeyRef { scope: "tenant:acme", operation: "create_order:v1", key: "order-1" };
+    /// match table.field_digests(key).await? {
+    ///     Some(bytes) => println!("{} bytes of field digests", bytes.len()),
+    ///     None => println!("no field digests kept for this key"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        async {
+            let mut conn = self.pool().acquire().await?;
+            Ok(DB::field_digests(&mut conn, key).await?)
+        }
+        .await
+        .map_err(StoreError::refine::<DB>)
     }
 }
 

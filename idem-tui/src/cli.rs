@@ -175,8 +175,9 @@ pub enum DocsFormat {
 pub enum KeysCommand {
     /// List keys, one page at a time, in (scope, operation, key) order.
     List(ListArgs),
-    /// Everything about one key: its columns, stored response, journal and audit history.
-    Show(KeyArgs),
+    /// Everything about one key: its columns, stored response, journal and audit history;
+    /// with --body, how a body differs from the one the key was first used with.
+    Show(ShowArgs),
     /// Expire a completed key now: it answers 410 (or runs again) until swept.
     Expire(ActionArgs),
     /// Hand a processing or stuck key back: the next retry resumes it at once (a live lease:
@@ -248,6 +249,22 @@ impl KeyArgs {
             key: &self.key,
         }
     }
+}
+
+/// `keys show`: the key, and a body to compare with its first request's.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The key.
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// A request body to compare with the body the key was first used with (a JSON file, `-`
+    /// for stdin): shows the fields it changes, adds and removes, by name (JSON pointers such
+    /// as `/body/amount`), never a value: the key keeps a salted digest per field. Only body
+    /// fields are compared, not the path, query or headers; the file is read as JSON, not as
+    /// the handler's type reads it: a field the type ignores or fills with a default shows
+    /// as added or removed. Only reads (works with --read-only).
+    #[arg(long, value_name = "FILE")]
+    pub body: Option<PathBuf>,
 }
 
 /// An action on one key.

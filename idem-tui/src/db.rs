@@ -196,6 +196,11 @@ impl Db {
         on_table!(self, t => t.journal(key).await)
     }
 
+    /// See [`KeyTable::field_digests`].
+    pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        on_table!(self, t => t.field_digests(key).await)
+    }
+
     /// See [`KeyTable::sweep_batch`].
     pub async fn sweep_batch(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         on_table!(self, t => t.sweep_batch(before_ms, batch).await)

@@ -10,9 +10,11 @@ use base64::Engine as _;
 use common::{BINARY_BODY, InboxSeeded, MESSAGES, ORDERS, ORPHAN_BODY, OutboxSeeded, Seeded, idem};
 use idem_runtime::clock::{Clock as _, SystemClock};
 use idem_runtime::outbox::OutboxStatus;
+use idem_runtime::spec::Scope;
 use idem_runtime::store::{AuditFilter, KeyStatus};
+use idem_runtime::{IdempotencyKey, OnceError};
 use idem_testkit::harness::TestBackend;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const EXIT_USAGE: i32 = 2;
 const EXIT_NOT_FOUND: i32 = 3;
@@ -289,6 +291,220 @@ async fn show_tells_everything<DB: TestBackend>() {
     ]);
     missing.code(EXIT_NOT_FOUND);
     assert_eq!(missing.json()["code"], EXIT_NOT_FOUND);
+}
+
+/// `keys show --body`: the fields a body changes, adds and removes against the body the key
+/// was first used with, by name and never a value; the same body; a key without digests;
+/// `--json`; `--read-only`, which it needs nothing beyond; files that cannot be read or are
+/// not JSON.
+async fn show_compares_a_body<DB: TestBackend>() {
+    let s = Seeded::<DB>::new().await;
+    // A key written through the runtime with its canonical request as `#[idempotent]` writes
+    // it for a handler with a path parameter and a JSON body: its field digests are stored.
+    let request = |body: &Value| json!({"body": body, "path": {"id": "order-9"}});
+    let first = json!({
+        "amount": 4242.25,
+        "currency": "EUR",
+        "note": "gift-wrap-please",
+        "items": [{"sku": "sku-77", "qty": 3}],
+    });
+    let once = |body: Value| {
+        let idem = s.idem.clone();
+        async move {
+            let key = IdempotencyKey::new("b-1").unwrap();
+            idem.once(&ORDERS, &Scope::global(), &key, &request(&body), |_tx| {
+                Box::pin(async { Ok::<_, std::convert::Infallible>(json!({"order": 1})) })
+            })
+            .await
+        }
+    };
+    once(first.clone()).await.unwrap();
+    let key = [
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "b-1",
+    ];
+    // What the body holds, which no output may show.
+    let values = ["4242.25", "EUR", "gift-wrap-please", "sku-77", "order-9"];
+    let never_a_value = |run: &common::Run| {
+        for value in values {
+            assert!(!run.stdout.contains(value), "{value} shown: {}", run.stdout);
+        }
+    };
+    let file = |body: &[u8]| {
+        let path = idem_testkit::harness::temp_dir().join(format!(
+            "{}.json",
+            idem_testkit::harness::unique("compared")
+        ));
+        std::fs::write(&path, body).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+
+    // One field changed.
+    let mut changed = first.clone();
+    changed["amount"] = json!(4243.25);
+    let path = file(changed.to_string().as_bytes());
+    let shown = s.run(&with(&["keys", "show"], key.to_vec(), &["--body", &path]));
+    let text = &shown.code(0).stdout;
+    assert!(text.contains("\n  changed  /body/amount\n"), "{text}");
+    assert!(!text.contains("added"), "{text}");
+    assert!(!text.contains("removed"), "{text}");
+    assert!(!text.contains("/body/note"), "{text}");
+    // (The text of `keys show` comes first, unchanged.)
+    never_a_value(&shown);
+    // Without --body, nothing of it.
+    let plain = s.run(&with(&["keys", "show"], key.to_vec(), &[]));
+    assert!(!plain.code(0).stdout.contains("--body"), "{}", plain.stdout);
+    // The runtime's own 422 names the same field.
+    match once(changed).await {
+        Err(OnceError::Idem(idem_runtime::Error::Mismatch(Some(mismatch)))) => {
+            assert_eq!(mismatch.changed, ["/body/amount"]);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // One field added, one removed, one changed deeper down; from stdin.
+    let mut reshaped = first.clone();
+    reshaped.as_object_mut().unwrap().remove("note");
+    reshaped["memo"] = json!("gift-wrap-please");
+    reshaped["items"][0]["qty"] = json!(4);
+    let shown = s.run_with_stdin(
+        &with(&["keys", "show"], key.to_vec(), &["--body", "-"]),
+        Some(reshaped.to_string().as_bytes()),
+    );
+    let text = &shown.code(0).stdout;
+    assert!(text.contains("\n  changed  /body/items/0/qty\n"), "{text}");
+    assert!(text.contains("\n  added    /body/memo\n"), "{text}");
+    assert!(text.contains("\n  removed  /body/note\n"), "{text}");
+    // Only body fields: the path the body does not tell is not removed.
+    assert!(!text.contains("/path"), "{text}");
+    never_a_value(&shown);
+    let doc = s
+        .run_with_stdin(
+            &with(&["--json", "keys", "show"], key.to_vec(), &["--body", "-"]),
+            Some(reshaped.to_string().as_bytes()),
+        )
+        .code(0)
+        .json();
+    assert_eq!(
+        doc["mismatch"],
+        json!({
+            "changed": ["/body/items/0/qty"],
+            "added": ["/body/memo"],
+            "removed": ["/body/note"],
+        })
+    );
+    assert_eq!(doc["key"], "b-1");
+    assert_eq!(doc["status"], "completed");
+    for value in values {
+        assert!(!doc["mismatch"].to_string().contains(value), "{doc}");
+    }
+
+    // The same body, members in another order, under --read-only: no field differs, and the
+    // audit trail gets nothing.
+    let same = br#"{"items":[{"qty":3,"sku":"sku-77"}],"note":"gift-wrap-please","currency":"EUR","amount":4242.25}"#;
+    let path = file(same);
+    let shown = s.run(&with(
+        &["--read-only", "keys", "show"],
+        key.to_vec(),
+        &["--body", &path],
+    ));
+    let text = &shown.code(0).stdout;
+    assert!(
+        text.contains("\n--body: no field differs from the first request's body\n"),
+        "{text}"
+    );
+    never_a_value(&shown);
+    let doc = s
+        .run(&with(
+            &["--read-only", "--json", "keys", "show"],
+            key.to_vec(),
+            &["--body", &path],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(
+        doc["mismatch"],
+        json!({"changed": [], "added": [], "removed": []})
+    );
+    assert_eq!(doc["audit"], json!([]));
+    let audited = s
+        .table()
+        .audit(&AuditFilter::new().operator("os-user"))
+        .await
+        .unwrap();
+    assert!(audited.is_empty(), "{audited:?}");
+
+    // A key written without its request keeps no digests: said plainly, `null` in JSON.
+    let a1 = [
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "a-1",
+    ];
+    let shown = s.run(&with(&["keys", "show"], a1.to_vec(), &["--body", &path]));
+    let text = &shown.code(0).stdout;
+    assert!(
+        text.contains("\n--body: no field digests kept for this key"),
+        "{text}"
+    );
+    let doc = s
+        .run(&with(
+            &["keys", "show", "--json"],
+            a1.to_vec(),
+            &["--body", &path],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(doc["mismatch"], Value::Null);
+    // Without --body, no `mismatch` member.
+    let doc = s
+        .run(&with(&["keys", "show", "--json"], a1.to_vec(), &[]))
+        .code(0)
+        .json();
+    assert!(doc.get("mismatch").is_none(), "{doc}");
+
+    // Not JSON: a usage error, before any query (even of a key that does not exist).
+    let bad = file(b"{\"amount\": 4242.25,");
+    let missing = [
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        "nope",
+    ];
+    for key in [key.to_vec(), missing.to_vec()] {
+        let run = s.run(&with(&["keys", "show"], key, &["--body", &bad]));
+        run.code(EXIT_USAGE);
+        assert!(run.stderr.contains("not JSON"), "{}", run.stderr);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+    }
+    let run = s.run_with_stdin(
+        &with(&["keys", "show", "--json"], key.to_vec(), &["--body", "-"]),
+        Some(b"amount=4242.25"),
+    );
+    run.code(EXIT_USAGE);
+    assert_eq!(run.json()["code"], EXIT_USAGE);
+    assert!(
+        run.stderr.contains("--body stdin: not JSON"),
+        "{}",
+        run.stderr
+    );
+    // A file that cannot be read: an error, as for `keys complete --body`.
+    let gone = format!("{bad}.gone");
+    let run = s.run(&with(&["keys", "show"], key.to_vec(), &["--body", &gone]));
+    run.code(1);
+    assert!(
+        run.stderr.contains("cannot read the body"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// Every action: applied and checked in the database, audited with operator and reason;
@@ -1397,6 +1613,7 @@ idem_testkit::on_every_store!(
     docs_from_the_database,
     lists_filter_and_paginate,
     show_tells_everything,
+    show_compares_a_body,
     actions_are_fenced_and_audited,
     stats_sweep_and_operations,
 );

@@ -172,7 +172,7 @@ fn parse_header(line: &str) -> Result<(String, String), CommandError> {
 }
 
 /// The body from `path`, or from stdin for `-`.
-fn read_body(path: &Path) -> Result<Vec<u8>, CommandError> {
+pub(super) fn read_body(path: &Path) -> Result<Vec<u8>, CommandError> {
     if path == Path::new("-") {
         let mut body = Vec::new();
         std::io::stdin()

@@ -1,11 +1,16 @@
-//! `keys list`, `stuck` and `keys show` (whose audit table `outbox show` prints too).
+//! `keys list`, `stuck` and `keys show` (whose audit table `outbox show` prints too), with
+//! `--body` how a body differs from a key's first request's.
+
+use std::path::Path;
 
 use base64::Engine as _;
+use idem_runtime::fields::{FieldDigests, MAX_REPORTED, Mismatch};
 use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus};
 use serde_json::{Value, json};
 
+use super::actions::read_body;
 use super::context::Context;
-use crate::cli::{KeyArgs, ListArgs};
+use crate::cli::{ListArgs, ShowArgs};
 use crate::error::CommandError;
 use crate::format::{self, Expiry, relative, short_time};
 use crate::output::{Report, Table, fields};
@@ -87,8 +92,12 @@ fn keys_table(keys: &[KeyRow], now: i64) -> String {
     table.render()
 }
 
-/// Everything about one key.
-pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, CommandError> {
+/// Everything about one key; with `--body`, how that body differs from the key's first
+/// request's.
+pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, CommandError> {
+    // The body first: a file that cannot be read or is not JSON fails before any query.
+    let body = args.body.as_deref().map(read_json_body).transpose()?;
+    let key = &args.key;
     let now = format::now_ms();
     let row = context
         .db
@@ -131,7 +140,101 @@ pub(super) async fn show(context: &Context, key: &KeyArgs) -> Result<Report, Com
     }
     text.push('\n');
     text.push_str(&audit_text(&audit));
+
+    if let Some(body) = &body {
+        let stored = context.db.field_digests(key.key_ref()).await?;
+        let stored = stored
+            .map(|bytes| {
+                FieldDigests::from_bytes(&bytes).ok_or_else(|| {
+                    CommandError::error(format!(
+                        "unreadable row: the field digests of key {:?} are not in a form this \
+                         tool reads (written by another version of idem?)",
+                        key.key
+                    ))
+                })
+            })
+            .transpose()?;
+        let mismatch = stored.as_ref().map(|stored| stored.compare_body(body));
+        if let Value::Object(object) = &mut json {
+            let value = mismatch
+                .as_ref()
+                .map_or(Ok(Value::Null), serde_json::to_value)
+                .map_err(|e| CommandError::error(format!("cannot write the mismatch: {e}")))?;
+            object.insert("mismatch".into(), value);
+        }
+        text.push('\n');
+        text.push_str(&mismatch_text(stored.as_ref(), mismatch.as_ref()));
+    }
     Ok(Report { json, text })
+}
+
+/// `--body`'s file (`-`: stdin) read as JSON.
+fn read_json_body(path: &Path) -> Result<Value, CommandError> {
+    let bytes = read_body(path)?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let from = if path == Path::new("-") {
+            "stdin".to_owned()
+        } else {
+            path.display().to_string()
+        };
+        CommandError::usage(format!("--body {from}: not JSON: {e}"))
+    })
+}
+
+/// How `--body` differs from the first request's body, for people: one line per field name,
+/// or why there is nothing to compare.
+fn mismatch_text(stored: Option<&FieldDigests>, mismatch: Option<&Mismatch>) -> String {
+    let (Some(stored), Some(mismatch)) = (stored, mismatch) else {
+        return "--body: no field digests kept for this key (written before idem kept them, \
+                with mismatch detail off, or without its request): nothing to compare it with\n"
+            .to_owned();
+    };
+    let mut text = String::new();
+    if mismatch.is_empty() {
+        text.push_str("--body: no field differs from the first request's body\n");
+    } else {
+        text.push_str(
+            "--body: fields that differ from the first request's body (names only: the key \
+             keeps no value):\n",
+        );
+        for (how, names) in [
+            ("changed", &mismatch.changed),
+            ("added", &mismatch.added),
+            ("removed", &mismatch.removed),
+        ] {
+            for name in names {
+                text.push_str(&format!("  {how:<7}  {}\n", shown(name)));
+            }
+        }
+        if mismatch.omitted > 0 {
+            text.push_str(&format!(
+                "  and {} more, not named (at most {MAX_REPORTED} names are)\n",
+                mismatch.omitted
+            ));
+        }
+    }
+    let in_body = |name: &str| name == "/body" || name.starts_with("/body/");
+    if !stored.names().any(in_body) {
+        text.push_str(
+            "  note: the first request kept no body field (it had no body, or its key was \
+             written by `Idem::once` or `Idem::staged`, whose input is not a request body): \
+             every field of this one shows as added\n",
+        );
+    }
+    text
+}
+
+/// A field name as printed: control characters escaped, so a name cannot break a line.
+fn shown(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A key's columns and stored response, as `name: value` lines.
@@ -198,4 +301,50 @@ pub(super) fn audit_text(audit: &[AuditEntry]) -> String {
         ]);
     }
     format!("audit (newest first):\n{}", table.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_runtime::fields::FieldDigests;
+    use serde_json::json;
+
+    use super::mismatch_text;
+
+    fn compared(first: &[u8], body: &serde_json::Value) -> String {
+        let stored = FieldDigests::of_canonical(first, [9; 8]).unwrap();
+        let mismatch = stored.compare_body(body);
+        mismatch_text(Some(&stored), Some(&mismatch))
+    }
+
+    #[test]
+    fn names_past_the_bound_are_counted() {
+        let first = br#"{"body":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"r":18}}"#;
+        let body = json!({"a":0,"b":0,"c":0,"d":0,"e":0,"f":0,"g":0,"h":0,"i":0,"j":0,"k":0,"l":0,"m":0,"n":0,"o":0,"p":0,"q":0,"r":0});
+        let text = compared(first, &body);
+        assert_eq!(text.matches("\n  changed  /body/").count(), 16, "{text}");
+        assert!(
+            text.ends_with("  and 2 more, not named (at most 16 names are)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_first_request_without_body_fields_is_said() {
+        // `Idem::once`'s canonical input is the input itself, not under `/body`.
+        let text = compared(br#"{"invoice":1}"#, &json!({"invoice": 1}));
+        assert!(text.contains("\n  added    /body/invoice\n"), "{text}");
+        assert!(!text.contains("removed"), "{text}");
+        assert!(
+            text.contains("note: the first request kept no body field"),
+            "{text}"
+        );
+        let text = compared(br#"{"body":{"invoice":1}}"#, &json!({"invoice": 1}));
+        assert!(!text.contains("note:"), "{text}");
+    }
+
+    #[test]
+    fn names_cannot_break_lines() {
+        let text = compared(br#"{"body":{"a\nb":1}}"#, &json!({}));
+        assert!(text.contains("\n  removed  /body/a\\nb\n"), "{text}");
+    }
 }
