@@ -154,7 +154,7 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
                 })
             })
             .transpose()?;
-        let mismatch = stored.as_ref().map(|stored| stored.compare_body(body));
+        let mismatch = stored.as_ref().map(|stored| stored.compare_body(body, &[]));
         if let Value::Object(object) = &mut json {
             let value = mismatch
                 .as_ref()
@@ -312,7 +312,7 @@ mod tests {
 
     fn compared(first: &[u8], body: &serde_json::Value) -> String {
         let stored = FieldDigests::of_canonical(first, [9; 8]).unwrap();
-        let mismatch = stored.compare_body(body);
+        let mismatch = stored.compare_body(body, &[]);
         mismatch_text(Some(&stored), Some(&mismatch))
     }
 
