@@ -666,6 +666,24 @@ mod tests {
     }
 
     #[test]
+    fn a_body_alone_is_compared_under_body_without_excluded_fields() {
+        // Stored as the fingerprint keeps it: `body.t` left out already.
+        let first = json!({"body": {"a": 1, "n": {"x": 1}}, "path": {"id": "7"}});
+        let stored = FieldDigests::of_canonical(&canonical(&first), [3; 8]).unwrap();
+        let body = json!({"a": 1, "t": 6, "n": {"x": 2}, "b": true});
+        let mismatch = stored.compare_body(&body, &["body.t"]);
+        assert_eq!(mismatch.changed, ["/body/n/x"]);
+        assert_eq!(mismatch.added, ["/body/b"]);
+        // `/path/id` is not reported removed: a body does not tell it.
+        assert!(mismatch.removed.is_empty(), "{mismatch:?}");
+        assert!(
+            stored
+                .compare_body(&json!({"a": 1, "t": 7, "n": {"x": 1}}), &["body.t"])
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn past_the_bound_a_level_is_one_field() {
         let items: Vec<Value> = (0..40)
             .map(|i| json!({"sku": format!("s{i}"), "qty": 1}))

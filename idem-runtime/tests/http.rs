@@ -51,6 +51,16 @@ async fn by_user<DB: TestDb>(
     ))
 }
 
+/// An operation whose field names are themselves sensitive: its `422` names none.
+#[idempotent(scope = "global", mismatch_detail = false)]
+async fn discreet<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(item): JsonBody<Item>,
+) -> Response {
+    effect(tx, "discreet").await;
+    created(format!("{}:{}", item.name, uuid::Uuid::new_v4()))
+}
+
 #[idempotent(scope = "tenant", key = "optional")]
 async fn optional_key<DB: TestDb>(
     tx: &mut Transaction<'_, DB>,
@@ -135,6 +145,7 @@ async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
         Router::new()
             .route("/users/{id}", post(by_user::<DB>))
             .route("/optional", post(optional_key::<DB>))
+            .route("/discreet", post(discreet::<DB>))
             .route("/declines", post(declines::<DB>))
             .route("/panics", post(panics::<DB>))
             .route("/huge", post(huge::<DB>))
@@ -186,6 +197,70 @@ async fn inputs_are_path_query_and_body<DB: TestDb>() {
     let other = send(&app, "/users/7?dry_run=false", &bob, r#"{"name": "a"}"#).await;
     assert_eq!(other.status, StatusCode::CREATED);
     assert!(!other.replayed());
+    assert_eq!(h.effects().await, 2);
+}
+
+/// A `422` names the fields that differ — never a value, never an excluded field — for a
+/// body the extractor refuses too, when its key is in use: the key's answer comes first.
+/// `mismatch_detail = false` keeps no digests and names nothing.
+async fn mismatch_detail_and_refused_bodies<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let user = [("x-user", "ann"), ("idempotency-key", "k-m")];
+    let first = send(&app, "/users/7?dry_run=false", &user, r#"{"name": "a", "note": "x"}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let cases = [
+        // Valid, another name and another (excluded) note.
+        (r#"{"name": "b", "note": "y"}"#, r#"{"changed": ["/body/name"], "added": [], "removed": []}"#),
+        // Refused by the extractor (a number where a string goes), under the key in use.
+        (r#"{"name": 5, "note": "y"}"#, r#"{"changed": ["/body/name"], "added": [], "removed": []}"#),
+        (r#"{"title": "a"}"#, r#"{"changed": [], "added": ["/body/title"], "removed": ["/body/name"]}"#),
+    ];
+    for (body, expected) in cases {
+        let reply = send(&app, "/users/7?dry_run=false", &user, body).await;
+        let problem = reply.problem_json(StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(problem["type"], "urn:idem:problem:key-reused", "{problem}");
+        let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
+        assert_eq!(problem["mismatch"], expected, "{body}: {problem}");
+        for value in ["\"b\"", "\"y\"", "5"] {
+            assert!(!reply.body.contains(value), "{}", reply.body);
+        }
+    }
+    // Refused under a new key, or as malformed JSON (nothing to compare): the refusal stands.
+    let fresh = [("x-user", "ann"), ("idempotency-key", "k-fresh")];
+    let refused = send(&app, "/users/7?dry_run=false", &fresh, r#"{"title": "a"}"#).await;
+    assert_eq!(
+        refused.problem_json(StatusCode::UNPROCESSABLE_ENTITY)["type"],
+        "urn:idem:problem:invalid-body"
+    );
+    send(&app, "/users/7?dry_run=false", &user, r#"{"name": "#)
+        .await
+        .problem_json(StatusCode::BAD_REQUEST);
+    assert_eq!(h.effects().await, 1);
+
+    // Off for one operation: no digests kept, a bare `422`, refusals as they were.
+    let key = [("idempotency-key", "k-d")];
+    let first = send(&app, "/discreet", &key, r#"{"name": "a"}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let problem = send(&app, "/discreet", &key, r#"{"name": "b"}"#)
+        .await
+        .problem_json(StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["type"], "urn:idem:problem:key-reused");
+    assert!(problem.get("mismatch").is_none(), "{problem}");
+    let problem = send(&app, "/discreet", &key, r#"{"title": "a"}"#)
+        .await
+        .problem_json(StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["type"], "urn:idem:problem:invalid-body");
+    let digests = h
+        .idem
+        .keys()
+        .field_digests(idem_runtime::store::KeyRef {
+            scope: "global",
+            operation: "discreet:v1",
+            key: "k-d",
+        })
+        .await
+        .unwrap();
+    assert_eq!(digests, None);
     assert_eq!(h.effects().await, 2);
 }
 
@@ -552,6 +627,7 @@ async fn custom_input_extractor<DB: TestDb>() {
 
 idem_testkit::on_every_store!(
     inputs_are_path_query_and_body,
+    mismatch_detail_and_refused_bodies,
     principal_rules,
     key_rules,
     keys_from_the_request,
