@@ -431,6 +431,15 @@ async fn forced_delete_mid_charge(kind: Kind, holds: bool) {
         old.status,
         old.body
     );
+    if old.status == 422 {
+        // Fenced out by another request: the answer names what differs from it.
+        assert_eq!(
+            old.json()["mismatch"],
+            json!({"changed": ["/body/amount"], "added": [], "removed": []}),
+            "{}",
+            old.body
+        );
+    }
 
     assert_eq!(
         db.text("SELECT status FROM idempotency_keys").await,

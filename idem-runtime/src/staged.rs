@@ -773,7 +773,14 @@ impl<DB: Backend> Idem<DB> {
                 let outcome = self.run_attempt(spec, key, lease, resumed, work).await;
                 // Held until the attempt's last write is done.
                 drop(hold);
-                outcome
+                match outcome {
+                    // Fenced out by another request under the key: name what differs.
+                    Err(Error::Mismatch(None)) => {
+                        let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
+                        Err(self.mismatch(&mut conn, &call, key).await)
+                    }
+                    outcome => outcome,
+                }
             }
         }
     }
