@@ -132,9 +132,20 @@ async fn contract_on(db: &Db, server: Server) {
         assert!(!mismatch.body.contains("99") && !mismatch.body.contains('7'));
     }
     // Under a new key, or as malformed JSON, the refusal stands.
-    let invalid = c.post(Some("acme"), Some("k-new"), r#"{"sku": "BOOK-1", "count": 7}"#).await;
-    assert_eq!(invalid.assert_problem(422)["type"], "urn:idem:problem:invalid-body");
-    c.post(Some("acme"), Some("k1"), r#"{"sku": "#).await.assert_problem(400);
+    let invalid = c
+        .post(
+            Some("acme"),
+            Some("k-new"),
+            r#"{"sku": "BOOK-1", "count": 7}"#,
+        )
+        .await;
+    assert_eq!(
+        invalid.assert_problem(422)["type"],
+        "urn:idem:problem:invalid-body"
+    );
+    c.post(Some("acme"), Some("k1"), r#"{"sku": "#)
+        .await
+        .assert_problem(400);
     assert_eq!(db.orders().await, 1);
     // The key row holds no value of the request.
     assert_eq!(

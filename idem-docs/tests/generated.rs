@@ -179,6 +179,7 @@ fn changing_an_argument_changes_the_documents() {
         base.scope(ScopeKind::Tenant),
         base.mode(Mode::Staged),
         base.store_client_errors(true),
+        base.mismatch_detail(false),
         base.key_from(KeySource::Parts(&[KeyPart::Header("webhook-id")])),
         base.key_from(KeySource::Parts(&[KeyPart::Body("/id")])),
         base.key_from(KeySource::Parts(&[
@@ -243,6 +244,26 @@ fn key_from_is_serialised_only_when_the_key_is_taken_from_the_request() {
         json!([{"header": "x-partner"}, {"body": "/data/items/0/id"}])
     );
     assert_eq!(mixed["key"], "required");
+}
+
+/// `mismatch_detail = false`: the `422` says it names no field, the policy says so, and the
+/// document stores it only when off (documents written before it read back on).
+#[test]
+fn mismatch_detail_off_is_documented() {
+    let spec = OperationSpec::new("x:v1").mismatch_detail(false);
+    let doc = OperationDoc::from_spec(&spec).path("POST", "/x");
+    let text = markdown(std::slice::from_ref(&doc));
+    assert!(text.contains("does not say which fields differ"), "{text}");
+    assert!(!text.contains("`mismatch` member"), "{text}");
+    let api = openapi(std::slice::from_ref(&doc));
+    assert_eq!(
+        api["paths"]["/x"]["post"]["x-idempotency"]["mismatchDetail"],
+        false
+    );
+    let stored = serde_json::to_value(&doc).unwrap();
+    assert_eq!(stored["mismatch_detail"], false);
+    let on = serde_json::to_value(atomic_required_gone()).unwrap();
+    assert!(on.get("mismatch_detail").is_none(), "{on}");
 }
 
 /// A document stored before `key_from` existed reads back as the `Idempotency-Key` header's.

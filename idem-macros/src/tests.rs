@@ -25,7 +25,10 @@ fn every_extractor_goes_through_input_unless_marked() {
     // to `refused` (the key's answer may come first).
     assert!(out.contains("Reuse < HeaderMap >"), "{out}");
     assert!(out.contains("Last < AppJson < T > >"), "{out}");
-    assert!(out.contains("refused (__idem_ctx , & __IDEM_SPEC , refusal)"), "{out}");
+    assert!(
+        out.contains("refused (__idem_ctx , & __IDEM_SPEC , refusal)"),
+        "{out}"
+    );
 }
 
 #[test]

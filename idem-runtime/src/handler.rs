@@ -387,7 +387,9 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let value = Reuse::<T>::from_request_parts(parts, state).await;
-        Ok(Self(value.map(|r| r.0).map_err(IntoResponse::into_response)))
+        Ok(Self(
+            value.map(|r| r.0).map_err(IntoResponse::into_response),
+        ))
     }
 }
 
@@ -399,7 +401,9 @@ where
     type Rejection = std::convert::Infallible;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Ok(Self(Reuse::<T>::from_request(req, state).await.map(|r| r.0)))
+        Ok(Self(
+            Reuse::<T>::from_request(req, state).await.map(|r| r.0),
+        ))
     }
 }
 

@@ -206,14 +206,29 @@ async fn inputs_are_path_query_and_body<DB: TestDb>() {
 async fn mismatch_detail_and_refused_bodies<DB: TestDb>() {
     let (h, app) = app::<DB>(Config::default()).await;
     let user = [("x-user", "ann"), ("idempotency-key", "k-m")];
-    let first = send(&app, "/users/7?dry_run=false", &user, r#"{"name": "a", "note": "x"}"#).await;
+    let first = send(
+        &app,
+        "/users/7?dry_run=false",
+        &user,
+        r#"{"name": "a", "note": "x"}"#,
+    )
+    .await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     let cases = [
         // Valid, another name and another (excluded) note.
-        (r#"{"name": "b", "note": "y"}"#, r#"{"changed": ["/body/name"], "added": [], "removed": []}"#),
+        (
+            r#"{"name": "b", "note": "y"}"#,
+            r#"{"changed": ["/body/name"], "added": [], "removed": []}"#,
+        ),
         // Refused by the extractor (a number where a string goes), under the key in use.
-        (r#"{"name": 5, "note": "y"}"#, r#"{"changed": ["/body/name"], "added": [], "removed": []}"#),
-        (r#"{"title": "a"}"#, r#"{"changed": [], "added": ["/body/title"], "removed": ["/body/name"]}"#),
+        (
+            r#"{"name": 5, "note": "y"}"#,
+            r#"{"changed": ["/body/name"], "added": [], "removed": []}"#,
+        ),
+        (
+            r#"{"title": "a"}"#,
+            r#"{"changed": [], "added": ["/body/title"], "removed": ["/body/name"]}"#,
+        ),
     ];
     for (body, expected) in cases {
         let reply = send(&app, "/users/7?dry_run=false", &user, body).await;
