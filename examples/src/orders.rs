@@ -3,8 +3,9 @@
 //! - `Authorization: Bearer <tenant>` is a stand-in for real authentication: the tenant is
 //!   whatever the token says, if it matches `^[a-z0-9-]{1,64}$`. Replace [`BearerTenant`]
 //!   with your own verified extractor.
-//! - `POST /orders` takes `{"sku": "^[A-Z0-9-]{1,32}$", "quantity": 1..=20}` and is
-//!   `#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]`.
+//! - `POST /orders` takes `{"sku": "^[A-Z0-9-]{1,32}$", "quantity": 1..=20}` (and an optional
+//!   `sent_at`, left out of the fingerprint) and is `#[idempotent(ttl = "24h", scope =
+//!   "tenant", path = "POST /orders", exclude = ["body.sent_at"])]`.
 //! - `GET /docs/idempotency.md` and `GET /openapi.json`: the documents. `/openapi.json` is
 //!   the example's complete OpenAPI document ([`OrdersApi`], derived with `utoipa`) with
 //!   idem's contract of `POST /orders` merged in ([`crate::docs`]).
@@ -105,6 +106,12 @@ pub struct NewOrder {
     /// How many, 1 to 20.
     #[schema(minimum = 1, maximum = 20, example = 2)]
     pub quantity: i32,
+    /// Optional: when the client sent the request (RFC 3339; any JSON is accepted), for its
+    /// own records. Left out of the fingerprint (`exclude = ["body.sent_at"]`): a retry that
+    /// stamps the time anew is the same request. The order does not keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "2026-12-05T10:00:00Z")]
+    pub sent_at: Option<serde_json::Value>,
 }
 
 impl Check for NewOrder {
@@ -265,7 +272,7 @@ fn internal(error: &sqlx::Error) -> Problem {
     ),
     security(("bearer" = [])),
 )]
-#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders")]
+#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders", exclude = ["body.sent_at"])]
 pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
     tx: &mut Transaction<'_, DB>,
