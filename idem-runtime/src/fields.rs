@@ -9,8 +9,9 @@
 //! value that is not an object or an array (a string, a number, `true`, `false`, `null`), or
 //! an empty object or array.
 //!
-//! [`FieldDigests`] keeps, for each field, [`DIGEST_LEN`] bytes of a SHA-256 over a salt of
-//! its own, the field's name and its canonical value: the value itself is never kept, and
+//! [`FieldDigests`] keeps, for each field, [`DIGEST_LEN`] bytes of a SipHash-1-3 keyed with
+//! a salt of its own over the field's name and its canonical value (rows written in the
+//! first format, a salted SHA-256, are still read): the value itself is never kept, and
 //! equal values at two fields, or in two keys, do not show as equal. At most [`MAX_FIELDS`]
 //! fields are kept: a request with more is cut at the deepest level that fits, each object or
 //! array at that level kept as one field (its digest covers everything under it), so a change
@@ -36,8 +37,10 @@
 //! check the guess, as with the fingerprint itself.
 
 use std::collections::BTreeMap;
+use std::hash::Hasher as _;
 
 use sha2::{Digest, Sha256};
+use siphasher::sip::SipHasher13;
 
 /// The most fields kept per request.
 pub const MAX_FIELDS: usize = 64;
@@ -52,8 +55,17 @@ pub const DIGEST_LEN: usize = 6;
 /// at a shallower level.
 pub const MAX_NAME_LEN: usize = 256;
 
-/// The version byte of [`FieldDigests::to_bytes`].
-const VERSION: u8 = 1;
+/// The version byte [`FieldDigests::to_bytes`] writes: 2, digests by SipHash-1-3. Version 1
+/// (SHA-256) is still read.
+const VERSION: u8 = 2;
+
+/// SipHash's second key word: the salt is the first.
+const SIP_K1: u64 = u64::from_le_bytes(*b"idem-fd2");
+
+/// The longest canonical request read in one pass: too short to hold more than
+/// [`MAX_FIELDS`] fields, names longer than [`MAX_NAME_LEN`] or more than [`MAX_DEPTH`]
+/// levels, it is never cut, so the pass that chooses the level is skipped.
+const NEVER_CUT: usize = 64;
 
 /// The deepest level a request is read to.
 const MAX_DEPTH: u8 = 32;
@@ -61,6 +73,8 @@ const MAX_DEPTH: u8 = 32;
 /// The digests of one request's fields (see the [module](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldDigests {
+    /// The format: how each digest was made (see [`VERSION`]).
+    version: u8,
     /// The level fields were cut at: objects and arrays this deep are one field.
     depth: u8,
     salt: [u8; 8],
@@ -111,14 +125,24 @@ impl FieldDigests {
     /// # Errors
     /// When `canonical` is not JSON as the canonical writer writes it.
     pub fn of_canonical(canonical: &[u8], salt: [u8; 8]) -> Result<Self, NotCanonical> {
+        Self::of_canonical_as(canonical, salt, VERSION)
+    }
+
+    /// [`Self::of_canonical`], in the format `version`.
+    fn of_canonical_as(canonical: &[u8], salt: [u8; 8], version: u8) -> Result<Self, NotCanonical> {
         // One pass counts what each level would keep; one more hashes the level chosen.
-        let mut shape = Shape::default();
-        let mut walk = Walk::new(canonical, MAX_DEPTH, &salt, Some(&mut shape));
-        walk.value(0)?;
-        walk.end()?;
-        let depth = shape.depth();
-        let fields = digests(canonical, depth, &salt)?;
+        let depth = if canonical.len() <= NEVER_CUT {
+            MAX_DEPTH
+        } else {
+            let mut shape = Shape::default();
+            let mut walk = Walk::new(canonical, MAX_DEPTH, version, &salt, Some(&mut shape));
+            walk.value(0)?;
+            walk.end()?;
+            shape.depth()
+        };
+        let fields = digests(canonical, depth, version, &salt)?;
         Ok(Self {
+            version,
             depth,
             salt,
             fields,
@@ -131,7 +155,7 @@ impl FieldDigests {
     /// # Errors
     /// When `canonical` is not JSON as the canonical writer writes it.
     pub fn compare(&self, canonical: &[u8]) -> Result<Mismatch, NotCanonical> {
-        let new = digests(canonical, self.depth, &self.salt)?;
+        let new = digests(canonical, self.depth, self.version, &self.salt)?;
         Ok(self.differences(&new, |_| true))
     }
 
@@ -164,7 +188,7 @@ impl FieldDigests {
         // A JSON value always writes canonically, and canonical bytes always read back.
         let new = crate::canonical::write(&Request { body }, &exclude, &mut canonical)
             .ok()
-            .and_then(|()| digests(&canonical, self.depth, &self.salt).ok())
+            .and_then(|()| digests(&canonical, self.depth, self.version, &self.salt).ok())
             .unwrap_or_default();
         self.differences(&new, in_body)
     }
@@ -222,7 +246,7 @@ impl FieldDigests {
     pub fn to_bytes(&self) -> Vec<u8> {
         let names: usize = self.fields.keys().map(String::len).sum();
         let mut out = Vec::with_capacity(12 + names + self.fields.len() * (2 + DIGEST_LEN));
-        out.push(VERSION);
+        out.push(self.version);
         out.push(self.depth);
         out.extend_from_slice(&self.salt);
         out.extend_from_slice(
@@ -242,7 +266,7 @@ impl FieldDigests {
     #[must_use]
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
         let (&version, rest) = bytes.split_first()?;
-        if version != VERSION {
+        if version != 1 && version != VERSION {
             return None;
         }
         let (&depth, rest) = rest.split_first()?;
@@ -258,6 +282,7 @@ impl FieldDigests {
             rest = after;
         }
         rest.is_empty().then_some(Self {
+            version,
             depth,
             salt: *salt,
             fields,
@@ -316,9 +341,10 @@ impl Shape {
 fn digests(
     canonical: &[u8],
     depth: u8,
+    version: u8,
     salt: &[u8; 8],
 ) -> Result<BTreeMap<String, [u8; DIGEST_LEN]>, NotCanonical> {
-    let mut walk = Walk::new(canonical, depth, salt, None);
+    let mut walk = Walk::new(canonical, depth, version, salt, None);
     walk.value(0)?;
     walk.end()?;
     Ok(walk.fields)
@@ -330,6 +356,8 @@ struct Walk<'a> {
     bytes: &'a [u8],
     at: usize,
     cut: u8,
+    /// How digests are made (see [`VERSION`]).
+    version: u8,
     salt: &'a [u8; 8],
     /// The JSON pointer of the value being read.
     name: String,
@@ -338,8 +366,15 @@ struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    fn new(bytes: &'a [u8], cut: u8, salt: &'a [u8; 8], shape: Option<&'a mut Shape>) -> Self {
+    fn new(
+        bytes: &'a [u8],
+        cut: u8,
+        version: u8,
+        salt: &'a [u8; 8],
+        shape: Option<&'a mut Shape>,
+    ) -> Self {
         Self {
+            version,
             bytes,
             at: 0,
             cut,
@@ -437,14 +472,23 @@ impl<'a> Walk<'a> {
             shape.ends_name[level] = shape.ends_name[level].max(self.name.len());
             return;
         }
-        let mut hash = Sha256::new();
-        hash.update(self.salt);
-        hash.update((self.name.len() as u64).to_le_bytes());
-        hash.update(self.name.as_bytes());
-        hash.update(&self.bytes[start..self.at]);
-        let digest = hash.finalize();
+        let name_len = (self.name.len() as u64).to_le_bytes();
+        let value = &self.bytes[start..self.at];
         let mut short = [0; DIGEST_LEN];
-        short.copy_from_slice(&digest[..DIGEST_LEN]);
+        if self.version == 1 {
+            let mut hash = Sha256::new();
+            hash.update(self.salt);
+            hash.update(name_len);
+            hash.update(self.name.as_bytes());
+            hash.update(value);
+            short.copy_from_slice(&hash.finalize()[..DIGEST_LEN]);
+        } else {
+            let mut hash = SipHasher13::new_with_keys(u64::from_le_bytes(*self.salt), SIP_K1);
+            hash.write(&name_len);
+            hash.write(self.name.as_bytes());
+            hash.write(value);
+            short.copy_from_slice(&hash.finish().to_le_bytes()[..DIGEST_LEN]);
+        }
         self.fields.insert(self.name.clone(), short);
     }
 
@@ -663,6 +707,24 @@ mod tests {
             }
         }
         reverse(serde_json::from_str(text).unwrap()).to_string()
+    }
+
+    #[test]
+    fn digests_of_the_first_format_are_still_read() {
+        let first = canonical(&json!({"body": {"amount": 100, "note": "a"}}));
+        let retry = canonical(&json!({"body": {"amount": 101, "memo": "a"}}));
+        let v1 = FieldDigests::of_canonical_as(&first, [9; 8], 1).unwrap();
+        let stored = FieldDigests::from_bytes(&v1.to_bytes()).unwrap();
+        assert_eq!(stored, v1);
+        let mismatch = stored.compare(&retry).unwrap();
+        assert_eq!(mismatch.changed, ["/body/amount"]);
+        assert_eq!(mismatch.added, ["/body/memo"]);
+        assert_eq!(mismatch.removed, ["/body/note"]);
+        assert!(stored.compare(&first).unwrap().is_empty());
+        // The two formats make other digests of the same request.
+        let v2 = FieldDigests::of_canonical(&first, [9; 8]).unwrap();
+        assert_ne!(v1.to_bytes()[1..], v2.to_bytes()[1..]);
+        assert!(FieldDigests::from_bytes(&[3, 0]).is_none());
     }
 
     #[test]
