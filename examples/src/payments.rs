@@ -216,12 +216,12 @@ pub struct NewPayment {
     /// Who pays, `^[a-z0-9-]{1,64}$`.
     #[schema(pattern = "^[a-z0-9-]{1,64}$", example = "alice")]
     pub customer: String,
-    /// Optional: when the client sent the request (RFC 3339; any JSON is accepted), for its
-    /// own records. Left out of the fingerprint (`exclude = ["body.sent_at"]`): a retry that
-    /// stamps the time anew is the same request. The payment does not keep it.
+    /// Optional: when the client sent the request (RFC 3339), for its own records. Left out
+    /// of the fingerprint (`exclude = ["body.sent_at"]`): a retry that stamps the time anew
+    /// is the same request. The payment does not keep it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>, example = "2026-12-05T10:00:00Z")]
-    pub sent_at: Option<serde_json::Value>,
+    #[schema(example = "2026-12-05T10:00:00Z")]
+    pub sent_at: Option<String>,
 }
 
 impl Check for NewPayment {

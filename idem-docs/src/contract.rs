@@ -572,7 +572,8 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
     let named = if doc.mismatch_detail {
         " The problem's `mismatch` member names the fields that differ (`changed`, `added`, \
          `removed`: JSON pointers such as `/body/amount`, never their values). A body this \
-         operation would refuse as invalid gets this answer too when its key is in use."
+         operation refuses as invalid, under a key already used with a body that differs, \
+         gets this answer too, naming the body fields only."
     } else {
         " The problem does not say which fields differ."
     };
@@ -588,7 +589,7 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
         422,
         "urn:idem:problem:invalid-body",
         INVALID_BODY.to_owned(),
-        "Fix the body; nothing ran and the key is still unused.",
+        "Fix the body; nothing ran, and this request did not use the key.",
     ));
     cases.push(if staged {
         Case::problem(

@@ -14,8 +14,9 @@ use crate::{KeyPartDoc, OperationDoc};
 /// Each operation with a route is under `paths` with the `Idempotency-Key` header parameter,
 /// every response [`contract::cases`] lists (grouped per status, problems as
 /// `application/problem+json` with the `Problem` schema of `components`), and an
-/// `x-idempotency` object with its policy (and the handler's `source`, `file:line`, only
-/// when [`OperationDoc::publish_source`] is set). Operations without a route have no place in
+/// `x-idempotency` object with its policy (`mismatchDetail: false` when its `422` names no
+/// field; the handler's `source`, `file:line`, only when [`OperationDoc::publish_source`] is
+/// set). Operations without a route have no place in
 /// `paths`: they are listed under the document's top-level `x-idempotency-operations` only.
 ///
 /// An operation whose key is taken from the request has, instead of `Idempotency-Key`, a
@@ -343,7 +344,7 @@ pub fn problem_schema() -> Value {
             "detail": {"type": "string", "description": "What happened to this request."},
             "mismatch": {
                 "type": "object",
-                "description": "`urn:idem:problem:key-reused` only: the fields of this request that differ from the request the key was first used with, as JSON pointers into the request (`/body/amount`, `/path/id`, `/query/page`), never their values; at most 16 names over the three lists. Absent when the server kept no field digests for the key.",
+                "description": "`urn:idem:problem:key-reused` only: the fields of this request that differ from the request the key was first used with, as JSON pointers into the request (`/body/amount`, `/path/id`, `/query/page`), never their values; at most 16 names over the three lists. For a body the operation refused as invalid, only body fields (`/body/…`) are compared. Absent when the server kept no field digests for the key.",
                 "required": ["changed", "added", "removed"],
                 "properties": {
                     "changed": {"type": "array", "items": {"type": "string"}, "description": "Fields both requests have, with other values."},

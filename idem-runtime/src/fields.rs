@@ -669,6 +669,30 @@ mod tests {
     }
 
     proptest! {
+        /// Stored bytes are read without a panic, whatever they are: random, or a valid
+        /// encoding with one byte changed or cut short; what reads back compares.
+        #[test]
+        fn stored_bytes_never_panic(
+            bytes in prop::collection::vec(any::<u8>(), 0..96),
+            a in request(),
+            at in any::<usize>(),
+            byte in any::<u8>(),
+        ) {
+            for bytes in [bytes, {
+                let mut valid = FieldDigests::of_canonical(&canonical(&a), [1; 8]).unwrap().to_bytes();
+                let at = at % valid.len();
+                valid[at] = byte;
+                valid
+            }] {
+                for len in [bytes.len(), bytes.len() / 2] {
+                    if let Some(stored) = FieldDigests::from_bytes(&bytes[..len]) {
+                        let _ = stored.compare(&canonical(&a));
+                        let _ = stored.compare_body(&a, &[]);
+                    }
+                }
+            }
+        }
+
         /// The reported fields are exactly those whose canonical values differ.
         #[test]
         fn reports_the_fields_that_differ(a in request(), b in request(), salt in any::<[u8; 8]>()) {

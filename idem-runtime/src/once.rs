@@ -166,7 +166,7 @@ impl<DB: Backend> Idem<DB> {
             scope: scope.as_str(),
             key,
             fingerprint,
-            request: Some(&canonical),
+            request: spec.mismatch_detail.then_some(&canonical[..]),
         };
         let outcome = self.execute(spec, call, work).await?;
         let left = left.lock().unwrap_or_else(PoisonError::into_inner).take();

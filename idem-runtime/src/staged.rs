@@ -737,7 +737,7 @@ impl<DB: Backend> Idem<DB> {
             scope: scope.as_str(),
             key,
             fingerprint,
-            request: Some(&canonical),
+            request: spec.mismatch_detail.then_some(&canonical[..]),
         };
         let execution = telemetry::Execution::start(spec.id, call.scope, Some(key.as_str()), None);
         execution
