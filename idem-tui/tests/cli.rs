@@ -469,6 +469,45 @@ async fn show_compares_a_body<DB: TestBackend>() {
         .json();
     assert!(doc.get("mismatch").is_none(), "{doc}");
 
+    // A field the operation leaves out of the fingerprint, known from its registered
+    // document, is not compared: another note is no difference.
+    const NOTED: idem_runtime::spec::OperationSpec =
+        idem_runtime::spec::OperationSpec::new("noted:v1").fingerprint_exclude(&["body.note"]);
+    s.idem
+        .register_docs(&[idem_runtime::docs::OperationDoc::from_spec(&NOTED)])
+        .await
+        .unwrap();
+    let n1_key = IdempotencyKey::new("n-1").unwrap();
+    s.idem
+        .once(&NOTED, &Scope::global(), &n1_key, &request(&first), |_tx| {
+            Box::pin(async { Ok::<_, std::convert::Infallible>(json!({"order": 2})) })
+        })
+        .await
+        .unwrap();
+    let mut noted = first.clone();
+    noted["note"] = json!("no-wrap");
+    let path = file(noted.to_string().as_bytes());
+    let n1 = [
+        "--scope",
+        "global",
+        "--operation",
+        "noted:v1",
+        "--key",
+        "n-1",
+    ];
+    let doc = s
+        .run(&with(
+            &["--json", "keys", "show"],
+            n1.to_vec(),
+            &["--body", &path],
+        ))
+        .code(0)
+        .json();
+    assert_eq!(
+        doc["mismatch"],
+        json!({"changed": [], "added": [], "removed": []})
+    );
+
     // Not JSON: a usage error, before any query (even of a key that does not exist).
     let bad = file(b"{\"amount\": 4242.25,");
     let missing = [

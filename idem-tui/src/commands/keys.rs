@@ -154,7 +154,11 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
                 })
             })
             .transpose()?;
-        let mismatch = stored.as_ref().map(|stored| stored.compare_body(body, &[]));
+        let exclude = registered_exclusions(context, &key.operation).await?;
+        let exclude: Vec<&str> = exclude.iter().map(String::as_str).collect();
+        let mismatch = stored
+            .as_ref()
+            .map(|stored| stored.compare_body(body, &exclude));
         if let Value::Object(object) = &mut json {
             let value = mismatch
                 .as_ref()
@@ -166,6 +170,23 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
         text.push_str(&mismatch_text(stored.as_ref(), mismatch.as_ref()));
     }
     Ok(Report { json, text })
+}
+
+/// The paths `operation`'s registered document leaves out of the fingerprint
+/// (`fingerprint_exclude`): fields never digested, so not compared. None without a readable
+/// registered document.
+async fn registered_exclusions(
+    context: &Context,
+    operation: &str,
+) -> Result<Vec<String>, CommandError> {
+    let registrations = context.db.registrations().await?;
+    Ok(registrations
+        .into_iter()
+        .find(|r| r.operation == operation)
+        .and_then(|r| r.doc)
+        .and_then(|doc| serde_json::from_str::<idem_docs::OperationDoc>(&doc).ok())
+        .map(|doc| doc.fingerprint_exclude)
+        .unwrap_or_default())
 }
 
 /// `--body`'s file (`-`: stdin) read as JSON.
