@@ -6,7 +6,7 @@ use http::HeaderName;
 
 use crate::key::KeyFormat;
 use crate::spec::OperationSpec;
-use crate::store::TxSettings;
+use crate::store::{Keyring, TxSettings};
 
 /// Settings shared by every operation of one [`Idem`](crate::Idem). Build it with the
 /// setters:
@@ -146,6 +146,8 @@ pub struct Config {
     /// never a value ([`crate::fields`]). Default `true`; off for a service whose field names
     /// are themselves sensitive.
     pub mismatch_detail: bool,
+    /// The storage keys ([`Config::storage_keys`]). Default none: stored columns are clear.
+    pub storage_keys: Option<Keyring>,
 }
 
 /// The connection string of [`Config::replica`]; printed without its text, which may hold a
@@ -190,6 +192,7 @@ impl Default for Config {
             external_migrations: false,
             replica: None,
             mismatch_detail: true,
+            storage_keys: None,
         }
     }
 }
@@ -279,6 +282,28 @@ impl Config {
     #[must_use]
     pub fn replica(mut self, url: impl Into<String>) -> Self {
         self.replica = Some(ReplicaUrl(url.into()));
+        self
+    }
+
+    /// Seals what idem stores at rest under `keys` ([`store::seal`](crate::store#storage-sealed-at-rest)):
+    /// a key's fingerprint, field digests, stored request, journal, response headers and
+    /// body, and the outbox's payloads are written sealed under the first key, bound to their
+    /// row, and opened under whichever key sealed them. What stays clear is what operators
+    /// search by: scope, operation, key, status, times. A stored value sealed under a key
+    /// not given here is answered `503` (`storage-key-unknown`), and its row is left as it
+    /// is; rows written clear, before the keys were set, are still read.
+    ///
+    /// ```
+    /// use idem_runtime::Config;
+    /// use idem_runtime::store::Keyring;
+    ///
+    /// let keys = Keyring::parse(&Keyring::generate_entry("k1")).unwrap();
+    /// let config = Config::default().storage_keys(keys);
+    /// assert_eq!(config.storage_keys.unwrap().current(), "k1");
+    /// ```
+    #[must_use]
+    pub fn storage_keys(mut self, keys: Keyring) -> Self {
+        self.storage_keys = Some(keys);
         self
     }
 

@@ -7,6 +7,7 @@ use http::StatusCode;
 
 use crate::key::KeyError;
 use crate::problem::Problem;
+use crate::store::SealError;
 
 /// Why idem answered instead of the handler.
 ///
@@ -68,6 +69,12 @@ pub enum Error {
     /// The store failed before anything was committed: unreachable, no connection within
     /// [`Config::acquire_timeout`](crate::Config::acquire_timeout), or it refused a
     /// statement. `503` with `Retry-After`.
+    ///
+    /// A stored value that does not open ([`SealError`] in [`sqlx::Error::Decode`],
+    /// [`Config::storage_keys`](crate::Config::storage_keys)) answers its own problem, and
+    /// the row is left as it is: sealed under a storage key this server does not have,
+    /// `503` `storage-key-unknown` with `Retry-After` (a server given the key answers);
+    /// failing its check (changed, or moved from another row), `500` `sealed-unreadable`.
     #[error("the idempotency store failed: {0}")]
     Store(#[source] sqlx::Error),
     /// A lock wait ran out on something other than the key (a table locked from outside,
@@ -97,9 +104,22 @@ pub enum Error {
 const RETRY_SOON: Duration = Duration::from_secs(1);
 
 impl Error {
+    /// The stored value that did not open, if that is what this is ([`Error::Store`]).
+    fn sealed(&self) -> Option<&SealError> {
+        match self {
+            Self::Store(error) => SealError::of(error),
+            _ => None,
+        }
+    }
+
     /// The HTTP status this error answers with.
     #[must_use]
     pub fn status(&self) -> StatusCode {
+        match self.sealed() {
+            Some(SealError::UnknownKey(_)) => return StatusCode::SERVICE_UNAVAILABLE,
+            Some(_) => return StatusCode::INTERNAL_SERVER_ERROR,
+            None => {}
+        }
         match self {
             Self::MissingKey
             | Self::InvalidKey(_)
@@ -123,6 +143,9 @@ impl Error {
     /// The problem details this error answers with.
     #[must_use]
     pub fn problem(&self) -> Problem {
+        if let Some(sealed) = self.sealed() {
+            return sealed_problem(self.status(), sealed);
+        }
         let (type_uri, title) = match self {
             Self::MissingKey => ("urn:idem:problem:missing-key", "Idempotency-Key required"),
             Self::InvalidKey(_) => ("urn:idem:problem:invalid-key", "invalid Idempotency-Key"),
@@ -203,6 +226,34 @@ impl Error {
             Self::Mismatch(Some(mismatch)) => problem.with_mismatch((**mismatch).clone()),
             _ => problem,
         }
+    }
+}
+
+/// [`Error::problem`] of a stored value that did not open: it names the storage key, never
+/// a value.
+fn sealed_problem(status: StatusCode, sealed: &SealError) -> Problem {
+    match sealed {
+        SealError::UnknownKey(key) => Problem::new(
+            status,
+            "urn:idem:problem:storage-key-unknown",
+            "stored answer sealed under an unknown storage key",
+        )
+        .with_detail(format!(
+            "this Idempotency-Key's stored request or answer is sealed under storage key \
+             `{key}`, which this server was not given; nothing was changed; retry with the \
+             same Idempotency-Key"
+        ))
+        .with_retry_after(RETRY_SOON),
+        _ => Problem::new(
+            status,
+            "urn:idem:problem:sealed-unreadable",
+            "stored answer unreadable",
+        )
+        .with_detail(format!(
+            "this Idempotency-Key's stored request or answer, sealed under storage key \
+             `{}`, fails its integrity check; it is never replayed, and nothing was changed",
+            sealed.key()
+        )),
     }
 }
 

@@ -133,7 +133,9 @@ impl<DB: Backend> Hold<DB> {
                 Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt)
                     .await
                     .map(|gone| (gone, false)),
-                Act::Reserve(reservation) => DB::reserve_held(&mut conn, ns, reservation).await,
+                Act::Reserve(reservation) => {
+                    DB::reserve_held(&mut conn, ns, reservation, idem.ring()).await
+                }
             };
             match done {
                 Ok(answer) => {

@@ -54,8 +54,8 @@ pub use crate::record::{Outcome, OutcomeKind, Record};
 use crate::spec::{ExpiryPolicy, OperationSpec};
 use crate::store::staged::Fence;
 use crate::store::{
-    Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyStatus, KeyTable, NewRow, StoreError,
-    StoredKey, TxSettings,
+    Backend, Begun, Failure, KeyLock, KeyRef, KeyRow, KeyStatus, KeyTable, Keyring, NewRow,
+    StoreError, StoredKey, TxSettings,
 };
 use crate::telemetry;
 
@@ -437,6 +437,11 @@ impl<DB: Backend> Idem<DB> {
         &self.inner.config
     }
 
+    /// The storage keys stored columns are sealed with ([`Config::storage_keys`]).
+    pub(crate) fn ring(&self) -> Option<&Keyring> {
+        self.inner.config.storage_keys.as_ref()
+    }
+
     /// Now, by the injected clock, in milliseconds since the Unix epoch.
     #[must_use]
     pub fn now_millis(&self) -> i64 {
@@ -783,7 +788,7 @@ impl<DB: Backend> Idem<DB> {
                 conn: Some(conn),
                 state: State::Open,
             };
-            let stored = DB::lookup(session.conn(), key).await?;
+            let stored = DB::lookup(session.conn(), key, self.ring()).await?;
             session.state = State::Finished {
                 rollback_queued: false,
             };
@@ -837,7 +842,7 @@ impl<DB: Backend> Idem<DB> {
                 Some(session) => session,
                 None => self.session().await?,
             };
-            let lookup = DB::lookup(session.conn(), key);
+            let lookup = DB::lookup(session.conn(), key, self.ring());
             match tokio::time::timeout(self.inner.config.in_flight_wait, lookup).await {
                 Ok(Ok(stored)) => return Ok((session, stored)),
                 Ok(Err(error)) => match DB::classify(&error) {
@@ -966,13 +971,13 @@ impl<DB: Backend> Idem<DB> {
         };
         if !replace_expired && !self.inner.fail.armed(FailPoint::AfterRecord) {
             // One round trip on PostgreSQL.
-            return DB::insert_completed_and_commit(tx, row)
+            return DB::insert_completed_and_commit(tx, row, self.ring())
                 .await
                 .map_err(commit_failed::<DB>);
         }
         // Two steps: the replacing `INSERT … ON CONFLICT DO UPDATE … WHERE expired` tells by
         // its row count whether it won, and the fail point sits between the steps.
-        let stored = DB::insert_completed(&mut tx, row)
+        let stored = DB::insert_completed(&mut tx, row, self.ring())
             .await
             .map_err(refused::<DB>)?;
         if stored {
@@ -1005,7 +1010,7 @@ impl<DB: Backend> Idem<DB> {
         let Some(request) = call.request.filter(|_| self.inner.config.mismatch_detail) else {
             return Error::Mismatch(None);
         };
-        let stored = match DB::field_digests(conn, key).await {
+        let stored = match DB::field_digests(conn, key, self.ring()).await {
             Ok(stored) => stored,
             Err(error) => {
                 tracing::debug!(%error, "the key's field digests could not be read");
@@ -1033,11 +1038,13 @@ impl<DB: Backend> Idem<DB> {
             return None;
         }
         let mut conn = self.acquire_bounded().await.ok()?;
-        let row = DB::lookup(&mut conn, key).await.ok()??;
+        let row = DB::lookup(&mut conn, key, self.ring()).await.ok()??;
         if row.expires_at_ms <= self.now_millis() {
             return None;
         }
-        let stored = DB::field_digests(&mut conn, key).await.ok()??;
+        let stored = DB::field_digests(&mut conn, key, self.ring())
+            .await
+            .ok()??;
         let stored = crate::fields::FieldDigests::from_bytes(&stored)?;
         let mismatch = stored.compare_body(body, spec.fingerprint_exclude);
         (!mismatch.is_empty()).then_some(mismatch)
@@ -1056,7 +1063,9 @@ impl<DB: Backend> Idem<DB> {
         own: Result<Outcome, Error>,
     ) -> Result<Outcome, Error> {
         // If even this fails, the answer is unknown: 503, retry with the same key.
-        let stored = DB::lookup(conn, key).await.map_err(Error::Store)?;
+        let stored = DB::lookup(conn, key, self.ring())
+            .await
+            .map_err(Error::Store)?;
         telemetry::looked_up_again(stored.as_ref(), now);
         match stored {
             None => own,

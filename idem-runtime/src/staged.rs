@@ -450,6 +450,7 @@ impl<DB: Backend> Attempt<DB> {
             name,
             &journal,
             state.lease_end(),
+            self.inner.idem.ring(),
         )
         .await?;
         self.kept(kept)?;
@@ -484,6 +485,7 @@ impl<DB: Backend> Attempt<DB> {
             name,
             &journal,
             state.lease_end(),
+            self.inner.idem.ring(),
         )
         .await?;
         self.kept(kept)?;
@@ -589,7 +591,7 @@ async fn store_record<DB: Backend>(
         completed_ms,
         expires_ms: completed_ms.saturating_add(millis(ttl)),
     };
-    let stored = DB::finish(conn, key, attempt, ending).await?;
+    let stored = DB::finish(conn, key, attempt, ending, idem.ring()).await?;
     telemetry::stored(key.operation, record.body.len(), stored);
     Ok(stored)
 }
@@ -848,7 +850,8 @@ impl<DB: Backend> Idem<DB> {
                                 None => true,
                             };
                             if free {
-                                let reserved = DB::reserve(&mut *conn, reservation).await;
+                                let reserved =
+                                    DB::reserve(&mut *conn, reservation, self.ring()).await;
                                 Some(reserved.map_err(Error::Store)?)
                             } else {
                                 None
@@ -903,9 +906,10 @@ impl<DB: Backend> Idem<DB> {
                 continue;
             }
             let until = now.saturating_add(millis(spec.lease));
-            if let Some(lease) = DB::take_over(&mut *conn, key, seen, seen_until, until)
-                .await
-                .map_err(Error::Store)?
+            if let Some(lease) =
+                DB::take_over(&mut *conn, key, seen, seen_until, until, self.ring())
+                    .await
+                    .map_err(Error::Store)?
             {
                 telemetry::reserved(lease.fence.attempt, true);
                 return Ok(Start::Run {
@@ -1041,7 +1045,10 @@ impl<DB: Backend> Idem<DB> {
     /// it has one, else `409` (another attempt holds it).
     async fn fenced(&self, key: KeyRef<'_>, fingerprint: &[u8]) -> Result<Outcome, Error> {
         let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
-        match DB::lookup(&mut conn, key).await.map_err(Error::Store)? {
+        match DB::lookup(&mut conn, key, self.ring())
+            .await
+            .map_err(Error::Store)?
+        {
             Some(row) if row.fingerprint != fingerprint => Err(Error::Mismatch(None)),
             Some(row) if row.is_final() => match row.response {
                 Some(response) => Ok(Outcome {
@@ -1269,9 +1276,16 @@ impl<DB: Backend> Reconciler<DB> {
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
             let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-            DB::take_over(&mut conn, stuck.key_ref(), stuck.fence, now, until)
-                .await
-                .map_err(Error::Store)?
+            DB::take_over(
+                &mut conn,
+                stuck.key_ref(),
+                stuck.fence,
+                now,
+                until,
+                self.idem.ring(),
+            )
+            .await
+            .map_err(Error::Store)?
         };
         let Some(lease) = lease else {
             return Ok(None);

@@ -1,5 +1,6 @@
 //! [`Backend`]: the protocol's primitives, on every database idem keeps keys in.
 
+use std::borrow::Cow;
 use std::future::Future;
 
 use sqlx::{Database, Pool, Transaction};
@@ -12,6 +13,7 @@ use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
+use crate::seal::{self, Column, Keyring, Place};
 use crate::sql::Sql;
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::{Ending, Fence, Lease, Reservation, StuckKey};
@@ -262,25 +264,33 @@ pub trait Backend: Glue + sealed::Sealed {
     }
 
     #[doc(hidden)]
-    /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key.
+    /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key. Its
+    /// sealed columns are opened with `ring` ([`crate::seal`]): a [`crate::SealError`] in
+    /// [`sqlx::Error::Decode`] when one does not open.
     fn lookup(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<Option<StoredKey>, sqlx::Error>> + Send {
         async move {
             let row = Self::fetch_optional(conn, Self::SQL.lookup, &Arg::key(key)).await?;
             let Some(row) = row else { return Ok(None) };
             let status = StoredStatus::from_column(&Self::text(&row, 1)?);
             let response = match Self::opt_int32(&row, 2)? {
-                Some(code) if status == StoredStatus::Completed => Some(StoredResponse::lenient(
-                    code,
-                    Self::opt_text(&row, 3)?.as_deref(),
-                    Self::opt_bytes(&row, 4)?,
-                )),
+                Some(code) if status == StoredStatus::Completed => {
+                    let (headers, body) = seal::open_response(
+                        ring,
+                        key,
+                        Self::opt_text(&row, 3)?,
+                        Self::opt_bytes(&row, 4)?,
+                    )?;
+                    Some(StoredResponse::lenient(code, headers.as_deref(), body))
+                }
                 _ => None,
             };
+            let fingerprint = Self::bytes(&row, 0)?;
             Ok(Some(StoredKey {
-                fingerprint: Self::bytes(&row, 0)?,
+                fingerprint: seal::open(ring, Place::key(Column::Fingerprint, key), fingerprint)?,
                 status,
                 response,
                 expires_at_ms: Self::int(&row, 5)?,
@@ -323,24 +333,11 @@ pub trait Backend: Glue + sealed::Sealed {
     fn insert_completed(
         tx: &mut Transaction<'_, Self>,
         row: NewRow<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
-            let sql = Self::SQL;
-            let statement = match (sql.clear_expired, row.replace_expired) {
-                (_, false) => sql.insert_completed,
-                (None, true) => sql.insert_completed_or_replace_expired,
-                // The expired row deleted first, where the insert cannot replace it.
-                (Some(clear), true) => {
-                    let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
-                    Self::execute(tx, clear, &args).await?;
-                    sql.insert_completed
-                }
-            };
-            match Self::execute(tx, statement, &new_row_args(&row)).await {
-                Ok(inserted) => Ok(inserted == 1),
-                Err(error) if Self::is_duplicate(&error) => Ok(false),
-                Err(error) => Err(error),
-            }
+            let sealed = SealedRow::new(ring, &row);
+            insert_row::<Self>(tx, sealed.row(row)).await
         }
     }
 
@@ -350,12 +347,19 @@ pub trait Backend: Glue + sealed::Sealed {
     fn field_digests(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, sqlx::Error>> + Send {
         async move {
             let row = Self::fetch_optional(conn, Self::SQL.field_digests, &Arg::key(key)).await?;
-            row.map(|row| Self::opt_bytes(&row, 0))
-                .transpose()
-                .map(Option::flatten)
+            let Some(digests) = row
+                .map(|row| Self::opt_bytes(&row, 0))
+                .transpose()?
+                .flatten()
+            else {
+                return Ok(None);
+            };
+            let place = Place::key(Column::FieldDigests, key);
+            Ok(Some(seal::open(ring, place, digests)?))
         }
     }
 
@@ -368,12 +372,19 @@ pub trait Backend: Glue + sealed::Sealed {
     /// refused a statement, and nothing committed.
     fn insert_completed_and_commit(
         mut tx: Transaction<'_, Self>,
-        mut row: NewRow<'_>,
+        row: NewRow<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
+            let sealed = SealedRow::new(ring, &row);
+            let row = sealed.row(row);
             let Some(batch) = Self::insert_and_commit(&row) else {
-                row.replace_expired = false; // Documented as ignored: see `insert_completed`.
-                if !Self::insert_completed(&mut tx, row).await? {
+                // Documented as ignored: see `insert_completed`.
+                let row = NewRow {
+                    replace_expired: false,
+                    ..row
+                };
+                if !insert_row::<Self>(&mut tx, row).await? {
                     return Ok(false);
                 }
                 tx.commit().await?;
@@ -401,8 +412,11 @@ pub trait Backend: Glue + sealed::Sealed {
     fn reserve(
         conn: &mut Self::Connection,
         r: Reservation<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
+            let sealed = SealedReservation::new(ring, &r);
+            let r = sealed.reservation(r);
             let sql = Self::SQL;
             let args = Arg::on_key(r.key, &reservation_args(&r));
             let statement = match (sql.reopen_expired, r.replace_expired) {
@@ -445,6 +459,7 @@ pub trait Backend: Glue + sealed::Sealed {
         seen: Fence,
         now_ms: i64,
         locked_until_ms: i64,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<Option<Lease>, sqlx::Error>> + Send {
         async move {
             let until = [Arg::Int(locked_until_ms)];
@@ -465,9 +480,17 @@ pub trait Backend: Glue + sealed::Sealed {
                         reservation: seen.reservation,
                         attempt: Self::int(&row, 0)?,
                     },
-                    journal: Self::opt_text(&row, 1)?,
-                    request: Self::opt_text(&row, 2)?,
-                    fingerprint: Self::bytes(&row, 3)?,
+                    journal: (Self::opt_text(&row, 1)?)
+                        .map(|j| seal::open_text(ring, Place::key(Column::Journal, key), j))
+                        .transpose()?,
+                    request: (Self::opt_text(&row, 2)?)
+                        .map(|r| seal::open_text(ring, Place::key(Column::Request, key), r))
+                        .transpose()?,
+                    fingerprint: seal::open(
+                        ring,
+                        Place::key(Column::Fingerprint, key),
+                        Self::bytes(&row, 3)?,
+                    )?,
                 })
             })
             .transpose()
@@ -499,11 +522,13 @@ pub trait Backend: Glue + sealed::Sealed {
         step: &str,
         journal: &str,
         locked_until_ms: i64,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
+            let journal = seal::seal_text(ring, Place::key(Column::Journal, key), journal);
             let set = [
                 Arg::Text(step),
-                Arg::Text(journal),
+                Arg::Text(&journal),
                 Arg::Int(locked_until_ms),
             ];
             let args = Arg::around_key(&set, key, &fence_args(attempt));
@@ -519,12 +544,14 @@ pub trait Backend: Glue + sealed::Sealed {
         key: KeyRef<'_>,
         attempt: Fence,
         ending: Ending<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
         async move {
+            let (headers, body) = seal::seal_response(ring, key, ending.headers_json, ending.body);
             let set = [
                 Arg::Int32(i32::from(ending.status)),
-                Arg::Text(ending.headers_json),
-                Arg::Bytes(ending.body),
+                Arg::Text(&headers),
+                Arg::Bytes(&body),
                 Arg::Int(ending.completed_ms),
                 Arg::Int(ending.expires_ms),
             ];
@@ -585,12 +612,15 @@ pub trait Backend: Glue + sealed::Sealed {
         conn: &mut Self::Connection,
         namespace: &str,
         r: Reservation<'_>,
+        ring: Option<&Keyring>,
     ) -> impl Future<Output = Result<(bool, bool), sqlx::Error>> + Send {
         async move {
             debug_assert!(!r.replace_expired, "reserve_held never replaces");
             let Some(statement) = Self::SQL.reserve_held else {
-                return Ok((true, Self::reserve(conn, r).await?));
+                return Ok((true, Self::reserve(conn, r, ring).await?));
             };
+            let sealed = SealedReservation::new(ring, &r);
+            let r = sealed.reservation(r);
             let mut rest = reservation_args(&r).to_vec();
             let first = Fence {
                 reservation: r.id,
@@ -702,6 +732,91 @@ pub(crate) async fn begin_write<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
     Transaction::begin(conn, DB::SQL.begin_write.map(Into::into)).await
+}
+
+/// A new row's sealed columns ([`crate::seal`]), kept while the row borrows them.
+struct SealedRow<'v> {
+    fingerprint: Cow<'v, [u8]>,
+    headers: Cow<'v, str>,
+    body: Cow<'v, [u8]>,
+    field_digests: Option<Cow<'v, [u8]>>,
+}
+
+impl<'v> SealedRow<'v> {
+    /// `row`'s columns as written with `ring`: borrowed as they are without one.
+    fn new(ring: Option<&Keyring>, row: &NewRow<'v>) -> Self {
+        let (headers, body) = seal::seal_response(ring, row.key, row.headers_json, row.body);
+        let place = |column| Place::key(column, row.key);
+        Self {
+            fingerprint: seal::seal(ring, place(Column::Fingerprint), row.fingerprint),
+            headers,
+            body,
+            field_digests: (row.field_digests)
+                .map(|digests| seal::seal(ring, place(Column::FieldDigests), digests)),
+        }
+    }
+
+    /// `row` with these columns.
+    fn row<'r>(&'r self, row: NewRow<'r>) -> NewRow<'r> {
+        NewRow {
+            fingerprint: &self.fingerprint,
+            headers_json: &self.headers,
+            body: &self.body,
+            field_digests: self.field_digests.as_deref(),
+            ..row
+        }
+    }
+}
+
+/// A reservation's sealed columns, as [`SealedRow`].
+struct SealedReservation<'v> {
+    fingerprint: Cow<'v, [u8]>,
+    request: Cow<'v, str>,
+    field_digests: Option<Cow<'v, [u8]>>,
+}
+
+impl<'v> SealedReservation<'v> {
+    fn new(ring: Option<&Keyring>, r: &Reservation<'v>) -> Self {
+        let place = |column| Place::key(column, r.key);
+        Self {
+            fingerprint: seal::seal(ring, place(Column::Fingerprint), r.fingerprint),
+            request: seal::seal_text(ring, place(Column::Request), r.request),
+            field_digests: (r.field_digests)
+                .map(|digests| seal::seal(ring, place(Column::FieldDigests), digests)),
+        }
+    }
+
+    fn reservation<'r>(&'r self, r: Reservation<'r>) -> Reservation<'r> {
+        Reservation {
+            fingerprint: &self.fingerprint,
+            request: &self.request,
+            field_digests: self.field_digests.as_deref(),
+            ..r
+        }
+    }
+}
+
+/// [`Backend::insert_completed`] of a row whose columns are sealed already.
+async fn insert_row<DB: Backend>(
+    tx: &mut Transaction<'_, DB>,
+    row: NewRow<'_>,
+) -> Result<bool, sqlx::Error> {
+    let sql = DB::SQL;
+    let statement = match (sql.clear_expired, row.replace_expired) {
+        (_, false) => sql.insert_completed,
+        (None, true) => sql.insert_completed_or_replace_expired,
+        // The expired row deleted first, where the insert cannot replace it.
+        (Some(clear), true) => {
+            let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
+            DB::execute(tx, clear, &args).await?;
+            sql.insert_completed
+        }
+    };
+    match DB::execute(tx, statement, &new_row_args(&row)).await {
+        Ok(inserted) => Ok(inserted == 1),
+        Err(error) if DB::is_duplicate(&error) => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 /// [`Sql::insert_completed`]'s parameters.

@@ -28,6 +28,7 @@ pub mod pooler;
 mod postgres;
 mod protocol;
 mod row;
+mod seal;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -53,6 +54,7 @@ pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSe
 #[doc(hidden)]
 pub use crate::row::StoredKey;
 pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+pub use crate::seal::{Keyring, KeyringError, SealError, Sealed};
 #[doc(hidden)]
 pub use crate::sql::Arg;
 

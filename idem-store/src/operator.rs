@@ -406,7 +406,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            Ok(DB::field_digests(&mut conn, key).await?)
+            Ok(DB::field_digests(&mut conn, key, self.keyring()).await?)
         }
         .await
         .map_err(StoreError::refine::<DB>)

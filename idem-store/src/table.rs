@@ -1,5 +1,7 @@
 //! [`KeyTable`]: the key table for tools.
 
+use std::sync::Arc;
+
 use sqlx::Pool;
 
 use crate::backend::{Backend, begin_write};
@@ -9,6 +11,7 @@ use crate::key::KeyRef;
 use crate::list::RawRow;
 use crate::list::{self, Counts, KeyFilter, Page};
 use crate::row::{KeyRow, KeyStatus};
+use crate::seal::Keyring;
 use crate::sql::Statement;
 
 /// The key table of one database, for tools ([the example](crate#example)). Cheap to clone
@@ -16,12 +19,14 @@ use crate::sql::Statement;
 #[derive(Debug)]
 pub struct KeyTable<DB: Backend> {
     pool: Pool<DB>,
+    ring: Option<Arc<Keyring>>,
 }
 
 impl<DB: Backend> Clone for KeyTable<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            ring: self.ring.clone(),
         }
     }
 }
@@ -31,7 +36,22 @@ impl<DB: Backend> KeyTable<DB> {
     /// resolve unqualified names in).
     #[must_use]
     pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+        Self { pool, ring: None }
+    }
+
+    /// The table read and written with `ring`'s storage keys ([`crate::seal`]): sealed
+    /// columns are opened where the keyring has their key, and what an operator writes is
+    /// sealed. Without one, sealed columns are shown as sealed and never written.
+    #[must_use]
+    pub fn with_keyring(mut self, ring: Keyring) -> Self {
+        self.ring = Some(Arc::new(ring));
+        self
+    }
+
+    /// The storage keys, if the table was given them.
+    #[must_use]
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.ring.as_deref()
     }
 
     /// The pool.

@@ -87,7 +87,11 @@ where
         .unwrap()
         .free()
         .unwrap();
-    assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
+    assert!(
+        DB::insert_completed_and_commit(tx, row, None)
+            .await
+            .unwrap()
+    );
     drop(conn);
     let table = KeyTable::new(pool.clone());
     let stored = table.get(key, NOW).await.unwrap().unwrap();

@@ -53,7 +53,11 @@ async fn lock_rows_are_swept_once_no_execution_took_them() {
         expires_ms: NOW - HOUR,
         replace_expired: false,
     };
-    assert!(MySql::insert_completed_and_commit(tx, row).await.unwrap());
+    assert!(
+        MySql::insert_completed_and_commit(tx, row, None)
+            .await
+            .unwrap()
+    );
     drop(conn);
     let count = |table: &'static str| {
         let pool = pool.clone();

@@ -78,9 +78,9 @@ async fn running<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         id: RESERVATION,
         field_digests: None,
     };
-    assert!(DB::reserve(&mut conn, reservation).await.unwrap());
+    assert!(DB::reserve(&mut conn, reservation, None).await.unwrap());
     assert!(
-        DB::journal(&mut conn, k, at(1), "reserve", JOURNAL, LEASE)
+        DB::journal(&mut conn, k, at(1), "reserve", JOURNAL, LEASE, None)
             .await
             .unwrap()
     );
@@ -106,7 +106,7 @@ async fn finished<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         completed_ms: NOW,
         expires_ms: NOW + HOUR,
     };
-    assert!(DB::finish(&mut conn, k, at(1), ending).await.unwrap());
+    assert!(DB::finish(&mut conn, k, at(1), ending, None).await.unwrap());
     drop(conn);
     let row = get(table, k, NOW).await;
     assert_eq!(row.status, KeyStatus::Completed);
@@ -182,13 +182,13 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
             "renew" => assert!(DB::renew(&mut conn, k, at(1), LEASE + 4_000).await.unwrap()),
             // ... journals a step, its lease as it was...
             "journal" => assert!(
-                DB::journal(&mut conn, k, at(1), "charge", JOURNAL, LEASE + 4_000)
+                DB::journal(&mut conn, k, at(1), "charge", JOURNAL, LEASE + 4_000, None)
                     .await
                     .unwrap()
             ),
             // ... a retry takes it over once the lease ran out, the lease as it was...
             "take over" => {
-                let lease = DB::take_over(&mut conn, k, at(1), LEASE + 4_000, LEASE + 4_000)
+                let lease = DB::take_over(&mut conn, k, at(1), LEASE + 4_000, LEASE + 4_000, None)
                     .await
                     .unwrap()
                     .unwrap();
@@ -203,7 +203,7 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
                     completed_ms: NOW,
                     expires_ms: NOW + HOUR,
                 };
-                assert!(DB::finish(&mut conn, k, at(2), ending).await.unwrap());
+                assert!(DB::finish(&mut conn, k, at(2), ending, None).await.unwrap());
             }
             // ... and another operator expires it.
             _ => {
@@ -471,9 +471,9 @@ async fn journals_are_objects<DB: TestBackend>() {
             id: RESERVATION,
             field_digests: None,
         };
-        assert!(DB::reserve(&mut conn, reservation).await.unwrap());
+        assert!(DB::reserve(&mut conn, reservation, None).await.unwrap());
         assert!(
-            DB::journal(&mut conn, k, at(1), "b", journal, LEASE)
+            DB::journal(&mut conn, k, at(1), "b", journal, LEASE, None)
                 .await
                 .unwrap()
         );

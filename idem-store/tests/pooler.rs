@@ -54,7 +54,11 @@ async fn parameters_become_typed_literals() {
         id: 7,
         field_digests: None,
     };
-    assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
+    assert!(
+        Postgres::reserve(&mut conn, reservation, None)
+            .await
+            .unwrap()
+    );
     drop(conn);
     let seen = table.get(k, NOW).await.unwrap().unwrap();
     assert_eq!((seen.scope.as_str(), seen.key.as_str()), (k.scope, k.key));
@@ -184,7 +188,11 @@ async fn long_values_are_written_whole() {
         id: 7,
         field_digests: None,
     };
-    assert!(Postgres::reserve(&mut conn, reservation).await.unwrap());
+    assert!(
+        Postgres::reserve(&mut conn, reservation, None)
+            .await
+            .unwrap()
+    );
     drop(conn);
     let seen = table.get(other, NOW).await.unwrap().unwrap();
     assert_eq!(seen.fingerprint, body);

@@ -30,7 +30,7 @@ async fn hand_written_numeric_expiry() {
     assert_eq!(row.expires_at_ms, NOW - HOUR);
     assert_eq!(row.status, KeyStatus::Expired);
     let mut conn = table.pool().acquire().await.unwrap();
-    let stored = Sqlite::lookup(&mut conn, k).await.unwrap().unwrap();
+    let stored = Sqlite::lookup(&mut conn, k, None).await.unwrap().unwrap();
     drop(conn);
     assert_eq!(stored.expires_at_ms, NOW - HOUR);
     let expired = table

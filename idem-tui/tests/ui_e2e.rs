@@ -106,7 +106,11 @@ async fn seed_in<DB: Backend>(table: &KeyTable<DB>, scope: &str, keys: &[&str], 
             expires_ms,
             replace_expired: false,
         };
-        assert!(DB::insert_completed_and_commit(tx, row).await.unwrap());
+        assert!(
+            DB::insert_completed_and_commit(tx, row, None)
+                .await
+                .unwrap()
+        );
     }
 }
 

@@ -258,7 +258,7 @@ where
     assert_eq!(processing.keys[0].key, "p-1");
     // The old rows read back, through the protocol and through the tools' API.
     let mut conn = pool.acquire().await.unwrap();
-    let stored = DB::lookup(&mut conn, old).await.unwrap().unwrap();
+    let stored = DB::lookup(&mut conn, old, None).await.unwrap().unwrap();
     drop(conn);
     assert_eq!(stored.status, StoredStatus::Completed);
     assert_eq!(stored.fingerprint, [7; 32]);

@@ -124,6 +124,7 @@ pub async fn put<DB: Backend>(
             expires_ms,
             replace_expired: false,
         },
+        None,
     )
     .await
     .must("Backend::insert_completed_and_commit")

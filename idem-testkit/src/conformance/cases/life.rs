@@ -34,6 +34,7 @@ async fn overdue<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, lease_ms: i64) {
             id: RESERVATION,
             field_digests: None,
         },
+        None,
     )
     .await
     .must("reserve");
@@ -73,7 +74,7 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
     ] {
         let row = table.get(key(k), NOW).await.must("get").must("the key");
         assert_eq!(row.status, status, "{k}: get");
-        let stored = DB::lookup(&mut conn, key(k))
+        let stored = DB::lookup(&mut conn, key(k), None)
             .await
             .must("lookup")
             .must("the key");
@@ -119,13 +120,13 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
         .collect::<Vec<_>>();
     assert_eq!(stuck, ["stuck"], "Backend::stuck");
     assert_eq!(
-        DB::take_over(&mut conn, key("live"), at(1), NOW, NOW + 30_000)
+        DB::take_over(&mut conn, key("live"), at(1), NOW, NOW + 30_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover of a live lease past expires_at"
     );
-    let lease = DB::take_over(&mut conn, key("stuck"), at(1), NOW, NOW + 30_000)
+    let lease = DB::take_over(&mut conn, key("stuck"), at(1), NOW, NOW + 30_000, None)
         .await
         .must("take_over")
         .must("taking over a stuck key past its expires_at");
@@ -193,7 +194,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
     for k in ["live", "stuck"] {
         let before = table.get(key(k), NOW).await.must("get").must("the key");
         assert!(
-            !DB::reserve(&mut conn, replacing(key(k)))
+            !DB::reserve(&mut conn, replacing(key(k)), None)
                 .await
                 .must("reserve"),
             "{k}: a reservation replacing expired keys replaced a processing row"
@@ -203,7 +204,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let replaced = DB::insert_completed(&mut tx, inserting(key(k)))
+        let replaced = DB::insert_completed(&mut tx, inserting(key(k)), None)
             .await
             .must("insert_completed");
         assert!(
@@ -219,7 +220,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
     }
     // The completed row past its expiry is replaced, by either.
     assert!(
-        DB::reserve(&mut conn, replacing(key("done")))
+        DB::reserve(&mut conn, replacing(key("done")), None)
             .await
             .must("reserve"),
         "a reservation did not replace the expired completed row"
@@ -231,7 +232,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
         .free()
         .must("begin without a lock");
     assert!(
-        DB::insert_completed(&mut tx, inserting(key("done-2")))
+        DB::insert_completed(&mut tx, inserting(key("done-2")), None)
             .await
             .must("insert_completed"),
         "an insert did not replace the expired completed row"
@@ -247,7 +248,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
     let k = key("stuck");
     overdue(table.pool(), k, NOW - 1_000).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let lease = DB::take_over(&mut conn, k, at(1), NOW, NOW + 30_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW, NOW + 30_000, None)
         .await
         .must("take_over")
         .must("resuming the stuck key");
@@ -259,7 +260,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
         expires_ms: NOW + 1_000 + 24 * HOUR,
     };
     assert!(
-        DB::finish(&mut conn, k, lease.fence, ending)
+        DB::finish(&mut conn, k, lease.fence, ending, None)
             .await
             .must("finish"),
         "finishing the resumed key"
@@ -269,7 +270,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
     assert_eq!(row.status, KeyStatus::Completed, "status after finishing");
     assert_eq!(row.expires_at_ms, end, "expires_at: the ending's");
     assert_eq!(row.completed_at_ms, Some(NOW + 1_000), "completed_at");
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");

@@ -49,7 +49,7 @@ async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    DB::take_over(&mut conn, k, at(seen.attempt), lease, lease)
+    DB::take_over(&mut conn, k, at(seen.attempt), lease, lease, None)
         .await
         .must("take_over")
         .must("taking the key over");
@@ -70,7 +70,7 @@ async fn journal_step<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, step: &s
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let journaled = DB::journal(&mut conn, k, at(seen.attempt), step, JOURNAL, lease)
+    let journaled = DB::journal(&mut conn, k, at(seen.attempt), step, JOURNAL, lease, None)
         .await
         .must("journal");
     assert!(journaled, "journaling the running attempt");
@@ -98,7 +98,7 @@ async fn store<DB: Backend>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i
         replace_expired: false,
     };
     assert!(
-        DB::insert_completed_and_commit(tx, row)
+        DB::insert_completed_and_commit(tx, row, None)
             .await
             .must("the store")
     );
@@ -304,7 +304,7 @@ pub async fn act_complete<DB: ConformanceSql>() {
     assert_eq!(after.fingerprint, seen.fingerprint);
     // The protocol replays it.
     let mut conn = table.pool().acquire().await.must("acquire");
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key's row");
@@ -599,9 +599,17 @@ async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt
         completed_ms: NOW + 1,
         expires_ms: NOW + 1 + HOUR,
     };
-    let journal = DB::journal(&mut conn, k, at(attempt), "ship", JOURNAL, NOW + 60_000)
-        .await
-        .must("journal");
+    let journal = DB::journal(
+        &mut conn,
+        k,
+        at(attempt),
+        "ship",
+        JOURNAL,
+        NOW + 60_000,
+        None,
+    )
+    .await
+    .must("journal");
     assert!(!journal, "{}: a fenced attempt journaled a step", k.key);
     let renewed = DB::renew(&mut conn, k, at(attempt), NOW + 60_000)
         .await
@@ -611,7 +619,7 @@ async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt
         .await
         .must("release");
     assert!(!released, "{}: a fenced attempt released the key", k.key);
-    let finished = DB::finish(&mut conn, k, at(attempt), ending)
+    let finished = DB::finish(&mut conn, k, at(attempt), ending, None)
         .await
         .must("finish");
     assert!(!finished, "{}: a fenced attempt finished the key", k.key);
@@ -748,7 +756,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>() {
         expires_ms: NOW - 10 + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, staged, at(1), ending)
+        DB::finish(&mut conn, staged, at(1), ending, None)
             .await
             .must("finish")
     );
@@ -1127,6 +1135,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
                 id: RESERVATION,
                 field_digests: None,
             },
+            None,
         )
         .await
         .must("the store");
@@ -1154,7 +1163,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
         expires_ms: NOW + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, key("pr-finish"), at(1), ending)
+        DB::finish(&mut conn, key("pr-finish"), at(1), ending, None)
             .await
             .must("the store")
     );
@@ -1201,6 +1210,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
             id: RESERVATION,
             field_digests: None,
         },
+        None,
     )
     .await
     .must("the store");

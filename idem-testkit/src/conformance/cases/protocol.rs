@@ -116,12 +116,15 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     let mut conn = pool.acquire().await.must("acquiring a connection");
     let k = key("k-1");
     assert!(
-        DB::lookup(&mut conn, k).await.must("lookup").is_none(),
+        DB::lookup(&mut conn, k, None)
+            .await
+            .must("lookup")
+            .is_none(),
         "lookup of an absent key"
     );
 
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"{\"id\":1}").await);
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("lookup of a stored key");
@@ -155,14 +158,17 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
         key("k-"),
     ] {
         assert!(
-            DB::lookup(&mut conn, other).await.must("lookup").is_none(),
+            DB::lookup(&mut conn, other, None)
+                .await
+                .must("lookup")
+                .is_none(),
             "lookup of {other:?} found the row of {k:?}"
         );
     }
 
     let old = key("k-old");
     assert!(put(pool, old, NOW - 2 * HOUR, NOW - HOUR, b"old").await);
-    let stored = DB::lookup(&mut conn, old)
+    let stored = DB::lookup(&mut conn, old, None)
         .await
         .must("lookup")
         .must("lookup of an expired key");
@@ -196,11 +202,12 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
             id: RESERVATION,
             field_digests: None,
         },
+        None,
     )
     .await
     .must("reserve");
     assert!(reserved, "reserving a free key");
-    let stored = DB::lookup(&mut conn, staged)
+    let stored = DB::lookup(&mut conn, staged, None)
         .await
         .must("lookup")
         .must("lookup of a reserved key");
@@ -274,11 +281,11 @@ pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>() {
                     .free()
                     .must("begin without a lock");
                 let stored = if commit_with_insert {
-                    DB::insert_completed_and_commit(tx, row)
+                    DB::insert_completed_and_commit(tx, row, None)
                         .await
                         .must("insert_completed_and_commit")
                 } else {
-                    let stored = DB::insert_completed(&mut tx, row)
+                    let stored = DB::insert_completed(&mut tx, row, None)
                         .await
                         .must("insert_completed");
                     tx.commit().await.must("commit");
@@ -295,7 +302,7 @@ pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>() {
                     headers: headers.clone(),
                     body: bytes::Bytes::copy_from_slice(body),
                 };
-                let looked_up = DB::lookup(&mut conn, k)
+                let looked_up = DB::lookup(&mut conn, k, None)
                     .await
                     .must("lookup")
                     .must("lookup of the stored key");
@@ -347,13 +354,17 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
     let inserted = DB::insert_completed(
         &mut tx,
         new_row(k, &[1; 32], "[]", b"dropped", NOW, NOW + HOUR),
+        None,
     )
     .await
     .must("insert_completed");
     assert!(inserted, "insert_completed of a new key");
     drop(tx);
     assert!(
-        DB::lookup(&mut conn, k).await.must("lookup").is_none(),
+        DB::lookup(&mut conn, k, None)
+            .await
+            .must("lookup")
+            .is_none(),
         "a dropped transaction left its row"
     );
 
@@ -362,12 +373,15 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
         .must("begin again after the dropped transaction")
         .free()
         .must("begin with the lock of a free key: a transaction");
-    let stored =
-        DB::insert_completed_and_commit(tx, new_row(k, &[1; 32], "[]", b"kept", NOW, NOW + HOUR))
-            .await
-            .must("insert_completed_and_commit");
+    let stored = DB::insert_completed_and_commit(
+        tx,
+        new_row(k, &[1; 32], "[]", b"kept", NOW, NOW + HOUR),
+        None,
+    )
+    .await
+    .must("insert_completed_and_commit");
     assert!(stored, "insert_completed_and_commit of a free key");
-    let row = DB::lookup(&mut conn, k)
+    let row = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the committed row");
@@ -396,7 +410,7 @@ pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>() {
         "begin with the lock of a committed key found it free"
     );
     // The same connection goes on: a lookup, and a free key's transaction.
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup on the connection after a taken begin")
         .must("the committed row");
@@ -448,13 +462,13 @@ pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>() {
         ..new_row(k, &[2; 32], "[]", b"new", NOW, NOW + HOUR)
     };
     assert!(
-        DB::insert_completed(&mut tx, row)
+        DB::insert_completed(&mut tx, row, None)
             .await
             .must("insert_completed"),
         "replacing the expired row"
     );
     tx.commit().await.must("commit");
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the new row");
@@ -521,7 +535,7 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>() {
         .await
         .must("key_lock_taken while the key is held");
     assert!(
-        DB::lookup(&mut waiter, k)
+        DB::lookup(&mut waiter, k, None)
             .await
             .must("lookup after abandon_begin")
             .is_none(),
@@ -688,6 +702,7 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
             let committed = DB::insert_completed_and_commit(
                 tx,
                 new_row(k, &[1; 32], "[]", b"first", NOW, NOW + HOUR),
+                None,
             )
             .await;
             steps.push(Step::FirstCommitted);
@@ -727,7 +742,7 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
         taken.must("the duplicate's begin"),
         "the duplicate waiting on the lock found the key free after the first committed"
     );
-    let stored = DB::lookup(&mut second, k)
+    let stored = DB::lookup(&mut second, k, None)
         .await
         .must("the duplicate's lookup")
         .must("the first execution's row");
@@ -766,7 +781,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             replace_expired,
             ..new_row(target, &[9; 32], "[]", b"second", NOW, NOW + HOUR)
         };
-        let stored = DB::insert_completed_and_commit(tx, row)
+        let stored = DB::insert_completed_and_commit(tx, row, None)
             .await
             .must("insert_completed_and_commit on an existing key");
         assert!(
@@ -779,7 +794,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             !committed(pool, write_id).await,
             "the transaction's write committed although its key row did not"
         );
-        let row = DB::lookup(&mut conn, target)
+        let row = DB::lookup(&mut conn, target, None)
             .await
             .must("lookup")
             .must("the first row");
@@ -803,6 +818,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     let stored = DB::insert_completed(
         &mut tx,
         new_row(k, &[9; 32], "[]", b"second", NOW, NOW + HOUR),
+        None,
     )
     .await
     .must("insert_completed on an existing key");
@@ -815,7 +831,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     );
     tx.commit().await.must("commit after the conflict");
     assert!(committed(pool, "w").await, "the transaction's other write");
-    let row = DB::lookup(&mut conn, k)
+    let row = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the first row");
@@ -868,7 +884,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let replaced = DB::insert_completed(&mut tx, row(target, created, b"early"))
+        let replaced = DB::insert_completed(&mut tx, row(target, created, b"early"), None)
             .await
             .must("insert_completed replacing");
         assert!(!replaced, "{what} replaced it");
@@ -880,7 +896,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
         .must("begin")
         .free()
         .must("begin without a lock");
-    let replaced = DB::insert_completed(&mut tx, row(k, NOW, b"second"))
+    let replaced = DB::insert_completed(&mut tx, row(k, NOW, b"second"), None)
         .await
         .must("insert_completed replacing");
     assert!(
@@ -888,7 +904,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
         "an execution that began after the row expired did not replace it"
     );
     // A free key is simply inserted.
-    let inserted = DB::insert_completed(&mut tx, row(key("free"), NOW, b"free"))
+    let inserted = DB::insert_completed(&mut tx, row(key("free"), NOW, b"free"), None)
         .await
         .must("insert_completed replacing on a free key");
     assert!(
@@ -896,7 +912,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
         "insert_completed with replace_expired on a free key"
     );
     tx.commit().await.must("commit");
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the new row");
@@ -909,7 +925,7 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
     let row = table.get(k, NOW).await.must("get").must("the new row");
     assert_eq!(row.created_at_ms, NOW, "the new row's created_at");
     assert_eq!(row.completed_at_ms, Some(NOW), "the new row's completed_at");
-    let live_row = DB::lookup(&mut conn, live)
+    let live_row = DB::lookup(&mut conn, live, None)
         .await
         .must("lookup")
         .must("the live row");
@@ -967,7 +983,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         )
     };
     assert!(
-        DB::insert_completed_and_commit(tx, row)
+        DB::insert_completed_and_commit(tx, row, None)
             .await
             .must("insert_completed_and_commit after the savepoint"),
         "storing the failure"
@@ -980,7 +996,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         !committed(pool, "inside").await,
         "the write after the savepoint"
     );
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the failure");
@@ -1018,7 +1034,7 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let stored = DB::insert_completed_and_commit(tx, row(k, NOW, given))
+        let stored = DB::insert_completed_and_commit(tx, row(k, NOW, given), None)
             .await
             .must("insert_completed_and_commit");
         assert!(stored);
@@ -1029,7 +1045,7 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         .free()
         .must("begin without a lock");
     assert!(
-        DB::insert_completed(&mut tx, row(in_tx, NOW, Some(&digests[..16])))
+        DB::insert_completed(&mut tx, row(in_tx, NOW, Some(&digests[..16])), None)
             .await
             .must("insert_completed")
     );
@@ -1046,7 +1062,7 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         ..row(expired, NOW, Some(&digests[..8]))
     };
     assert!(
-        DB::insert_completed(&mut tx, replacing)
+        DB::insert_completed(&mut tx, replacing, None)
             .await
             .must("replacing")
     );
@@ -1059,7 +1075,9 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         (none, None),
         (key("absent"), None),
     ] {
-        let got = DB::field_digests(&mut conn, k).await.must("field_digests");
+        let got = DB::field_digests(&mut conn, k, None)
+            .await
+            .must("field_digests");
         assert_eq!(got.as_deref(), want, "{}", k.key);
     }
 }

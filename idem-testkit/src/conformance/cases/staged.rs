@@ -42,12 +42,12 @@ pub(crate) async fn staged_key<DB: Backend>(
     attempt: i64,
 ) {
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let reserved = DB::reserve(&mut conn, reservation(key, created_ms, created_ms))
+    let reserved = DB::reserve(&mut conn, reservation(key, created_ms, created_ms), None)
         .await
         .must("reserve");
     assert!(reserved, "reserving the free key {}", key.key);
     for seen in 1..attempt {
-        let lease = DB::take_over(&mut conn, key, at(seen), created_ms, created_ms)
+        let lease = DB::take_over(&mut conn, key, at(seen), created_ms, created_ms, None)
             .await
             .must("take_over")
             .must("taking over an expired lease");
@@ -57,9 +57,17 @@ pub(crate) async fn staged_key<DB: Backend>(
             "the attempt after a takeover"
         );
     }
-    let journaled = DB::journal(&mut conn, key, at(attempt), "charge", JOURNAL, lease_ms)
-        .await
-        .must("journal");
+    let journaled = DB::journal(
+        &mut conn,
+        key,
+        at(attempt),
+        "charge",
+        JOURNAL,
+        lease_ms,
+        None,
+    )
+    .await
+    .must("journal");
     assert!(journaled, "journaling the running attempt");
 }
 
@@ -72,7 +80,7 @@ pub async fn reserve_once<DB: ConformanceSql>() {
     let k = key("k");
     let first = reservation(k, NOW, NOW + 30_000);
     assert!(
-        DB::reserve(&mut conn, first).await.must("reserve"),
+        DB::reserve(&mut conn, first, None).await.must("reserve"),
         "reserving a free key"
     );
     let row = table.get(k, NOW).await.must("get").must("the reserved key");
@@ -115,7 +123,9 @@ pub async fn reserve_once<DB: ConformanceSql>() {
             ..first
         };
         assert!(
-            !DB::reserve(&mut conn, again).await.must("reserve again"),
+            !DB::reserve(&mut conn, again, None)
+                .await
+                .must("reserve again"),
             "a second reservation (replace_expired {replace_expired}) took a reserved key"
         );
     }
@@ -158,14 +168,15 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
             Reservation {
                 created_ms: NOW - HOUR - 1,
                 ..replacing(completed)
-            }
+            },
+            None
         )
         .await
         .must("reserve"),
         "a reservation that began before the row expired replaced it"
     );
     assert!(
-        !DB::reserve(&mut conn, replacing(live))
+        !DB::reserve(&mut conn, replacing(live), None)
             .await
             .must("reserve"),
         "a reservation replaced a row that has not expired"
@@ -177,7 +188,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         .must("the processing row");
     assert_eq!(unfinished.status, KeyStatus::Stuck, "processing: status");
     assert!(
-        !DB::reserve(&mut conn, replacing(processing))
+        !DB::reserve(&mut conn, replacing(processing), None)
             .await
             .must("reserve"),
         "a reservation replaced a processing row past its expires_at"
@@ -190,7 +201,9 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
     {
         let (k, attempt) = (completed, 1);
         assert!(
-            DB::reserve(&mut conn, replacing(k)).await.must("reserve"),
+            DB::reserve(&mut conn, replacing(k), None)
+                .await
+                .must("reserve"),
             "a reservation did not replace the expired row of {}",
             k.key
         );
@@ -229,18 +242,18 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(1), NOW + 29_999, NOW + 60_000)
+        DB::take_over(&mut conn, k, at(1), NOW + 29_999, NOW + 60_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover while the lease runs"
     );
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 30_000, NOW + 60_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 30_000, NOW + 60_000, None)
         .await
         .must("take_over");
     assert_eq!(
@@ -254,7 +267,7 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "a takeover once the lease ran out"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(1), NOW + 90_000, NOW + 120_000)
+        DB::take_over(&mut conn, k, at(1), NOW + 90_000, NOW + 120_000, None)
             .await
             .must("take_over"),
         None,
@@ -279,19 +292,19 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "attempt and lease"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(2), NOW + 90_000, NOW + 150_000)
+        DB::take_over(&mut conn, k, at(2), NOW + 90_000, NOW + 150_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover of a renewed lease"
     );
     assert!(
-        DB::journal(&mut conn, k, at(2), "charge", JOURNAL, NOW + 130_000)
+        DB::journal(&mut conn, k, at(2), "charge", JOURNAL, NOW + 130_000, None)
             .await
             .must("journal"),
         "journaling the running attempt"
     );
-    let lease = DB::take_over(&mut conn, k, at(2), NOW + 130_000, NOW + 200_000)
+    let lease = DB::take_over(&mut conn, k, at(2), NOW + 130_000, NOW + 200_000, None)
         .await
         .must("take_over")
         .must("a takeover after the journaled lease ran out");
@@ -312,15 +325,23 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
     let first_step = r#"{"reserve":{"hold":"h-1"}}"#;
     assert!(
-        DB::journal(&mut conn, k, at(1), "reserve", first_step, NOW + 40_000)
-            .await
-            .must("journal"),
+        DB::journal(
+            &mut conn,
+            k,
+            at(1),
+            "reserve",
+            first_step,
+            NOW + 40_000,
+            None
+        )
+        .await
+        .must("journal"),
         "journaling the running attempt"
     );
     let row = table.get(k, NOW).await.must("get").must("the key");
@@ -347,7 +368,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     );
 
     // A takeover fences attempt 1 out.
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 40_000, NOW + 70_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 40_000, NOW + 70_000, None)
         .await
         .must("take_over")
         .must("a takeover once the lease ran out");
@@ -357,7 +378,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         "the journal taken over"
     );
     assert!(
-        !DB::journal(&mut conn, k, at(1), "charge", JOURNAL, NOW + 99_000)
+        !DB::journal(&mut conn, k, at(1), "charge", JOURNAL, NOW + 99_000, None)
             .await
             .must("journal"),
         "the fenced-out attempt journaled"
@@ -370,7 +391,9 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         expires_ms: NOW + 50_000 + 24 * HOUR,
     };
     assert!(
-        !DB::finish(&mut conn, k, at(1), ending).await.must("finish"),
+        !DB::finish(&mut conn, k, at(1), ending, None)
+            .await
+            .must("finish"),
         "the fenced-out attempt finished the key"
     );
     let row = table.get(k, NOW).await.must("get").must("the key");
@@ -382,7 +405,9 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     assert_eq!(row.status, KeyStatus::Processing, "the fenced-out finish");
 
     assert!(
-        DB::finish(&mut conn, k, at(2), ending).await.must("finish"),
+        DB::finish(&mut conn, k, at(2), ending, None)
+            .await
+            .must("finish"),
         "finishing the key"
     );
     let row = table.get(k, NOW).await.must("get").must("the key");
@@ -405,7 +430,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         Some(&expected),
         "the finished response"
     );
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");
@@ -422,7 +447,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
 
     // A completed key takes no staged write at all.
     assert!(
-        !DB::journal(&mut conn, k, at(2), "late", "{}", NOW + HOUR)
+        !DB::journal(&mut conn, k, at(2), "late", "{}", NOW + HOUR, None)
             .await
             .must("journal"),
         "journal after finish"
@@ -438,11 +463,13 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         "release after finish"
     );
     assert!(
-        !DB::finish(&mut conn, k, at(2), ending).await.must("finish"),
+        !DB::finish(&mut conn, k, at(2), ending, None)
+            .await
+            .must("finish"),
         "finish after finish"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(2), NOW + HOUR, NOW + 2 * HOUR)
+        DB::take_over(&mut conn, k, at(2), NOW + HOUR, NOW + 2 * HOUR, None)
             .await
             .must("take_over"),
         None,
@@ -465,7 +492,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
@@ -480,12 +507,16 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         fingerprint: &[0x0c],
         ..reservation(k, NOW + 2, NOW + 30_000)
     };
-    assert!(DB::reserve(&mut conn, next).await.must("reserve again"));
+    assert!(
+        DB::reserve(&mut conn, next, None)
+            .await
+            .must("reserve again")
+    );
     let new = Fence {
         reservation: RESERVATION + 1,
         attempt: 1,
     };
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");
@@ -493,7 +524,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
 
     let old = at(1);
     assert!(
-        !DB::journal(&mut conn, k, old, "charge", JOURNAL, NOW + HOUR)
+        !DB::journal(&mut conn, k, old, "charge", JOURNAL, NOW + HOUR, None)
             .await
             .must("journal"),
         "the deleted reservation's journal"
@@ -516,11 +547,13 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         expires_ms: NOW + HOUR,
     };
     assert!(
-        !DB::finish(&mut conn, k, old, ending).await.must("finish"),
+        !DB::finish(&mut conn, k, old, ending, None)
+            .await
+            .must("finish"),
         "the deleted reservation's finish"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, old, NOW + HOUR, NOW + 2 * HOUR)
+        DB::take_over(&mut conn, k, old, NOW + HOUR, NOW + 2 * HOUR, None)
             .await
             .must("take_over"),
         None,
@@ -545,7 +578,9 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         ..ending
     };
     assert!(
-        DB::finish(&mut conn, k, new, ending).await.must("finish"),
+        DB::finish(&mut conn, k, new, ending, None)
+            .await
+            .must("finish"),
         "the new reservation finishes"
     );
     let row = table.get(k, NOW + 5).await.must("get").must("the key");
@@ -564,7 +599,7 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
@@ -586,7 +621,7 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
         "lease after release"
     );
     assert_eq!(row.attempt, 1, "attempt after release");
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 1_000, NOW + 31_000)
+    let lease = DB::take_over(&mut conn, k, at(1), NOW + 1_000, NOW + 31_000, None)
         .await
         .must("take_over")
         .must("taking over a released key");
@@ -733,7 +768,7 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
     let ns = namespace.as_str();
     let (a, b) = (key("a"), key("b"));
     assert_eq!(
-        DB::reserve_held(&mut one, ns, reservation(a, NOW, NOW + 30_000))
+        DB::reserve_held(&mut one, ns, reservation(a, NOW, NOW + 30_000), None)
             .await
             .must("reserve_held"),
         (true, true),
@@ -742,7 +777,7 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
     let row = table.get(a, NOW).await.must("get").must("the reserved key");
     assert_eq!((row.status, row.attempt), (KeyStatus::Processing, 1));
     assert!(
-        !DB::reserve_held(&mut two, ns, reservation(a, NOW, NOW + 30_000))
+        !DB::reserve_held(&mut two, ns, reservation(a, NOW, NOW + 30_000), None)
             .await
             .must("reserve_held")
             .1,
@@ -760,7 +795,7 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
     // Another session holds b's attempt 1: b is not reserved.
     assert!(DB::hold(&mut two, ns, b, at(1)).await.must("hold"));
     assert_eq!(
-        DB::reserve_held(&mut one, ns, reservation(b, NOW, NOW + 30_000))
+        DB::reserve_held(&mut one, ns, reservation(b, NOW, NOW + 30_000), None)
             .await
             .must("reserve_held"),
         (false, false),
@@ -786,7 +821,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
     {
         let mut conn = pool.acquire().await.must("acquiring a connection");
         assert!(
-            DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000))
+            DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
                 .await
                 .must("reserve")
         );
@@ -799,7 +834,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
         assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
         let journal = format!("{{\"{step}\":true}}");
         assert!(
-            DB::journal(&mut *tx, k, at(1), step, &journal, NOW + 30_000)
+            DB::journal(&mut *tx, k, at(1), step, &journal, NOW + 30_000, None)
                 .await
                 .must("journal"),
             "journaling in a transaction"
@@ -837,7 +872,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         ("live", NOW + 1),
     ] {
         assert!(
-            DB::reserve(&mut conn, reservation(key(k), NOW - HOUR, lease))
+            DB::reserve(&mut conn, reservation(key(k), NOW - HOUR, lease), None)
                 .await
                 .must("reserve")
         );
@@ -847,7 +882,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         ..key("o-1")
     };
     assert!(
-        DB::reserve(&mut conn, reservation(other, NOW - HOUR, NOW - 9_000))
+        DB::reserve(&mut conn, reservation(other, NOW - HOUR, NOW - 9_000), None)
             .await
             .must("reserve")
     );

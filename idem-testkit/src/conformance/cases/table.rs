@@ -48,7 +48,7 @@ async fn insert_many<DB: Backend>(pool: &Pool<DB>, operation: &str, n: usize, ex
             expires_ms,
             replace_expired: false,
         };
-        let inserted = DB::insert_completed(&mut tx, row)
+        let inserted = DB::insert_completed(&mut tx, row, None)
             .await
             .must("insert_completed");
         assert!(inserted, "inserting {name}");
@@ -113,7 +113,7 @@ pub async fn get_expire_delete<DB: ConformanceSql>() {
     );
     let mut conn = table.pool().acquire().await.must("acquire");
     assert_eq!(
-        DB::lookup(&mut conn, k)
+        DB::lookup(&mut conn, k, None)
             .await
             .must("lookup")
             .must("list")
@@ -180,6 +180,7 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
             id: RESERVATION,
             field_digests: None,
         },
+        None,
     )
     .await
     .must("reserve");
@@ -535,7 +536,7 @@ pub async fn unreadable_rows<DB: ConformanceSql>() {
     ));
     // …the protocol replays what it can…
     let mut conn = table.pool().acquire().await.must("acquire");
-    let stored = DB::lookup(&mut conn, k)
+    let stored = DB::lookup(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key's row");
