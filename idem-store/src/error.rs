@@ -57,6 +57,13 @@ pub enum StoreError {
         /// Why.
         hazard: Hazard,
     },
+    /// What needs the storage keys ([`crate::KeyTable::with_keyring`]) was asked of a table
+    /// without them, or without the key a value is sealed under ([`crate::seal`]): an
+    /// operator's response for a sealed row ([`crate::Action::Complete`]), a reseal
+    /// ([`crate::KeyTable::reseal`]), sealed field digests ([`crate::KeyTable::field_digests`]).
+    /// Nothing was changed. The message names the key, never a value.
+    #[error("needs the storage keys: {0}")]
+    NeedsStorageKeys(String),
     /// A string that is not an [`crate::OutboxStatus`] (`pending`, `delivered`, `dead`).
     #[error("unknown outbox status `{0}`: expected pending, delivered or dead")]
     InvalidOutboxStatus(String),
@@ -104,6 +111,7 @@ impl StoreError {
             | Self::Changed { .. }
             | Self::NotApplicable(_)
             | Self::NeedsForce { .. }
+            | Self::NeedsStorageKeys(_)
             | Self::InvalidOutboxStatus(_)
             | Self::Corrupt(_) => None,
         }

@@ -27,6 +27,7 @@ pub mod pooler;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod protocol;
+mod reseal;
 mod row;
 mod seal;
 mod sql;
@@ -51,9 +52,10 @@ pub use crate::outbox::{
 // The vocabulary of the protocol's primitives: the runtime's (see `Backend`).
 #[doc(hidden)]
 pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
+pub use crate::reseal::Resealed;
 #[doc(hidden)]
 pub use crate::row::StoredKey;
-pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+pub use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
 pub use crate::seal::{Keyring, KeyringError, SealError, Sealed};
 #[doc(hidden)]
 pub use crate::sql::Arg;
@@ -111,7 +113,7 @@ pub mod __fuzz {
             attempt: 0,
             recovery_point: None,
         }
-        .into_row(now_ms)
+        .into_row(now_ms, None)
     }
 }
 pub use crate::table::KeyTable;

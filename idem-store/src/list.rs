@@ -6,7 +6,8 @@ use std::str::FromStr;
 
 use crate::error::StoreError;
 use crate::key::KeyRef;
-use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
+use crate::seal::{self, Column, Keyring, Place, SealError, Sealed};
 
 /// Which keys [`crate::KeyTable::list`] returns, and how many: every filter is applied in
 /// SQL, and filters combine with AND.
@@ -328,14 +329,21 @@ pub(crate) struct RawRow {
 }
 
 impl RawRow {
-    /// The row at `now_ms`, or [`StoreError::Corrupt`] naming the key.
-    pub(crate) fn into_row(self, now_ms: i64) -> Result<KeyRow, StoreError> {
-        let corrupt = |what: String| {
-            StoreError::Corrupt(format!(
-                "({:?}, {:?}, {:?}): {what}",
-                self.scope, self.operation, self.key
-            ))
+    /// The row at `now_ms`, its sealed values opened with `ring` ([`KeyRow`]), or
+    /// [`StoreError::Corrupt`] naming the key.
+    pub(crate) fn into_row(
+        mut self,
+        now_ms: i64,
+        ring: Option<&Keyring>,
+    ) -> Result<KeyRow, StoreError> {
+        let sealed = self.open(ring)?;
+        // (The closure borrows the key's fields only: the response's are moved out below.)
+        let key = KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
         };
+        let corrupt = |what: String| corrupt(key, &what);
         let stored = match self.status.as_str() {
             "completed" => StoredStatus::Completed,
             "processing" => StoredStatus::Processing,
@@ -355,6 +363,7 @@ impl RawRow {
             key: self.key,
             fingerprint: self.fingerprint,
             response,
+            sealed,
             created_at_ms: self.created_at_ms,
             completed_at_ms: self.completed_at_ms,
             expires_at_ms: self.expires_at_ms,
@@ -363,17 +372,90 @@ impl RawRow {
             recovery_point: self.recovery_point,
         })
     }
+
+    /// Opens the fingerprint and the response in place with `ring`, when they are sealed
+    /// and `ring` has every key they are sealed under; leaves only the response's status
+    /// when it lacks one. Their [`Sealing`]; `None`: both are clear.
+    fn open(&mut self, ring: Option<&Keyring>) -> Result<Option<Sealing>, StoreError> {
+        let Some(key) = self.sealed_by().map(str::to_owned) else {
+            return Ok(None);
+        };
+        let headers = self.response_headers.as_deref().map(str::as_bytes);
+        let keys = [
+            headers.and_then(Sealed::key_of),
+            Sealed::key_of(&self.fingerprint),
+        ];
+        let opened = (keys.into_iter().flatten()).all(|k| ring.is_some_and(|ring| ring.has(k)));
+        if !opened {
+            (self.response_headers, self.response_body) = (None, None);
+            return Ok(Some(Sealing { key, opened }));
+        }
+        let row = KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        };
+        let fingerprint = std::mem::take(&mut self.fingerprint);
+        let place = Place::key(Column::Fingerprint, row);
+        self.fingerprint = (seal::open(ring, place, fingerprint))
+            .map_err(|e| unopened(row, "the fingerprint", &e))?;
+        let (headers, body) = (self.response_headers.take(), self.response_body.take());
+        (self.response_headers, self.response_body) = seal::open_response(ring, row, headers, body)
+            .map_err(|e| unopened(row, "the stored response", &e))?;
+        Ok(Some(Sealing { key, opened }))
+    }
+
+    /// The id of the key that sealed the row ([`Sealing::key`]): its response's, else its
+    /// fingerprint's; `None`: both are clear.
+    pub(crate) fn sealed_by(&self) -> Option<&str> {
+        let headers = self.response_headers.as_deref().map(str::as_bytes);
+        (headers.and_then(Sealed::key_of)).or_else(|| Sealed::key_of(&self.fingerprint))
+    }
+
+    /// The row's identity.
+    pub(crate) fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            scope: &self.scope,
+            operation: &self.operation,
+            key: &self.key,
+        }
+    }
 }
 
-/// A page from up to `limit + 1` rows read in listing order: the extra row only tells that
-/// there is a next page.
-pub(crate) fn page_of(mut rows: Vec<RawRow>, limit: u32, now_ms: i64) -> Result<Page, StoreError> {
+/// [`StoreError::Corrupt`] naming `key` and saying `what`.
+pub(crate) fn corrupt(key: KeyRef<'_>, what: &str) -> StoreError {
+    StoreError::Corrupt(format!(
+        "({:?}, {:?}, {:?}): {what}",
+        key.scope, key.operation, key.key
+    ))
+}
+
+/// [`StoreError::Corrupt`] for `key`'s sealed value `what` that did not open under a key of
+/// the keyring ([`SealError::Tampered`]): the key and the column, never a value.
+pub(crate) fn unopened(key: KeyRef<'_>, what: &str, error: &SealError) -> StoreError {
+    corrupt(
+        key,
+        &format!(
+            "{what}: {error} (or the storage key given as `{}` is not the one that sealed it)",
+            error.key()
+        ),
+    )
+}
+
+/// A page from up to `limit + 1` rows read in listing order, opened with `ring`: the extra
+/// row only tells that there is a next page.
+pub(crate) fn page_of(
+    mut rows: Vec<RawRow>,
+    limit: u32,
+    now_ms: i64,
+    ring: Option<&Keyring>,
+) -> Result<Page, StoreError> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let more = rows.len() > limit;
     rows.truncate(limit);
     let keys = rows
         .into_iter()
-        .map(|row| row.into_row(now_ms))
+        .map(|row| row.into_row(now_ms, ring))
         .collect::<Result<Vec<_>, _>>()?;
     let next = if more {
         keys.last().map(|row| Cursor::at(row.key_ref()))

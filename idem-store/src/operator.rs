@@ -10,7 +10,9 @@ use crate::backend::{Backend, begin_write};
 use crate::error::{Hazard, StoreError};
 use crate::glue::Arg;
 use crate::key::KeyRef;
-use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+use crate::list;
+use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
+use crate::seal::{self, Column, Keyring, Place, SealError, Sealed};
 use crate::sql::Statement;
 use crate::table::{KeyTable, key_row, write_key};
 
@@ -63,7 +65,11 @@ impl Actor {
 /// | `Expire` | completed keys not expired yet | — | `expires_at` = now |
 /// | `Delete` | any key | processing (a live lease); completed staged keys (`attempt` > 0 or a recovery point) | none: the key is unknown |
 ///
-/// "Forced only": refused ([`StoreError::NeedsForce`]) unless forced; see [`Hazard`]. The
+/// "Forced only": refused ([`StoreError::NeedsForce`]) unless forced; see [`Hazard`].
+/// `Complete(r)` and `Fail(r)` write `r`'s headers and body sealed under the current key of
+/// the table's keyring ([`KeyTable::with_keyring`]); without one, clear, and on a row whose
+/// fingerprint or response is sealed ([`KeyRow::sealed`]) not at all
+/// ([`StoreError::NeedsStorageKeys`]). The other actions never need the storage keys. The
 /// TTL is the operation's registered one (`idempotency_operations.ttl_ms`), or, for one not
 /// registered, the row's own (`expires_at - created_at`), counted from the completion. Only
 /// `Delete` removes the key's journal and request.
@@ -251,7 +257,25 @@ impl AuditFilter {
 ///
 /// `status` is the key's state ([`KeyStatus`]) at the action's time; `fingerprint` is
 /// hexadecimal; `response` is `null` for a row without one. A body that is not UTF-8 is
-/// `body_hex`, its bytes in lowercase hexadecimal, instead of `body`.
+/// `body_hex`, its bytes in lowercase hexadecimal, instead of `body`. `sealed` is `null`
+/// for a clear row.
+///
+/// The audit trail never holds what a row holds sealed ([`crate::seal`]), whether or not
+/// the acting table has the storage keys: a row whose fingerprint or response is sealed
+/// ([`KeyRow::sealed`]), and both rows of a `reseal` ([`KeyTable::reseal`]), are recorded
+/// without `fingerprint` and with the response's `status` only, `sealed` naming the key
+/// that sealed the row (`null` for the clear row a reseal sealed):
+///
+/// ```json
+/// {
+///   "scope": "tenant:acme", "operation": "create_order:v1", "key": "order-1",
+///   "status": "completed", "attempt": 0,
+///   "locked_until_ms": null, "recovery_point": null,
+///   "created_at_ms": 1800000000000, "expires_at_ms": 1800086400000,
+///   "completed_at_ms": 1800000000040,
+///   "response": {"status": 201}, "sealed": "k2"
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditEntry {
     /// `idempotency_audit.id`: grows with every entry.
@@ -266,7 +290,7 @@ pub struct AuditEntry {
     pub operation: String,
     /// The client's key.
     pub key: String,
-    /// [`Action::name`], or `outbox-retry`.
+    /// [`Action::name`], `reseal` ([`KeyTable::reseal`]), or `outbox-retry`.
     pub action: String,
     /// Why ([`Actor::reason`]).
     pub reason: Option<String>,
@@ -290,6 +314,10 @@ pub struct Journal {
     pub steps: Map<String, Value>,
     /// The `request` column ([the key table](crate#the-key-table)); `None` for atomic mode's keys.
     pub request: Option<Value>,
+    /// Whether the journal or the request is sealed, under which key, and whether the
+    /// table's keyring opened them; `None`: both are clear. Sealed and not opened, the
+    /// steps are empty and the request is `None`.
+    pub sealed: Option<Sealing>,
 }
 
 impl<DB: Backend> KeyTable<DB> {
@@ -325,6 +353,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// - [`StoreError::Changed`]: the row is gone or differs from `expected`.
     /// - [`StoreError::NotApplicable`]: the action does not apply to the row ([`Action`]).
     /// - [`StoreError::NeedsForce`]: the action could do harm ([`Hazard`]), not forced.
+    /// - [`StoreError::NeedsStorageKeys`]: [`Action::Complete`] or [`Action::Fail`] of a
+    ///   sealed row ([`KeyRow::sealed`]) by a table without the storage keys
+    ///   ([`KeyTable::with_keyring`]).
     /// - [`StoreError::LockTimeout`]; [`StoreError::Corrupt`] (an unreadable row); database
     ///   errors.
     pub async fn act(
@@ -336,7 +367,7 @@ impl<DB: Backend> KeyTable<DB> {
         now_ms: i64,
     ) -> Result<Acted, StoreError> {
         validate(key, expected, action, by)?;
-        act::<DB>(self.pool(), key, expected, action, by, now_ms)
+        act::<DB>(self, key, expected, action, by, now_ms)
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -361,7 +392,8 @@ impl<DB: Backend> KeyTable<DB> {
             .map_err(StoreError::refine::<DB>)
     }
 
-    /// `key`'s [`Journal`]; `None` if the key has no row.
+    /// `key`'s [`Journal`], opened with the table's keyring where it is sealed
+    /// ([`Journal::sealed`]); `None` if the key has no row.
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};
@@ -377,10 +409,11 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Corrupt`] when the journal is not a JSON object or the request is not
-    /// JSON; database errors.
+    /// [`StoreError::Corrupt`] when the journal is not a JSON object, the request is not
+    /// JSON, or either is sealed and fails its check under a key of the keyring; database
+    /// errors.
     pub async fn journal(&self, key: KeyRef<'_>) -> Result<Option<Journal>, StoreError> {
-        read_journal::<DB>(self.pool(), key)
+        read_journal::<DB>(self.pool(), key, self.keyring())
             .await
             .map_err(StoreError::refine::<DB>)
     }
@@ -388,7 +421,8 @@ impl<DB: Backend> KeyTable<DB> {
     /// `key`'s `field_digests` column as stored ([the key table](crate#the-key-table)): the
     /// digests of its first request's fields, which the runtime's `fields::FieldDigests`
     /// reads. `None` when the row has none (written before migration 11, or with the
-    /// runtime's mismatch detail off), or the key has no row.
+    /// runtime's mismatch detail off), or the key has no row. Sealed ([`crate::seal`]), they
+    /// are opened with the table's keyring.
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};
@@ -402,11 +436,20 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// Database errors.
+    /// [`StoreError::NeedsStorageKeys`]: they are sealed under a key the table was not given;
+    /// [`StoreError::Corrupt`]: they are sealed and fail their check; database errors.
     pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            Ok(DB::field_digests(&mut conn, key, self.keyring()).await?)
+            let digests = DB::field_digests(&mut conn, key, self.keyring()).await;
+            digests.map_err(|error| match SealError::of(&error) {
+                Some(SealError::UnknownKey(id)) => StoreError::NeedsStorageKeys(format!(
+                    "the key's field digests are sealed under storage key `{id}`, which was \
+                     not given"
+                )),
+                Some(tampered) => list::unopened(key, "the field digests", tampered),
+                None => StoreError::Database(error),
+            })
         }
         .await
         .map_err(StoreError::refine::<DB>)
@@ -503,20 +546,24 @@ fn same_row(expected: &KeyRow, current: &KeyRow) -> bool {
             })
 }
 
-/// A row as the audit trail records it (see [`AuditEntry`]).
-pub(crate) fn row_json(row: &KeyRow) -> String {
+/// A row as the audit trail records it (see [`AuditEntry`]): without what it holds sealed
+/// when `sealed` (a sealed row, or one a reseal seals), whether or not it was opened.
+pub(crate) fn row_json(row: &KeyRow, sealed: bool) -> String {
     let response = row.response.as_ref().map(|response| {
+        let mut object = Map::new();
+        object.insert("status".to_owned(), Value::from(response.status));
+        if sealed {
+            return object;
+        }
         let body = match std::str::from_utf8(&response.body) {
             Ok(text) => ("body", Value::from(text)),
             Err(_) => ("body_hex", Value::from(hex::encode(&response.body))),
         };
-        let mut object = Map::new();
-        object.insert("status".to_owned(), Value::from(response.status));
         object.insert("headers".to_owned(), json!(response.headers));
         object.insert(body.0.to_owned(), body.1);
         object
     });
-    json!({
+    let mut object = json!({
         "scope": row.scope,
         "operation": row.operation,
         "key": row.key,
@@ -527,10 +574,30 @@ pub(crate) fn row_json(row: &KeyRow) -> String {
         "created_at_ms": row.created_at_ms,
         "expires_at_ms": row.expires_at_ms,
         "completed_at_ms": row.completed_at_ms,
-        "fingerprint": hex::encode(&row.fingerprint),
         "response": response,
-    })
-    .to_string()
+        "sealed": row.sealed.as_ref().map(|sealing| &sealing.key),
+    });
+    if !sealed && let Value::Object(object) = &mut object {
+        let fingerprint = Value::from(hex::encode(&row.fingerprint));
+        object.insert("fingerprint".to_owned(), fingerprint);
+    }
+    object.to_string()
+}
+
+/// Refuses to write an operator's response for `action` into `row`, a sealed row, without
+/// `ring`: it would be written clear ([`StoreError::NeedsStorageKeys`]).
+fn keys_for(action: &Action, row: &KeyRow, ring: Option<&Keyring>) -> Result<(), StoreError> {
+    match (action, &row.sealed, ring) {
+        (Action::Complete(_) | Action::Fail(_), Some(sealing), None) => {
+            Err(StoreError::NeedsStorageKeys(format!(
+                "{}: the key's row is sealed (storage key `{}`), and the response would be \
+                 written into it clear: give the storage keys to store it sealed",
+                action.name(),
+                sealing.key
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Writes one entry of the audit trail in `conn`'s transaction; returns its id.
@@ -567,26 +634,32 @@ pub(crate) async fn record<DB: Backend>(
 
 /// [`KeyTable::act`], its arguments validated.
 async fn act<DB: Backend>(
-    pool: &Pool<DB>,
+    table: &KeyTable<DB>,
     key: KeyRef<'_>,
     expected: &KeyRow,
     action: &Action,
     by: &Actor,
     now_ms: i64,
 ) -> Result<Acted, StoreError> {
-    let sql = DB::SQL;
-    let mut conn = pool.acquire().await?;
+    let (sql, ring) = (DB::SQL, table.keyring());
+    let mut conn = table.pool().acquire().await?;
     // The row's lock: the running attempt, a takeover, another operator wait for this
     // transaction, and then see what it did.
     let mut tx = begin_write::<DB>(&mut conn).await?;
     let current = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
-    let current = current.map(|row| key_row::<DB>(&row, now_ms)).transpose()?;
+    let current = (current.map(|row| key_row::<DB>(&row, now_ms, ring))).transpose()?;
     // Refused: dropping `tx` rolls back.
     let (before, forced) = check(expected, current, action, by.forced, now_ms)?;
+    keys_for(action, &before, ring)?;
     let headers_json = match action {
         Action::Complete(response) | Action::Fail(response) => response.headers_json(),
         _ => String::new(),
     };
+    let body: &[u8] = match action {
+        Action::Complete(response) | Action::Fail(response) => &response.body,
+        _ => &[],
+    };
+    let (headers, body) = seal::seal_response(ring, key, &headers_json, body);
     let now = Arg::Int(now_ms);
     let (statement, leading, trailing) = match action {
         Action::Release => (Some(sql.release), vec![now], vec![]),
@@ -594,8 +667,8 @@ async fn act<DB: Backend>(
             Some(sql.complete),
             vec![
                 Arg::Int32(i32::from(response.status)),
-                Arg::Text(&headers_json),
-                Arg::Bytes(response.body.as_ref()),
+                Arg::Text(&headers),
+                Arg::Bytes(&body),
                 now,
                 now,
                 Arg::Text(key.operation),
@@ -608,7 +681,7 @@ async fn act<DB: Backend>(
     let after = match statement {
         Some(statement) => {
             let args = Arg::around_key(&leading, key, &trailing);
-            let row = write_key::<DB>(&mut tx, statement, &args, key, now_ms).await?;
+            let row = write_key::<DB>(&mut tx, statement, &args, (key, now_ms, ring)).await?;
             Some(row.ok_or(sqlx::Error::RowNotFound)?)
         }
         None => {
@@ -616,7 +689,8 @@ async fn act<DB: Backend>(
             None
         }
     };
-    let (before_json, after_json) = (row_json(&before), after.as_ref().map(row_json));
+    let audited = |row: &KeyRow| row_json(row, row.sealed.is_some());
+    let (before_json, after_json) = (audited(&before), after.as_ref().map(audited));
     let audit_id = record::<DB>(
         &mut tx,
         now_ms,
@@ -687,21 +761,43 @@ async fn audit<DB: Backend>(
     rows.iter().map(entry).collect()
 }
 
-/// [`KeyTable::journal`].
+/// [`KeyTable::journal`], opened with `ring`.
 async fn read_journal<DB: Backend>(
     pool: &Pool<DB>,
     key: KeyRef<'_>,
+    ring: Option<&Keyring>,
 ) -> Result<Option<Journal>, StoreError> {
     let mut conn = pool.acquire().await?;
     let row = DB::fetch_optional(&mut conn, DB::SQL.journal, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
-    let corrupt = |what: String| {
-        StoreError::Corrupt(format!(
-            "({:?}, {:?}, {:?}): {what}",
-            key.scope, key.operation, key.key
-        ))
+    let recovery_point = DB::opt_text(&row, 0)?;
+    let (journal, request) = (DB::opt_text(&row, 1)?, DB::opt_text(&row, 2)?);
+    let keys = [&journal, &request].map(|text| text.as_deref().and_then(sealed_by));
+    let sealed = keys.iter().flatten().next().map(|id| Sealing {
+        key: (*id).to_owned(),
+        opened: keys
+            .iter()
+            .flatten()
+            .all(|id| ring.is_some_and(|r| r.has(id))),
+    });
+    if sealed.as_ref().is_some_and(|sealing| !sealing.opened) {
+        return Ok(Some(Journal {
+            recovery_point,
+            steps: Map::new(),
+            request: None,
+            sealed,
+        }));
+    }
+    let open = |column, what, text: Option<String>| {
+        let place = Place::key(column, key);
+        (text.map(|text| seal::open_text(ring, place, text)))
+            .transpose()
+            .map_err(|e| list::unopened(key, what, &e))
     };
-    let steps = match DB::opt_text(&row, 1)? {
+    let journal = open(Column::Journal, "the journal", journal)?;
+    let request = open(Column::Request, "the request", request)?;
+    let corrupt = |what: String| list::corrupt(key, &what);
+    let steps = match journal {
         None => Map::new(),
         Some(text) => match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(steps)) => steps,
@@ -709,12 +805,18 @@ async fn read_journal<DB: Backend>(
             Err(e) => return Err(corrupt(format!("the journal is not JSON: {e}"))),
         },
     };
-    let request = (DB::opt_text(&row, 2)?.map(|text| serde_json::from_str::<Value>(&text)))
+    let request = (request.map(|text| serde_json::from_str::<Value>(&text)))
         .transpose()
         .map_err(|e| corrupt(format!("the request is not JSON: {e}")))?;
     Ok(Some(Journal {
-        recovery_point: DB::opt_text(&row, 0)?,
+        recovery_point,
         steps,
         request,
+        sealed,
     }))
+}
+
+/// The id of the key that sealed the text column value `text`; `None`: it is clear.
+fn sealed_by(text: &str) -> Option<&str> {
+    Sealed::key_of(text.as_bytes())
 }

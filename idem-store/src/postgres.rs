@@ -78,6 +78,10 @@ const SQL: Sql = Sql {
     insert_audit: include_str!("../sql/postgres/insert_audit.sql"),
     audit: include_str!("../sql/postgres/audit.sql"),
     journal: include_str!("../sql/postgres/journal.sql"),
+    begin_batch: None,
+    reseal_first: include_str!("../sql/postgres/reseal_first.sql"),
+    reseal_next: include_str!("../sql/postgres/reseal_next.sql"),
+    reseal: include_str!("../sql/postgres/reseal.sql"),
     register: include_str!("../sql/postgres/register.sql"),
     registrations: include_str!("../sql/postgres/registrations.sql"),
     // With its row in `idempotency_processing` (migration 5). One row affected: reserved.

@@ -276,9 +276,40 @@ impl fmt::Display for KeyStatus {
     }
 }
 
+/// How a key row's fingerprint and response are sealed at rest ([`crate::seal`]), as a
+/// table read them ([`KeyRow::sealed`], [`crate::Journal::sealed`]).
+///
+/// ```
+/// # use idem_store::{KeyRow, Sealing};
+/// # fn show(row: &KeyRow) {
+/// match &row.sealed {
+///     None => println!("clear"),
+///     Some(Sealing { key, opened: true }) => println!("sealed under {key}, opened"),
+///     Some(Sealing { key, opened: false }) => println!("sealed (key {key})"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sealing {
+    /// The id of the storage key that sealed the row: its response's, if it has one that is
+    /// sealed, else its fingerprint's (a journal's: its journal's, else its request's).
+    pub key: String,
+    /// Whether the table's keyring ([`crate::KeyTable::with_keyring`]) opened the sealed
+    /// values: they are read as they were written. `false`: the table has no keyring, or
+    /// lacks a key one of them is sealed under, and they are read as described where they
+    /// are read ([`KeyRow::fingerprint`], [`KeyRow::response`], [`crate::Journal`]).
+    pub opened: bool,
+}
+
 /// One key row, as tools read it ([`crate::KeyTable::get`], [`crate::KeyTable::list`]); its
 /// columns are those of [the key table](crate#the-key-table). On SQLite, a timestamp an
 /// operator wrote by hand as a plain number is read as Unix seconds.
+///
+/// A row whose fingerprint or response is sealed ([`crate::seal`]) is read with the table's
+/// keyring ([`crate::KeyTable::with_keyring`]): opened when the keyring has every key they
+/// are sealed under, else as sealed, never an error ([`KeyRow::sealed`] says which). A
+/// sealed value that fails its check under a key the keyring has is
+/// [`crate::StoreError::Corrupt`], naming the key and the column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRow {
     /// `global`, `tenant:<id>` or `user:<id>`.
@@ -289,10 +320,15 @@ pub struct KeyRow {
     pub key: String,
     /// The state of the key at the `now_ms` of the read.
     pub status: KeyStatus,
-    /// The fingerprint of the request that stored the row.
+    /// The fingerprint of the request that stored the row; sealed and not opened
+    /// ([`KeyRow::sealed`]), the column as stored.
     pub fingerprint: Vec<u8>,
-    /// The stored response: `Some` for completed (and expired) rows.
+    /// The stored response: `Some` for completed (and expired) rows. Sealed and not opened
+    /// ([`KeyRow::sealed`]), its status only: no headers, an empty body.
     pub response: Option<StoredResponse>,
+    /// Whether the fingerprint or the response is sealed, under which key, and whether it
+    /// was opened; `None`: both are clear.
+    pub sealed: Option<Sealing>,
     /// When the execution that stored the row began.
     pub created_at_ms: i64,
     /// When its response was stored.

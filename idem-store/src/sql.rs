@@ -124,6 +124,21 @@ pub struct Sql {
     pub audit: &'static str,
     /// The key's recovery point, journal and request.
     pub journal: &'static str,
+    /// How a transaction that holds a batch of key rows begins ([`crate::KeyTable::reseal`]):
+    /// SQLite's write lock; MySQL's `READ COMMITTED`, which locks the rows read and no gap
+    /// between them; `None`: `BEGIN`, rows read `FOR UPDATE`.
+    pub begin_batch: Option<&'static str>,
+    /// The first `$1` key rows in primary-key order, with their field digests, journal and
+    /// request, held for this transaction.
+    pub reseal_first: &'static str,
+    /// The same after a key: its scope twice, its operation twice and the key, then the
+    /// batch. MySQL writes the row comparison out, each part once (MariaDB scans a range of
+    /// the primary key for that form only); PostgreSQL and SQLite compare rows, leaving `$2`
+    /// and `$4` unused.
+    pub reseal_next: &'static str,
+    /// A key row's sealed columns written again (fingerprint, field digests, request,
+    /// journal, response headers and body); then the key.
+    pub reseal: &'static str,
 
     // The operation registry.
     /// An operation registered or registered again: operation, scope, ttl, mode, lease,

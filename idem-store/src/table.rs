@@ -87,7 +87,8 @@ impl<DB: Backend> KeyTable<DB> {
         async {
             let mut conn = self.pool.acquire().await?;
             let row = DB::fetch_optional(&mut conn, DB::SQL.get, &Arg::key(key)).await?;
-            row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
+            row.map(|row| key_row::<DB>(&row, now_ms, self.keyring()))
+                .transpose()
         }
         .await
         .map_err(StoreError::refine::<DB>)
@@ -158,10 +159,11 @@ impl<DB: Backend> KeyTable<DB> {
             let Some(before) = before else {
                 return Ok(None);
             };
-            let before = key_row::<DB>(&before, now_ms)?;
+            let ring = self.keyring();
+            let before = key_row::<DB>(&before, now_ms, ring)?;
             let now = [Arg::Int(now_ms)];
             let args = Arg::around_key(&now, key, &now);
-            let after = write_key::<DB>(&mut tx, sql.expire, &args, key, now_ms).await?;
+            let after = write_key::<DB>(&mut tx, sql.expire, &args, (key, now_ms, ring)).await?;
             // None: it had expired already, unchanged.
             let after = after.unwrap_or_else(|| before.clone());
             tx.commit().await?;
@@ -189,11 +191,11 @@ impl<DB: Backend> KeyTable<DB> {
     /// [`StoreError::Corrupt`] for a row that cannot be read, deleted all the same.
     pub async fn delete(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
-            let sql = DB::SQL;
+            let (sql, ring) = (DB::SQL, self.keyring());
             let mut conn = self.pool.acquire().await?;
             if DB::RETURNING {
                 let row = DB::fetch_optional(&mut conn, sql.delete, &Arg::key(key)).await?;
-                return row.map(|row| key_row::<DB>(&row, now_ms)).transpose();
+                return row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose();
             }
             // The row read, then deleted, in one transaction holding it.
             let mut tx = begin_write::<DB>(&mut conn).await?;
@@ -201,7 +203,7 @@ impl<DB: Backend> KeyTable<DB> {
             DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
             tx.commit().await?;
             // Read after the commit, as `RETURNING` does: an unreadable row is deleted too.
-            row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
+            row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose()
         }
         .await
         .map_err(StoreError::refine::<DB>)
@@ -321,7 +323,7 @@ impl<DB: Backend> KeyTable<DB> {
             .iter()
             .map(raw_row::<DB>)
             .collect::<Result<Vec<_>, _>>()?;
-        list::page_of(rows, limit, now_ms)
+        list::page_of(rows, limit, now_ms, self.keyring())
     }
 }
 
@@ -346,14 +348,14 @@ pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
 }
 
 /// Runs `statement`, a write of `key`'s row ending in `{returning {key_columns}}`, and reads
-/// the row as it left it: from the statement, or, where writes return nothing (MySQL), again
-/// in the caller's transaction. `None`: the write changed no row.
+/// the row as it left it at `now_ms`, opened with `ring`: from the statement, or, where
+/// writes return nothing (MySQL), again in the caller's transaction. `None`: the write
+/// changed no row.
 pub(crate) async fn write_key<DB: Backend>(
     conn: &mut DB::Connection,
     statement: &str,
     args: &[Arg<'_>],
-    key: KeyRef<'_>,
-    now_ms: i64,
+    (key, now_ms, ring): (KeyRef<'_>, i64, Option<&Keyring>),
 ) -> Result<Option<KeyRow>, StoreError> {
     let row = if DB::RETURNING {
         DB::fetch_optional(conn, statement, args).await?
@@ -362,10 +364,14 @@ pub(crate) async fn write_key<DB: Backend>(
     } else {
         None
     };
-    row.map(|row| key_row::<DB>(&row, now_ms)).transpose()
+    row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose()
 }
 
-/// A key row as tools read it at `now_ms`.
-pub(crate) fn key_row<DB: Glue>(row: &DB::Row, now_ms: i64) -> Result<KeyRow, StoreError> {
-    raw_row::<DB>(row)?.into_row(now_ms)
+/// A key row as tools read it at `now_ms`, opened with `ring` ([`KeyRow`]).
+pub(crate) fn key_row<DB: Glue>(
+    row: &DB::Row,
+    now_ms: i64,
+    ring: Option<&Keyring>,
+) -> Result<KeyRow, StoreError> {
+    raw_row::<DB>(row)?.into_row(now_ms, ring)
 }

@@ -448,6 +448,7 @@ mod tests {
             status,
             fingerprint: vec![0; 32],
             response: None,
+            sealed: None,
             created_at_ms: 0,
             completed_at_ms: None,
             expires_at_ms: 100_000_000,

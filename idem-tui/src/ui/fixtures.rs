@@ -37,6 +37,7 @@ pub fn completed(scope: &str, operation: &str, key: &str) -> KeyRow {
                 br#"{"id":7,"note":null,"paid":true,"total":{"amount":1250,"currency":"EUR"}}"#,
             ),
         }),
+        sealed: None,
         created_at_ms: NOW - 2 * HOUR,
         completed_at_ms: Some(NOW - 2 * HOUR + 150),
         expires_at_ms: NOW + 22 * HOUR,
@@ -382,6 +383,7 @@ pub fn detail_data(row: &KeyRow) -> DetailData {
                 .cloned()
                 .unwrap_or_default(),
             request: Some(json!({"amount": 5, "currency": "EUR"})),
+            sealed: None,
         })),
     }
 }

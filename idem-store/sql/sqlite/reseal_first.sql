@@ -1,0 +1,8 @@
+SELECT scope, operation, idempotency_key, fingerprint, status, response_status, response_headers,
+    response_body, CAST(round(unixepoch(created_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(completed_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(expires_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(locked_until, 'auto', 'subsec') * 1000) AS INTEGER), attempt,
+    recovery_point, field_digests, journal, request
+FROM idempotency_keys
+ORDER BY scope, operation, idempotency_key LIMIT $1

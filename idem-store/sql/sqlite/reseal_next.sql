@@ -1,0 +1,9 @@
+SELECT scope, operation, idempotency_key, fingerprint, status, response_status, response_headers,
+    response_body, CAST(round(unixepoch(created_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(completed_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(expires_at, 'auto', 'subsec') * 1000) AS INTEGER),
+    CAST(round(unixepoch(locked_until, 'auto', 'subsec') * 1000) AS INTEGER), attempt,
+    recovery_point, field_digests, journal, request
+FROM idempotency_keys
+WHERE (scope, operation, idempotency_key) > ($1, $3, $5)
+ORDER BY scope, operation, idempotency_key LIMIT $6
