@@ -69,6 +69,11 @@ idem_testkit::on_every_store!(
     journal_for_tools,
     concurrent_acts,
     processing_table_follows_the_keys,
+    // Tools on a key table sealed at rest.
+    sealed_rows_without_the_keys,
+    sealed_values_that_fail_their_check,
+    complete_of_a_sealed_row_needs_the_keys,
+    reseal_moves_every_row_to_the_current_key,
     // The operation registry.
     operations_registry,
     // The outbox.

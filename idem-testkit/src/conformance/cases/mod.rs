@@ -7,6 +7,7 @@ mod migrations;
 mod operator;
 mod outbox;
 mod protocol;
+mod sealed_rows;
 mod staged;
 mod table;
 
@@ -15,5 +16,6 @@ pub use migrations::*;
 pub use operator::*;
 pub use outbox::*;
 pub use protocol::*;
+pub use sealed_rows::*;
 pub use staged::*;
 pub use table::*;
