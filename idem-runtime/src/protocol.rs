@@ -452,7 +452,11 @@ impl<DB: Backend> Idem<DB> {
     /// [`KeyTable`]).
     #[must_use]
     pub fn keys(&self) -> KeyTable<DB> {
-        KeyTable::new(self.inner.pool.clone())
+        let table = KeyTable::new(self.inner.pool.clone());
+        match self.ring() {
+            Some(ring) => table.with_keyring(ring.clone()),
+            None => table,
+        }
     }
 
     /// Reads one key row as it stands now by the injected clock.

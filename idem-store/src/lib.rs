@@ -54,7 +54,7 @@ pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSe
 #[doc(hidden)]
 pub use crate::row::StoredKey;
 pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
-pub use crate::seal::{Keyring, KeyringError, SealError, Sealed};
+pub use crate::seal::{Keyring, KeyringError, SealError, Sealed, Sealing};
 #[doc(hidden)]
 pub use crate::sql::Arg;
 

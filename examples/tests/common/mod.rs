@@ -285,7 +285,7 @@ async fn note_waiting<DB: Backend>(pool: &sqlx::Pool<DB>, source: &str, event_id
         body: "{}",
     };
     let mut conn = pool.acquire().await.unwrap();
-    Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, 0)
+    Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, 0, None)
         .await
         .unwrap();
 }
