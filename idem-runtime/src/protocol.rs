@@ -813,6 +813,7 @@ impl<DB: Backend> Idem<DB> {
         let response = stored
             .filter(|stored| {
                 stored.status_at(now) == KeyStatus::Completed
+                    && stored.unopened.is_none()
                     && stored.fingerprint.as_slice() == call.fingerprint.as_bytes()
             })
             .and_then(|stored| stored.response);
@@ -924,6 +925,9 @@ impl<DB: Backend> Idem<DB> {
                 }),
                 _ => Err(Error::Expired),
             };
+        }
+        if let Some(unopened) = stored.unopened {
+            return Err(Error::Store(unopened.into()));
         }
         if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
             return Err(Error::Mismatch(None));

@@ -27,7 +27,7 @@ struct Item {
     note: String,
 }
 
-#[idempotent(scope = "global", ttl = "1h")]
+#[idempotent(scope = "global", ttl = "1h", on_expired = "reexecute")]
 async fn secret<DB: TestDb>(
     tx: &mut Transaction<'_, DB>,
     JsonBody(item): JsonBody<Item>,
@@ -318,6 +318,14 @@ async fn keys_rotate_mid_traffic<DB: TestDb>() {
     );
     assert_eq!(row_of(&s.h, k).await, row);
     assert_eq!(s.h.effects().await, 13, "nothing ran again");
+    // Once expired, the key is run again without its sealed row being opened.
+    s.h.advance(std::time::Duration::from_secs(3601));
+    send_item::<DB>(&old, k, SECRET).await.created();
+    assert_eq!(
+        sealed_by(&column(&s.h, "response_body", k).await),
+        Some("k1")
+    );
+    assert_eq!(s.h.effects().await, 14);
     // Rows written before the keys were set are still read by a server that has them.
     send_item::<DB>(&clear, "plain", SECRET).await.created();
     assert_eq!(

@@ -146,6 +146,10 @@ pub struct StoredKey {
     /// `reservation` and `attempt`: what fences a staged key's running attempt (both 0 for
     /// atomic-mode rows).
     pub fence: Fence,
+    /// Why the sealed fingerprint or response did not open ([`crate::seal`]), leaving
+    /// `fingerprint` empty and `response` out: the row can be told expired, never compared
+    /// or replayed.
+    pub unopened: Option<crate::SealError>,
 }
 
 impl StoredKey {
