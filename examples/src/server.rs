@@ -112,9 +112,15 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
 /// of its migrations, and the start fails naming the first one missing. Unset (or `idem`):
 /// idem applies them.
 ///
+/// `IDEM_STORAGE_KEYS`, when set (empty counts as unset), seals what idem stores at rest
+/// ([`Config::storage_keys`](idem_runtime::Config::storage_keys)): comma-separated
+/// `ID:BASE64` entries of 32 random bytes each, the first sealing, every one opening
+/// ([`Keyring::parse`](idem_runtime::store::Keyring::parse)); one is made by
+/// `echo "k1:$(head -c 32 /dev/urandom | base64)"`.
+///
 /// # Errors
-/// When the database is unreachable, a migration fails, or (`IDEM_MIGRATIONS=external`) one
-/// is missing.
+/// When the database is unreachable, a migration fails, (`IDEM_MIGRATIONS=external`) one is
+/// missing, or `IDEM_STORAGE_KEYS` is not a keyring (the error names the entry, never a key).
 pub async fn connect<DB: crate::orders::OrdersDb>(
     url: &str,
     config: idem_runtime::Config,
@@ -135,6 +141,14 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
     let mut config = config
         .transaction_pooler(migration_url.is_some())
         .external_migrations(external);
+    if let Some(keys) = std::env::var("IDEM_STORAGE_KEYS")
+        .ok()
+        .filter(|keys| !keys.trim().is_empty())
+    {
+        let ring = idem_runtime::store::Keyring::parse(&keys)
+            .map_err(|e| format!("IDEM_STORAGE_KEYS: {e}"))?;
+        config = config.storage_keys(ring);
+    }
     if let Some(replica) = std::env::var("REPLICA_DATABASE_URL")
         .ok()
         .filter(|url| !url.is_empty())

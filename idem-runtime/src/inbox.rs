@@ -65,7 +65,11 @@ impl<DB: Backend> Idem<DB> {
     /// The inbox of events not applied, for reading ([`Inbox::list`], [`Inbox::get`]).
     #[must_use]
     pub fn inbox(&self) -> Inbox<DB> {
-        Inbox::new(self.pool().clone())
+        let inbox = Inbox::new(self.pool().clone());
+        match self.ring() {
+            Some(ring) => inbox.with_keyring(ring.clone()),
+            None => inbox,
+        }
     }
 
     /// An event the receiver cannot apply, found in its transaction `tx` (see [the
@@ -93,7 +97,7 @@ impl<DB: Backend> Idem<DB> {
         let now = self.now_millis();
         let first = Inbox::<DB>::first_seen(tx, delivery.source, delivery.event_id).await?;
         if now.saturating_sub(first.unwrap_or(now)) >= millis(keep_after) {
-            Inbox::<DB>::note(tx, delivery, InboxStatus::Unmatched, now).await?;
+            Inbox::<DB>::note(tx, delivery, InboxStatus::Unmatched, now, self.ring()).await?;
             tracing::warn!(
                 source = delivery.source,
                 event = %crate::telemetry::key_hash(delivery.source, delivery.event_id),
@@ -103,7 +107,7 @@ impl<DB: Backend> Idem<DB> {
             );
             return Ok(Unapplied::Kept);
         }
-        let pool = self.pool().clone();
+        let (pool, ring) = (self.pool().clone(), self.ring().cloned());
         let (source, event_id) = (delivery.source.to_owned(), delivery.event_id.to_owned());
         let (reason, body) = (delivery.reason.to_owned(), delivery.body.to_owned());
         tokio::spawn(async move {
@@ -115,7 +119,14 @@ impl<DB: Backend> Idem<DB> {
                     reason: &reason,
                     body: &body,
                 };
-                Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, now).await
+                Inbox::<DB>::note(
+                    &mut conn,
+                    delivery,
+                    InboxStatus::Waiting,
+                    now,
+                    ring.as_ref(),
+                )
+                .await
             }
             .await;
             if let Err(error) = noted {

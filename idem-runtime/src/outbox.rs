@@ -144,14 +144,18 @@ impl<DB: Backend> Idem<DB> {
         tx: &mut Transaction<'_, DB>,
         message: &OutboxMessage,
     ) -> Result<bool, StoreError> {
-        enqueue(tx, message, self.now_millis()).await
+        enqueue(tx, message, self.now_millis(), self.ring()).await
     }
 
     /// The outbox, for tools: inspect, list, count, retry dead messages, sweep delivered
     /// ones (see [`Outbox`]).
     #[must_use]
     pub fn outbox(&self) -> Outbox<DB> {
-        Outbox::new(self.pool().clone())
+        let outbox = Outbox::new(self.pool().clone());
+        match self.ring() {
+            Some(ring) => outbox.with_keyring(ring.clone()),
+            None => outbox,
+        }
     }
 }
 

@@ -452,7 +452,11 @@ impl<DB: Backend> Idem<DB> {
     /// [`KeyTable`]).
     #[must_use]
     pub fn keys(&self) -> KeyTable<DB> {
-        KeyTable::new(self.inner.pool.clone())
+        let table = KeyTable::new(self.inner.pool.clone());
+        match self.ring() {
+            Some(ring) => table.with_keyring(ring.clone()),
+            None => table,
+        }
     }
 
     /// Reads one key row as it stands now by the injected clock.
@@ -809,6 +813,7 @@ impl<DB: Backend> Idem<DB> {
         let response = stored
             .filter(|stored| {
                 stored.status_at(now) == KeyStatus::Completed
+                    && stored.unopened.is_none()
                     && stored.fingerprint.as_slice() == call.fingerprint.as_bytes()
             })
             .and_then(|stored| stored.response);
@@ -920,6 +925,9 @@ impl<DB: Backend> Idem<DB> {
                 }),
                 _ => Err(Error::Expired),
             };
+        }
+        if let Some(unopened) = stored.unopened {
+            return Err(Error::Store(unopened.into()));
         }
         if stored.fingerprint.as_slice() != call.fingerprint.as_bytes() {
             return Err(Error::Mismatch(None));

@@ -124,7 +124,7 @@ use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
 use crate::resume::{Resumption, StoredRequest};
 use crate::spec::{InFlightPolicy, OperationSpec, Scope};
 use crate::store::staged::{Ending, Fence, Lease, Reservation, StuckKey};
-use crate::store::{Backend, KeyRef};
+use crate::store::{Backend, KeyRef, StoredKey};
 use crate::telemetry;
 
 /// Why a staged operation stopped before [`Attempt::finish`].
@@ -1049,6 +1049,10 @@ impl<DB: Backend> Idem<DB> {
             .await
             .map_err(Error::Store)?
         {
+            Some(StoredKey {
+                unopened: Some(unopened),
+                ..
+            }) => Err(Error::Store(unopened.into())),
             Some(row) if row.fingerprint != fingerprint => Err(Error::Mismatch(None)),
             Some(row) if row.is_final() => match row.response {
                 Some(response) => Ok(Outcome {

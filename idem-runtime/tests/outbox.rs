@@ -196,6 +196,72 @@ impl Sink for Stuck {
     }
 }
 
+/// Keeps every payload delivered.
+#[derive(Debug, Clone, Default)]
+struct Payloads(Arc<Mutex<Vec<Value>>>);
+
+impl Sink for Payloads {
+    async fn deliver(&self, message: &Claimed) -> Result<(), DeliveryError> {
+        self.0.lock().unwrap().push(message.payload.clone());
+        Ok(())
+    }
+}
+
+/// With storage keys, payloads are stored sealed and delivered as they were enqueued; a
+/// dispatcher without the key leaves them as they are, for one that has it.
+async fn sealed_payloads_are_delivered_as_enqueued<DB: TestDb>() {
+    let ring = |ids: &[&str]| {
+        idem_runtime::store::Keyring::new(ids.iter().map(|id| (*id, [id.as_bytes()[1]; 32])))
+            .unwrap()
+    };
+    let config = idem_runtime::Config::default().storage_keys(ring(&["k1"]));
+    let h = Harness::<DB>::with_config(config).await;
+    let secret = "Zq7-cardholder-4242-Vw9";
+    let sealed = OutboxMessage::new("s-1", "payment.made", json!({ "card": secret }));
+    commit(&h, &[sealed]).await;
+    let mut conn = h.idem.pool().acquire().await.unwrap();
+    let row = DB::fetch_optional(&mut conn, "SELECT payload FROM idempotency_outbox", &[]).await;
+    let stored = DB::text(&row.unwrap().unwrap(), 0).unwrap();
+    drop(conn);
+    assert_eq!(
+        idem_runtime::store::Sealed::key_of(stored.as_bytes()),
+        Some("k1")
+    );
+    assert!(!stored.contains(secret));
+
+    let lease = Duration::from_secs(30);
+    let payloads = Payloads::default();
+    let lacking = h
+        .reopen(idem_runtime::Config::default().storage_keys(ring(&["k2"])))
+        .await;
+    let report = Dispatcher::new(&lacking, payloads.clone())
+        .lease(lease)
+        .run_once()
+        .await;
+    assert_eq!(report.unwrap().delivered, 0);
+    let row = lacking.outbox().get("s-1").await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.payload.clone()),
+        (OutboxStatus::Pending, Value::Null)
+    );
+    let sealing = row.sealed.unwrap();
+    assert_eq!((sealing.key.as_str(), sealing.opened), ("k1", false));
+
+    h.advance(lease);
+    let rotated = h
+        .reopen(idem_runtime::Config::default().storage_keys(ring(&["k2", "k1"])))
+        .await;
+    let report = Dispatcher::new(&rotated, payloads.clone())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.delivered, 1, "{report:?}");
+    assert_eq!(*payloads.0.lock().unwrap(), [json!({ "card": secret })]);
+    let row = rotated.outbox().get("s-1").await.unwrap().unwrap();
+    assert_eq!(row.payload, json!({ "card": secret }));
+    assert_eq!(row.status, OutboxStatus::Delivered);
+}
+
 // The cases.
 
 async fn committed_messages_are_delivered_as_webhooks<DB: TestDb>() {
@@ -639,6 +705,7 @@ async fn deliveries_run_concurrently<DB: TestDb>() {
 }
 
 idem_testkit::on_every_store!(
+    sealed_payloads_are_delivered_as_enqueued,
     every_failure_is_retried_and_deliveries_are_signed,
     deliveries_run_concurrently,
     committed_messages_are_delivered_as_webhooks,

@@ -15,7 +15,7 @@ use common::{Harness, TestDb};
 use idem_runtime::protocol::{OutcomeKind, Record};
 use idem_runtime::spec::{InFlightPolicy, Mode, OperationSpec, Scope, ScopeKind};
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
-use idem_runtime::store::{KeyRef, KeyStatus};
+use idem_runtime::store::{Arg, KeyRef, KeyStatus, Keyring, Sealed};
 use idem_runtime::{Config, Error, IdempotencyKey};
 use serde_json::json;
 
@@ -410,6 +410,69 @@ async fn reconciler_resumes_stuck_keys<DB: TestDb, H: Holding>() {
     assert_eq!(replay.kind, OutcomeKind::Replayed);
 }
 
+/// A staged key's stored request and journal are sealed (`Config::storage_keys`); a
+/// reconciler without the key they are sealed under resumes nothing and changes neither; one
+/// given a newer first key as well resumes the key with its stored request, and seals what it
+/// writes under the newer key.
+async fn reconciler_resumes_a_sealed_request<DB: TestDb, H: Holding>() {
+    fn ring(ids: &[&str]) -> Keyring {
+        Keyring::new(ids.iter().map(|id| (*id, [id.as_bytes()[1]; 32]))).unwrap()
+    }
+    let h = Harness::<DB>::with_config(H::config().storage_keys(ring(&["k1"]))).await;
+    let work = Work::new(After::Interrupt);
+    let k = key("p-sealed");
+    assert!(run(&h.idem, &SPEC, &work, &k, 4242).await.is_err());
+    work.set(After::Finish);
+    let columns = async || {
+        let p = if DB::POSITIONAL { "?" } else { "$1" };
+        let sql = format!(
+            "SELECT request, journal, fingerprint FROM idempotency_keys WHERE idempotency_key = {p}"
+        );
+        let mut conn = h.idem.pool().acquire().await.unwrap();
+        let row = DB::fetch_optional(&mut conn, &sql, &[Arg::Text("p-sealed")]).await;
+        let row = row.unwrap().unwrap();
+        let (request, journal) = (DB::text(&row, 0).unwrap(), DB::text(&row, 1).unwrap());
+        (request, journal, DB::bytes(&row, 2).unwrap())
+    };
+    let (request, journal, fingerprint) = columns().await;
+    for value in [request.as_bytes(), journal.as_bytes(), &fingerprint] {
+        assert_eq!(Sealed::key_of(value), Some("k1"));
+        assert!(!String::from_utf8_lossy(value).contains("4242"));
+    }
+    let reconciler = |idem| {
+        let resumer = Arc::clone(&work);
+        Reconciler::new(idem).resumable(SPEC, move |attempt, amount| {
+            pay::<DB>(Arc::clone(&resumer), attempt, amount)
+        })
+    };
+    // Without k1: nothing resumed, nothing charged, the request and journal as they were.
+    let lacking = reconciler(h.reopen(H::config().storage_keys(ring(&["k2"]))).await);
+    let done = lacking.run_once().await.unwrap();
+    assert_eq!((done.stuck, done.completed), (1, 0));
+    assert_eq!(work.provider.calls(), 1);
+    assert_eq!(columns().await, (request, journal, fingerprint));
+    // Its lease, taken for nothing, runs out; a reconciler with both keys resumes it.
+    h.advance(LEASE + Duration::from_secs(1));
+    let rotated = h
+        .reopen(H::config().storage_keys(ring(&["k2", "k1"])))
+        .await;
+    let done = reconciler(rotated.clone()).run_once().await.unwrap();
+    assert_eq!((done.stuck, done.completed), (1, 1));
+    assert_eq!(
+        work.provider.calls(),
+        1,
+        "the charge was journaled: not made again"
+    );
+    let row = rotated.lookup(key_ref("p-sealed")).await.unwrap().unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&row.response.unwrap().body).unwrap();
+    assert_eq!(body["amount"], 4242, "resumed with the stored request");
+    let (_, journal, _) = columns().await;
+    assert_eq!(Sealed::key_of(journal.as_bytes()), Some("k2"));
+    let replay = run(&rotated, &SPEC, &work, &k, 4242).await.unwrap();
+    assert_eq!(replay.kind, OutcomeKind::Replayed);
+    assert_eq!(h.effects().await, 1);
+}
+
 /// Operators on staged keys, through the key table the runtime hands out: a stuck key is
 /// listed; `complete` makes retries replay the operator's response; `release` of a running
 /// attempt fences it out and lets the next retry resume; every action is audited.
@@ -705,6 +768,7 @@ idem_testkit::on_every_store!(
     takeover_fences_the_old_attempt,
     one_of_two_racing_takeovers_wins,
     reconciler_resumes_stuck_keys,
+    reconciler_resumes_a_sealed_request,
     operators_act_on_staged_keys,
     a_key_that_is_not_final_never_expires,
     a_fenced_client_gets_the_final_answer,

@@ -13,7 +13,7 @@ use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
 use crate::row::{StoredKey, StoredResponse, StoredStatus};
-use crate::seal::{self, Column, Keyring, Place};
+use crate::seal::{self, Column, Keyring, Place, SealError};
 use crate::sql::Sql;
 use crate::sql::{ROLLBACK_TO_SAVEPOINT, SAVEPOINT};
 use crate::staged::{Ending, Fence, Lease, Reservation, StuckKey};
@@ -265,8 +265,8 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Reads the columns of `key`'s row a request needs: one `SELECT` by primary key. Its
-    /// sealed columns are opened with `ring` ([`crate::seal`]): a [`crate::SealError`] in
-    /// [`sqlx::Error::Decode`] when one does not open.
+    /// sealed columns are opened with `ring` ([`crate::seal`]); where they do not open,
+    /// [`StoredKey::unopened`] says why.
     fn lookup(
         conn: &mut Self::Connection,
         key: KeyRef<'_>,
@@ -276,21 +276,30 @@ pub trait Backend: Glue + sealed::Sealed {
             let row = Self::fetch_optional(conn, Self::SQL.lookup, &Arg::key(key)).await?;
             let Some(row) = row else { return Ok(None) };
             let status = StoredStatus::from_column(&Self::text(&row, 1)?);
-            let response = match Self::opt_int32(&row, 2)? {
-                Some(code) if status == StoredStatus::Completed => {
-                    let (headers, body) = seal::open_response(
-                        ring,
-                        key,
-                        Self::opt_text(&row, 3)?,
-                        Self::opt_bytes(&row, 4)?,
-                    )?;
-                    Some(StoredResponse::lenient(code, headers.as_deref(), body))
-                }
-                _ => None,
+            let opened = async {
+                let place = Place::key(Column::Fingerprint, key);
+                let fingerprint = seal::open(ring, place, Self::bytes(&row, 0)?)?;
+                let response = match Self::opt_int32(&row, 2)? {
+                    Some(code) if status == StoredStatus::Completed => {
+                        let headers = Self::opt_text(&row, 3)?;
+                        let body = Self::opt_bytes(&row, 4)?;
+                        let (headers, body) = seal::open_response(ring, key, headers, body)?;
+                        Some(StoredResponse::lenient(code, headers.as_deref(), body))
+                    }
+                    _ => None,
+                };
+                Ok::<_, sqlx::Error>((fingerprint, response))
             };
-            let fingerprint = Self::bytes(&row, 0)?;
+            let (fingerprint, response, unopened) = match opened.await {
+                Ok((fingerprint, response)) => (fingerprint, response, None),
+                Err(sqlx::Error::Decode(error)) if error.is::<SealError>() => {
+                    let error = error.downcast::<SealError>().map_err(sqlx::Error::Decode)?;
+                    (Vec::new(), None, Some(*error))
+                }
+                Err(error) => return Err(error),
+            };
             Ok(Some(StoredKey {
-                fingerprint: seal::open(ring, Place::key(Column::Fingerprint, key), fingerprint)?,
+                fingerprint,
                 status,
                 response,
                 expires_at_ms: Self::int(&row, 5)?,
@@ -300,6 +309,7 @@ pub trait Backend: Glue + sealed::Sealed {
                     // NULL: an atomic row.
                     reservation: Self::opt_int(&row, 8)?.unwrap_or(0),
                 },
+                unopened,
             }))
         }
     }

@@ -10,11 +10,14 @@
 use std::fmt;
 use std::str::FromStr;
 
+use std::sync::Arc;
+
 use sqlx::Pool;
 
 use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::glue::Glue;
+use crate::seal::{self, Column, Keyring, Place, Sealing};
 use crate::sql::Arg;
 
 /// Where an event stands in the inbox.
@@ -81,8 +84,12 @@ pub struct InboxEvent {
     pub status: InboxStatus,
     /// The last delivery's [`Delivery::reason`].
     pub reason: String,
-    /// The first delivery's body.
+    /// The first delivery's body; empty when it is sealed under a storage key the inbox was
+    /// not given ([`InboxEvent::sealed`]).
     pub body: String,
+    /// Whether the body is sealed at rest, and under which storage key
+    /// ([`Inbox::with_keyring`]).
+    pub sealed: Option<Sealing>,
     /// Deliveries noted.
     pub deliveries: i64,
     /// When the first delivery was noted.
@@ -98,19 +105,23 @@ impl InboxEvent {
         now_ms.saturating_sub(self.first_seen_at_ms)
     }
 
-    fn read<DB: Glue>(row: &DB::Row) -> Result<Self, StoreError> {
+    fn read<DB: Glue>(row: &DB::Row, ring: Option<&Keyring>) -> Result<Self, StoreError> {
         let id = DB::int(row, 0)?;
+        let corrupt = |what: String| StoreError::Corrupt(format!("inbox event {id}: {what}"));
         let status = DB::text(row, 3)?;
-        let status = status
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("inbox event {id}: {e}")))?;
+        let status = status.parse().map_err(corrupt)?;
+        let (source, event_id) = (DB::text(row, 1)?, DB::text(row, 2)?);
+        let place = body_place(&source, &event_id);
+        let (body, sealed) = seal::read_text(ring, place, DB::text(row, 5)?)
+            .map_err(|e| corrupt(format!("its body does not open: {e}")))?;
         Ok(Self {
             id,
-            source: DB::text(row, 1)?,
-            event_id: DB::text(row, 2)?,
+            source,
+            event_id,
             status,
             reason: DB::text(row, 4)?,
-            body: DB::text(row, 5)?,
+            body: body.unwrap_or_default(),
+            sealed,
             deliveries: DB::int(row, 6)?,
             first_seen_at_ms: DB::int(row, 7)?,
             last_seen_at_ms: DB::int(row, 8)?,
@@ -133,14 +144,21 @@ impl InboxEvent {
 #[derive(Debug)]
 pub struct Inbox<DB: Backend> {
     pool: Pool<DB>,
+    ring: Option<Arc<Keyring>>,
 }
 
 impl<DB: Backend> Clone for Inbox<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            ring: self.ring.clone(),
         }
     }
+}
+
+/// Where an event's sealed body lives: bound to its source and id.
+fn body_place<'a>(source: &'a str, event_id: &'a str) -> Place<'a> {
+    Place::other(Column::InboxBody, [source, event_id, ""])
 }
 
 impl<DB: Backend> Inbox<DB> {
@@ -150,12 +168,21 @@ impl<DB: Backend> Inbox<DB> {
     /// The inbox in `pool`'s database.
     #[must_use]
     pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+        Self { pool, ring: None }
+    }
+
+    /// The inbox read with `ring`'s storage keys: sealed bodies ([`Inbox::note`] with a
+    /// keyring) are opened where the keyring has their key; without it they read as empty,
+    /// with [`InboxEvent::sealed`] saying so.
+    #[must_use]
+    pub fn with_keyring(mut self, ring: Keyring) -> Self {
+        self.ring = Some(Arc::new(ring));
+        self
     }
 
     /// Notes `delivery` at `now_ms` as `status`: the event's first delivery makes its row,
     /// a later one counts one more and keeps the first's time and body. An event kept as
-    /// `unmatched` stays so.
+    /// `unmatched` stays so. With `ring`, the body is written sealed.
     ///
     /// # Errors
     /// Database errors.
@@ -164,13 +191,16 @@ impl<DB: Backend> Inbox<DB> {
         delivery: Delivery<'_>,
         status: InboxStatus,
         now_ms: i64,
+        ring: Option<&Keyring>,
     ) -> Result<(), sqlx::Error> {
+        let place = body_place(delivery.source, delivery.event_id);
+        let body = seal::seal_text(ring, place, delivery.body);
         let args = [
             Arg::Text(delivery.source),
             Arg::Text(delivery.event_id),
             Arg::Text(status.as_str()),
             Arg::Text(delivery.reason),
-            Arg::Text(delivery.body),
+            Arg::Text(&body),
             Arg::Int(now_ms),
             Arg::Int(now_ms),
         ];
@@ -223,7 +253,9 @@ impl<DB: Backend> Inbox<DB> {
                 self.rows(sql.inbox_list_status, &args).await?
             }
         };
-        rows.iter().map(InboxEvent::read::<DB>).collect()
+        rows.iter()
+            .map(|row| InboxEvent::read::<DB>(row, self.ring.as_deref()))
+            .collect()
     }
 
     /// The events of id `event_id`: one per source that noted it (usually one).
@@ -232,7 +264,9 @@ impl<DB: Backend> Inbox<DB> {
     /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
     pub async fn get(&self, event_id: &str) -> Result<Vec<InboxEvent>, StoreError> {
         let rows = self.rows(DB::SQL.inbox_get, &[Arg::Text(event_id)]).await?;
-        rows.iter().map(InboxEvent::read::<DB>).collect()
+        rows.iter()
+            .map(|row| InboxEvent::read::<DB>(row, self.ring.as_deref()))
+            .collect()
     }
 
     async fn rows(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<DB::Row>, StoreError> {

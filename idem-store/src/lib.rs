@@ -55,8 +55,8 @@ pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSe
 pub use crate::reseal::Resealed;
 #[doc(hidden)]
 pub use crate::row::StoredKey;
-pub use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
-pub use crate::seal::{Keyring, KeyringError, SealError, Sealed};
+pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+pub use crate::seal::{Keyring, KeyringError, SealError, Sealed, Sealing};
 #[doc(hidden)]
 pub use crate::sql::Arg;
 

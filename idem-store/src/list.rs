@@ -6,8 +6,8 @@ use std::str::FromStr;
 
 use crate::error::StoreError;
 use crate::key::KeyRef;
-use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
-use crate::seal::{self, Column, Keyring, Place, SealError, Sealed};
+use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+use crate::seal::{self, Column, Keyring, Place, SealError, Sealed, Sealing};
 
 /// Which keys [`crate::KeyTable::list`] returns, and how many: every filter is applied in
 /// SQL, and filters combine with AND.

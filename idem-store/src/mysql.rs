@@ -15,7 +15,7 @@ use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
 use crate::sql::{Claim, Sql};
 
 /// The migrations of the key table on MySQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 4] = [
+static MIGRATIONS: [Migration; 5] = [
     migration!(1, "mysql/0001_idempotency_keys.sql",
         "idempotency_keys, the audit trail, the outbox and the operation registry",
         present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
@@ -33,6 +33,10 @@ static MIGRATIONS: [Migration; 4] = [
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
     migration!(4, "mysql/0004_field_digests.sql", "the digests of a key's request fields",
         present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(5, "mysql/0005_sealed_fingerprints.sql", "room for a sealed fingerprint",
+        present: "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() \
+                  AND table_name = 'idempotency_keys' AND column_name = 'fingerprint' \
+                  AND character_maximum_length >= 255"),
 ];
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).

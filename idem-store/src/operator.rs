@@ -11,8 +11,8 @@ use crate::error::{Hazard, StoreError};
 use crate::glue::Arg;
 use crate::key::KeyRef;
 use crate::list;
-use crate::row::{KeyRow, KeyStatus, Sealing, StoredResponse, StoredStatus};
-use crate::seal::{self, Column, Keyring, Place, SealError, Sealed};
+use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
+use crate::seal::{self, Column, Keyring, Place, SealError, Sealed, Sealing};
 use crate::sql::Statement;
 use crate::table::{KeyTable, key_row, write_key};
 
@@ -68,7 +68,8 @@ impl Actor {
 /// "Forced only": refused ([`StoreError::NeedsForce`]) unless forced; see [`Hazard`].
 /// `Complete(r)` and `Fail(r)` write `r`'s headers and body sealed under the current key of
 /// the table's keyring ([`KeyTable::with_keyring`]); without one, clear, and on a row whose
-/// fingerprint or response is sealed ([`KeyRow::sealed`]) not at all
+/// fingerprint or response is sealed ([`KeyRow::sealed`]) only a status alone (no headers,
+/// an empty body: nothing to seal), any other response refused
 /// ([`StoreError::NeedsStorageKeys`]). The other actions never need the storage keys. The
 /// TTL is the operation's registered one (`idempotency_operations.ttl_ms`), or, for one not
 /// registered, the row's own (`expires_at - created_at`), counted from the completion. Only
@@ -353,9 +354,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// - [`StoreError::Changed`]: the row is gone or differs from `expected`.
     /// - [`StoreError::NotApplicable`]: the action does not apply to the row ([`Action`]).
     /// - [`StoreError::NeedsForce`]: the action could do harm ([`Hazard`]), not forced.
-    /// - [`StoreError::NeedsStorageKeys`]: [`Action::Complete`] or [`Action::Fail`] of a
-    ///   sealed row ([`KeyRow::sealed`]) by a table without the storage keys
-    ///   ([`KeyTable::with_keyring`]).
+    /// - [`StoreError::NeedsStorageKeys`]: [`Action::Complete`] or [`Action::Fail`] with
+    ///   headers or a body, of a sealed row ([`KeyRow::sealed`]), by a table without the
+    ///   storage keys ([`KeyTable::with_keyring`]).
     /// - [`StoreError::LockTimeout`]; [`StoreError::Corrupt`] (an unreadable row); database
     ///   errors.
     pub async fn act(
@@ -584,14 +585,19 @@ pub(crate) fn row_json(row: &KeyRow, sealed: bool) -> String {
     object.to_string()
 }
 
-/// Refuses to write an operator's response for `action` into `row`, a sealed row, without
-/// `ring`: it would be written clear ([`StoreError::NeedsStorageKeys`]).
+/// Refuses to write an operator's response with headers or a body for `action` into `row`,
+/// a sealed row, without `ring`: they would be written clear
+/// ([`StoreError::NeedsStorageKeys`]). A status alone has nothing to seal.
 fn keys_for(action: &Action, row: &KeyRow, ring: Option<&Keyring>) -> Result<(), StoreError> {
-    match (action, &row.sealed, ring) {
-        (Action::Complete(_) | Action::Fail(_), Some(sealing), None) => {
+    let (Action::Complete(response) | Action::Fail(response)) = action else {
+        return Ok(());
+    };
+    match (&row.sealed, ring) {
+        (Some(sealing), None) if !response.headers.is_empty() || !response.body.is_empty() => {
             Err(StoreError::NeedsStorageKeys(format!(
-                "{}: the key's row is sealed (storage key `{}`), and the response would be \
-                 written into it clear: give the storage keys to store it sealed",
+                "{}: the key's row is sealed (storage key `{}`), and the response's headers and \
+                 body would be written into it clear: give the storage keys to store them \
+                 sealed, or store the status alone",
                 action.name(),
                 sealing.key
             )))

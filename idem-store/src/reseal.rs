@@ -10,8 +10,8 @@ use crate::error::StoreError;
 use crate::glue::{Arg, Glue};
 use crate::list::{self, Cursor, RawRow};
 use crate::operator::{Actor, record, row_json};
-use crate::row::{KeyRow, Sealing};
-use crate::seal::{self, Column, Keyring, Place, Sealed};
+use crate::row::KeyRow;
+use crate::seal::{self, Column, Keyring, Place, Sealed, Sealing};
 use crate::table::{KeyTable, raw_row};
 
 /// What one batch of [`KeyTable::reseal`] did, or, [`Resealed::add`]ed up, a whole run.

@@ -5,6 +5,7 @@ use std::fmt;
 use bytes::Bytes;
 
 use crate::key::KeyRef;
+use crate::seal::Sealing;
 use crate::staged::Fence;
 
 /// A stored response: status, headers and body, without HTTP types (the `response_*`
@@ -146,6 +147,10 @@ pub struct StoredKey {
     /// `reservation` and `attempt`: what fences a staged key's running attempt (both 0 for
     /// atomic-mode rows).
     pub fence: Fence,
+    /// Why the sealed fingerprint or response did not open ([`crate::seal`]), leaving
+    /// `fingerprint` empty and `response` out: the row can be told expired, never compared
+    /// or replayed.
+    pub unopened: Option<crate::SealError>,
 }
 
 impl StoredKey {
@@ -276,31 +281,6 @@ impl fmt::Display for KeyStatus {
     }
 }
 
-/// How a key row's fingerprint and response are sealed at rest ([`crate::seal`]), as a
-/// table read them ([`KeyRow::sealed`], [`crate::Journal::sealed`]).
-///
-/// ```
-/// # use idem_store::{KeyRow, Sealing};
-/// # fn show(row: &KeyRow) {
-/// match &row.sealed {
-///     None => println!("clear"),
-///     Some(Sealing { key, opened: true }) => println!("sealed under {key}, opened"),
-///     Some(Sealing { key, opened: false }) => println!("sealed (key {key})"),
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sealing {
-    /// The id of the storage key that sealed the row: its response's, if it has one that is
-    /// sealed, else its fingerprint's (a journal's: its journal's, else its request's).
-    pub key: String,
-    /// Whether the table's keyring ([`crate::KeyTable::with_keyring`]) opened the sealed
-    /// values: they are read as they were written. `false`: the table has no keyring, or
-    /// lacks a key one of them is sealed under, and they are read as described where they
-    /// are read ([`KeyRow::fingerprint`], [`KeyRow::response`], [`crate::Journal`]).
-    pub opened: bool,
-}
-
 /// One key row, as tools read it ([`crate::KeyTable::get`], [`crate::KeyTable::list`]); its
 /// columns are those of [the key table](crate#the-key-table). On SQLite, a timestamp an
 /// operator wrote by hand as a plain number is read as Unix seconds.
@@ -326,8 +306,9 @@ pub struct KeyRow {
     /// The stored response: `Some` for completed (and expired) rows. Sealed and not opened
     /// ([`KeyRow::sealed`]), its status only: no headers, an empty body.
     pub response: Option<StoredResponse>,
-    /// Whether the fingerprint or the response is sealed, under which key, and whether it
-    /// was opened; `None`: both are clear.
+    /// Whether the fingerprint or the response is sealed, under which key (the response's,
+    /// if it is sealed, else the fingerprint's), and whether the table's keyring opened
+    /// both; `None`: both are clear.
     pub sealed: Option<Sealing>,
     /// When the execution that stored the row began.
     pub created_at_ms: i64,

@@ -302,6 +302,47 @@ impl<'a> Sealed<'a> {
     }
 }
 
+/// How a row's sealed values were read: which storage key sealed them, and whether the
+/// reader had it ([`crate::KeyRow::sealed`], [`crate::Journal::sealed`],
+/// [`crate::OutboxRow::sealed`], [`crate::InboxEvent::sealed`]).
+///
+/// ```
+/// # use idem_store::{KeyRow, Sealing};
+/// # fn show(row: &KeyRow) {
+/// match &row.sealed {
+///     None => println!("clear"),
+///     Some(Sealing { key, opened: true }) => println!("sealed under {key}, opened"),
+///     Some(Sealing { key, opened: false }) => println!("sealed (key {key})"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sealing {
+    /// The id of the storage key that sealed the value.
+    pub key: String,
+    /// Whether it was opened: `false` when the reader was not given that key, and the value
+    /// is left out.
+    pub opened: bool,
+}
+
+/// A text column value read for a tool: opened where `ring` has its key, and otherwise
+/// `None` with the [`Sealing`] that says so. A value sealed under a key `ring` has that fails
+/// its check is an error.
+pub(crate) fn read_text(
+    ring: Option<&Keyring>,
+    place: Place<'_>,
+    stored: String,
+) -> Result<(Option<String>, Option<Sealing>), SealError> {
+    let Some(key) = Sealed::key_of(stored.as_bytes()).map(str::to_owned) else {
+        return Ok((Some(stored), None));
+    };
+    match open_text(ring, place, stored) {
+        Ok(text) => Ok((Some(text), Some(Sealing { key, opened: true }))),
+        Err(SealError::UnknownKey(_)) => Ok((None, Some(Sealing { key, opened: false }))),
+        Err(error) => Err(error),
+    }
+}
+
 /// The column a sealed value is bound to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Column {

@@ -524,6 +524,7 @@ mod tests {
             status: idem_store::InboxStatus::Unmatched,
             reason: "no payment names the charge".into(),
             body: r#"{"charge":"ch_1"}"#.into(),
+            sealed: None,
             deliveries: 3,
             first_seen_at_ms: 1_796_107_500_123,
             last_seen_at_ms: 1_796_107_560_123,

@@ -454,7 +454,11 @@ async fn seed_outbox<DB: Backend>(table: &KeyTable<DB>) -> i64 {
     let mut tx = table.pool().begin().await.unwrap();
     for id in ["order-7/paid", "order-8/paid"] {
         let message = OutboxMessage::new(id, "order.paid", serde_json::json!({"order": id}));
-        assert!(enqueue(&mut tx, &message, now - 60_000).await.unwrap());
+        assert!(
+            enqueue(&mut tx, &message, now - 60_000, None)
+                .await
+                .unwrap()
+        );
     }
     tx.commit().await.unwrap();
     let claimed = outbox.claim(now, 10, 60_000).await.unwrap();
@@ -555,7 +559,7 @@ async fn seed_inbox<DB: Backend>(table: &KeyTable<DB>) {
             now - 60_000,
         ),
     ] {
-        Inbox::<DB>::note(&mut conn, delivery, status, at)
+        Inbox::<DB>::note(&mut conn, delivery, status, at, None)
             .await
             .unwrap();
     }

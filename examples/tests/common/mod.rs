@@ -253,6 +253,64 @@ impl Db {
 }
 
 impl Db {
+    /// Every value of every column of idem's tables that could hold what a client sent or
+    /// was answered, in lowercase hexadecimal, whatever the column's type: text and bytes
+    /// alike.
+    pub async fn idem_columns_hex(&self) -> Vec<String> {
+        let tables: [(&str, &[&str]); 4] = [
+            (
+                "idempotency_keys",
+                &[
+                    "fingerprint",
+                    "response_headers",
+                    "response_body",
+                    "request",
+                    "journal",
+                    "field_digests",
+                    "recovery_point",
+                ],
+            ),
+            ("idempotency_audit", &["reason", "before", "after"]),
+            ("idempotency_outbox", &["payload", "last_error"]),
+            ("idempotency_inbox", &["reason", "body"]),
+        ];
+        let mut values = Vec::new();
+        for (table, columns) in tables {
+            for column in columns {
+                let sql = format!("SELECT coalesce({}, '') FROM {table}", self.hex(column));
+                values.extend(self.texts(&sql).await);
+            }
+        }
+        values
+    }
+
+    /// The bytes of `column` of key `key`'s row.
+    pub async fn key_column(&self, key: &str, column: &str) -> Vec<u8> {
+        let sql = format!(
+            "SELECT coalesce({}, '') FROM idempotency_keys WHERE idempotency_key = '{key}'",
+            self.hex(column)
+        );
+        let hex = self.text(&sql).await;
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// An expression of `column` in lowercase hexadecimal, text or bytes alike.
+    fn hex(&self, column: &str) -> String {
+        match &self.pool {
+            Pool::Pg(_) if ["fingerprint", "response_body", "field_digests"].contains(&column) => {
+                format!("encode(\"{column}\", 'hex')")
+            }
+            Pool::Pg(_) => format!("encode(convert_to(\"{column}\", 'UTF8'), 'hex')"),
+            Pool::Lite(_) => format!("lower(hex(\"{column}\"))"),
+            Pool::My(_) => format!("lower(hex(`{column}`))"),
+        }
+    }
+}
+
+impl Db {
     /// `idem keys delete --force` of the key `key` (any scope, operation), through the store's
     /// operator action as the tool calls it: audited, forced over a live lease.
     pub async fn force_delete(&self, key: &str) {
@@ -285,7 +343,7 @@ async fn note_waiting<DB: Backend>(pool: &sqlx::Pool<DB>, source: &str, event_id
         body: "{}",
     };
     let mut conn = pool.acquire().await.unwrap();
-    Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, 0)
+    Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, 0, None)
         .await
         .unwrap();
 }

@@ -4,11 +4,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::error::StoreError;
 use crate::glue::Glue;
 use crate::key::KeyRef;
+use crate::seal::{self, Column, Keyring, Place, Sealing};
 
 /// A message to enqueue ([`enqueue`](crate::enqueue)).
 ///
@@ -131,8 +132,12 @@ pub struct OutboxRow {
     pub dedup_id: String,
     /// [`OutboxMessage::topic`].
     pub topic: String,
-    /// [`OutboxMessage::payload`].
+    /// [`OutboxMessage::payload`]; `Null` when it is sealed under a storage key the outbox
+    /// was not given ([`OutboxRow::sealed`]).
     pub payload: serde_json::Value,
+    /// Whether the payload is sealed at rest, and under which storage key
+    /// ([`Outbox::with_keyring`](crate::Outbox::with_keyring)).
+    pub sealed: Option<Sealing>,
     /// Where it stands.
     pub status: OutboxStatus,
     /// Failed deliveries so far.
@@ -164,7 +169,7 @@ impl OutboxRow {
     ///
     /// ```
     /// # use idem_store::{OutboxRow, OutboxStatus};
-    /// # let row = OutboxRow { id: 1, dedup_id: "m".into(), topic: "t".into(), payload: serde_json::json!({}),
+    /// # let row = OutboxRow { id: 1, dedup_id: "m".into(), topic: "t".into(), payload: serde_json::json!({}), sealed: None,
     /// #     status: OutboxStatus::Dead, attempts: 10, next_attempt_at_ms: 1_000, locked_until_ms: None,
     /// #     last_error: None, created_at_ms: 0, delivered_at_ms: None };
     /// assert!(row.retryable(5_000));
@@ -195,12 +200,17 @@ impl OutboxRow {
     }
 }
 
+/// Where a message's sealed payload lives: bound to its dedup id and topic.
+pub(crate) fn payload_place<'a>(dedup_id: &'a str, topic: &'a str) -> Place<'a> {
+    Place::other(Column::OutboxPayload, [dedup_id, topic, ""])
+}
+
 /// The audit trail's scope of the actions on messages.
 pub(crate) const AUDIT_SCOPE: &str = "outbox";
 
 /// A message as the audit trail records it (see [`Outbox::retry`](crate::Outbox::retry)).
 pub(crate) fn row_json(row: &OutboxRow) -> String {
-    json!({
+    let mut object = json!({
         "id": row.id,
         "dedup_id": row.dedup_id,
         "topic": row.topic,
@@ -211,27 +221,43 @@ pub(crate) fn row_json(row: &OutboxRow) -> String {
         "last_error": row.last_error,
         "created_at_ms": row.created_at_ms,
         "delivered_at_ms": row.delivered_at_ms,
-        "payload": row.payload,
-    })
-    .to_string()
+    });
+    // A sealed payload is recorded by its key, never opened.
+    match &row.sealed {
+        Some(sealing) => object["sealed"] = Value::from(sealing.key.as_str()),
+        None => object["payload"] = row.payload.clone(),
+    }
+    object.to_string()
 }
 
 impl OutboxRow {
-    /// A row's columns, in the order of [`OutboxRow`]'s fields; [`StoreError::Corrupt`] for
-    /// a status this version does not know or a payload that is not JSON.
-    pub(crate) fn read<DB: Glue>(row: &DB::Row) -> Result<Self, StoreError> {
+    /// A row's columns, in the order of [`OutboxRow`]'s fields, the payload opened with
+    /// `ring` where it is sealed and `ring` has its key; [`StoreError::Corrupt`] for a status
+    /// this version does not know, a payload that is not JSON, or one that fails its check.
+    pub(crate) fn read<DB: Glue>(
+        row: &DB::Row,
+        ring: Option<&Keyring>,
+    ) -> Result<Self, StoreError> {
         let id = DB::int(row, 0)?;
         let corrupt = |what: String| StoreError::Corrupt(format!("outbox message {id} {what}"));
         let status = DB::text(row, 4)?;
         let status = (status.parse::<OutboxStatus>())
             .map_err(|_| corrupt(format!("has the unknown status {status:?}")))?;
-        let payload = serde_json::from_str(&DB::text(row, 3)?)
-            .map_err(|e| corrupt(format!("has a payload that is not JSON: {e}")))?;
+        let (dedup_id, topic) = (DB::text(row, 1)?, DB::text(row, 2)?);
+        let place = payload_place(&dedup_id, &topic);
+        let (payload, sealed) = seal::read_text(ring, place, DB::text(row, 3)?)
+            .map_err(|e| corrupt(format!("has a payload that does not open: {e}")))?;
+        let payload = match payload {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| corrupt(format!("has a payload that is not JSON: {e}")))?,
+            None => Value::Null,
+        };
         Ok(Self {
             id,
-            dedup_id: DB::text(row, 1)?,
-            topic: DB::text(row, 2)?,
+            dedup_id,
+            topic,
             payload,
+            sealed,
             status,
             attempts: u32::try_from(DB::opt_int32(row, 5)?.unwrap_or(0)).unwrap_or(0),
             next_attempt_at_ms: DB::int(row, 6)?,

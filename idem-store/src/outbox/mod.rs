@@ -5,13 +5,16 @@
 
 mod message;
 
+use std::sync::Arc;
+
 use sqlx::{Pool, Transaction};
 
 use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
 use crate::glue::Arg;
 use crate::operator::{Actor, record};
-use crate::outbox::message::{AUDIT_SCOPE, row_json};
+use crate::outbox::message::{AUDIT_SCOPE, payload_place, row_json};
+use crate::seal::{self, Keyring};
 use crate::sql::{Claim, Statement};
 
 pub use crate::outbox::message::{Claimed, OutboxMessage, OutboxRow, OutboxStatus};
@@ -61,7 +64,7 @@ fn count(n: i64) -> u64 {
 /// let mut tx = pool.begin().await?;
 /// sqlx::query("UPDATE orders SET state = 'paid' WHERE id = 42").execute(&mut *tx).await?;
 /// let message = OutboxMessage::new("order-42/paid", "order.paid", json!({ "order": 42 }));
-/// enqueue(&mut tx, &message, now_ms).await?;
+/// enqueue(&mut tx, &message, now_ms, None).await?;
 /// tx.commit().await?;
 /// # Ok(()) }
 /// # }
@@ -73,8 +76,11 @@ pub async fn enqueue<DB: Backend>(
     tx: &mut Transaction<'_, DB>,
     message: &OutboxMessage,
     now_ms: i64,
+    ring: Option<&Keyring>,
 ) -> Result<bool, StoreError> {
     let payload = message.payload.to_string();
+    let place = payload_place(&message.dedup_id, &message.topic);
+    let payload = seal::seal_text(ring, place, &payload);
     let args = [
         Arg::Text(&message.dedup_id),
         Arg::Text(&message.topic),
@@ -106,12 +112,14 @@ pub async fn enqueue<DB: Backend>(
 #[derive(Debug)]
 pub struct Outbox<DB: Backend> {
     pool: Pool<DB>,
+    ring: Option<Arc<Keyring>>,
 }
 
 impl<DB: Backend> Clone for Outbox<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            ring: self.ring.clone(),
         }
     }
 }
@@ -134,7 +142,16 @@ impl<DB: Backend> Outbox<DB> {
     /// unqualified names in).
     #[must_use]
     pub fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+        Self { pool, ring: None }
+    }
+
+    /// The outbox read with `ring`'s storage keys: sealed payloads ([`enqueue`] with a
+    /// keyring) are opened where the keyring has their key. Without it, or without their
+    /// key, they read as `Null` with [`OutboxRow::sealed`] saying so, and are never claimed.
+    #[must_use]
+    pub fn with_keyring(mut self, ring: Keyring) -> Self {
+        self.ring = Some(Arc::new(ring));
+        self
     }
 
     /// The pool.
@@ -145,7 +162,10 @@ impl<DB: Backend> Outbox<DB> {
 
     /// Claims up to `batch` messages (1 to [`Outbox::MAX_BATCH`]) due at `now_ms`, leasing
     /// them until `now_ms + lease_ms` ([claims and leases](crate#claims-and-leases)). A row
-    /// whose payload is not JSON (edited by hand) is marked dead with the reason, and left out.
+    /// whose payload is not JSON (edited by hand), or fails its check, is marked dead with the
+    /// reason, and left out. A payload sealed under a storage key the outbox was not given
+    /// ([`Outbox::with_keyring`]) is left out and left as it is: claimed again once its
+    /// lease ends, it is delivered by a dispatcher that has the key.
     ///
     /// # Errors
     /// Database errors.
@@ -173,7 +193,15 @@ impl<DB: Backend> Outbox<DB> {
         };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
-            match OutboxRow::read::<DB>(&row) {
+            match OutboxRow::read::<DB>(&row, self.ring.as_deref()) {
+                Ok(row) if row.sealed.as_ref().is_some_and(|s| !s.opened) => {
+                    let key = row.sealed.map(|s| s.key).unwrap_or_default();
+                    tracing::error!(
+                        id = row.id,
+                        storage_key = key,
+                        "outbox message sealed under a storage key this dispatcher was not given; left as it is"
+                    );
+                }
                 Ok(row) => claimed.push(Claimed {
                     id: row.id,
                     dedup_id: row.dedup_id,
@@ -241,7 +269,9 @@ impl<DB: Backend> Outbox<DB> {
         let rows = self
             .rows(DB::SQL.outbox_get, &[Arg::Text(dedup_id)])
             .await?;
-        rows.first().map(OutboxRow::read::<DB>).transpose()
+        rows.first()
+            .map(|row| OutboxRow::read::<DB>(row, self.ring.as_deref()))
+            .transpose()
     }
 
     /// The message whose row id ([`OutboxRow::id`], [`Claimed::id`]) is `id`, if any.
@@ -250,7 +280,9 @@ impl<DB: Backend> Outbox<DB> {
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
         let rows = self.rows(DB::SQL.outbox_find, &[Arg::Int(id)]).await?;
-        rows.first().map(OutboxRow::read::<DB>).transpose()
+        rows.first()
+            .map(|row| OutboxRow::read::<DB>(row, self.ring.as_deref()))
+            .transpose()
     }
 
     /// Up to `limit` messages (1 to [`Outbox::MAX_BATCH`]) in `status`, or in any status, in
@@ -275,7 +307,9 @@ impl<DB: Backend> Outbox<DB> {
                 self.rows(sql.outbox_list_status, &args).await?
             }
         };
-        rows.iter().map(OutboxRow::read::<DB>).collect()
+        rows.iter()
+            .map(|row| OutboxRow::read::<DB>(row, self.ring.as_deref()))
+            .collect()
     }
 
     /// How many messages are in each state at `now_ms` ([`OutboxCounts`]). Reads the whole
@@ -565,7 +599,7 @@ async fn retry_in<DB: Backend>(
             "retry: there is no outbox message with id {id}"
         )));
     };
-    let before = OutboxRow::read::<DB>(&before)?;
+    let before = OutboxRow::read::<DB>(&before, None)?;
     if let Some(why) = refusal(&before, now_ms) {
         return Err(StoreError::NotApplicable(why));
     }
@@ -581,7 +615,7 @@ async fn retry_in<DB: Backend>(
         DB::fetch_optional(tx, sql.outbox_find, &[Arg::Int(id)]).await?
     };
     let after = after.ok_or(sqlx::Error::RowNotFound)?;
-    let after = OutboxRow::read::<DB>(&after)?;
+    let after = OutboxRow::read::<DB>(&after, None)?;
     let (before_json, after_json) = (row_json(&before), row_json(&after));
     let key = before.audit_key();
     let json = (before_json.as_str(), Some(after_json.as_str()));

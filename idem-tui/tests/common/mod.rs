@@ -491,7 +491,7 @@ impl<DB: TestBackend> InboxSeeded<DB> {
         ];
         let mut conn = idem.pool().acquire().await.unwrap();
         for (delivery, status, at) in notes {
-            Inbox::<DB>::note(&mut conn, delivery, status, at)
+            Inbox::<DB>::note(&mut conn, delivery, status, at, None)
                 .await
                 .unwrap();
         }

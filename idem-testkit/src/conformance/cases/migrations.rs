@@ -40,7 +40,7 @@ pub async fn migrations_apply_and_record_history<DB: ConformanceSql>() {
     );
     let mut tx = pool.begin().await.must("begin");
     let message = OutboxMessage::new("m-1", "conformance.kept", serde_json::json!({}));
-    assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
+    assert!(enqueue(&mut tx, &message, NOW, None).await.must("enqueue"));
     tx.commit().await.must("commit");
 
     let table = KeyTable::new(pool.clone());

@@ -25,7 +25,9 @@ fn message(id: &str) -> OutboxMessage {
 /// Enqueues `message` in a transaction of its own, committed.
 async fn put<DB: Backend>(pool: &Pool<DB>, message: &OutboxMessage, now_ms: i64) -> bool {
     let mut tx = pool.begin().await.must("begin");
-    let inserted = enqueue(&mut tx, message, now_ms).await.must("enqueue");
+    let inserted = enqueue(&mut tx, message, now_ms, None)
+        .await
+        .must("enqueue");
     tx.commit().await.must("commit");
     inserted
 }
@@ -43,12 +45,12 @@ pub async fn outbox_enqueue_dedups<DB: ConformanceSql>() {
     // Twice in one transaction.
     let mut tx = outbox.pool().begin().await.must("begin");
     assert!(
-        enqueue(&mut tx, &message("order-2/created"), NOW)
+        enqueue(&mut tx, &message("order-2/created"), NOW, None)
             .await
             .must("the outbox")
     );
     assert!(
-        !enqueue(&mut tx, &message("order-2/created"), NOW)
+        !enqueue(&mut tx, &message("order-2/created"), NOW, None)
             .await
             .must("the outbox")
     );
@@ -82,12 +84,20 @@ pub async fn outbox_enqueue_dedups<DB: ConformanceSql>() {
 pub async fn outbox_rolled_back_transaction_leaves_no_message<DB: ConformanceSql>() {
     let outbox = Outbox::new(fresh::<DB>().await.pool().clone());
     let mut tx = outbox.pool().begin().await.must("begin");
-    assert!(enqueue(&mut tx, &message("m-1"), NOW).await.must("enqueue"));
+    assert!(
+        enqueue(&mut tx, &message("m-1"), NOW, None)
+            .await
+            .must("enqueue")
+    );
     tx.rollback().await.must("rollback");
     // Dropped without commit: rolled back too.
     {
         let mut tx = outbox.pool().begin().await.must("begin");
-        assert!(enqueue(&mut tx, &message("m-2"), NOW).await.must("enqueue"));
+        assert!(
+            enqueue(&mut tx, &message("m-2"), NOW, None)
+                .await
+                .must("enqueue")
+        );
     }
     assert!(outbox.get("m-1").await.must("get").is_none());
     assert!(outbox.get("m-2").await.must("get").is_none());
@@ -389,7 +399,7 @@ pub async fn outbox_concurrent_claimers_never_share_a_message<DB: ConformanceSql
     let mut tx = outbox.pool().begin().await.must("begin");
     for i in 0..200 {
         let message = message(&format!("m-{i:03}"));
-        assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
+        assert!(enqueue(&mut tx, &message, NOW, None).await.must("enqueue"));
     }
     tx.commit().await.must("commit");
 

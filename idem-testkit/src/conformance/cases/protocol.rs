@@ -771,7 +771,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             .free()
             .must("begin without a lock");
         assert!(
-            enqueue(&mut tx, &write(write_id), NOW)
+            enqueue(&mut tx, &write(write_id), NOW, None)
                 .await
                 .must("enqueue"),
             "the application's write"
@@ -824,7 +824,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     .must("insert_completed on an existing key");
     assert!(!stored, "insert_completed stored over an existing row");
     assert!(
-        enqueue(&mut tx, &write("w"), NOW)
+        enqueue(&mut tx, &write("w"), NOW, None)
             .await
             .must("enqueue after the conflict"),
         "the application's write after the conflict"
@@ -947,13 +947,13 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         .free()
         .must("begin with the lock of a free key");
     assert!(
-        enqueue(&mut tx, &write("before"), NOW)
+        enqueue(&mut tx, &write("before"), NOW, None)
             .await
             .must("enqueue")
     );
     DB::savepoint(&mut tx).await.must("savepoint");
     assert!(
-        enqueue(&mut tx, &write("inside"), NOW)
+        enqueue(&mut tx, &write("inside"), NOW, None)
             .await
             .must("enqueue")
     );
@@ -962,7 +962,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         .must("rollback_to_savepoint");
     // Once more, as a second failure in the same transaction would.
     assert!(
-        enqueue(&mut tx, &write("inside"), NOW)
+        enqueue(&mut tx, &write("inside"), NOW, None)
             .await
             .must("enqueue after the rollback"),
         "the write undone by the rollback to the savepoint is still there"

@@ -318,12 +318,13 @@ pub async fn sealed_values_that_fail_their_check<DB: ConformanceSql>() {
 }
 
 /// An operator's response for a sealed row is written sealed under the current key, and
-/// refused without the keys (nothing changed, nothing audited); the audit trail holds
-/// neither response.
+/// refused without the keys (nothing changed, nothing audited), unless it is a status
+/// alone, which has nothing to seal; the audit trail holds neither response.
 pub async fn complete_of_a_sealed_row_needs_the_keys<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
-    let held = key("stuck");
+    let (held, bare) = (key("stuck"), key("stuck-too"));
     stuck(table.pool(), held, Some(&ring(&[("k1", 1)]))).await;
+    stuck(table.pool(), bare, Some(&ring(&[("k1", 1)]))).await;
     let seen = row(&table, held).await;
     let given = StoredResponse {
         status: 502,
@@ -345,6 +346,25 @@ pub async fn complete_of_a_sealed_row_needs_the_keys<DB: ConformanceSql>() {
         );
     }
     assert!(audit_without_secrets(&table).await.is_empty());
+    let status_alone = StoredResponse {
+        status: 502,
+        ..StoredResponse::default()
+    };
+    let failed = (table.act(
+        bare,
+        &row(&table, bare).await,
+        &Action::Fail(status_alone.clone()),
+        &alice(),
+        NOW,
+    ))
+    .await
+    .must("fail with a status alone, without the keys");
+    let after = failed.after.must("the row after");
+    assert_eq!(
+        (after.sealed, after.response),
+        (sealing("k1", false), Some(status_alone))
+    );
+    table.delete(bare, NOW).await.must("delete");
 
     // k2 seals from now on; k1 still opens the fingerprint.
     let keys = ring(&[("k2", 2), ("k1", 1)]);
@@ -374,7 +394,7 @@ pub async fn complete_of_a_sealed_row_needs_the_keys<DB: ConformanceSql>() {
     assert_eq!(stored.must("the key's row").response, Some(given));
     drop(conn);
     let entries = audit_without_secrets(&table).await;
-    assert_eq!(entries.len(), 1);
+    assert_eq!(entries.len(), 2);
     assert_sealed_json(entries[0].before.as_ref(), Some("k1"));
     assert_sealed_json(entries[0].after.as_ref(), Some("k2"));
 }

@@ -831,7 +831,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
         let step = if commit { "committed" } else { "rolled-back" };
         let mut tx = pool.begin().await.must("begin");
         let message = OutboxMessage::new(step, "conformance.write", serde_json::json!({}));
-        assert!(enqueue(&mut tx, &message, NOW).await.must("enqueue"));
+        assert!(enqueue(&mut tx, &message, NOW, None).await.must("enqueue"));
         let journal = format!("{{\"{step}\":true}}");
         assert!(
             DB::journal(&mut *tx, k, at(1), step, &journal, NOW + 30_000, None)

@@ -1,0 +1,165 @@
+//! The examples with `IDEM_STORAGE_KEYS`, as an operator runs them, against real processes
+//! on every store: what `orders` and `payments` are sent and answer is nowhere in idem's
+//! tables, as text or hexadecimal; replays are byte for byte; a new first key seals new keys
+//! while old ones replay; after a reseal the old key can go; without the key a row is sealed
+//! under, a key answers `503` and its row stays as it is.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use common::payments::{Provider, post as pay};
+use common::{Client, Db, Kind, Reply, Server, Store};
+
+/// What the tests send, and look for in the tables.
+const SKU: &str = "ZQ7SEAL-4242";
+const CUSTOMER: &str = "cus-zq7seal-4242";
+const SENT_AT: &str = "zq7-sealed-2026";
+
+fn order(quantity: u32) -> String {
+    format!(r#"{{"sku": "{SKU}", "quantity": {quantity}, "sent_at": "{SENT_AT}"}}"#)
+}
+
+fn payment(amount: u32) -> String {
+    format!(
+        r#"{{"amount": {amount}, "currency": "EUR", "customer": "{CUSTOMER}", "sent_at": "{SENT_AT}"}}"#
+    )
+}
+
+/// `orders` and `payments` on `db`, sealing with `keys` (unset when empty).
+fn servers(db: &Db, provider: &Provider, keys: &str) -> (Server, Server) {
+    let orders = Server::start_with(
+        db,
+        &[("DATABASE_URL", &db.url), ("IDEM_STORAGE_KEYS", keys)],
+    );
+    let hooks = format!("{}/webhooks", provider.url());
+    let payments = Server::spawn(
+        env!("CARGO_BIN_EXE_payments"),
+        "payments",
+        &db.dir,
+        &[
+            ("DATABASE_URL", &db.url),
+            ("PROVIDER_URL", provider.url()),
+            ("WEBHOOK_URL", &hooks),
+            ("PAYMENTS_LEASE", "30s"),
+            ("IDEM_STORAGE_KEYS", keys),
+        ],
+    );
+    (orders, payments)
+}
+
+/// What was sent and answered, by key: (key, orders?, body, first answer).
+type Sent = Vec<(String, bool, String, Reply)>;
+
+async fn send(orders: &Client, payments: &Client, sent: &mut Sent, round: &str) {
+    for i in 1..=3u32 {
+        let key = format!("{round}-order-{i}");
+        let body = order(i);
+        let reply = orders.post(Some("acme"), Some(&key), &body).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        assert!(reply.body.contains(SKU));
+        sent.push((key, true, body, reply));
+        let key = format!("{round}-payment-{i}");
+        let body = payment(1000 + i);
+        let reply = pay(payments, Some("acme"), Some(&key), &body).await;
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        assert!(reply.body.contains(CUSTOMER));
+        sent.push((key, false, body, reply));
+    }
+}
+
+/// Every key sent replays its first answer byte for byte.
+async fn replays(orders: &Client, payments: &Client, sent: &Sent) {
+    for (key, is_order, body, first) in sent {
+        let reply = if *is_order {
+            orders.post(Some("acme"), Some(key), body).await
+        } else {
+            pay(payments, Some("acme"), Some(key), body).await
+        };
+        assert_eq!(reply.status, first.status, "{key}: {}", reply.body);
+        assert!(reply.replayed(), "{key}");
+        assert_eq!(reply.body, first.body, "{key}");
+        assert_eq!(reply.header("location"), first.header("location"), "{key}");
+    }
+}
+
+/// Asserts that nothing sent is in idem's tables, as text or hexadecimal.
+async fn nowhere(db: &Db) {
+    let hex = |text: &str| -> String { text.bytes().map(|b| format!("{b:02x}")).collect() };
+    let columns = db.idem_columns_hex().await;
+    assert!(
+        columns.iter().any(|c| !c.is_empty()),
+        "the tables hold something"
+    );
+    for value in [SKU, CUSTOMER, SENT_AT] {
+        // The value's bytes, and the value written as hexadecimal text (either case).
+        let needles = [
+            hex(value),
+            hex(&hex(value)),
+            hex(&hex(value).to_uppercase()),
+        ];
+        for column in &columns {
+            for needle in &needles {
+                assert!(
+                    !column.contains(needle.as_str()),
+                    "{value} stored in the clear"
+                );
+            }
+        }
+    }
+}
+
+/// The storage key a key's response is sealed under.
+async fn sealed_by(db: &Db, key: &str) -> Option<String> {
+    let headers = db.key_column(key, "response_headers").await;
+    idem_runtime::store::Sealed::key_of(&headers).map(str::to_owned)
+}
+
+async fn sealed_at_rest<DB: Store>() {
+    let db = Db::fresh(Kind::of::<DB>()).await;
+    let provider = Provider::start(&db);
+    let entry = idem_runtime::store::Keyring::generate_entry;
+    let (k1, k2) = (entry("k1"), entry("k2"));
+    let mut sent = Sent::new();
+
+    let (orders, payments) = servers(&db, &provider, &k1);
+    let (o, p) = (Client::new(&orders), Client::new(&payments));
+    send(&o, &p, &mut sent, "one").await;
+    replays(&o, &p, &sent).await;
+    assert_eq!(sealed_by(&db, "one-order-1").await.as_deref(), Some("k1"));
+    assert_eq!(sealed_by(&db, "one-payment-1").await.as_deref(), Some("k1"));
+    drop((orders, payments));
+
+    // A new first key: old keys replay, new ones are sealed under it.
+    let (orders, payments) = servers(&db, &provider, &format!("{k2},{k1}"));
+    let (o, p) = (Client::new(&orders), Client::new(&payments));
+    replays(&o, &p, &sent).await;
+    send(&o, &p, &mut sent, "two").await;
+    assert_eq!(sealed_by(&db, "two-order-1").await.as_deref(), Some("k2"));
+    assert_eq!(sealed_by(&db, "two-payment-2").await.as_deref(), Some("k2"));
+    assert_eq!(sealed_by(&db, "one-order-2").await.as_deref(), Some("k1"));
+    // An operator acts on a sealed key without the keys: audited, still nothing in the clear.
+    db.force_delete("two-order-3").await;
+    sent.retain(|(key, ..)| key != "two-order-3");
+    nowhere(&db).await;
+    drop((orders, payments));
+
+    // Without any key: a sealed key answers a clear 503, and its row is as it was.
+    let (orders, payments) = servers(&db, &provider, "");
+    let (o, p) = (Client::new(&orders), Client::new(&payments));
+    let (key, _, body, _) = &sent[0];
+    let before = db.key_column(key, "response_body").await;
+    let reply = o.post(Some("acme"), Some(key), body).await;
+    let problem = reply.assert_problem(503);
+    assert_eq!(problem["type"], "urn:idem:problem:storage-key-unknown");
+    assert!(!reply.body.contains(SKU));
+    let (key, _, body, _) = &sent[1];
+    let problem = pay(&p, Some("acme"), Some(key), body)
+        .await
+        .assert_problem(503);
+    assert_eq!(problem["type"], "urn:idem:problem:storage-key-unknown");
+    assert_eq!(db.key_column(&sent[0].0, "response_body").await, before);
+    assert_eq!(db.orders().await, 5, "nothing ran again");
+    drop((orders, payments));
+}
+
+idem_testkit::on_every_store!(sealed_at_rest);
