@@ -2,8 +2,12 @@
 
 use std::path::PathBuf;
 
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+
 use clap::{Args, Parser, Subcommand};
-use idem_store::{AuditFilter, KeyFilter, KeyRef};
+use idem_store::{AuditFilter, KeyFilter, KeyRef, Resealed};
 
 /// The most messages one outbox listing shows: the store's own bound (the same on every
 /// store).
@@ -33,6 +37,19 @@ pub struct Cli {
     /// Who acts, for the audit trail [default: the OS user, else `unknown`].
     #[arg(long, global = true)]
     pub operator: Option<String>,
+
+    /// The storage keys, as the services are given them: comma-separated `ID:BASE64`
+    /// entries, the first sealing. With them, sealed bodies are shown and operators'
+    /// responses are stored sealed; without them, sealed keys are listed and acted on all
+    /// the same, their bodies shown as `sealed (key ID)`. Never printed.
+    #[arg(
+        long,
+        env = "IDEM_STORAGE_KEYS",
+        global = true,
+        hide_env_values = true,
+        value_name = "KEYS"
+    )]
+    pub storage_keys: Option<StorageKeys>,
 
     /// Refuse every action: only read (actions exit with 4).
     #[arg(long, global = true)]
@@ -102,6 +119,27 @@ pub struct InboxShowArgs {
     /// The event's id, as its sender gave it (a webhook's `webhook-id`).
     #[arg(value_name = "ID")]
     pub id: String,
+}
+
+/// `--storage-keys` as given, read by [`idem_store::Keyring::parse`] once the command line
+/// is read: text that is never printed, not even by `Debug`.
+#[derive(Clone)]
+pub struct StorageKeys(pub String);
+
+impl FromStr for StorageKeys {
+    type Err = Infallible;
+
+    /// Any text: it is checked by [`idem_store::Keyring::parse`], whose errors never show a
+    /// key, where clap's would show the value.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self(text.to_owned()))
+    }
+}
+
+impl fmt::Debug for StorageKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StorageKeys(***)")
+    }
 }
 
 /// `idem outbox …`.
@@ -192,6 +230,24 @@ pub enum KeysCommand {
     /// Delete a key: the next request with it runs as a first one (a live lease or a
     /// completed staged key: --force).
     Delete(ActionArgs),
+    /// Write every key's sealed values again under the current storage key (the first of
+    /// --storage-keys), batch by batch, so that an old key can be retired; clear values are
+    /// sealed too. Audited; resumable with --after.
+    Reseal(ResealArgs),
+}
+
+/// `keys reseal`.
+#[derive(Debug, Args)]
+pub struct ResealArgs {
+    /// Keys read (and held) per transaction (1 to 1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(Resealed::MAX_BATCH)))]
+    pub batch: u32,
+    /// Start after this position: the cursor an interrupted run printed last.
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Why (a ticket, a key's retirement), for the audit trail.
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
 /// `keys list`: the filters, plus the status.

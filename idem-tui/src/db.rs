@@ -11,9 +11,9 @@ use idem_store::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store::sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use idem_store::sqlx::{MySql, Postgres, Sqlite};
 use idem_store::{
-    Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Inbox, InboxEvent, InboxStatus, Journal,
-    KeyFilter, KeyRef, KeyRow, KeyTable, OperationInfo, Outbox, OutboxCounts, OutboxRow,
-    OutboxStatus, Page, Registration, StoreError,
+    Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Cursor, Inbox, InboxEvent, InboxStatus,
+    Journal, KeyFilter, KeyRef, KeyRow, KeyTable, Keyring, OperationInfo, Outbox, OutboxCounts,
+    OutboxRow, OutboxStatus, Page, Registration, Resealed, StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -51,23 +51,16 @@ macro_rules! on_table {
 }
 
 /// Calls the same method on a table beside the key table (`Outbox`, `Inbox`) of whichever
-/// database `self` holds.
+/// database `self` holds, with the key table's storage keys.
 macro_rules! on_beside {
     ($self:ident, $area:ident, $name:ident => $call:expr) => {
-        match $self {
-            Db::Postgres(t) => {
-                let $name = $area::new(t.pool().clone());
-                $call
+        on_table!($self, t => {
+            let mut $name = $area::new(t.pool().clone());
+            if let Some(ring) = t.keyring() {
+                $name = $name.with_keyring(ring.clone());
             }
-            Db::Sqlite(t) => {
-                let $name = $area::new(t.pool().clone());
-                $call
-            }
-            Db::MySql(t) => {
-                let $name = $area::new(t.pool().clone());
-                $call
-            }
-        }
+            $call
+        })
     };
 }
 
@@ -149,6 +142,23 @@ impl Db {
         }
     }
 
+    /// The same database, read and written with the storage keys `ring`
+    /// ([`KeyTable::with_keyring`], and the outbox's and the inbox's).
+    #[must_use]
+    pub fn with_keyring(self, ring: Keyring) -> Self {
+        match self {
+            Self::Postgres(t) => Self::Postgres(t.with_keyring(ring)),
+            Self::Sqlite(t) => Self::Sqlite(t.with_keyring(ring)),
+            Self::MySql(t) => Self::MySql(t.with_keyring(ring)),
+        }
+    }
+
+    /// The storage keys, if the tool was given them.
+    #[must_use]
+    pub fn keyring(&self) -> Option<&Keyring> {
+        on_table!(self, t => t.keyring())
+    }
+
     /// `postgres`, `sqlite` or `mysql`.
     #[must_use]
     pub fn backend(&self) -> &'static str {
@@ -199,6 +209,17 @@ impl Db {
     /// See [`KeyTable::field_digests`].
     pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         on_table!(self, t => t.field_digests(key).await)
+    }
+
+    /// See [`KeyTable::reseal`].
+    pub async fn reseal(
+        &self,
+        after: Option<&Cursor>,
+        batch: u32,
+        by: &Actor,
+        now_ms: i64,
+    ) -> Result<Resealed, StoreError> {
+        on_table!(self, t => t.reseal(after, batch, by, now_ms).await)
     }
 
     /// See [`KeyTable::sweep_batch`].

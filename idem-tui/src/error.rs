@@ -89,6 +89,10 @@ impl From<StoreError> for CommandError {
             StoreError::InvalidArgument(_)
             | StoreError::InvalidCursor
             | StoreError::InvalidStatus(_) => Self::usage(store_message(&error)),
+            StoreError::NeedsStorageKeys(_) => Self::usage(format!(
+                "{} (--storage-keys or IDEM_STORAGE_KEYS)",
+                store_message(&error)
+            )),
             other => Self::error(store_message(&other)),
         }
     }
@@ -168,6 +172,12 @@ mod tests {
         assert_eq!(
             CommandError::from(StoreError::Corrupt("x".into())).code,
             CommandError::ERROR
+        );
+        let keys = CommandError::from(StoreError::NeedsStorageKeys("sealed (k1)".into()));
+        assert_eq!(keys.code, CommandError::USAGE);
+        assert!(
+            keys.message
+                .ends_with("(--storage-keys or IDEM_STORAGE_KEYS)")
         );
     }
 

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use idem_store::{
-    AuditEntry, InboxEvent, KeyRow, OutboxCounts, OutboxRow, OutboxStatus, StatusCounts,
+    AuditEntry, InboxEvent, KeyRow, OutboxCounts, OutboxRow, OutboxStatus, Sealing, StatusCounts,
     StoredResponse,
 };
 use jiff::Timestamp;
@@ -214,21 +214,43 @@ pub fn summary_json(row: &KeyRow, now_ms: i64) -> Value {
         "attempt": row.attempt,
         "recovery_point": row.recovery_point,
         "response_status": row.response.as_ref().map(|r| r.status),
+        "sealed": row.sealed.as_ref().map(|sealing| &sealing.key),
     })
 }
 
 /// A key with every column at `now_ms`: the summary, the fingerprint and the stored
-/// response.
+/// response, and whether they were opened (`opened`: `true` unless they are sealed under a
+/// key the tool was not given, when the fingerprint is `null` and the response its status).
 pub fn row_json(row: &KeyRow, now_ms: i64) -> Value {
     let mut value = summary_json(row, now_ms);
+    let opened = row.sealed.as_ref().is_none_or(|sealing| sealing.opened);
     if let Value::Object(fields) = &mut value {
-        fields.insert("fingerprint".into(), Value::String(hex(&row.fingerprint)));
-        fields.insert(
-            "response".into(),
-            row.response.as_ref().map_or(Value::Null, response_json),
-        );
+        let fingerprint = opened.then(|| hex(&row.fingerprint));
+        fields.insert("fingerprint".into(), json!(fingerprint));
+        let response = row.response.as_ref().map_or(Value::Null, |response| {
+            if opened {
+                response_json(response)
+            } else {
+                json!({"status": response.status})
+            }
+        });
+        fields.insert("response".into(), response);
+        fields.insert("opened".into(), Value::Bool(opened));
     }
     value
+}
+
+/// What stands where a value sealed under a key the tool was not given would be shown:
+/// `sealed (key k1)`.
+pub fn sealed(key: &str) -> String {
+    format!("sealed (key {key})")
+}
+
+/// `sealing`'s key when it was not opened: the value is to be shown as [`sealed`].
+pub fn unopened(sealing: Option<&Sealing>) -> Option<&str> {
+    sealing
+        .filter(|sealing| !sealing.opened)
+        .map(|sealing| sealing.key.as_str())
 }
 
 /// A stored response: `{"status", "headers": [[name, value]…], "body"}` with `body` the
@@ -301,13 +323,20 @@ pub fn message_json(row: &OutboxRow, now_ms: i64) -> Value {
         "last_error": row.last_error,
         "created_at": rfc3339(row.created_at_ms),
         "delivered_at": opt_time(row.delivered_at_ms),
+        "sealed": row.sealed.as_ref().map(|sealing| &sealing.key),
     })
 }
 
 /// An inbox event at `now_ms`: `id` is the event's id (its sender's), `row_id` the inbox
-/// row's; `body` is the body as JSON when it parses, else its text.
+/// row's; `body` is the body as JSON when it parses, else its text (`null` when it is sealed
+/// under a key the tool was not given); `sealed` the key that sealed it.
 pub fn inbox_event_json(event: &InboxEvent, now_ms: i64) -> Value {
     let age_ms = event.age_ms(now_ms);
+    let body = match unopened(event.sealed.as_ref()) {
+        Some(_) => Value::Null,
+        None => serde_json::from_str::<Value>(&event.body)
+            .unwrap_or_else(|_| Value::String(event.body.clone())),
+    };
     json!({
         "id": event.event_id,
         "row_id": event.id,
@@ -320,8 +349,8 @@ pub fn inbox_event_json(event: &InboxEvent, now_ms: i64) -> Value {
         "age": span(age_ms),
         "deliveries": event.deliveries,
         "reason": event.reason,
-        "body": serde_json::from_str::<Value>(&event.body)
-            .unwrap_or_else(|_| Value::String(event.body.clone())),
+        "body": body,
+        "sealed": event.sealed.as_ref().map(|sealing| &sealing.key),
     })
 }
 

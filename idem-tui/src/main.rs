@@ -40,8 +40,9 @@ mod ui;
 use std::io::IsTerminal as _;
 
 use clap::{CommandFactory as _, Parser as _};
+use idem_store::{Keyring, KeyringError};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, StorageKeys};
 use crate::commands::Context;
 use crate::db::Db;
 use crate::error::CommandError;
@@ -72,6 +73,7 @@ fn run(cli: Cli) -> Result<i32, CommandError> {
     })?;
     check_url(&url, cli.schema.as_deref())?;
     let operator = operator(cli.operator.as_deref())?;
+    let keys = cli.storage_keys.as_ref().map(keyring).transpose()?;
     // Two workers: the UI draws on one while its database calls run on the other.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -79,9 +81,12 @@ fn run(cli: Cli) -> Result<i32, CommandError> {
         .build()
         .map_err(|e| CommandError::error(format!("cannot start: {e}")))?;
     runtime.block_on(async move {
-        let db = Db::connect(&url, cli.schema.as_deref())
+        let mut db = Db::connect(&url, cli.schema.as_deref())
             .await
             .map_err(|e| CommandError::error(e.to_string()))?;
+        if let Some(keys) = keys {
+            db = db.with_keyring(keys);
+        }
         let Some(command) = cli.command else {
             let options = ui::Options {
                 database: db::redact(&url),
@@ -137,6 +142,49 @@ fn operator(given: Option<&str>) -> Result<String, CommandError> {
         return Err(CommandError::usage("--operator is empty: name who acts"));
     }
     Ok(name)
+}
+
+/// `--storage-keys` (or `IDEM_STORAGE_KEYS`) as a keyring; what is wrong with it, never a
+/// key, as a usage error.
+fn keyring(given: &StorageKeys) -> Result<Keyring, CommandError> {
+    Keyring::parse(&given.0).map_err(|error| {
+        CommandError::usage(format!(
+            "--storage-keys (or IDEM_STORAGE_KEYS): {}",
+            keyring_error(&error)
+        ))
+    })
+}
+
+/// What is wrong with a keyring, in words that never hold a key: an id is named only when
+/// it is one (a key is longer than any id, and base64 is not an id's alphabet; an entry
+/// written key first would otherwise be named by its key).
+fn keyring_error(error: &KeyringError) -> String {
+    let named = |id: &str| {
+        let an_id = !id.is_empty()
+            && id.len() <= 32
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if an_id {
+            format!("storage key `{id}`")
+        } else {
+            "an entry".to_owned()
+        }
+    };
+    match error {
+        KeyringError::Empty => {
+            "no storage key: expected ID:BASE64 entries separated by commas".to_owned()
+        }
+        KeyringError::Entry(n) => format!("entry {n} is not ID:BASE64"),
+        KeyringError::Id(_) => "an entry's id is not 1 to 32 of A-Z, a-z, 0-9, `_` and `-` \
+             (each entry is ID:BASE64, the id first)"
+            .to_owned(),
+        KeyringError::Key(id) => {
+            format!("{}: the key is not 32 bytes in standard base64", named(id))
+        }
+        KeyringError::Duplicate(id) => format!("{} is given twice", named(id)),
+        _ => "not a keyring: expected ID:BASE64 entries separated by commas".to_owned(),
+    }
 }
 
 /// Opens the terminal UI on `db`; the exit code.

@@ -117,10 +117,13 @@ fn event_text(event: &InboxEvent, now: i64) -> String {
         ("last seen", at(event.last_seen_at_ms)),
         ("reason", event.reason.clone()),
     ]);
-    let body = serde_json::from_str::<Value>(&event.body)
-        .ok()
-        .and_then(|value| serde_json::to_string_pretty(&value).ok())
-        .unwrap_or_else(|| event.body.clone());
+    let body = match format::unopened(event.sealed.as_ref()) {
+        Some(key) => format::sealed(key),
+        None => serde_json::from_str::<Value>(&event.body)
+            .ok()
+            .and_then(|value| serde_json::to_string_pretty(&value).ok())
+            .unwrap_or_else(|| event.body.clone()),
+    };
     text.push_str(&format!("\nbody:\n{body}\n"));
     text
 }

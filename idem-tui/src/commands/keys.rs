@@ -5,7 +5,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 use idem_runtime::fields::{FieldDigests, MAX_REPORTED, Mismatch};
-use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus};
+use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus, StoreError};
 use serde_json::{Value, json};
 
 use super::actions::read_body;
@@ -129,6 +129,10 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
     }
 
     let mut text = row_text(&row, now);
+    let journal_sealed = format::unopened(journal.as_ref().and_then(|j| j.sealed.as_ref()));
+    if let Some(key) = journal_sealed {
+        text.push_str(&format!("\njournal and request: {}\n", format::sealed(key)));
+    }
     if let Value::Object(steps) = &steps {
         text.push_str("\njournal:\n");
         for (step, result) in steps {
@@ -142,7 +146,14 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
     text.push_str(&audit_text(&audit));
 
     if let Some(body) = &body {
-        let stored = context.db.field_digests(key.key_ref()).await?;
+        let stored = (context.db.field_digests(key.key_ref()).await).map_err(|error| {
+            let sealed = matches!(error, StoreError::NeedsStorageKeys(_));
+            let mut error = CommandError::from(error);
+            if sealed {
+                error.message = format!("--body: {}", error.message);
+            }
+            error
+        })?;
         let stored = stored
             .map(|bytes| {
                 FieldDigests::from_bytes(&bytes).ok_or_else(|| {
@@ -283,11 +294,27 @@ pub(super) fn row_text(row: &KeyRow, now: i64) -> String {
             "recovery point",
             row.recovery_point.clone().unwrap_or_default(),
         ),
-        ("fingerprint", format::hex(&row.fingerprint)),
     ];
-    match &row.response {
-        None => pairs.push(("response", "none".to_owned())),
-        Some(response) => {
+    let unopened = format::unopened(row.sealed.as_ref());
+    pairs.push((
+        "fingerprint",
+        unopened.map_or_else(|| format::hex(&row.fingerprint), format::sealed),
+    ));
+    if let Some(sealing) = &row.sealed {
+        let opened = if sealing.opened {
+            ""
+        } else {
+            ", not opened: not among the storage keys given"
+        };
+        pairs.push(("sealed", format!("key {}{opened}", sealing.key)));
+    }
+    match (&row.response, unopened) {
+        (None, _) => pairs.push(("response", "none".to_owned())),
+        (Some(response), Some(key)) => {
+            pairs.push(("response", response.status.to_string()));
+            pairs.push(("  body", format::sealed(key)));
+        }
+        (Some(response), None) => {
             pairs.push(("response", response.status.to_string()));
             for (name, value) in &response.headers {
                 pairs.push(("  header", format!("{name}: {value}")));

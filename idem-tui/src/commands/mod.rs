@@ -8,6 +8,7 @@ mod inbox;
 mod keys;
 mod operations;
 mod outbox;
+mod reseal;
 mod stats;
 mod sweep;
 
@@ -40,6 +41,7 @@ pub async fn run(context: &Context, command: Command) -> Result<Report, CommandE
         Command::Keys(KeysCommand::Fail(args)) => {
             actions::respond(context, actions::Kind::Fail, args).await
         }
+        Command::Keys(KeysCommand::Reseal(args)) => reseal::reseal(context, args).await,
         Command::Stuck(filter) => {
             let args = ListArgs {
                 status: Some("stuck".to_owned()),

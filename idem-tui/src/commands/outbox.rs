@@ -125,8 +125,12 @@ pub(super) async fn show(context: &Context, args: &OutboxShowArgs) -> Result<Rep
         );
     }
     let mut text = message_text(&row, now);
-    let payload =
-        serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string());
+    let payload = match format::unopened(row.sealed.as_ref()) {
+        Some(key) => format::sealed(key),
+        None => {
+            serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string())
+        }
+    };
     text.push_str(&format!("\npayload:\n{payload}\n\n"));
     text.push_str(&audit_text(&audit));
     Ok(Report { json, text })

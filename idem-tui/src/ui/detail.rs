@@ -8,6 +8,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::format::{self, Body, Expiry, event_style, message_state, message_style, status_style};
+use crate::format::{sealed, unopened};
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())
@@ -81,6 +82,31 @@ fn body_lines(lines: &mut Vec<Line<'static>>, body: &[u8]) {
     }
 }
 
+/// A staged key's journal, its recovery point marked, and its request; or that they are
+/// sealed under a key the tool was not given.
+fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
+    if let Some(key) = unopened(journal.sealed.as_ref()) {
+        lines.push(Line::raw(format!("journal and request {}", sealed(key))));
+        return;
+    }
+    if journal.steps.is_empty() {
+        lines.push(Line::raw("no steps journaled"));
+    }
+    for (step, value) in &journal.steps {
+        let here = journal.recovery_point.as_deref() == Some(step.as_str());
+        lines.push(Line::from(vec![
+            Span::styled(
+                format!("{}{step}: ", if here { "▸ " } else { "  " }),
+                Style::new().cyan(),
+            ),
+            Span::raw(value.to_string()),
+        ]));
+    }
+    if let Some(request) = &journal.request {
+        lines.push(field("request", request.to_string()));
+    }
+}
+
 /// The lines of the detail pane of a key: its `row` (`None`: it has none any more), its
 /// `journal` and its `audit` history (`None`: not read yet), times shown in `tz` and
 /// relative to `now_ms`.
@@ -109,7 +135,19 @@ pub fn lines(
         Span::styled(row.status.as_str(), status_style(row.status)),
         Span::raw(format!(" (column: {})", row.status.stored())),
     ]));
-    lines.push(field("fingerprint", format::hex(&row.fingerprint)));
+    let unopened_by = unopened(row.sealed.as_ref());
+    lines.push(field(
+        "fingerprint",
+        unopened_by.map_or_else(|| format::hex(&row.fingerprint), sealed),
+    ));
+    if let Some(sealing) = &row.sealed {
+        let opened = if sealing.opened {
+            "opened"
+        } else {
+            "not opened: not among the storage keys given"
+        };
+        lines.push(field("sealed", format!("key {} ({opened})", sealing.key)));
+    }
     lines.push(field("created", when(row.created_at_ms)));
     lines.push(field(
         "completed",
@@ -145,9 +183,13 @@ pub fn lines(
     ));
     lines.push(Line::raw(""));
     lines.push(section("Response"));
-    match &row.response {
-        None => lines.push(Line::raw("none stored")),
-        Some(response) => {
+    match (&row.response, unopened_by) {
+        (None, _) => lines.push(Line::raw("none stored")),
+        (Some(response), Some(key)) => {
+            lines.push(field("status", response.status.to_string()));
+            lines.push(field("body", sealed(key)));
+        }
+        (Some(response), None) => {
             lines.push(field("status", response.status.to_string()));
             if response.headers.is_empty() {
                 lines.push(field("headers", "none".to_owned()));
@@ -168,24 +210,7 @@ pub fn lines(
         None => lines.push(Line::raw("loading…")),
         Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
         Some(Ok(None)) => lines.push(Line::raw("none (atomic mode)")),
-        Some(Ok(Some(journal))) => {
-            if journal.steps.is_empty() {
-                lines.push(Line::raw("no steps journaled"));
-            }
-            for (step, value) in &journal.steps {
-                let here = journal.recovery_point.as_deref() == Some(step.as_str());
-                lines.push(Line::from(vec![
-                    Span::styled(
-                        format!("{}{step}: ", if here { "▸ " } else { "  " }),
-                        Style::new().cyan(),
-                    ),
-                    Span::raw(value.to_string()),
-                ]));
-            }
-            if let Some(request) = &journal.request {
-                lines.push(field("request", request.to_string()));
-            }
-        }
+        Some(Ok(Some(journal))) => journal_lines(&mut lines, journal),
     }
     lines.push(Line::raw(""));
     audit_section(
@@ -264,9 +289,14 @@ pub fn message_lines(
     }
     lines.push(Line::raw(""));
     lines.push(section("Payload"));
-    let pretty =
-        serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string());
-    lines.extend(format::highlight_json(&pretty));
+    match unopened(row.sealed.as_ref()) {
+        Some(key) => lines.push(Line::raw(sealed(key))),
+        None => {
+            let pretty = serde_json::to_string_pretty(&row.payload)
+                .unwrap_or_else(|_| row.payload.to_string());
+            lines.extend(format::highlight_json(&pretty));
+        }
+    }
     lines.push(Line::raw(""));
     audit_section(
         &mut lines,
@@ -316,6 +346,9 @@ pub fn event_lines(row: Option<&InboxEvent>, now_ms: i64, tz: &TimeZone) -> Vec<
     lines.extend(row.reason.lines().map(|l| Line::raw(l.to_owned())));
     lines.push(Line::raw(""));
     lines.push(section("Body"));
-    body_lines(&mut lines, row.body.as_bytes());
+    match unopened(row.sealed.as_ref()) {
+        Some(key) => lines.push(field("body", sealed(key))),
+        None => body_lines(&mut lines, row.body.as_bytes()),
+    }
     lines
 }

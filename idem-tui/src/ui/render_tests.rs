@@ -507,3 +507,68 @@ fn name_columns_share_the_room_the_key_leaves() {
     assert_eq!(key_columns(0, [13, 15, 36]), [0, 0, 0]);
     assert_eq!(key_columns(10, [13, 15, 36]), [0, 0, 10]);
 }
+
+/// The text of a detail pane's lines, one a line.
+fn text_of(lines: &[ratatui::text::Line<'_>]) -> String {
+    let line = |line: &ratatui::text::Line<'_>| {
+        (line.spans.iter())
+            .map(|span| span.content.as_ref())
+            .collect::<String>()
+    };
+    lines.iter().map(line).collect::<Vec<_>>().join("\n")
+}
+
+/// A key whose values are sealed under a storage key the tool was not given shows
+/// `sealed (key k1)` where its fingerprint, body, journal and request would be; opened, its
+/// values and the key.
+#[test]
+fn sealed_keys_show_their_storage_key() {
+    let sealing = |opened| {
+        Some(idem_store::Sealing {
+            key: "k1".into(),
+            opened,
+        })
+    };
+    let mut row = fixtures::stuck("tenant:acme", "pay:v1", "order-9");
+    row.status = idem_store::KeyStatus::Completed;
+    row.sealed = sealing(false);
+    row.fingerprint = b"idem-sealed:v1:k1:0123".to_vec();
+    row.response = Some(idem_store::StoredResponse {
+        status: 201,
+        ..idem_store::StoredResponse::default()
+    });
+    let mut journal = fixtures::detail_data(&row).journal.unwrap().unwrap();
+    (journal.steps, journal.request) = (serde_json::Map::new(), None);
+    journal.sealed = sealing(false);
+    let shown = |row: &idem_store::KeyRow, journal: idem_store::Journal| {
+        let journal = Some(&Ok(Some(journal)));
+        let audit = Some(&Ok(Vec::new()));
+        text_of(&super::detail::lines(
+            Some(row),
+            journal,
+            audit,
+            fixtures::NOW,
+            &TimeZone::UTC,
+        ))
+    };
+    let text = shown(&row, journal.clone());
+    for line in [
+        "fingerprint    sealed (key k1)",
+        "sealed         key k1 (not opened: not among the storage keys given)",
+        "status         201",
+        "body           sealed (key k1)",
+        "journal and request sealed (key k1)",
+    ] {
+        assert!(text.contains(line), "{line:?} in\n{text}");
+    }
+    assert!(!text.contains("idem-sealed"), "{text}");
+
+    let opened = fixtures::detail_data(&fixtures::completed("global", "sync:v1", "msg-0001"));
+    let mut row = opened.row.unwrap();
+    row.sealed = sealing(true);
+    journal.sealed = sealing(true);
+    let text = shown(&row, journal);
+    assert!(text.contains("sealed         key k1 (opened)"), "{text}");
+    assert!(text.contains("body           JSON, "), "{text}");
+    assert!(!text.contains("sealed (key k1)"), "{text}");
+}
