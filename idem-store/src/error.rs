@@ -58,11 +58,12 @@ pub enum StoreError {
         hazard: Hazard,
     },
     /// What needs the storage keys ([`crate::KeyTable::with_keyring`]) was asked of a table
-    /// without them, or without the key a value is sealed under ([`crate::seal`]): an
-    /// operator's response with headers or a body for a sealed row
-    /// ([`crate::Action::Complete`]), a reseal
-    /// ([`crate::KeyTable::reseal`]), sealed field digests ([`crate::KeyTable::field_digests`]).
-    /// Nothing was changed. The message names the key, never a value.
+    /// without them, or without the key a value is sealed under
+    /// ([sealed at rest](crate#storage-sealed-at-rest)): an operator's response with
+    /// headers or a body for a sealed row ([`crate::Action::Complete`]), a reseal
+    /// ([`crate::KeyTable::reseal`]), sealed field digests
+    /// ([`crate::KeyTable::field_digests`]). Nothing was changed. The message names the
+    /// key, never a value.
     #[error("needs the storage keys: {0}")]
     NeedsStorageKeys(String),
     /// A string that is not an [`crate::OutboxStatus`] (`pending`, `delivered`, `dead`).

@@ -261,11 +261,12 @@ impl AuditFilter {
 /// `body_hex`, its bytes in lowercase hexadecimal, instead of `body`. `sealed` is `null`
 /// for a clear row.
 ///
-/// The audit trail never holds what a row holds sealed ([`crate::seal`]), whether or not
-/// the acting table has the storage keys: a row whose fingerprint or response is sealed
-/// ([`KeyRow::sealed`]), and both rows of a `reseal` ([`KeyTable::reseal`]), are recorded
-/// without `fingerprint` and with the response's `status` only, `sealed` naming the key
-/// that sealed the row (`null` for the clear row a reseal sealed):
+/// The audit trail never holds what a row holds sealed
+/// ([sealed at rest](crate#storage-sealed-at-rest)), whether or not the acting table has
+/// the storage keys: a row whose fingerprint or response is sealed ([`KeyRow::sealed`]),
+/// and both rows of a `reseal` ([`KeyTable::reseal`]), are recorded without `fingerprint`
+/// and with the response's `status` only, `sealed` naming the key that sealed the row
+/// (`null` for the clear row a reseal sealed):
 ///
 /// ```json
 /// {
@@ -422,8 +423,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// `key`'s `field_digests` column as stored ([the key table](crate#the-key-table)): the
     /// digests of its first request's fields, which the runtime's `fields::FieldDigests`
     /// reads. `None` when the row has none (written before migration 11, or with the
-    /// runtime's mismatch detail off), or the key has no row. Sealed ([`crate::seal`]), they
-    /// are opened with the table's keyring.
+    /// runtime's mismatch detail off), or the key has no row. Sealed
+    /// ([sealed at rest](crate#storage-sealed-at-rest)), they are opened with the table's
+    /// keyring.
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyTable};

@@ -147,9 +147,9 @@ pub struct StoredKey {
     /// `reservation` and `attempt`: what fences a staged key's running attempt (both 0 for
     /// atomic-mode rows).
     pub fence: Fence,
-    /// Why the sealed fingerprint or response did not open ([`crate::seal`]), leaving
-    /// `fingerprint` empty and `response` out: the row can be told expired, never compared
-    /// or replayed.
+    /// Why the sealed fingerprint or response did not open
+    /// ([sealed at rest](crate#storage-sealed-at-rest)), leaving `fingerprint` empty and
+    /// `response` out: the row can be told expired, never compared or replayed.
     pub unopened: Option<crate::SealError>,
 }
 
@@ -285,10 +285,11 @@ impl fmt::Display for KeyStatus {
 /// columns are those of [the key table](crate#the-key-table). On SQLite, a timestamp an
 /// operator wrote by hand as a plain number is read as Unix seconds.
 ///
-/// A row whose fingerprint or response is sealed ([`crate::seal`]) is read with the table's
-/// keyring ([`crate::KeyTable::with_keyring`]): opened when the keyring has every key they
-/// are sealed under, else as sealed, never an error ([`KeyRow::sealed`] says which). A
-/// sealed value that fails its check under a key the keyring has is
+/// A row whose fingerprint or response is sealed
+/// ([sealed at rest](crate#storage-sealed-at-rest)) is read with the table's keyring
+/// ([`crate::KeyTable::with_keyring`]): opened when the keyring has every key they are
+/// sealed under, else as sealed, never an error ([`KeyRow::sealed`] says which). A sealed
+/// value that fails its check under a key the keyring has is
 /// [`crate::StoreError::Corrupt`], naming the key and the column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyRow {

@@ -39,9 +39,10 @@ impl<DB: Backend> KeyTable<DB> {
         Self { pool, ring: None }
     }
 
-    /// The table read and written with `ring`'s storage keys ([`crate::seal`]): sealed
-    /// columns are opened where the keyring has their key, and what an operator writes is
-    /// sealed. Without one, sealed columns are shown as sealed and never written.
+    /// The table read and written with `ring`'s storage keys
+    /// ([sealed at rest](crate#storage-sealed-at-rest)): sealed columns are opened where
+    /// the keyring has their key, and what an operator writes is sealed. Without one,
+    /// sealed columns are shown as sealed and never written.
     #[must_use]
     pub fn with_keyring(mut self, ring: Keyring) -> Self {
         self.ring = Some(Arc::new(ring));
@@ -68,7 +69,8 @@ impl<DB: Backend> KeyTable<DB> {
         crate::migrate(&self.pool).await
     }
 
-    /// The row of `key`, with its state at `now_ms`; `None` if the key has no row.
+    /// The row of `key`, with its state at `now_ms`, opened with the table's keyring where it
+    /// is sealed ([`KeyRow::sealed`]); `None` if the key has no row.
     ///
     /// ```no_run
     /// # use idem_store::{KeyRef, KeyStatus, KeyTable};
@@ -82,7 +84,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// ```
     ///
     /// # Errors
-    /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
+    /// [`StoreError::Corrupt`] when the row cannot be read (a sealed value that fails its
+    /// check under a key of the keyring, too; one under a key it lacks reads as sealed);
+    /// database errors.
     pub async fn get(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
             let mut conn = self.pool.acquire().await?;
@@ -94,7 +98,8 @@ impl<DB: Backend> KeyTable<DB> {
         .map_err(StoreError::refine::<DB>)
     }
 
-    /// One page of the keys `filter` selects ([`KeyFilter`]), with their state at `now_ms`.
+    /// One page of the keys `filter` selects ([`KeyFilter`]), with their state at `now_ms`,
+    /// read as [`KeyTable::get`] reads them.
     /// Each page is one indexed query after the previous page's [`Cursor`](crate::Cursor),
     /// however deep the listing goes.
     ///

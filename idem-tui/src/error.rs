@@ -90,7 +90,7 @@ impl From<StoreError> for CommandError {
             | StoreError::InvalidCursor
             | StoreError::InvalidStatus(_) => Self::usage(store_message(&error)),
             StoreError::NeedsStorageKeys(_) => Self::usage(format!(
-                "{} (--storage-keys or IDEM_STORAGE_KEYS)",
+                "{}; the storage keys are given with --storage-keys or IDEM_STORAGE_KEYS",
                 store_message(&error)
             )),
             other => Self::error(store_message(&other)),

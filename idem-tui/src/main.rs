@@ -10,6 +10,7 @@
 //! | `keys show --scope S --operation OP --key K [--body FILE\|-]` | every column, the stored response, the journal and request, the audit history; `--body`: the fields a JSON body changes, adds and removes against the key's first request's body (names only) |
 //! | `keys expire\|release\|delete … [--reason R] [--force]` | an operator action, fenced by the row as read, audited |
 //! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R] [--force]` | completes a processing or stuck key with a response |
+//! | `keys reseal [--batch N] [--after CURSOR] [--reason R]` | every key's sealed values written again under the first storage key, batch by batch, audited; needs `--storage-keys` |
 //! | `stuck` | `keys list --status stuck` |
 //! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
 //! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
@@ -23,8 +24,10 @@
 //! | `inbox show ID` | the events of that event id (one per source): every column and the body; read-only |
 //!
 //! Global options: `--database-url` (or `DATABASE_URL`), `--schema`, `--operator`,
-//! `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage, 3 key, message or event
-//! not found, 4 refused (the key changed, the action does not apply to the key's or message's
+//! `--storage-keys` (or `IDEM_STORAGE_KEYS`: without them, sealed values are shown as
+//! `sealed (key k1)`), `--read-only`, `--json`. Exit codes: 0 done, 1 error, 2 usage (the
+//! storage keys malformed, or needed and not given among them), 3 key, message or event not
+//! found, 4 refused (the key changed, the action does not apply to the key's or message's
 //! state, it needs `--force` — a live lease, deleting a completed staged key — or
 //! `--read-only`).
 //! Errors are one line on stderr; with `--json`, stdout also gets `{"error", "code"}`.
@@ -156,33 +159,30 @@ fn keyring(given: &StorageKeys) -> Result<Keyring, CommandError> {
 }
 
 /// What is wrong with a keyring, in words that never hold a key: an id is named only when
-/// it is one (a key is longer than any id, and base64 is not an id's alphabet; an entry
+/// it is one (a key is longer than any id, and base64 is not an id's alphabet: an entry
 /// written key first would otherwise be named by its key).
 fn keyring_error(error: &KeyringError) -> String {
-    let named = |id: &str| {
-        let an_id = !id.is_empty()
+    let an_id = |id: &str| {
+        !id.is_empty()
             && id.len() <= 32
             && id
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if an_id {
-            format!("storage key `{id}`")
-        } else {
-            "an entry".to_owned()
-        }
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
     match error {
         KeyringError::Empty => {
             "no storage key: expected ID:BASE64 entries separated by commas".to_owned()
         }
         KeyringError::Entry(n) => format!("entry {n} is not ID:BASE64"),
-        KeyringError::Id(_) => "an entry's id is not 1 to 32 of A-Z, a-z, 0-9, `_` and `-` \
-             (each entry is ID:BASE64, the id first)"
-            .to_owned(),
-        KeyringError::Key(id) => {
-            format!("{}: the key is not 32 bytes in standard base64", named(id))
+        KeyringError::Key(id) if an_id(id) => {
+            format!("storage key `{id}` is not 32 bytes in standard base64")
         }
-        KeyringError::Duplicate(id) => format!("{} is given twice", named(id)),
+        KeyringError::Duplicate(id) if an_id(id) => format!("storage key `{id}` is given twice"),
+        KeyringError::Id(_) | KeyringError::Key(_) | KeyringError::Duplicate(_) => {
+            "an entry is not ID:BASE64 with an id of 1 to 32 of A-Z, a-z, 0-9, `_` and `-` \
+             and a key of 32 bytes in standard base64 (the id first)"
+                .to_owned()
+        }
         _ => "not a keyring: expected ID:BASE64 entries separated by commas".to_owned(),
     }
 }

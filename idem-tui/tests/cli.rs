@@ -7,7 +7,10 @@ mod common;
 use std::collections::BTreeSet;
 
 use base64::Engine as _;
-use common::{BINARY_BODY, InboxSeeded, MESSAGES, ORDERS, ORPHAN_BODY, OutboxSeeded, Seeded, idem};
+use common::{
+    BINARY_BODY, InboxSeeded, K1, K2, MESSAGES, ORDERS, ORPHAN_BODY, OutboxSeeded, SEALED_SECRET,
+    SealedSeeded, Seeded, idem,
+};
 use idem_runtime::clock::{Clock as _, SystemClock};
 use idem_runtime::outbox::OutboxStatus;
 use idem_runtime::spec::Scope;
@@ -1640,8 +1643,359 @@ async fn refusals_give_times<DB: TestBackend>() {
     }
 }
 
+/// The arguments that name `key` of `operation` in `scope`.
+fn key_args<'a>(scope: &'a str, operation: &'a str, key: &'a str) -> [&'a str; 6] {
+    ["--scope", scope, "--operation", operation, "--key", key]
+}
+
+/// Asserts that `text` holds neither [`SEALED_SECRET`] nor its hexadecimal.
+#[track_caller]
+fn no_secret(text: &str) {
+    let hex: String = SEALED_SECRET.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        !text.contains(SEALED_SECRET) && !text.contains(&hex),
+        "{text}"
+    );
+}
+
+/// Sealed keys without the storage keys: listed, shown as `sealed (key k1)` (text, JSON,
+/// journal, `--body`), acted on (but for a response with a body, refused), audited without
+/// their values; with the keys (`--storage-keys` or `IDEM_STORAGE_KEYS`) shown whole, and
+/// completed with a sealed response. Malformed keys exit 2 without showing a key.
+async fn sealed_keys_are_shown_as_sealed<DB: TestBackend>() {
+    let s = SealedSeeded::<DB>::new().await;
+    let listed = s.run(&["keys", "list", "--json"]).code(0).json();
+    let sealed: Vec<(String, Value)> = (listed["keys"].as_array().unwrap().iter())
+        .map(|k| (k["key"].as_str().unwrap().to_owned(), k["sealed"].clone()))
+        .collect();
+    assert_eq!(
+        sealed,
+        [
+            ("clear-1".to_owned(), Value::Null),
+            ("sealed-1".to_owned(), json!("k1")),
+            ("sealed-2".to_owned(), json!("k1")),
+            ("s-1".to_owned(), json!("k1")),
+            ("s-2".to_owned(), json!("k1")),
+        ]
+    );
+
+    let sealed_1 = key_args("global", ORDERS.id, "sealed-1");
+    let shown = s
+        .run(&with(&["keys", "show"], sealed_1.to_vec(), &[]))
+        .exited(0);
+    no_secret(&shown.stdout);
+    assert!(
+        shown
+            .stdout
+            .contains("\n  body:          sealed (key k1)\n"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown
+            .stdout
+            .contains("\nfingerprint:     sealed (key k1)\n"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown
+            .stdout
+            .contains("\nsealed:          key k1, not opened"),
+        "{}",
+        shown.stdout
+    );
+    let doc = s
+        .run(&with(&["keys", "show", "--json"], sealed_1.to_vec(), &[]))
+        .code(0)
+        .json();
+    assert_eq!(
+        (&doc["sealed"], &doc["opened"]),
+        (&json!("k1"), &json!(false))
+    );
+    assert_eq!(
+        (&doc["response"], &doc["fingerprint"]),
+        (&json!({"status": 201}), &Value::Null)
+    );
+    // With the keys, as a flag or from the environment: the body, and that it was sealed.
+    for (flag, env) in [
+        (&["--storage-keys", K1][..], &[][..]),
+        (&[][..], &[("IDEM_STORAGE_KEYS", K1)][..]),
+    ] {
+        let args = with(&["keys", "show"], sealed_1.to_vec(), flag);
+        let opened = s.run_with(&args, None, env).exited(0);
+        assert!(opened.stdout.contains(SEALED_SECRET), "{}", opened.stdout);
+        assert!(
+            opened.stdout.contains("\nsealed:          key k1\n"),
+            "{}",
+            opened.stdout
+        );
+        let args = with(&["keys", "show", "--json"], sealed_1.to_vec(), flag);
+        let doc = s.run_with(&args, None, env).code(0).json();
+        assert_eq!(
+            (&doc["sealed"], &doc["opened"]),
+            (&json!("k1"), &json!(true))
+        );
+        assert!(
+            doc["response"]["body"]
+                .as_str()
+                .unwrap()
+                .contains(SEALED_SECRET)
+        );
+    }
+    // A keyring without k1: as without the keys.
+    let args = with(
+        &["keys", "show", "--storage-keys", K2],
+        sealed_1.to_vec(),
+        &[],
+    );
+    let other = s.run(&args).exited(0);
+    assert!(
+        other.stdout.contains("  body:          sealed (key k1)"),
+        "{}",
+        other.stdout
+    );
+
+    // A staged key's journal and request; its field digests.
+    let s_1 = key_args("tenant:acme", "pay:v1", "s-1");
+    let shown = s.run(&with(&["keys", "show"], s_1.to_vec(), &[])).exited(0);
+    assert!(
+        shown
+            .stdout
+            .contains("\njournal and request: sealed (key k1)\n"),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains("ch_"), "{}", shown.stdout);
+    let compared = s.run_with(
+        &with(&["keys", "show", "--body", "-"], s_1.to_vec(), &[]),
+        Some(br#"{"amount": 100}"#),
+        &[],
+    );
+    compared.code(EXIT_USAGE);
+    assert!(
+        compared.stderr.contains("--body: ")
+            && compared.stderr.contains("sealed under storage key `k1`"),
+        "{}",
+        compared.stderr
+    );
+    let compared = s.run_with(
+        &with(
+            &["keys", "show", "--body", "-", "--storage-keys", K1],
+            s_1.to_vec(),
+            &[],
+        ),
+        Some(br#"{"amount": 100}"#),
+        &[],
+    );
+    // (A staged key keeps its input's fields at the root: compared, as added.)
+    assert!(
+        compared
+            .code(0)
+            .stdout
+            .contains("\n  added    /body/amount\n"),
+        "{}",
+        compared.stdout
+    );
+
+    // Actions without the keys.
+    s.run(&with(
+        &["keys", "expire"],
+        sealed_1.to_vec(),
+        &["--reason", "INC-9"],
+    ))
+    .code(0);
+    let refused = s.run_with(
+        &with(
+            &["keys", "fail"],
+            s_1.to_vec(),
+            &["--status", "502", "--body", "-"],
+        ),
+        Some(SEALED_SECRET.as_bytes()),
+        &[],
+    );
+    refused.code(EXIT_USAGE);
+    assert!(
+        refused.stderr.contains("--storage-keys"),
+        "{}",
+        refused.stderr
+    );
+    no_secret(&refused.stderr);
+    s.run(&with(&["keys", "fail"], s_1.to_vec(), &["--status", "502"]))
+        .code(0);
+    // With the keys, a response stored sealed.
+    let s_2 = key_args("tenant:acme", "pay:v1", "s-2");
+    let completed = s.run_with(
+        &with(
+            &["--storage-keys", K1, "keys", "complete", "--json"],
+            s_2.to_vec(),
+            &[
+                "--status",
+                "201",
+                "--body",
+                "-",
+                "--header",
+                "Content-Type: application/json",
+            ],
+        ),
+        Some(format!(r#"{{"settled":"{SEALED_SECRET}"}}"#).as_bytes()),
+        &[],
+    );
+    let doc = completed.code(0).json();
+    assert_eq!(doc["after"]["sealed"], "k1");
+    assert!(
+        doc["after"]["response"]["body"]
+            .as_str()
+            .unwrap()
+            .contains(SEALED_SECRET)
+    );
+    let shown = s.run(&with(&["keys", "show"], s_2.to_vec(), &[])).exited(0);
+    no_secret(&shown.stdout);
+    let audit = s.run(&["audit", "--json"]).exited(0);
+    no_secret(&audit.stdout);
+    let entries = audit.json()["audit"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 3, "expire, fail, complete");
+    for entry in &entries {
+        assert_eq!(entry["before"]["sealed"], "k1", "{entry:#}");
+        assert!(entry["before"].get("fingerprint").is_none(), "{entry:#}");
+    }
+
+    // Malformed keys: exit 2, never a key.
+    let secret = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+    for (keys, says) in [
+        ("k1:c2hvcnQ=", "storage key `k1`"),
+        (&format!("{secret}:k1")[..], "an entry"),
+        (&format!("{K1},{K1}")[..], "given twice"),
+        (secret, "entry 1 is not ID:BASE64"),
+        ("", "no storage key"),
+    ] {
+        for (flag, env) in [
+            (vec!["--storage-keys", keys], vec![]),
+            (vec![], vec![("IDEM_STORAGE_KEYS", keys)]),
+        ] {
+            let run = s.run_with(&[&flag[..], &["keys", "list"]].concat(), None, &env);
+            run.code(EXIT_USAGE);
+            assert!(run.stderr.contains(says), "{keys:?}: {}", run.stderr);
+            assert!(!run.stderr.contains(secret), "{}", run.stderr);
+        }
+    }
+}
+
+/// `keys reseal`: needs the keys (2) and writes (4 with --read-only); moves every key to
+/// the first key given, from `--after` on and then from the start, audited without a
+/// value; afterwards the new key alone opens them.
+async fn reseal_moves_keys_to_the_new_key<DB: TestBackend>() {
+    let s = SealedSeeded::<DB>::new().await;
+    let both = format!("{K2},{K1}");
+    let refused = s.run(&["keys", "reseal"]);
+    refused.code(EXIT_USAGE);
+    assert!(
+        refused.stderr.contains("--storage-keys"),
+        "{}",
+        refused.stderr
+    );
+    s.run(&["--read-only", "--storage-keys", &both, "keys", "reseal"])
+        .code(EXIT_REFUSED);
+    s.run(&["--storage-keys", &both, "keys", "reseal", "--after", "zz"])
+        .code(EXIT_USAGE);
+
+    // From after the first key, two at a time; then from the start.
+    let first = s
+        .run(&["keys", "list", "--limit", "1", "--json"])
+        .code(0)
+        .json();
+    let after = first["next"].as_str().unwrap().to_owned();
+    let args = [
+        "--storage-keys",
+        &both,
+        "keys",
+        "reseal",
+        "--batch",
+        "2",
+        "--after",
+        &after,
+    ];
+    let run = s
+        .run(&[&args[..], &["--json", "--reason", "CHG-7"]].concat())
+        .exited(0);
+    let doc = run.json();
+    assert_eq!(
+        (&doc["resealed"], &doc["current"], &doc["batches"]),
+        (&json!(4), &json!(0), &json!(3))
+    );
+    assert_eq!(
+        (&doc["storage_key"], &doc["skipped"]),
+        (&json!("k2"), &json!({}))
+    );
+    assert!(run.stderr.contains("; done"), "{}", run.stderr);
+    let run = s
+        .run(&["--storage-keys", &both, "keys", "reseal"])
+        .exited(0);
+    assert!(
+        run.stdout
+            .starts_with("resealed 1 key under storage key k2; 4 keys already under it"),
+        "{}",
+        run.stdout
+    );
+    // Keys given without k1: nothing is left under it, so k2 alone opens every key.
+    let run = s
+        .run(&["--storage-keys", K2, "keys", "reseal", "--json"])
+        .exited(0);
+    assert_eq!(run.json()["current"], 5);
+    for (scope, operation, key) in [
+        ("global", ORDERS.id, "sealed-2"),
+        ("global", ORDERS.id, "clear-1"),
+    ] {
+        let args = key_args(scope, operation, key);
+        let shown = s.run(&with(
+            &["--storage-keys", K2, "keys", "show", "--json"],
+            args.to_vec(),
+            &[],
+        ));
+        let doc = shown.code(0).json();
+        assert_eq!(
+            (&doc["sealed"], &doc["opened"]),
+            (&json!("k2"), &json!(true)),
+            "{key}"
+        );
+        let shown = s.run(&with(
+            &["--storage-keys", K1, "keys", "show"],
+            args.to_vec(),
+            &[],
+        ));
+        assert!(
+            shown
+                .code(0)
+                .stdout
+                .contains("  body:          sealed (key k2)"),
+            "{key}"
+        );
+    }
+    let shown = s.run(&with(
+        &["--storage-keys", K2, "keys", "show"],
+        key_args("global", ORDERS.id, "sealed-2").to_vec(),
+        &[],
+    ));
+    assert!(
+        shown.code(0).stdout.contains(SEALED_SECRET),
+        "{}",
+        shown.stdout
+    );
+    let audit = s.run(&["audit", "--json"]).exited(0);
+    no_secret(&audit.stdout);
+    let entries = audit.json()["audit"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 5, "one reseal per key");
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["action"] == "reseal" && e["after"]["sealed"] == "k2")
+    );
+}
+
 // The tool reads and acts on every store's key table.
 idem_testkit::on_every_store!(
+    sealed_keys_are_shown_as_sealed,
+    reseal_moves_keys_to_the_new_key,
     only_final_keys_expire,
     refusals_give_times,
     outbox_lists_messages,

@@ -88,14 +88,29 @@ impl Run {
         assert_eq!(self.code, code, "{self:#?}");
         self
     }
+
+    /// Asserts the exit code, keeping the run.
+    #[track_caller]
+    pub fn exited(self, code: i32) -> Self {
+        self.code(code);
+        self
+    }
 }
 
-/// Runs `idem` with `args` (and `stdin`), without `DATABASE_URL` from the environment.
+/// Runs `idem` with `args` (and `stdin`), without `DATABASE_URL` nor `IDEM_STORAGE_KEYS`
+/// from the environment.
 pub fn idem(args: &[String], stdin: Option<&[u8]>) -> Run {
+    idem_with_env(args, stdin, &[])
+}
+
+/// [`idem`] with the variables `env` set.
+pub fn idem_with_env(args: &[String], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
     command
         .args(args)
         .env_remove("DATABASE_URL")
+        .env_remove("IDEM_STORAGE_KEYS")
+        .envs(env.iter().copied())
         .env("USER", "os-user")
         .stdin(if stdin.is_some() {
             Stdio::piped()
@@ -310,6 +325,60 @@ async fn staged<DB: TestBackend>(
     )
     .await
     .map(|_| ())
+}
+
+/// The storage key `k1`, as `IDEM_STORAGE_KEYS` holds it: 32 bytes of 1.
+pub const K1: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
+/// The storage key `k2`: 32 bytes of 2.
+pub const K2: &str = "k2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+/// What a sealed key's body holds, which nothing the tool writes without the keys may show.
+pub const SEALED_SECRET: &str = "4242-TOOL-SECRET";
+
+/// A database whose keys a service wrote with the storage key [`K1`], and the tool pointed
+/// at it.
+///
+/// | key | scope | operation | state |
+/// |---|---|---|---|
+/// | `clear-1` | global | orders:v1 | completed, clear (written without the keys) |
+/// | `sealed-1`, `sealed-2` | global | orders:v1 | completed, sealed, a body holding [`SEALED_SECRET`] |
+/// | `s-1`, `s-2` | tenant:acme | pay:v1 | stuck (staged, interrupted after `charge`), sealed |
+pub struct SealedSeeded<DB: TestBackend> {
+    pub idem: Idem<DB>,
+    pub args: Vec<String>,
+}
+
+impl<DB: TestBackend> SealedSeeded<DB> {
+    pub async fn new() -> Self {
+        let (url, args, config) = fresh::<DB>().await;
+        let clear = Idem::<DB>::connect(&url, config.clone()).await.unwrap();
+        clear.migrate().await.unwrap();
+        atomic(&clear, &ORDERS, "global", "clear-1", json_record(1)).await;
+        let keys = idem_runtime::store::Keyring::parse(K1).unwrap();
+        let idem = Idem::<DB>::connect(&url, config.storage_keys(keys))
+            .await
+            .unwrap();
+        for (n, k) in ["sealed-1", "sealed-2"].into_iter().enumerate() {
+            let body = json!({"card": SEALED_SECRET, "n": n});
+            let record = Record::json(StatusCode::CREATED, &body).unwrap();
+            atomic(&idem, &ORDERS, "global", k, record).await;
+        }
+        for k in ["s-1", "s-2"] {
+            assert!(staged(&idem, k, Then::Interrupt).await.is_err(), "{k}");
+        }
+        Self { idem, args }
+    }
+
+    /// Runs the tool on this database with `args`.
+    pub fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, None, &[])
+    }
+
+    /// Runs the tool on this database with `args`, `stdin` and the variables `env`.
+    pub fn run_with(&self, args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Run {
+        let mut all = self.args.clone();
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        idem_with_env(&all, stdin, env)
+    }
 }
 
 /// A migrated database whose outbox holds a message in each state, and the tool pointed at
