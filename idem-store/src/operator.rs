@@ -252,7 +252,8 @@ impl AuditFilter {
 ///   "completed_at_ms": 1800000360000,
 ///   "fingerprint": "9f86d0…",
 ///   "response": {"status": 201, "headers": [["content-type", "application/json"]],
-///                "body": "{\"id\":7}"}
+///                "body": "{\"id\":7}"},
+///   "sealed": null
 /// }
 /// ```
 ///

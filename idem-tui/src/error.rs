@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(keys.code, CommandError::USAGE);
         assert!(
             keys.message
-                .ends_with("(--storage-keys or IDEM_STORAGE_KEYS)")
+                .ends_with("given with --storage-keys or IDEM_STORAGE_KEYS")
         );
     }
 
