@@ -12,7 +12,7 @@ use crate::glue::Arg;
 use crate::key::KeyRef;
 use crate::list;
 use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
-use crate::seal::{self, Column, Keyring, Place, SealError, Sealed, Sealing};
+use crate::seal::{self, Column, Keyring, Place, SealError, Sealing};
 use crate::sql::Statement;
 use crate::table::{KeyTable, key_row, write_key};
 
@@ -317,9 +317,9 @@ pub struct Journal {
     pub steps: Map<String, Value>,
     /// The `request` column ([the key table](crate#the-key-table)); `None` for atomic mode's keys.
     pub request: Option<Value>,
-    /// Whether the journal or the request is sealed, under which key, and whether the
-    /// table's keyring opened them; `None`: both are clear. Sealed and not opened, the
-    /// steps are empty and the request is `None`.
+    /// Whether the journal or the request is sealed, under which key (the journal's, else
+    /// the request's), and whether the table's keyring opened both; `None`: both are clear.
+    /// One sealed under a key the table was not given is left out: no steps, no request.
     pub sealed: Option<Sealing>,
 }
 
@@ -780,31 +780,20 @@ async fn read_journal<DB: Backend>(
     let row = DB::fetch_optional(&mut conn, DB::SQL.journal, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
     let recovery_point = DB::opt_text(&row, 0)?;
-    let (journal, request) = (DB::opt_text(&row, 1)?, DB::opt_text(&row, 2)?);
-    let keys = [&journal, &request].map(|text| text.as_deref().and_then(sealed_by));
-    let sealed = keys.iter().flatten().next().map(|id| Sealing {
-        key: (*id).to_owned(),
-        opened: keys
-            .iter()
-            .flatten()
-            .all(|id| ring.is_some_and(|r| r.has(id))),
-    });
-    if sealed.as_ref().is_some_and(|sealing| !sealing.opened) {
-        return Ok(Some(Journal {
-            recovery_point,
-            steps: Map::new(),
-            request: None,
-            sealed,
-        }));
-    }
-    let open = |column, what, text: Option<String>| {
-        let place = Place::key(column, key);
-        (text.map(|text| seal::open_text(ring, place, text)))
-            .transpose()
-            .map_err(|e| list::unopened(key, what, &e))
+    let read = |column, what, text: Option<String>| match text {
+        None => Ok((None, None)),
+        Some(text) => seal::read_text(ring, Place::key(column, key), text)
+            .map_err(|e| list::unopened(key, what, &e)),
     };
-    let journal = open(Column::Journal, "the journal", journal)?;
-    let request = open(Column::Request, "the request", request)?;
+    let (journal, journal_sealed) = read(Column::Journal, "the journal", DB::opt_text(&row, 1)?)?;
+    let (request, request_sealed) = read(Column::Request, "the request", DB::opt_text(&row, 2)?)?;
+    let sealed = match (journal_sealed, request_sealed) {
+        (Some(journal), Some(request)) => Some(Sealing {
+            opened: journal.opened && request.opened,
+            ..journal
+        }),
+        (journal, request) => journal.or(request),
+    };
     let corrupt = |what: String| list::corrupt(key, &what);
     let steps = match journal {
         None => Map::new(),
@@ -823,9 +812,4 @@ async fn read_journal<DB: Backend>(
         request,
         sealed,
     }))
-}
-
-/// The id of the key that sealed the text column value `text`; `None`: it is clear.
-fn sealed_by(text: &str) -> Option<&str> {
-    Sealed::key_of(text.as_bytes())
 }
