@@ -466,8 +466,14 @@ async fn reconciler_resumes_a_sealed_request<DB: TestDb, H: Holding>() {
     let row = rotated.lookup(key_ref("p-sealed")).await.unwrap().unwrap();
     let body: serde_json::Value = serde_json::from_slice(&row.response.unwrap().body).unwrap();
     assert_eq!(body["amount"], 4242, "resumed with the stored request");
-    let (_, journal, _) = columns().await;
-    assert_eq!(Sealed::key_of(journal.as_bytes()), Some("k2"));
+    // What the resumed attempt wrote is sealed under the newer key.
+    let mut conn = h.idem.pool().acquire().await.unwrap();
+    let p = if DB::POSITIONAL { "?" } else { "$1" };
+    let sql = format!("SELECT response_headers FROM idempotency_keys WHERE idempotency_key = {p}");
+    let row = DB::fetch_optional(&mut conn, &sql, &[Arg::Text("p-sealed")]).await;
+    let headers = DB::text(&row.unwrap().unwrap(), 0).unwrap();
+    drop(conn);
+    assert_eq!(Sealed::key_of(headers.as_bytes()), Some("k2"));
     let replay = run(&rotated, &SPEC, &work, &k, 4242).await.unwrap();
     assert_eq!(replay.kind, OutcomeKind::Replayed);
     assert_eq!(h.effects().await, 1);

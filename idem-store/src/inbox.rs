@@ -157,7 +157,7 @@ impl<DB: Backend> Clone for Inbox<DB> {
 }
 
 /// Where an event's sealed body lives: bound to its source and id.
-fn body_place<'a>(source: &'a str, event_id: &'a str) -> Place<'a> {
+pub(crate) fn body_place<'a>(source: &'a str, event_id: &'a str) -> Place<'a> {
     Place::other(Column::InboxBody, [source, event_id, ""])
 }
 
@@ -178,6 +178,17 @@ impl<DB: Backend> Inbox<DB> {
     pub fn with_keyring(mut self, ring: Keyring) -> Self {
         self.ring = Some(Arc::new(ring));
         self
+    }
+
+    /// The storage keys, if the inbox was given them.
+    #[must_use]
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.ring.as_deref()
+    }
+
+    /// The pool.
+    pub(crate) fn pool(&self) -> &Pool<DB> {
+        &self.pool
     }
 
     /// Notes `delivery` at `now_ms` as `status`: the event's first delivery makes its row,

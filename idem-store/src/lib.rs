@@ -52,7 +52,7 @@ pub use crate::outbox::{
 // The vocabulary of the protocol's primitives: the runtime's (see `Backend`).
 #[doc(hidden)]
 pub use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
-pub use crate::reseal::Resealed;
+pub use crate::reseal::{Resealed, ResealedRows};
 #[doc(hidden)]
 pub use crate::row::StoredKey;
 pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};

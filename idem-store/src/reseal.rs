@@ -8,8 +8,10 @@ use sqlx::{Pool, Transaction};
 use crate::backend::Backend;
 use crate::error::StoreError;
 use crate::glue::{Arg, Glue};
+use crate::inbox::Inbox;
 use crate::list::{self, Cursor, RawRow};
 use crate::operator::{Actor, record, row_json};
+use crate::outbox::Outbox;
 use crate::row::KeyRow;
 use crate::seal::{self, Column, Keyring, Place, Sealed, Sealing};
 use crate::table::{KeyTable, raw_row};
@@ -331,4 +333,130 @@ impl Rewrite {
         record::<DB>(tx, now_ms, by, (key, "reseal"), entry, false).await?;
         Ok(())
     }
+}
+
+/// What one batch of [`Outbox::reseal`] or [`Inbox::reseal`] did, or, [`ResealedRows::add`]ed
+/// up, a whole run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResealedRows {
+    /// Rows whose value was written again under the keyring's current key.
+    pub resealed: u64,
+    /// Rows whose value was sealed under the current key already.
+    pub current: u64,
+    /// Rows left as they are, their value sealed under a key the keyring lacks, by key id.
+    pub unknown_keys: BTreeMap<String, u64>,
+    /// Rows left as they are because their value fails its check: which, never a value.
+    pub unreadable: Vec<String>,
+    /// The id the next batch starts after; `None`: this batch reached the end.
+    pub next: Option<i64>,
+}
+
+impl ResealedRows {
+    /// Adds `later`, the batch after this one: its counts added, its `next` in place of
+    /// this one's.
+    pub fn add(&mut self, later: Self) {
+        self.resealed += later.resealed;
+        self.current += later.current;
+        for (key, n) in later.unknown_keys {
+            *self.unknown_keys.entry(key).or_default() += n;
+        }
+        self.unreadable.extend(later.unreadable);
+        self.next = later.next;
+    }
+}
+
+impl<DB: Backend> Outbox<DB> {
+    /// Writes the payloads of up to `batch` messages (1 to [`Resealed::MAX_BATCH`]) after
+    /// id `after` (0: from the first) again under the current key of the outbox's keyring
+    /// ([`Outbox::with_keyring`]), clear ones sealed for the first time, so that an old
+    /// storage key can be retired with pending and dead messages still in the outbox. Call
+    /// it again with [`ResealedRows::next`] until that is `None`. A payload never changes
+    /// once enqueued, so a batch holds no lock; nothing is audited (a message's topic, dedup
+    /// id and status are unchanged). A payload sealed under a key the keyring lacks, or that
+    /// fails its check, is left as it is, and counted.
+    ///
+    /// # Errors
+    /// [`StoreError::NeedsStorageKeys`]: the outbox has no keyring; database errors.
+    pub async fn reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
+        let sql = DB::SQL;
+        let statements = (sql.outbox_reseal_batch, sql.outbox_reseal);
+        let place = crate::outbox::payload_place;
+        let ring = self.keyring().ok_or_else(|| needs_keys("the outbox"))?;
+        reseal_texts::<DB>(
+            self.pool(),
+            ring,
+            statements,
+            place,
+            (after, batch),
+            "outbox message",
+        )
+        .await
+    }
+}
+
+impl<DB: Backend> Inbox<DB> {
+    /// [`Outbox::reseal`] for the bodies of the inbox's events ([`Inbox::with_keyring`]).
+    ///
+    /// # Errors
+    /// [`StoreError::NeedsStorageKeys`]: the inbox has no keyring; database errors.
+    pub async fn reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
+        let sql = DB::SQL;
+        let statements = (sql.inbox_reseal_batch, sql.inbox_reseal);
+        let place = crate::inbox::body_place;
+        let ring = self.keyring().ok_or_else(|| needs_keys("the inbox"))?;
+        reseal_texts::<DB>(
+            self.pool(),
+            ring,
+            statements,
+            place,
+            (after, batch),
+            "inbox event",
+        )
+        .await
+    }
+}
+
+fn needs_keys(what: &str) -> StoreError {
+    StoreError::NeedsStorageKeys(format!("reseal: {what} has no keyring to seal under"))
+}
+
+/// A batch of [`Outbox::reseal`] or [`Inbox::reseal`]: `select` reads (id, two parts of the
+/// row's identity, the value) after an id, `write` sets the value of an id; `place` is where
+/// a row's value is sealed.
+async fn reseal_texts<DB: Backend>(
+    pool: &Pool<DB>,
+    ring: &Keyring,
+    (select, write): (&str, &str),
+    place: for<'a> fn(&'a str, &'a str) -> Place<'a>,
+    (after, batch): (i64, u32),
+    what: &str,
+) -> Result<ResealedRows, StoreError> {
+    let batch = batch.clamp(1, Resealed::MAX_BATCH);
+    let mut conn = pool.acquire().await?;
+    let args = [Arg::Int(after), Arg::Int(i64::from(batch))];
+    let rows = DB::fetch_all(&mut conn, select, &args).await?;
+    let mut done = ResealedRows::default();
+    let mut last = None;
+    for row in &rows {
+        let id = DB::int(row, 0)?;
+        last = Some(id);
+        let (a, b, value) = (DB::text(row, 1)?, DB::text(row, 2)?, DB::text(row, 3)?);
+        let place = place(&a, &b);
+        match Sealed::key_of(value.as_bytes()) {
+            Some(key) if key == ring.current() => done.current += 1,
+            Some(key) if !ring.has(key) => {
+                *done.unknown_keys.entry(key.to_owned()).or_default() += 1;
+            }
+            _ => match seal::open_text(Some(ring), place, value) {
+                Ok(plain) => {
+                    let sealed = ring.seal_text(place, &plain);
+                    DB::execute(&mut conn, write, &[Arg::Text(&sealed), Arg::Int(id)]).await?;
+                    done.resealed += 1;
+                }
+                Err(error) => done.unreadable.push(format!("{what} {id}: {error}")),
+            },
+        }
+    }
+    done.next = last.filter(|_| rows.len() == usize::try_from(batch).unwrap_or(usize::MAX));
+    Ok(done)
 }

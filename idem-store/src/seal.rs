@@ -63,10 +63,13 @@ pub enum KeyringError {
     /// An entry that is not `ID:BASE64`.
     #[error("storage key entry {0}: expected ID:BASE64")]
     Entry(usize),
-    /// A key id outside `[A-Za-z0-9_-]{1,32}`.
-    #[error("storage key id `{0}`: expected 1 to 32 of A-Z, a-z, 0-9, `_` and `-`")]
-    Id(String),
-    /// A key that is not 32 bytes of standard base64.
+    /// Entry number `n` (from 1) has an id outside `[A-Za-z0-9_-]{1,32}`: not named, since
+    /// an entry written key first would be named by its key.
+    #[error(
+        "storage key entry {0}: expected an id of 1 to 32 of A-Z, a-z, 0-9, `_` and `-`, then `:` and the key"
+    )]
+    Id(usize),
+    /// The key of this id is not 32 bytes of standard base64.
     #[error("storage key `{0}`: expected 32 bytes in standard base64")]
     Key(String),
     /// Two keys with one id.
@@ -85,15 +88,10 @@ impl Keyring {
         S: Into<String>,
     {
         let mut ring = Vec::new();
-        for (id, secret) in keys {
+        for (i, (id, secret)) in keys.into_iter().enumerate() {
             let (id, secret) = (id.into(), Zeroizing::new(secret));
-            if id.is_empty()
-                || id.len() > MAX_ID
-                || !id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-            {
-                return Err(KeyringError::Id(id));
+            if !is_id(&id) {
+                return Err(KeyringError::Id(i + 1));
             }
             if ring.iter().any(|(have, _)| *have == id) {
                 return Err(KeyringError::Duplicate(id));
@@ -131,6 +129,10 @@ impl Keyring {
                 return Err(KeyringError::Empty);
             }
             let (id, key) = entry.split_once(':').ok_or(KeyringError::Entry(i + 1))?;
+            let id = id.trim();
+            if !is_id(id) {
+                return Err(KeyringError::Id(i + 1));
+            }
             let bytes = Zeroizing::new(
                 BASE64
                     .decode(key.trim())
@@ -140,7 +142,7 @@ impl Keyring {
                 .as_slice()
                 .try_into()
                 .map_err(|_| KeyringError::Key(id.to_owned()))?;
-            keys.push((id.trim().to_owned(), secret));
+            keys.push((id.to_owned(), secret));
         }
         Self::new(keys)
     }
@@ -220,6 +222,14 @@ impl Keyring {
             .map_err(|_| tampered())?;
         Ok(plain)
     }
+}
+
+/// Whether `id` can be a key id: `[A-Za-z0-9_-]{1,32}`.
+fn is_id(id: &str) -> bool {
+    (1..=MAX_ID).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl fmt::Debug for Keyring {
@@ -588,7 +598,7 @@ mod tests {
         );
         assert_eq!(
             Keyring::parse(&format!("a b:{key}")).err(),
-            Some(KeyringError::Id("a b".into()))
+            Some(KeyringError::Id(1))
         );
         assert_eq!(
             Keyring::parse("a:AAAA").err(),

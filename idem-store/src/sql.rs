@@ -239,6 +239,17 @@ pub struct Sql {
     /// The events of id `$1`, one per source.
     pub inbox_get: &'static str,
 
+    // Resealing the outbox and the inbox ([`crate::Outbox::reseal`]): their values never
+    // change once written, so a batch needs no lock.
+    /// Up to `$2` messages after id `$1`, in id order: id, dedup id, topic, payload.
+    pub outbox_reseal_batch: &'static str,
+    /// A message's payload written again (the payload; the id).
+    pub outbox_reseal: &'static str,
+    /// Up to `$2` events after id `$1`, in id order: id, source, event id, body.
+    pub inbox_reseal_batch: &'static str,
+    /// An event's body written again (the body; the id).
+    pub inbox_reseal: &'static str,
+
     // The migration runner's history, `idem_schema_migrations`.
     /// One migration's recorded checksum.
     pub applied_one: &'static str,

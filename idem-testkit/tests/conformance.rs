@@ -74,6 +74,7 @@ idem_testkit::on_every_store!(
     sealed_values_that_fail_their_check,
     complete_of_a_sealed_row_needs_the_keys,
     reseal_moves_every_row_to_the_current_key,
+    reseal_moves_messages_and_events_to_the_current_key,
     // The operation registry.
     operations_registry,
     // The outbox.

@@ -13,7 +13,7 @@ use idem_store::sqlx::{MySql, Postgres, Sqlite};
 use idem_store::{
     Acted, Action, Actor, AuditEntry, AuditFilter, Counts, Cursor, Inbox, InboxEvent, InboxStatus,
     Journal, KeyFilter, KeyRef, KeyRow, KeyTable, Keyring, OperationInfo, Outbox, OutboxCounts,
-    OutboxRow, OutboxStatus, Page, Registration, Resealed, StoreError,
+    OutboxRow, OutboxStatus, Page, Registration, Resealed, ResealedRows, StoreError,
 };
 
 /// Why the tool could not open the database.
@@ -220,6 +220,16 @@ impl Db {
         now_ms: i64,
     ) -> Result<Resealed, StoreError> {
         on_table!(self, t => t.reseal(after, batch, by, now_ms).await)
+    }
+
+    /// See [`Outbox::reseal`].
+    pub async fn outbox_reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
+        on_beside!(self, Outbox, o => o.reseal(after, batch).await)
+    }
+
+    /// See [`Inbox::reseal`].
+    pub async fn inbox_reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
+        on_beside!(self, Inbox, i => i.reseal(after, batch).await)
     }
 
     /// See [`KeyTable::sweep_batch`].

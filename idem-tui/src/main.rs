@@ -43,7 +43,7 @@ mod ui;
 use std::io::IsTerminal as _;
 
 use clap::{CommandFactory as _, Parser as _};
-use idem_store::{Keyring, KeyringError};
+use idem_store::Keyring;
 
 use crate::cli::{Cli, StorageKeys};
 use crate::commands::Context;
@@ -151,40 +151,8 @@ fn operator(given: Option<&str>) -> Result<String, CommandError> {
 /// key, as a usage error.
 fn keyring(given: &StorageKeys) -> Result<Keyring, CommandError> {
     Keyring::parse(&given.0).map_err(|error| {
-        CommandError::usage(format!(
-            "--storage-keys (or IDEM_STORAGE_KEYS): {}",
-            keyring_error(&error)
-        ))
+        CommandError::usage(format!("--storage-keys (or IDEM_STORAGE_KEYS): {error}"))
     })
-}
-
-/// What is wrong with a keyring, in words that never hold a key: an id is named only when
-/// it is one (a key is longer than any id, and base64 is not an id's alphabet: an entry
-/// written key first would otherwise be named by its key).
-fn keyring_error(error: &KeyringError) -> String {
-    let an_id = |id: &str| {
-        !id.is_empty()
-            && id.len() <= 32
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    };
-    match error {
-        KeyringError::Empty => {
-            "no storage key: expected ID:BASE64 entries separated by commas".to_owned()
-        }
-        KeyringError::Entry(n) => format!("entry {n} is not ID:BASE64"),
-        KeyringError::Key(id) if an_id(id) => {
-            format!("storage key `{id}` is not 32 bytes in standard base64")
-        }
-        KeyringError::Duplicate(id) if an_id(id) => format!("storage key `{id}` is given twice"),
-        KeyringError::Id(_) | KeyringError::Key(_) | KeyringError::Duplicate(_) => {
-            "an entry is not ID:BASE64 with an id of 1 to 32 of A-Z, a-z, 0-9, `_` and `-` \
-             and a key of 32 bytes in standard base64 (the id first)"
-                .to_owned()
-        }
-        _ => "not a keyring: expected ID:BASE64 entries separated by commas".to_owned(),
-    }
 }
 
 /// Opens the terminal UI on `db`; the exit code.

@@ -1864,9 +1864,12 @@ async fn sealed_keys_are_shown_as_sealed<DB: TestBackend>() {
     let secret = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
     for (keys, says) in [
         ("k1:c2hvcnQ=", "storage key `k1`"),
-        (&format!("{secret}:k1")[..], "an entry"),
+        (
+            &format!("{secret}:k1")[..],
+            "storage key entry 1: expected an id",
+        ),
         (&format!("{K1},{K1}")[..], "given twice"),
-        (secret, "entry 1 is not ID:BASE64"),
+        (secret, "storage key entry 1: expected ID:BASE64"),
         ("", "no storage key"),
     ] {
         for (flag, env) in [

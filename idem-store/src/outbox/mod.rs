@@ -13,7 +13,8 @@ use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
 use crate::glue::Arg;
 use crate::operator::{Actor, record};
-use crate::outbox::message::{AUDIT_SCOPE, payload_place, row_json};
+pub(crate) use crate::outbox::message::payload_place;
+use crate::outbox::message::{AUDIT_SCOPE, row_json};
 use crate::seal::{self, Keyring};
 use crate::sql::{Claim, Statement};
 
@@ -152,6 +153,12 @@ impl<DB: Backend> Outbox<DB> {
     pub fn with_keyring(mut self, ring: Keyring) -> Self {
         self.ring = Some(Arc::new(ring));
         self
+    }
+
+    /// The storage keys, if the outbox was given them.
+    #[must_use]
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.ring.as_deref()
     }
 
     /// The pool.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use idem_store::{Actor, Cursor, Resealed};
+use idem_store::{Actor, Cursor, Resealed, ResealedRows};
 use serde_json::json;
 
 use super::context::Context;
@@ -55,6 +55,12 @@ pub(super) async fn reseal(context: &Context, args: ResealArgs) -> Result<Report
         }
         tokio::time::sleep(PAUSE).await;
     }
+    // Then the outbox's payloads and the inbox's bodies, which an old key may seal too.
+    let outbox = beside(context, args.batch, Area::Outbox).await?;
+    let inbox = beside(context, args.batch, Area::Inbox).await?;
+    let mut text = totals(&total, &sealing, batches);
+    text.push_str(&rows_totals(&outbox, "outbox message"));
+    text.push_str(&rows_totals(&inbox, "inbox event"));
     let json = json!({
         "action": "reseal",
         "storage_key": sealing,
@@ -65,10 +71,68 @@ pub(super) async fn reseal(context: &Context, args: ResealArgs) -> Result<Report
         "batches": batches,
         "operator": context.operator,
         "reason": args.reason,
+        "outbox": rows_json(&outbox),
+        "inbox": rows_json(&inbox),
     });
-    Ok(Report {
-        json,
-        text: totals(&total, &sealing, batches),
+    Ok(Report { json, text })
+}
+
+/// The tables beside the key table a reseal goes through after it.
+#[derive(Clone, Copy)]
+enum Area {
+    Outbox,
+    Inbox,
+}
+
+/// Reseals the whole of `area`, batch by batch.
+async fn beside(context: &Context, batch: u32, area: Area) -> Result<ResealedRows, CommandError> {
+    let mut total = ResealedRows::default();
+    loop {
+        let after = total.next.unwrap_or(0);
+        let done = match area {
+            Area::Outbox => context.db.outbox_reseal(after, batch).await,
+            Area::Inbox => context.db.inbox_reseal(after, batch).await,
+        };
+        total.add(done.map_err(CommandError::from)?);
+        if total.next.is_none() {
+            return Ok(total);
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+}
+
+/// A line of totals of the outbox or the inbox, for people; nothing when it is empty.
+fn rows_totals(total: &ResealedRows, what: &str) -> String {
+    let skipped: u64 = total.unknown_keys.values().sum();
+    if total.resealed + total.current + skipped == 0 && total.unreadable.is_empty() {
+        return String::new();
+    }
+    let mut line = format!(
+        "{what}s: {} resealed, {} already under it",
+        total.resealed, total.current
+    );
+    if skipped > 0 {
+        let by_key: Vec<String> = (total.unknown_keys.iter())
+            .map(|(key, n)| format!("{key} ({n})"))
+            .collect();
+        line.push_str(&format!(
+            ", left under storage keys not given: {}",
+            by_key.join(", ")
+        ));
+    }
+    line.push('\n');
+    for why in &total.unreadable {
+        line.push_str(&format!("  left as it is, unreadable: {why}\n"));
+    }
+    line
+}
+
+fn rows_json(total: &ResealedRows) -> serde_json::Value {
+    json!({
+        "resealed": total.resealed,
+        "current": total.current,
+        "skipped": total.unknown_keys,
+        "unreadable": total.unreadable,
     })
 }
 

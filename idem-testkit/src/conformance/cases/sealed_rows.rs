@@ -529,3 +529,138 @@ pub async fn reseal_moves_every_row_to_the_current_key<DB: ConformanceSql>() {
         assert_sealed_json(entry.after.as_ref(), Some("k2"));
     }
 }
+
+/// `Outbox::reseal` and `Inbox::reseal`: every payload and body moved to the current key
+/// (clear ones sealed), those under a key not given left as they are and counted, in
+/// batches; afterwards the current key alone opens them, as they were enqueued.
+pub async fn reseal_moves_messages_and_events_to_the_current_key<DB: ConformanceSql>() {
+    use idem_store::{Delivery, Inbox, InboxStatus, Outbox, OutboxMessage, enqueue};
+    let table = fresh::<DB>().await;
+    let pool = table.pool();
+    let (k0, k1) = (ring(&[("k0", 9)]), ring(&[("k1", 1)]));
+    let keys = ring(&[("k2", 2), ("k1", 1)]);
+    let sealers = [None, Some(&k1), Some(&k0), Some(&keys), Some(&k1)];
+    let mut tx = pool.begin().await.must("begin");
+    for (i, sealer) in sealers.iter().enumerate() {
+        let payload = serde_json::json!({ "card": SECRETS[0], "n": i });
+        let message = OutboxMessage::new(format!("m-{i}"), "payment.made", payload);
+        assert!(
+            enqueue(&mut tx, &message, NOW, *sealer)
+                .await
+                .must("enqueue")
+        );
+    }
+    tx.commit().await.must("commit");
+    let mut conn = pool.acquire().await.must("acquire");
+    for (i, sealer) in sealers.iter().enumerate() {
+        let (event, body) = (
+            format!("evt-{i}"),
+            format!(r#"{{"n":{i},"s":"{}"}}"#, SECRETS[1]),
+        );
+        let delivery = Delivery {
+            source: "provider_event:v1",
+            event_id: &event,
+            reason: "no payment names it",
+            body: &body,
+        };
+        Inbox::<DB>::note(&mut conn, delivery, InboxStatus::Waiting, NOW, *sealer)
+            .await
+            .must("note");
+    }
+    drop(conn);
+
+    let outbox = Outbox::new(pool.clone());
+    assert!(matches!(
+        outbox.reseal(0, 2).await,
+        Err(StoreError::NeedsStorageKeys(_))
+    ));
+    let outbox = outbox.with_keyring(keys.clone());
+    let inbox = Inbox::new(pool.clone()).with_keyring(keys.clone());
+    let (mut messages, mut events) = (
+        idem_store::ResealedRows::default(),
+        idem_store::ResealedRows::default(),
+    );
+    loop {
+        messages.add(
+            outbox
+                .reseal(messages.next.unwrap_or(0), 2)
+                .await
+                .must("outbox reseal"),
+        );
+        if messages.next.is_none() {
+            break;
+        }
+    }
+    loop {
+        events.add(
+            inbox
+                .reseal(events.next.unwrap_or(0), 2)
+                .await
+                .must("inbox reseal"),
+        );
+        if events.next.is_none() {
+            break;
+        }
+    }
+    for done in [&messages, &events] {
+        assert_eq!((done.resealed, done.current), (3, 1), "{done:?}");
+        assert_eq!(done.unknown_keys.get("k0"), Some(&1), "{done:?}");
+        assert!(done.unreadable.is_empty(), "{done:?}");
+    }
+    // Again: nothing left to do but what k0 sealed.
+    let again = outbox.reseal(0, 100).await.must("outbox reseal again");
+    assert_eq!((again.resealed, again.current), (0, 4));
+
+    // The current key alone opens every one but k0's, as enqueued.
+    let k2 = ring(&[("k2", 2)]);
+    let outbox = Outbox::new(pool.clone()).with_keyring(k2.clone());
+    let inbox = Inbox::new(pool.clone()).with_keyring(k2);
+    for (i, sealer) in sealers.iter().enumerate() {
+        let message = outbox
+            .get(&format!("m-{i}"))
+            .await
+            .must("get")
+            .must("the message");
+        let event = inbox.get(&format!("evt-{i}")).await.must("get");
+        let sealing = (
+            message.sealed.clone().must("sealed"),
+            event[0].sealed.clone().must("sealed"),
+        );
+        if sealer.is_some_and(|s| s.current() == "k0") {
+            assert_eq!(
+                sealing.0,
+                Sealing {
+                    key: "k0".into(),
+                    opened: false
+                }
+            );
+            assert_eq!(
+                sealing.1,
+                Sealing {
+                    key: "k0".into(),
+                    opened: false
+                }
+            );
+            continue;
+        }
+        assert_eq!(
+            sealing.0,
+            Sealing {
+                key: "k2".into(),
+                opened: true
+            }
+        );
+        assert_eq!(
+            sealing.1,
+            Sealing {
+                key: "k2".into(),
+                opened: true
+            }
+        );
+        assert_eq!(message.payload["n"], i);
+        assert_eq!(
+            event[0].body,
+            format!(r#"{{"n":{i},"s":"{}"}}"#, SECRETS[1])
+        );
+    }
+}

@@ -1,0 +1,1 @@
+UPDATE idempotency_inbox SET body = ? WHERE id = ?

@@ -1,0 +1,1 @@
+UPDATE idempotency_outbox SET payload = ? WHERE id = ?
