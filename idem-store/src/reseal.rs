@@ -222,8 +222,8 @@ impl Stored {
     }
 
     /// Whether the row is sealed under `ring`'s current key throughout, has a column sealed
-    /// under a key `ring` lacks, or is to be resealed. A response's body is sealed when its
-    /// headers are ([`crate::seal`]): they decide for both.
+    /// under a key `ring` lacks, or is to be resealed. A response's headers and body are
+    /// sealed as one value, whose key the headers column names ([`crate::seal`]).
     fn verdict(&self, ring: &Keyring) -> Verdict {
         let texts = [&self.request, &self.journal, &self.row.response_headers];
         let values = (texts.into_iter().flatten().map(String::as_bytes))

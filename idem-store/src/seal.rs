@@ -14,9 +14,11 @@
 //! **A sealed value describes itself**: `idem-sealed:v1:<key id>:` and then the nonce and the
 //! ciphertext with its tag, raw in a binary column, base64 in a text column. A value without
 //! that prefix is clear: a table written before the keyring was set stays readable, and
-//! [`Sealed::key_of`] tells which key sealed a value without any key. A response's body is
-//! sealed when its headers are (a clear body may start with anything); no JSON text starts
-//! with the prefix, and a clear fingerprint is 32 bytes, shorter than any sealed one.
+//! [`Sealed::key_of`] tells which key sealed a value without any key. No JSON text starts
+//! with the prefix, and a clear fingerprint is 32 bytes, shorter than any sealed one. A
+//! response's headers and body are sealed as one value, in the body column, and the headers
+//! column holds the bare prefix naming the key: a clear body may start with anything, the
+//! headers say whether it is sealed, and a replay opens one value, not two.
 //!
 //! **Rotation.** Values are sealed under the first key and opened under whichever key sealed
 //! them; `KeyTable::reseal` rewrites them under the first. A value sealed under a key the
@@ -360,8 +362,8 @@ pub(crate) enum Column {
     FieldDigests,
     Request,
     Journal,
-    ResponseHeaders,
-    ResponseBody,
+    /// A response's headers and body, sealed together ([`open_response`]).
+    Response,
     OutboxPayload,
     InboxBody,
 }
@@ -373,8 +375,7 @@ impl Column {
             Self::FieldDigests => "field_digests",
             Self::Request => "request",
             Self::Journal => "journal",
-            Self::ResponseHeaders => "response_headers",
-            Self::ResponseBody => "response_body",
+            Self::Response => "response",
             Self::OutboxPayload => "outbox.payload",
             Self::InboxBody => "inbox.body",
         }
@@ -475,29 +476,36 @@ pub(crate) fn open_text(
     String::from_utf8(plain).map_err(|_| tampered())
 }
 
-/// A response's headers and body as stored, opened: the body is sealed when the headers are.
+/// A response's headers and body as stored, opened. Sealed, the two are one value in the
+/// body column (the headers' length, 4 bytes big-endian, the headers, the body), and the
+/// headers column holds only the head naming the key: one open per replay, not two.
 ///
 /// # Errors
-/// As [`open`].
+/// As [`open`]; a sealed response whose headers column is not the bare head, or whose body
+/// is missing or too short, is [`SealError::Tampered`].
 pub(crate) fn open_response(
     ring: Option<&Keyring>,
     key: KeyRef<'_>,
     headers: Option<String>,
     body: Option<Vec<u8>>,
 ) -> Result<(Option<String>, Option<Vec<u8>>), SealError> {
-    let sealed = headers
-        .as_deref()
-        .is_some_and(|h| Sealed::key_of(h.as_bytes()).is_some());
-    let headers = headers
-        .map(|h| open_text(ring, Place::key(Column::ResponseHeaders, key), h))
-        .transpose()?;
-    if !sealed {
+    let Some(head) = headers.as_deref().and_then(|h| Sealed::split(h.as_bytes())) else {
         return Ok((headers, body));
-    }
-    let body = body
-        .map(|b| open(ring, Place::key(Column::ResponseBody, key), b))
-        .transpose()?;
-    Ok((headers, body))
+    };
+    let tampered = || SealError::Tampered(head.0.key.to_owned());
+    let Some(body) = body.filter(|_| head.1.is_empty()) else {
+        return Err(match ring {
+            Some(ring) if ring.has(head.0.key) => tampered(),
+            _ => SealError::UnknownKey(head.0.key.to_owned()),
+        });
+    };
+    let mut both = open(ring, Place::key(Column::Response, key), body)?;
+    let (len, rest) = both.split_first_chunk::<4>().ok_or_else(tampered)?;
+    let len = usize::try_from(u32::from_be_bytes(*len)).map_err(|_| tampered())?;
+    let headers = rest.get(..len).ok_or_else(tampered)?;
+    let headers = String::from_utf8(headers.to_vec()).map_err(|_| tampered())?;
+    both.drain(..4 + len);
+    Ok((Some(headers), Some(both)))
 }
 
 /// [`open_response`]'s other half: a response's headers and body as written.
@@ -507,9 +515,20 @@ pub(crate) fn seal_response<'v>(
     headers: &'v str,
     body: &'v [u8],
 ) -> (Cow<'v, str>, Cow<'v, [u8]>) {
+    let Some(ring) = ring else {
+        return (Cow::Borrowed(headers), Cow::Borrowed(body));
+    };
+    let len = u32::try_from(headers.len())
+        .unwrap_or(u32::MAX)
+        .to_be_bytes();
+    let mut both = Vec::with_capacity(4 + headers.len() + body.len());
+    both.extend_from_slice(&len);
+    both.extend_from_slice(headers.as_bytes());
+    both.extend_from_slice(body);
+    let head = format!("{PREFIX}{}:", ring.current());
     (
-        seal_text(ring, Place::key(Column::ResponseHeaders, key), headers),
-        seal(ring, Place::key(Column::ResponseBody, key), body),
+        Cow::Owned(head),
+        Cow::Owned(ring.seal(Place::key(Column::Response, key), &both)),
     )
 }
 
@@ -567,7 +586,7 @@ mod tests {
     #[test]
     fn old_keys_open_and_every_flipped_byte_is_refused() {
         let old = ring(&["k1"]);
-        let place = Place::key(Column::ResponseBody, KEY);
+        let place = Place::key(Column::Response, KEY);
         let sealed = old.seal(place, b"body");
         let both = ring(&["k2", "k1"]);
         // The ring's second key is k1 here only by id: its bytes differ.
