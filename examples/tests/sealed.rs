@@ -1,8 +1,8 @@
 //! The examples with `IDEM_STORAGE_KEYS`, as an operator runs them, against real processes
 //! on every store: what `orders` and `payments` are sent and answer is nowhere in idem's
 //! tables, as text or hexadecimal; replays are byte for byte; a new first key seals new keys
-//! while old ones replay; after a reseal the old key can go; without the key a row is sealed
-//! under, a key answers `503` and its row stays as it is.
+//! while old ones replay; after a reseal (as `idem keys reseal` does it) the old key can go;
+//! without the key a row is sealed under, a key answers `503` and its row stays as it is.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 mod common;
@@ -140,6 +140,18 @@ async fn sealed_at_rest<DB: Store>() {
     // An operator acts on a sealed key without the keys: audited, still nothing in the clear.
     db.force_delete("two-order-3").await;
     sent.retain(|(key, ..)| key != "two-order-3");
+    nowhere(&db).await;
+    drop((orders, payments));
+
+    // Every key resealed under k2: k1 can go.
+    let resealed = db.reseal(&format!("{k2},{k1}")).await;
+    assert!(resealed >= 6, "the first round's keys: {resealed}");
+    for (key, ..) in &sent {
+        assert_eq!(sealed_by(&db, key).await.as_deref(), Some("k2"), "{key}");
+    }
+    let (orders, payments) = servers(&db, &provider, &k2);
+    let (o, p) = (Client::new(&orders), Client::new(&payments));
+    replays(&o, &p, &sent).await;
     nowhere(&db).await;
     drop((orders, payments));
 

@@ -311,6 +311,47 @@ impl Db {
 }
 
 impl Db {
+    /// `idem keys reseal` with `keys` (`IDEM_STORAGE_KEYS`' format), through the store as the
+    /// tool calls it: the key table, then the outbox and the inbox, batch by batch. How many
+    /// keys it resealed.
+    pub async fn reseal(&self, keys: &str) -> u64 {
+        let ring = idem_runtime::store::Keyring::parse(keys).unwrap();
+        match &self.pool {
+            Pool::Pg(p) => reseal(p, ring).await,
+            Pool::Lite(p) => reseal(p, ring).await,
+            Pool::My(p) => reseal(p, ring).await,
+        }
+    }
+}
+
+async fn reseal<DB: Backend>(pool: &sqlx::Pool<DB>, ring: idem_runtime::store::Keyring) -> u64 {
+    use idem_runtime::clock::Clock as _;
+    use idem_runtime::store::{Actor, Inbox, KeyTable, Outbox, Resealed, ResealedRows};
+    let now = idem_runtime::clock::SystemClock.now_millis();
+    let table = KeyTable::new(pool.clone()).with_keyring(ring.clone());
+    let by = Actor::new("ops").reason("retire the old storage key");
+    let mut keys = Resealed::default();
+    loop {
+        keys.add(table.reseal(keys.next.as_ref(), 4, &by, now).await.unwrap());
+        if keys.next.is_none() {
+            break;
+        }
+    }
+    assert_eq!((keys.skipped(), keys.unreadable.len()), (0, 0), "{keys:?}");
+    let outbox = Outbox::new(pool.clone()).with_keyring(ring.clone());
+    let inbox = Inbox::new(pool.clone()).with_keyring(ring);
+    let (mut messages, mut events) = (ResealedRows::default(), ResealedRows::default());
+    loop {
+        messages.add(outbox.reseal(messages.next.unwrap_or(0), 4).await.unwrap());
+        events.add(inbox.reseal(events.next.unwrap_or(0), 4).await.unwrap());
+        if messages.next.is_none() && events.next.is_none() {
+            break;
+        }
+    }
+    keys.resealed
+}
+
+impl Db {
     /// `idem keys delete --force` of the key `key` (any scope, operation), through the store's
     /// operator action as the tool calls it: audited, forced over a live lease.
     pub async fn force_delete(&self, key: &str) {
