@@ -201,28 +201,31 @@ impl Keyring {
     }
 
     /// Opens the sealed value `sealed` (a binary column's form) of `place`.
-    fn open(
-        &self,
-        place: Place<'_>,
-        sealed: Sealed<'_>,
-        body: &[u8],
-    ) -> Result<Vec<u8>, SealError> {
-        let Some((_, cipher)) = self.keys.iter().find(|(id, _)| id == sealed.key) else {
-            return Err(SealError::UnknownKey(sealed.key.to_owned()));
+    /// Opens, in place, the sealed value `data` of `place` (a binary column's form, or a
+    /// text column's decoded): its plaintext, in the same allocation.
+    fn open(&self, place: Place<'_>, mut data: Vec<u8>) -> Result<Vec<u8>, SealError> {
+        let Some((head, rest)) = Sealed::split(&data) else {
+            return Ok(data);
         };
-        let tampered = || SealError::Tampered(sealed.key.to_owned());
-        if body.len() < NONCE + TAG {
+        let Some((_, cipher)) = self.keys.iter().find(|(id, _)| id == head.key) else {
+            return Err(SealError::UnknownKey(head.key.to_owned()));
+        };
+        let key = head.key.to_owned();
+        let tampered = || SealError::Tampered(key.clone());
+        let start = data.len() - rest.len();
+        if rest.len() < NONCE + TAG {
             return Err(tampered());
         }
-        let (nonce, rest) = body.split_at(NONCE);
-        let (ciphertext, tag) = rest.split_at(rest.len() - TAG);
-        let nonce = XNonce::try_from(nonce).map_err(|_| tampered())?;
-        let tag = chacha20poly1305::Tag::try_from(tag).map_err(|_| tampered())?;
-        let mut plain = ciphertext.to_vec();
+        let tag_at = data.len() - TAG;
+        let nonce = XNonce::try_from(&data[start..start + NONCE]).map_err(|_| tampered())?;
+        let tag = chacha20poly1305::Tag::try_from(&data[tag_at..]).map_err(|_| tampered())?;
+        let ciphertext = &mut data[start + NONCE..tag_at];
         cipher
-            .decrypt_inout_detached(&nonce, &place.aad(), plain.as_mut_slice().into(), &tag)
+            .decrypt_inout_detached(&nonce, &place.aad(), ciphertext.into(), &tag)
             .map_err(|_| tampered())?;
-        Ok(plain)
+        data.truncate(tag_at);
+        data.drain(..start + NONCE);
+        Ok(data)
     }
 }
 
@@ -445,12 +448,10 @@ pub(crate) fn open(
     place: Place<'_>,
     stored: Vec<u8>,
 ) -> Result<Vec<u8>, SealError> {
-    match Sealed::split(&stored) {
-        None => Ok(stored),
-        Some((head, body)) => match ring {
-            Some(ring) => ring.open(place, head, body),
-            None => Err(SealError::UnknownKey(head.key.to_owned())),
-        },
+    match (Sealed::key_of(&stored), ring) {
+        (None, _) => Ok(stored),
+        (Some(_), Some(ring)) => ring.open(place, stored),
+        (Some(key), None) => Err(SealError::UnknownKey(key.to_owned())),
     }
 }
 
@@ -471,8 +472,10 @@ pub(crate) fn open_text(
         return Err(SealError::UnknownKey(head.key.to_owned()));
     };
     let tampered = || SealError::Tampered(head.key.to_owned());
-    let body = BASE64.decode(body).map_err(|_| tampered())?;
-    let plain = ring.open(place, head, &body)?;
+    // The head as it is, the rest decoded: the binary column's form.
+    let mut data = stored.as_bytes()[..stored.len() - body.len()].to_vec();
+    BASE64.decode_vec(body, &mut data).map_err(|_| tampered())?;
+    let plain = ring.open(place, data)?;
     String::from_utf8(plain).map_err(|_| tampered())
 }
 
@@ -604,6 +607,44 @@ mod tests {
         let mut cut = sealed.clone();
         cut.truncate(PREFIX.len() + 10);
         assert!(open(Some(&both), place, cut).is_err());
+    }
+
+    #[test]
+    fn a_response_is_one_value() {
+        let ring = ring(&["k1"]);
+        let (headers, body) = seal_response(Some(&ring), KEY, r#"[["location","/a"]]"#, b"{}");
+        assert_eq!(headers, "idem-sealed:v1:k1:");
+        let opened = open_response(
+            Some(&ring),
+            KEY,
+            Some(headers.to_string()),
+            Some(body.to_vec()),
+        );
+        let opened = opened.unwrap();
+        assert_eq!(opened.0.as_deref(), Some(r#"[["location","/a"]]"#));
+        assert_eq!(opened.1.as_deref(), Some(&b"{}"[..]));
+        // Without the keys, or without the body, or on another key's row: not opened.
+        let head = Some(headers.to_string());
+        let unknown = open_response(None, KEY, head.clone(), Some(body.to_vec()));
+        assert_eq!(unknown, Err(SealError::UnknownKey("k1".into())));
+        let missing = open_response(Some(&ring), KEY, head.clone(), None);
+        assert_eq!(missing, Err(SealError::Tampered("k1".into())));
+        let other = KeyRef {
+            key: "other",
+            ..KEY
+        };
+        assert!(open_response(Some(&ring), other, head, Some(body.to_vec())).is_err());
+        // Clear: as it is, whatever the body starts with.
+        let clear = open_response(
+            None,
+            KEY,
+            Some("[]".into()),
+            Some(b"idem-sealed:v1:k9:".to_vec()),
+        );
+        assert_eq!(
+            clear.unwrap().1.as_deref(),
+            Some(&b"idem-sealed:v1:k9:"[..])
+        );
     }
 
     #[test]
