@@ -285,10 +285,11 @@ impl Config {
         self
     }
 
-    /// Seals what idem stores at rest under `keys` ([`store::seal`](crate::store#storage-sealed-at-rest)):
-    /// a key's fingerprint, field digests, stored request, journal, response headers and
-    /// body, and the outbox's payloads are written sealed under the first key, bound to their
-    /// row, and opened under whichever key sealed them. What stays clear is what operators
+    /// Seals what idem stores at rest under `keys`
+    /// ([sealed at rest](crate::store#storage-sealed-at-rest)): a key's fingerprint, field
+    /// digests, stored request, journal, response headers and body, the outbox's payloads and
+    /// the inbox's bodies are written sealed under the first key, bound to their row, and
+    /// opened under whichever key sealed them. What stays clear is what operators
     /// search by: scope, operation, key, status, times. A stored value sealed under a key
     /// not given here is answered `503` (`storage-key-unknown`), and its row is left as it
     /// is; rows written clear, before the keys were set, are still read.

@@ -61,7 +61,8 @@ pub enum StoreError {
     /// without them, or without the key a value is sealed under
     /// ([sealed at rest](crate#storage-sealed-at-rest)): an operator's response with
     /// headers or a body for a sealed row ([`crate::Action::Complete`]), a reseal
-    /// ([`crate::KeyTable::reseal`]), sealed field digests
+    /// ([`crate::KeyTable::reseal`], [`crate::Outbox::reseal`], [`crate::Inbox::reseal`]),
+    /// sealed field digests
     /// ([`crate::KeyTable::field_digests`]). Nothing was changed. The message names the
     /// key, never a value.
     #[error("needs the storage keys: {0}")]

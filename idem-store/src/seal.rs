@@ -8,8 +8,8 @@
 //! **The cipher** is XChaCha20-Poly1305 (RustCrypto's `chacha20poly1305`) with a random
 //! 24-byte nonce per value, under the keyring's first key. **The associated data** binds each
 //! value to its column and its row (the key's scope, operation and key; an outbox message's
-//! dedup id; an inbox event's source and id), so a value copied onto another row, or into
-//! another column, fails to open.
+//! dedup id and topic; an inbox event's source and id), so a value copied onto another row,
+//! or into another column, fails to open.
 //!
 //! **A sealed value describes itself**: `idem-sealed:v1:<key id>:` and then the nonce and the
 //! ciphertext with its tag, raw in a binary column, base64 in a text column. A value without
@@ -21,9 +21,9 @@
 //! headers say whether it is sealed, and a replay opens one value, not two.
 //!
 //! **Rotation.** Values are sealed under the first key and opened under whichever key sealed
-//! them; `KeyTable::reseal` rewrites them under the first. A value sealed under a key the
-//! keyring lacks is a [`SealError::UnknownKey`]: the runtime answers `503` and changes
-//! nothing.
+//! them; `KeyTable::reseal`, `Outbox::reseal` and `Inbox::reseal` rewrite them under the
+//! first. A value sealed under a key the keyring lacks is a [`SealError::UnknownKey`]: the
+//! runtime answers `503` and changes nothing.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -231,8 +231,9 @@ pub enum KeysCommand {
     /// completed staged key: --force).
     Delete(ActionArgs),
     /// Write every key's sealed values again under the current storage key (the first of
-    /// --storage-keys), batch by batch, so that an old key can be retired; clear values are
-    /// sealed too. Audited; resumable with --after.
+    /// --storage-keys), batch by batch, then the outbox's payloads and the inbox's bodies, so
+    /// that an old key can be retired; clear values are sealed too. Keys audited; resumable
+    /// with --after.
     Reseal(ResealArgs),
 }
 

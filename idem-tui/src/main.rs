@@ -10,7 +10,7 @@
 //! | `keys show --scope S --operation OP --key K [--body FILE\|-]` | every column, the stored response, the journal and request, the audit history; `--body`: the fields a JSON body changes, adds and removes against the key's first request's body (names only) |
 //! | `keys expire\|release\|delete … [--reason R] [--force]` | an operator action, fenced by the row as read, audited |
 //! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R] [--force]` | completes a processing or stuck key with a response |
-//! | `keys reseal [--batch N] [--after CURSOR] [--reason R]` | every key's sealed values written again under the first storage key, batch by batch, audited; needs `--storage-keys` |
+//! | `keys reseal [--batch N] [--after CURSOR] [--reason R]` | every key's sealed values written again under the first storage key, batch by batch, audited, then the outbox's payloads and the inbox's bodies; needs `--storage-keys` |
 //! | `stuck` | `keys list --status stuck` |
 //! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
 //! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |

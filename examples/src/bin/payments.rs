@@ -17,6 +17,12 @@
 //!   [`Config::transaction_pooler`](idem_runtime::Config::transaction_pooler). A start
 //!   through such a pooler without it is refused, saying to set it, whenever the pooler is
 //!   found (usually; see [`server::connect`]).
+//! - `IDEM_MIGRATIONS`: unset or `idem` → idem applies its migrations; `external` → another
+//!   tool applies them, and they are only checked at start
+//!   ([`Config::external_migrations`](idem_runtime::Config::external_migrations)).
+//! - `IDEM_STORAGE_KEYS`: unset (or empty) → stored values are clear; set → comma-separated
+//!   `ID:BASE64` storage keys, the first sealing
+//!   ([`Config::storage_keys`](idem_runtime::Config::storage_keys), [`server::connect`]).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).

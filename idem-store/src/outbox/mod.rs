@@ -148,7 +148,8 @@ impl<DB: Backend> Outbox<DB> {
 
     /// The outbox read with `ring`'s storage keys: sealed payloads ([`enqueue`] with a
     /// keyring) are opened where the keyring has their key. Without it, or without their
-    /// key, they read as `Null` with [`OutboxRow::sealed`] saying so, and are never claimed.
+    /// key, they read as `Null` with [`OutboxRow::sealed`] saying so, and [`Outbox::claim`]
+    /// leaves them out.
     #[must_use]
     pub fn with_keyring(mut self, ring: Keyring) -> Self {
         self.ring = Some(Arc::new(ring));
