@@ -42,7 +42,9 @@ impl<DB: Backend> KeyTable<DB> {
     /// The table read and written with `ring`'s storage keys
     /// ([sealed at rest](crate#storage-sealed-at-rest)): sealed columns are opened where
     /// the keyring has their key, and what an operator writes is sealed. Without one,
-    /// sealed columns are shown as sealed and never written.
+    /// sealed columns are shown as sealed, and an operator's response on a sealed row may be
+    /// a status alone (which replaces the sealed response): nothing clear is written over
+    /// a sealed value.
     #[must_use]
     pub fn with_keyring(mut self, ring: Keyring) -> Self {
         self.ring = Some(Arc::new(ring));
