@@ -72,6 +72,8 @@ pub enum Command {
     Keys(KeysCommand),
     /// Stuck keys: staged executions whose lease ran out (`keys list --status stuck`).
     Stuck(ListFilter),
+    /// Everything about one key (`keys show`).
+    Show(ShowArgs),
     /// Keys by status and by operation, the oldest stuck key, the table's size.
     Stats,
     /// The audit trail of operator actions, newest first.

@@ -12,6 +12,7 @@
 //! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R] [--force]` | completes a processing or stuck key with a response |
 //! | `keys reseal [--batch N] [--after CURSOR] [--reason R]` | every key's sealed values written again under the first storage key, batch by batch, audited, then the outbox's payloads and the inbox's bodies; needs `--storage-keys` |
 //! | `stuck` | `keys list --status stuck` |
+//! | `show KEY` | `keys show` |
 //! | `stats` | counts by status and operation, the oldest stuck key, the table's size |
 //! | `audit [--limit N] [--by OPERATOR] [--scope S] [--operation OP] [--key K] [--before-id ID]` | operator actions, newest first |
 //! | `sweep --grace 7d [--batch N] [--dry-run]` | deletes keys that expired more than the grace period ago |

@@ -1684,6 +1684,9 @@ async fn sealed_keys_are_shown_as_sealed<DB: TestBackend>() {
         .run(&with(&["keys", "show"], sealed_1.to_vec(), &[]))
         .exited(0);
     no_secret(&shown.stdout);
+    // `idem show`, the shortcut, says the same.
+    let short = s.run(&with(&["show"], sealed_1.to_vec(), &[])).exited(0);
+    assert_eq!(short.stdout, shown.stdout);
     assert!(
         shown
             .stdout

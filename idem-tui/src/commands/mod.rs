@@ -25,7 +25,9 @@ use crate::output::Report;
 pub async fn run(context: &Context, command: Command) -> Result<Report, CommandError> {
     match command {
         Command::Keys(KeysCommand::List(args)) => keys::list(context, args).await,
-        Command::Keys(KeysCommand::Show(args)) => keys::show(context, &args).await,
+        Command::Keys(KeysCommand::Show(args)) | Command::Show(args) => {
+            keys::show(context, &args).await
+        }
         Command::Keys(KeysCommand::Expire(args)) => {
             actions::act(context, actions::Kind::Expire, args).await
         }
