@@ -38,6 +38,30 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// Stops the standby's replay, and waits until it has: a pause is only requested at first,
+/// and what the primary writes meanwhile may still be replayed.
+async fn pause_replay(standby: &PgPool) {
+    sqlx::query("SELECT pg_wal_replay_pause()")
+        .execute(standby)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let state: String = sqlx::query_scalar("SELECT pg_get_wal_replay_pause_state()")
+            .fetch_one(standby)
+            .await
+            .unwrap();
+        if state == "paused" {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "replay never paused"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Until the standby has as many rows of `key` as `rows`.
 async fn replicated(standby: &PgPool, key: &str, rows: i64) {
     let sql = format!("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = '{key}'");
@@ -57,12 +81,34 @@ async fn with_replica() -> (Failover, Idem<Postgres>, PgPool, PgPool) {
     let rig = Failover::start(false);
     let primary_url = Failover::url_of(rig.primary_port, "test");
     let standby_url = Failover::url_of(rig.standby_port, "test");
-    let idem = Idem::<Postgres>::connect(&primary_url, Config::default().replica(&standby_url))
+    // A standby slower than the acquire timeout is passed over: under a loaded machine the
+    // default (500 ms) can run out on a first connection, and the primary would answer.
+    let config = Config::default()
+        .replica(&standby_url)
+        .acquire_timeout(Duration::from_secs(5));
+    let idem = Idem::<Postgres>::connect(&primary_url, config)
         .await
         .unwrap();
     idem.migrate().await.unwrap();
     let primary = PgPool::connect(&primary_url).await.unwrap();
     let standby = PgPool::connect(&standby_url).await.unwrap();
+    // The tables on the standby before the first lookup there: a standby that fails one (no
+    // such table yet) is passed over for five seconds, and the primary answers meanwhile.
+    let applied = "SELECT count(*) FROM idem_schema_migrations";
+    let migrations = scalar(&primary, applied).await;
+    let started = Instant::now();
+    while sqlx::query_scalar::<_, i64>(applied)
+        .fetch_one(&standby)
+        .await
+        .ok()
+        != Some(migrations)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the migrations never replicated"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     (rig, idem, primary, standby)
 }
 
@@ -86,10 +132,7 @@ async fn a_lagging_standby_answers_only_what_it_can() {
     }
 
     // The standby stops replaying; the key is deleted on the primary.
-    sqlx::query("SELECT pg_wal_replay_pause()")
-        .execute(&standby)
-        .await
-        .unwrap();
+    pause_replay(&standby).await;
     sqlx::query("DELETE FROM idempotency_keys WHERE idempotency_key = 'k1'")
         .execute(&primary)
         .await
@@ -166,10 +209,7 @@ async fn staged_replays_from_the_standby() {
     let first = pay("s1").await;
     assert_eq!(first.kind, OutcomeKind::Executed);
     replicated(&standby, "s1", 1).await;
-    sqlx::query("SELECT pg_wal_replay_pause()")
-        .execute(&standby)
-        .await
-        .unwrap();
+    pause_replay(&standby).await;
     sqlx::query("DELETE FROM idempotency_keys WHERE idempotency_key = 's1'")
         .execute(&primary)
         .await

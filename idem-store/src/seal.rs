@@ -115,7 +115,7 @@ impl Keyring {
     /// use idem_store::Keyring;
     ///
     /// let a = "k2:".to_owned() + &"A".repeat(43) + "=";
-    /// let b = "k1:".to_owned() + &"B".repeat(43) + "=";
+    /// let b = "k1:".to_owned() + &"B".repeat(42) + "A=";
     /// let ring = Keyring::parse(&format!("{a}, {b}")).unwrap();
     /// assert_eq!(ring.current(), "k2");
     /// assert_eq!(ring.ids().collect::<Vec<_>>(), ["k2", "k1"]);
