@@ -1,14 +1,16 @@
 //! Which step a keyed execution begins with, learnt per operation from the executions before
 //! it.
 //!
-//! An execution looks its key up first: a replay costs that one round trip. Where `BEGIN`,
-//! the key's lock and the look at its row again are one round trip that fails when the row
-//! exists ([`Backend::LOCK_FIRST`]: PostgreSQL), a new key can skip the lookup and begin with
-//! the lock: a first execution saves a round trip. A key that exists costs two more then (the
-//! failed `BEGIN`'s `ROLLBACK`, then the lookup), so the lock comes first only for an
-//! operation whose recent keys were mostly new: one existing key counts as much as two new
-//! ones, the break-even of one round trip saved against two lost. An operation begins with
-//! the lookup until a new key was seen.
+//! An execution looks its key up first: a replay costs that one round trip. Where the key's
+//! lock tells a key whose row exists ([`Backend::LOCK_FIRST`]: PostgreSQL, where `BEGIN`, the
+//! lock and the look at its row again are one round trip that fails; MySQL, where the lock
+//! row's transaction looks again and rolls back), a new key can skip the lookup and begin with
+//! the lock: a first execution saves a round trip. A key that exists costs more then (the
+//! lock's round trips wasted, its `ROLLBACK`, then the lookup), so the lock comes first only
+//! for an operation whose recent keys were mostly new: one existing key counts as much as two
+//! new ones, the break-even of one round trip saved against two lost on PostgreSQL (on MySQL
+//! a wrong guess costs one more). An operation begins with the lookup until a new key was
+//! seen.
 //!
 //! Either order gives the same answers: the lock's look again refuses a key whose row
 //! exists, and the lookup's path follows (`Idem::execute`).

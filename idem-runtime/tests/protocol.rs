@@ -386,7 +386,7 @@ async fn panic_rolls_back<DB: TestDb>() {
     assert_eq!(ok.kind, OutcomeKind::Executed);
 }
 
-/// Where the key's lock may come before the lookup (`Backend::LOCK_FIRST`, PostgreSQL), an
+/// Where the key's lock may come before the lookup (`Backend::LOCK_FIRST`: PostgreSQL, MySQL), an
 /// operation whose keys were new begins with the lock: a new key runs, a key that exists is
 /// refused by the lock's look again and answered by the lookup, as when the lookup comes
 /// first. Elsewhere the lookup always comes first.
@@ -618,11 +618,10 @@ async fn hold_first<DB: TestDb>(
 }
 
 /// Waits until `n` duplicates of a key that a first execution holds are at its lock. On
-/// PostgreSQL (`url`) they wait for the key's advisory lock, which may come before their
-/// lookup (`Backend::LOCK_FIRST`). Elsewhere they looked the key up and found nothing
-/// (`lookups` watches them), and on MySQL they wait for the key's lock row. On SQLite a
-/// wait for the write lock shows nowhere: from its lookup a duplicate goes straight into
-/// `BEGIN IMMEDIATE`, awaiting nothing else.
+/// PostgreSQL (`url`) they wait for the key's advisory lock, on MySQL for its lock row; each
+/// may come before their lookup (`Backend::LOCK_FIRST`). On SQLite they looked the key up and
+/// found nothing (`lookups` watches them): a wait for the write lock shows nowhere, from its
+/// lookup a duplicate goes straight into `BEGIN IMMEDIATE`, awaiting nothing else.
 async fn until_at_the_lock<DB: TestDb>(url: &str, lookups: &Lookups, n: usize) {
     match <DB as idem_runtime::sqlx::Database>::NAME {
         "PostgreSQL" => {
@@ -630,7 +629,6 @@ async fn until_at_the_lock<DB: TestDb>(url: &str, lookups: &Lookups, n: usize) {
         }
         #[cfg(feature = "mysql")]
         "MySQL" => {
-            lookups.until("none", n).await;
             signals::until_row_lock_waits(url, n).await;
         }
         _ => lookups.until("none", n).await,

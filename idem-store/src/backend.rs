@@ -49,7 +49,8 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// Whether an execution may take the key's lock before looking the key up, saving the
-    /// lookup's round trip when the key is new (PostgreSQL: [the key's lock](crate#the-keys-lock)).
+    /// lookup's round trip when the key is new (PostgreSQL and MySQL:
+    /// [the key's lock](crate#the-keys-lock)).
     const LOCK_FIRST: bool = false;
 
     #[doc(hidden)]

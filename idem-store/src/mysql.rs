@@ -142,6 +142,9 @@ impl Backend for MySql {
     }
     const SQL: Sql = SQL;
     const POSITIONAL: bool = true;
+    // `begin`'s look again answers `Begun::Taken`: a key found taken costs the lock's round
+    // trips and then the lookup, which `first_step` weighs.
+    const LOCK_FIRST: bool = true;
     const RETURNING: bool = false;
 
     fn is_duplicate(error: &sqlx::Error) -> bool {

@@ -1,7 +1,7 @@
 //! Signals that order concurrent executions in tests, instead of sleeping: what the
-//! executions themselves show — the runtime's `key looked up` event, and on PostgreSQL the
-//! sessions waiting for an advisory lock (where an execution may take the key's lock before
-//! it looks the key up, that wait is the only sign).
+//! executions themselves show — the runtime's `key looked up` event, and on PostgreSQL and
+//! MySQL the sessions waiting for the key's lock (where an execution may take the key's lock
+//! before it looks the key up, that wait is the only sign).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::future::Future;
@@ -97,14 +97,17 @@ impl<S: Subscriber> Layer<S> for Lookups {
 }
 
 /// Waits until `n` executions of one key, on a database `backend` (`sqlx::Database::NAME`)
-/// at `url`, met the key new while one of them holds it. On PostgreSQL the key's lock may
-/// come before the lookup (`Backend::LOCK_FIRST`): the `n - 1` others wait for the lock.
-/// Elsewhere all `n` looked the key up and found nothing (`lookups` watches them).
+/// at `url`, met the key new while one of them holds it. On PostgreSQL and MySQL the key's
+/// lock may come before the lookup (`Backend::LOCK_FIRST`): the `n - 1` others wait for the
+/// lock. On SQLite all `n` looked the key up and found nothing (`lookups` watches them).
 pub async fn until_all_met_it_new(backend: &str, url: &str, lookups: &Lookups, n: usize) {
-    if backend == "PostgreSQL" {
-        until_advisory_lock_waits(url, n - 1).await;
-    } else {
-        lookups.until("none", n).await;
+    match backend {
+        "PostgreSQL" => {
+            until_advisory_lock_waits(url, n - 1).await;
+        }
+        #[cfg(feature = "mysql")]
+        "MySQL" => until_row_lock_waits(url, n - 1).await,
+        _ => lookups.until("none", n).await,
     }
 }
 
