@@ -6,16 +6,18 @@
 //! lock and the look at its row again are one round trip that fails; MySQL, where the lock
 //! row's transaction looks again and rolls back), a new key can skip the lookup and begin with
 //! the lock: a first execution saves a round trip. A key that exists costs more then (the
-//! lock's round trips wasted, its `ROLLBACK`, then the lookup), so the lock comes first only
-//! for an operation whose recent keys were mostly new: one existing key counts as much as two
-//! new ones, the break-even of one round trip saved against two lost on PostgreSQL (on MySQL
-//! a wrong guess costs one more). An operation begins with the lookup until a new key was
-//! seen.
+//! lock's round trips wasted, its `ROLLBACK`, then the lookup: [`Backend::LOCK_FIRST_MISS`],
+//! two on PostgreSQL, four on MySQL), so the lock comes first only for an operation whose
+//! recent keys were mostly new: one existing key counts as much as that many new ones, the
+//! break-even of one round trip saved against those lost (more than two keys in three new on
+//! PostgreSQL, four in five on MySQL). An operation begins with the lookup until a new key
+//! was seen.
 //!
 //! Either order gives the same answers: the lock's look again refuses a key whose row
 //! exists, and the lookup's path follows (`Idem::execute`).
 //!
 //! [`Backend::LOCK_FIRST`]: crate::store::Backend::LOCK_FIRST
+//! [`Backend::LOCK_FIRST_MISS`]: crate::store::Backend::LOCK_FIRST_MISS
 
 use std::hash::{DefaultHasher, Hasher as _};
 use std::sync::atomic::{AtomicI8, Ordering};
@@ -26,21 +28,24 @@ const SLOTS: usize = 64;
 /// The score's bounds: how many executions it takes, at most, to turn a guess around.
 const BOUND: i8 = 16;
 
-/// Per operation, a score of the keys its executions met: each existing key adds 2, each
+/// Per operation, a score of the keys its executions met: each existing key adds `miss`, each
 /// new key takes 1 away; below zero, the key's lock comes first.
 pub(crate) struct FirstStep {
     scores: [AtomicI8; SLOTS],
-}
-
-impl Default for FirstStep {
-    fn default() -> Self {
-        Self {
-            scores: std::array::from_fn(|_| AtomicI8::new(0)),
-        }
-    }
+    miss: i8,
 }
 
 impl FirstStep {
+    /// Scores where a key found to exist after the lock came first cost `miss` round trips
+    /// more than the lookup would have
+    /// ([`Backend::LOCK_FIRST_MISS`](crate::store::Backend::LOCK_FIRST_MISS)).
+    pub(crate) fn new(miss: i8) -> Self {
+        Self {
+            scores: std::array::from_fn(|_| AtomicI8::new(0)),
+            miss,
+        }
+    }
+
     /// Whether the next execution of `operation` should begin with the key's lock.
     pub(crate) fn lock_first(&self, operation: &str) -> bool {
         self.score(operation).load(Ordering::Relaxed) < 0
@@ -51,7 +56,7 @@ impl FirstStep {
         let score = self.score(operation);
         let before = score.load(Ordering::Relaxed);
         let after = if existing {
-            before.saturating_add(2).min(BOUND)
+            before.saturating_add(self.miss).min(BOUND)
         } else {
             before.saturating_sub(1).max(-BOUND)
         };
@@ -77,7 +82,7 @@ mod tests {
 
     #[test]
     fn new_keys_turn_the_lock_first_and_existing_keys_turn_it_back() {
-        let steps = FirstStep::default();
+        let steps = FirstStep::new(2);
         assert!(
             !steps.lock_first("orders:v1"),
             "the lookup first, to begin with"
@@ -96,11 +101,35 @@ mod tests {
         assert!(!steps.lock_first("orders:v1"));
         // One existing key in three keeps the lookup first; one in four the lock.
         for (every, lock_first) in [(3, false), (4, true)] {
-            let steps = FirstStep::default();
+            let steps = FirstStep::new(2);
             for i in 0..300 {
                 steps.met("mix:v1", i % every == 0);
             }
             assert_eq!(steps.lock_first("mix:v1"), lock_first, "one in {every}");
         }
+    }
+
+    #[test]
+    fn a_dearer_miss_needs_more_new_keys() {
+        // MySQL's weight: one existing key in five keeps the lookup first; one in six the
+        // lock.
+        for (every, lock_first) in [(5, false), (6, true)] {
+            let steps = FirstStep::new(4);
+            for i in 0..300 {
+                steps.met("mix:v1", i % every == 0);
+            }
+            assert_eq!(steps.lock_first("mix:v1"), lock_first, "one in {every}");
+        }
+        // Four existing keys outweigh any run of new ones.
+        let steps = FirstStep::new(4);
+        for _ in 0..100 {
+            steps.met("orders:v1", false);
+        }
+        for _ in 0..3 {
+            steps.met("orders:v1", true);
+        }
+        assert!(steps.lock_first("orders:v1"));
+        steps.met("orders:v1", true);
+        assert!(!steps.lock_first("orders:v1"));
     }
 }

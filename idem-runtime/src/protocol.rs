@@ -184,7 +184,7 @@ impl<DB: Backend> Inner<DB> {
             namespace: self.namespace.clone(),
             holds: self.holds.clone(),
             replica: self.replica.clone(),
-            first_step: FirstStep::default(),
+            first_step: FirstStep::new(DB::LOCK_FIRST_MISS),
             fail: FailPoints::default(),
         }
     }
@@ -329,7 +329,7 @@ impl<DB: Backend> Idem<DB> {
                 namespace: OnceLock::new(),
                 holds: OnceLock::new(),
                 replica: None,
-                first_step: FirstStep::default(),
+                first_step: FirstStep::new(DB::LOCK_FIRST_MISS),
                 fail: FailPoints::default(),
             }),
         }

@@ -54,6 +54,13 @@ pub trait Backend: Glue + sealed::Sealed {
     const LOCK_FIRST: bool = false;
 
     #[doc(hidden)]
+    /// With [`Self::LOCK_FIRST`], how many round trips more than the lookup alone a key that
+    /// exists costs when the lock came first (the lock's round trips, its `ROLLBACK`, then
+    /// the lookup), against the one a new key saves: how much an existing key weighs in the
+    /// runtime's choice. PostgreSQL's `BEGIN` and lock are one round trip: 2.
+    const LOCK_FIRST_MISS: i8 = 2;
+
+    #[doc(hidden)]
     /// Whether `INSERT`, `UPDATE` and `DELETE` take `RETURNING`. Where they do not (MySQL),
     /// the generic code reads the rows again.
     const RETURNING: bool = true;

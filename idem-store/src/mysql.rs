@@ -142,9 +142,10 @@ impl Backend for MySql {
     }
     const SQL: Sql = SQL;
     const POSITIONAL: bool = true;
-    // `begin`'s look again answers `Begun::Taken`: a key found taken costs the lock's round
-    // trips and then the lookup, which `first_step` weighs.
+    // `begin`'s look again answers `Begun::Taken`: a key found taken costs the lock's three
+    // round trips, the `ROLLBACK`, then the lookup.
     const LOCK_FIRST: bool = true;
+    const LOCK_FIRST_MISS: i8 = 4;
     const RETURNING: bool = false;
 
     fn is_duplicate(error: &sqlx::Error) -> bool {
