@@ -22,8 +22,8 @@
 use std::hash::{DefaultHasher, Hasher as _};
 use std::sync::atomic::{AtomicI8, Ordering};
 
-/// How many operations have a score of their own; operations beyond share (a guess at worst
-/// costs a round trip, never an answer).
+/// How many operations have a score of their own; operations beyond share (a wrong guess
+/// costs round trips, never an answer).
 const SLOTS: usize = 64;
 /// The score's bounds: how many executions it takes, at most, to turn a guess around.
 const BOUND: i8 = 16;
