@@ -80,6 +80,30 @@ impl FirstStep {
 mod tests {
     use super::*;
 
+    /// After 300 keys of one operation, one existing in every `every`: whether the
+    /// lock comes first.
+    fn lock_first_after_a_mix(miss: i8, every: usize) -> bool {
+        let steps = FirstStep::new(miss);
+        for i in 0..300 {
+            steps.met("mix:v1", i % every == 0);
+        }
+        steps.lock_first("mix:v1")
+    }
+
+    /// After a long run of new keys, how many existing keys turn the lookup first again.
+    fn existing_keys_to_turn_back(miss: i8) -> usize {
+        let steps = FirstStep::new(miss);
+        for _ in 0..100 {
+            steps.met("orders:v1", false);
+        }
+        (1..=100)
+            .find(|_| {
+                steps.met("orders:v1", true);
+                !steps.lock_first("orders:v1")
+            })
+            .unwrap_or(usize::MAX)
+    }
+
     #[test]
     fn new_keys_turn_the_lock_first_and_existing_keys_turn_it_back() {
         let steps = FirstStep::new(2);
@@ -89,47 +113,19 @@ mod tests {
         );
         steps.met("orders:v1", false);
         assert!(steps.lock_first("orders:v1"));
-        for _ in 0..100 {
-            steps.met("orders:v1", false);
-        }
         // Bounded: eight existing keys outweigh any run of new ones.
-        for _ in 0..7 {
-            steps.met("orders:v1", true);
-        }
-        assert!(steps.lock_first("orders:v1"));
-        steps.met("orders:v1", true);
-        assert!(!steps.lock_first("orders:v1"));
+        assert_eq!(existing_keys_to_turn_back(2), 8);
         // One existing key in three keeps the lookup first; one in four the lock.
-        for (every, lock_first) in [(3, false), (4, true)] {
-            let steps = FirstStep::new(2);
-            for i in 0..300 {
-                steps.met("mix:v1", i % every == 0);
-            }
-            assert_eq!(steps.lock_first("mix:v1"), lock_first, "one in {every}");
-        }
+        assert!(!lock_first_after_a_mix(2, 3));
+        assert!(lock_first_after_a_mix(2, 4));
     }
 
     #[test]
     fn a_dearer_miss_needs_more_new_keys() {
         // MySQL's weight: one existing key in five keeps the lookup first; one in six the
-        // lock.
-        for (every, lock_first) in [(5, false), (6, true)] {
-            let steps = FirstStep::new(4);
-            for i in 0..300 {
-                steps.met("mix:v1", i % every == 0);
-            }
-            assert_eq!(steps.lock_first("mix:v1"), lock_first, "one in {every}");
-        }
-        // Four existing keys outweigh any run of new ones.
-        let steps = FirstStep::new(4);
-        for _ in 0..100 {
-            steps.met("orders:v1", false);
-        }
-        for _ in 0..3 {
-            steps.met("orders:v1", true);
-        }
-        assert!(steps.lock_first("orders:v1"));
-        steps.met("orders:v1", true);
-        assert!(!steps.lock_first("orders:v1"));
+        // lock; four existing keys outweigh any run of new ones.
+        assert!(!lock_first_after_a_mix(4, 5));
+        assert!(lock_first_after_a_mix(4, 6));
+        assert_eq!(existing_keys_to_turn_back(4), 4);
     }
 }
