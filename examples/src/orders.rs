@@ -414,7 +414,7 @@ pub fn router_with<DB: OrdersDb>(idem: Idem<DB>, bench_routes: bool) -> Router {
     if bench_routes {
         router = router.route("/bench/plain-orders", post(create_order_plain::<DB>));
     }
-    let operations = operations().map(|o| o.key_format(idem.config().key_format));
+    let operations = operations().map(|o| o.served_by(idem.config()));
     router
         .merge(crate::docs::routes(
             operations,

@@ -838,7 +838,7 @@ pub fn operations() -> Result<Operations, DuplicateOperation> {
 
 /// The example's routes.
 pub fn router<DB: PaymentsDb>(state: AppState<DB>) -> Router {
-    let operations = operations().map(|o| o.key_format(state.idem.config().key_format));
+    let operations = operations().map(|o| o.served_by(state.idem.config()));
     Router::new()
         .route("/payments", post(create_payment::<DB>))
         .route("/payments/{id}", get(get_payment::<DB>))

@@ -2,13 +2,15 @@
 //! on every store: what `orders` and `payments` are sent and answer is nowhere in idem's
 //! tables, as text or hexadecimal; replays are byte for byte; a new first key seals new keys
 //! while old ones replay; after a reseal (as `idem keys reseal` does it) the old key can go;
-//! without the key a row is sealed under, a key answers `503` and its row stays as it is.
+//! without the key a row is sealed under, a key answers `503` and its row stays as it is;
+//! the documents each server serves list those answers only when it seals.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 mod common;
 
 use common::payments::{Provider, post as pay};
 use common::{Client, Db, Kind, Reply, Server, Store};
+use serde_json::Value;
 
 /// What the tests send, and look for in the tables.
 const SKU: &str = "ZQ7SEAL-4242";
@@ -40,11 +42,40 @@ fn servers(db: &Db, provider: &Provider, keys: &str) -> (Server, Server) {
             ("DATABASE_URL", &db.url),
             ("PROVIDER_URL", provider.url()),
             ("WEBHOOK_URL", &hooks),
-            ("PAYMENTS_LEASE", "30s"),
+            // Not the attribute's 30 s: the documents give the lease the server runs with.
+            ("PAYMENTS_LEASE", "20s"),
             ("IDEM_STORAGE_KEYS", keys),
         ],
     );
     (orders, payments)
+}
+
+/// The problem types `client`'s server documents for `POST path` under `status`, and the
+/// operation's `x-idempotency` (`/openapi.json`).
+async fn documented(client: &Client, path: &str, status: &str) -> (Vec<String>, Value) {
+    let api = client.get("acme", "/openapi.json").await.json();
+    let post = &api["paths"][path]["post"];
+    let types = post["responses"][status]["content"]["application/problem+json"]["x-problem-types"]
+        .as_array()
+        .map(|types| {
+            types
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    (types, post["x-idempotency"].clone())
+}
+
+/// The document the servers recorded for `operation` in the operation registry, which
+/// `idem docs` renders.
+async fn registered(db: &Db, operation: &str) -> Value {
+    let doc = db
+        .text(&format!(
+            "SELECT doc FROM idempotency_operations WHERE operation = '{operation}'"
+        ))
+        .await;
+    serde_json::from_str(&doc).unwrap()
 }
 
 /// What was sent and answered, by key: (key, orders?, body, first answer).
@@ -123,6 +154,31 @@ async fn sealed_at_rest<DB: Store>() {
 
     let (orders, payments) = servers(&db, &provider, &k1);
     let (o, p) = (Client::new(&orders), Client::new(&payments));
+    // The documents say what a sealing server may answer, and the lease it runs with.
+    for (client, path) in [(&o, "/orders"), (&p, "/payments")] {
+        let (unavailable, _) = documented(client, path, "503").await;
+        assert!(
+            unavailable
+                .iter()
+                .any(|t| t == "urn:idem:problem:storage-key-unknown"),
+            "{path}: {unavailable:?}"
+        );
+        let (failed, _) = documented(client, path, "500").await;
+        assert!(
+            failed
+                .iter()
+                .any(|t| t == "urn:idem:problem:sealed-unreadable"),
+            "{path}: {failed:?}"
+        );
+    }
+    assert_eq!(documented(&p, "/payments", "503").await.1["lease"], "20s");
+    assert_eq!(
+        registered(&db, "create_order:v1").await["sealed_at_rest"],
+        true
+    );
+    let recorded = registered(&db, "create_payment:v1").await;
+    assert_eq!(recorded["sealed_at_rest"], true);
+    assert_eq!(recorded["lease"], "20s");
     send(&o, &p, &mut sent, "one").await;
     replays(&o, &p, &sent).await;
     assert_eq!(sealed_by(&db, "one-order-1").await.as_deref(), Some("k1"));
@@ -155,9 +211,24 @@ async fn sealed_at_rest<DB: Store>() {
     nowhere(&db).await;
     drop((orders, payments));
 
-    // Without any key: a sealed key answers a clear 503, and its row is as it was.
+    // Without any key: a sealed key answers a clear 503, and its row is as it was; the
+    // documents, of a server that seals nothing, do not list it.
     let (orders, payments) = servers(&db, &provider, "");
     let (o, p) = (Client::new(&orders), Client::new(&payments));
+    let (unavailable, _) = documented(&o, "/orders", "503").await;
+    assert!(
+        !unavailable.is_empty()
+            && !unavailable
+                .iter()
+                .any(|t| t.ends_with("storage-key-unknown")),
+        "{unavailable:?}"
+    );
+    assert_eq!(
+        registered(&db, "create_order:v1")
+            .await
+            .get("sealed_at_rest"),
+        None
+    );
     let (key, _, body, _) = &sent[0];
     let before = db.key_column(key, "response_body").await;
     let reply = o.post(Some("acme"), Some(key), body).await;

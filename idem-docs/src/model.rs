@@ -81,6 +81,13 @@ pub struct OperationDoc {
     /// that documents written before it read back unchanged (on).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub mismatch_detail: bool,
+    /// The server seals what it stores at rest (the runtime's `Config::storage_keys`), so
+    /// that a key's stored values may answer `503 storage-key-unknown` (sealed under a
+    /// storage key this server lacks) or `500 sealed-unreadable` (failing their check): a
+    /// setting of the server, which the documents list those answers by. Serialised only
+    /// when set, so that documents stored before it read back unchanged (off).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sealed_at_rest: bool,
     /// Dotted paths left out of the fingerprint.
     pub fingerprint_exclude: Vec<String>,
     /// The HTTP method, upper case (`POST`), when known.
@@ -162,6 +169,7 @@ impl OperationDoc {
             on_in_flight: spec.on_in_flight,
             store_client_errors: spec.store_client_errors,
             mismatch_detail: spec.mismatch_detail,
+            sealed_at_rest: false,
             fingerprint_exclude: spec
                 .fingerprint_exclude
                 .iter()
@@ -209,6 +217,25 @@ impl OperationDoc {
     #[must_use]
     pub fn key_format(mut self, format: KeyFormat) -> Self {
         self.key_format = format;
+        self
+    }
+
+    /// Whether the server seals what it stores at rest ([`OperationDoc::sealed_at_rest`]):
+    /// the documents then list `503 storage-key-unknown` and `500 sealed-unreadable`.
+    ///
+    /// ```
+    /// use idem_docs::{OperationDoc, markdown};
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("POST", "/payments");
+    /// assert!(!markdown(std::slice::from_ref(&doc)).contains("storage-key-unknown"));
+    /// let sealed = markdown(&[doc.sealed_at_rest(true)]);
+    /// assert!(sealed.contains("| 503 `urn:idem:problem:storage-key-unknown` + `Retry-After` |"));
+    /// assert!(sealed.contains("| 500 `urn:idem:problem:sealed-unreadable` |"));
+    /// ```
+    #[must_use]
+    pub fn sealed_at_rest(mut self, sealed: bool) -> Self {
+        self.sealed_at_rest = sealed;
         self
     }
 

@@ -266,6 +266,66 @@ fn mismatch_detail_off_is_documented() {
     assert!(on.get("mismatch_detail").is_none(), "{on}");
 }
 
+/// A server that seals what it stores: both documents list the `503` of a storage key it
+/// lacks (with `Retry-After`) and the `500` of a value that fails its check, beside the other
+/// answers of those statuses; the document stores the setting only when set.
+#[test]
+fn sealed_at_rest_lists_the_storage_answers() {
+    let clear = atomic_required_gone();
+    let sealed = atomic_required_gone().sealed_at_rest(true);
+    let types = |doc: &OperationDoc, status: &str| {
+        let api = openapi(std::slice::from_ref(doc));
+        let response = api["paths"]["/orders"]["post"]["responses"][status].clone();
+        (
+            response["content"]["application/problem+json"]["x-problem-types"].clone(),
+            response["headers"].get("Retry-After").is_some(),
+        )
+    };
+    assert_eq!(
+        types(&sealed, "503"),
+        (
+            json!([
+                "urn:idem:problem:storage-key-unknown",
+                "urn:idem:problem:store-unavailable",
+                "urn:idem:problem:store-busy",
+                "urn:idem:problem:outcome-unknown",
+            ]),
+            true
+        )
+    );
+    assert_eq!(
+        types(&clear, "503").0,
+        json!([
+            "urn:idem:problem:store-unavailable",
+            "urn:idem:problem:store-busy",
+            "urn:idem:problem:outcome-unknown",
+        ])
+    );
+    assert_eq!(
+        types(&sealed, "500").0,
+        json!([
+            "urn:idem:problem:handler-failed",
+            "urn:idem:problem:sealed-unreadable",
+        ])
+    );
+    let text = markdown(std::slice::from_ref(&sealed));
+    assert!(
+        text.contains("| 503 `urn:idem:problem:storage-key-unknown` + `Retry-After` |"),
+        "{text}"
+    );
+    assert!(!markdown(std::slice::from_ref(&clear)).contains("sealed"));
+    assert_eq!(
+        serde_json::to_value(&sealed).unwrap()["sealed_at_rest"],
+        true
+    );
+    assert!(
+        serde_json::to_value(&clear)
+            .unwrap()
+            .get("sealed_at_rest")
+            .is_none()
+    );
+}
+
 /// A document stored before `key_from` existed reads back as the `Idempotency-Key` header's.
 #[test]
 fn documents_stored_without_key_from_read_back() {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 
+use crate::docs::OperationDoc;
 use crate::key::KeyFormat;
 use crate::spec::OperationSpec;
 use crate::store::{Keyring, TxSettings};
@@ -55,10 +56,8 @@ pub struct Config {
     pub max_request_body: usize,
     /// Largest response body that can be stored; larger → rolled back, `500`. Default 1 MiB.
     pub max_response_body: usize,
-    /// Which spellings of `Idempotency-Key` are accepted. Default lenient. The documents
-    /// [`Idem::register_docs`](crate::Idem::register_docs) records say the same; give it to
-    /// the documents a service serves with
-    /// [`Operations::key_format`](crate::docs::Operations::key_format).
+    /// Which spellings of `Idempotency-Key` are accepted. Default lenient. The documents say
+    /// the same ([`Config::doc`]).
     pub key_format: KeyFormat,
     /// Response headers stored and replayed. Default `content-type`, `location`,
     /// `content-language`, `cache-control`.
@@ -232,10 +231,55 @@ impl Config {
     /// `spec` as this configuration runs it: with its lease set by [`Config::lease_for`].
     #[must_use]
     pub fn spec(&self, spec: &OperationSpec) -> OperationSpec {
-        match self.leases.iter().find(|(id, _)| id == spec.id) {
-            Some(&(_, lease)) => spec.lease(lease),
+        match self.lease_of(spec.id) {
+            Some(lease) => spec.lease(lease),
             None => *spec,
         }
+    }
+
+    /// `doc` as a server with this configuration answers: the key's spellings it accepts
+    /// ([`Config::key_format`]), the lease it runs the operation with ([`Config::lease_for`]),
+    /// whether its `422` names the fields that differ (when both the operation and
+    /// [`Config::mismatch_detail`] say so), and whether what it stores is sealed
+    /// ([`Config::storage_keys`]: the documents then list `503 storage-key-unknown` and
+    /// `500 sealed-unreadable`). [`Operations::served_by`](crate::docs::Operations::served_by)
+    /// applies it to the documents a service serves, and
+    /// [`Idem::register_docs`](crate::Idem::register_docs) to those it records.
+    ///
+    /// ```
+    /// use idem_runtime::docs::OperationDoc;
+    /// use idem_runtime::key::KeyFormat;
+    /// use idem_runtime::spec::OperationSpec;
+    /// use idem_runtime::store::Keyring;
+    /// use idem_runtime::Config;
+    ///
+    /// let keys = Keyring::parse(&Keyring::generate_entry("k1")).unwrap();
+    /// let config = Config::default()
+    ///     .key_format(KeyFormat::Strict)
+    ///     .mismatch_detail(false)
+    ///     .storage_keys(keys);
+    /// let doc = config.doc(OperationDoc::from_spec(&OperationSpec::new("pay:v1")));
+    /// assert_eq!(doc.key_format, KeyFormat::Strict);
+    /// assert!(!doc.mismatch_detail);
+    /// assert!(doc.sealed_at_rest);
+    /// ```
+    #[must_use]
+    pub fn doc(&self, mut doc: OperationDoc) -> OperationDoc {
+        doc.key_format = self.key_format;
+        if let Some(lease) = self.lease_of(&doc.id) {
+            doc.lease = lease;
+        }
+        doc.mismatch_detail &= self.mismatch_detail;
+        doc.sealed_at_rest = self.storage_keys.is_some();
+        doc
+    }
+
+    /// The lease [`Config::lease_for`] set for `operation_id`, if any.
+    fn lease_of(&self, operation_id: &str) -> Option<Duration> {
+        self.leases
+            .iter()
+            .find(|(id, _)| id == operation_id)
+            .map(|&(_, lease)| lease)
     }
 
     setters! {

@@ -44,7 +44,9 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
-use idem_spec::{KeyFormat, OperationSpec};
+use idem_spec::OperationSpec;
+
+use crate::Config;
 
 /// Where [`Documents::routes`] serves the Markdown document.
 pub const MARKDOWN_PATH: &str = "/docs/idempotency.md";
@@ -216,25 +218,26 @@ impl Operations {
         self
     }
 
-    /// Sets the spellings of `Idempotency-Key` the server accepts, in every operation's
-    /// document: the server's [`Config::key_format`](crate::Config::key_format), so that the
-    /// documents describe exactly what it accepts (the default, lenient, when not set).
-    /// [`Idem::register_docs`](crate::Idem::register_docs) records its own.
+    /// Describes every operation listed so far as a server with `config` answers it
+    /// ([`Config::doc`]): the key's spellings it accepts, its leases, whether its `422` names
+    /// the fields that differ, whether its storage is sealed. Without it the documents
+    /// describe the defaults. [`Idem::register_docs`](crate::Idem::register_docs) records
+    /// the same. Call it after the last [`Operations::with`].
     ///
     /// ```
     /// use idem_runtime::docs::{OperationDoc, Operations};
     /// use idem_runtime::key::KeyFormat;
     /// use idem_runtime::spec::OperationSpec;
+    /// use idem_runtime::Config;
     ///
     /// let pay = OperationDoc::from_spec(&OperationSpec::new("pay:v1"));
-    /// let operations = Operations::new().with(pay).unwrap().key_format(KeyFormat::Strict);
+    /// let config = Config::default().key_format(KeyFormat::Strict);
+    /// let operations = Operations::new().with(pay).unwrap().served_by(&config);
     /// assert_eq!(operations.docs()[0].key_format, KeyFormat::Strict);
     /// ```
     #[must_use]
-    pub fn key_format(mut self, format: KeyFormat) -> Self {
-        for doc in &mut self.docs {
-            doc.key_format = format;
-        }
+    pub fn served_by(mut self, config: &Config) -> Self {
+        self.docs = self.docs.into_iter().map(|doc| config.doc(doc)).collect();
         self
     }
 

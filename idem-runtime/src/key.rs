@@ -78,8 +78,8 @@ pub(crate) fn stored(id: &str) -> Cow<'_, str> {
 }
 
 /// Which spellings of the header are accepted: [`KeyFormat::Lenient`] (the default) or
-/// [`KeyFormat::Strict`]. The generated documents describe the same format
-/// ([`crate::docs::Operations::key_format`]).
+/// [`KeyFormat::Strict`]. The generated documents describe the server's format
+/// ([`crate::docs::Operations::served_by`]).
 pub use crate::spec::KeyFormat;
 
 /// A validated idempotency key.

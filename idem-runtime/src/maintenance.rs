@@ -102,15 +102,18 @@ impl<DB: Backend> Idem<DB> {
         let now = self.now_millis();
         let registrations: Vec<Registration> = docs
             .iter()
-            .map(|doc| Registration {
-                operation: doc.id.clone(),
-                scope: doc.scope,
-                ttl_ms: millis(doc.ttl),
-                mode: doc.mode,
-                lease_ms: matches!(doc.mode, Mode::Staged).then(|| millis(doc.lease)),
-                registered_at_ms: now,
-                // The documents describe the key as this server accepts it.
-                doc: serde_json::to_string(&doc.clone().key_format(self.config().key_format)).ok(),
+            .map(|doc| {
+                // As this server answers: its key format, leases, sealing (Config::doc).
+                let doc = self.config().doc(doc.clone());
+                Registration {
+                    operation: doc.id.clone(),
+                    scope: doc.scope,
+                    ttl_ms: millis(doc.ttl),
+                    mode: doc.mode,
+                    lease_ms: matches!(doc.mode, Mode::Staged).then(|| millis(doc.lease)),
+                    registered_at_ms: now,
+                    doc: serde_json::to_string(&doc).ok(),
+                }
             })
             .collect();
         self.keys().register(&registrations).await
