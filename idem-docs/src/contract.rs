@@ -626,30 +626,6 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
             .retry_after(),
         );
     }
-    if doc.sealed_at_rest {
-        cases.push(Case::problem(
-            500,
-            "urn:idem:problem:sealed-unreadable",
-            "The key's stored request or response, sealed at rest, fails its integrity check \
-             (changed in the database, or copied from another key). It is never replayed."
-                .to_owned(),
-            "Do not retry with this key: report it to the server's operators; nothing was \
-             changed.",
-        ));
-        cases.push(
-            Case::problem(
-                503,
-                "urn:idem:problem:storage-key-unknown",
-                "The key's stored request or response is sealed under a storage key this \
-                 server instance was not given (another instance has it, or it is rolling \
-                 out). Nothing was changed."
-                    .to_owned(),
-                "Retry with the same key after `Retry-After`: an instance that has the storage \
-                 key answers.",
-            )
-            .retry_after(),
-        );
-    }
     cases.push(
         Case::problem(
             503,
@@ -677,6 +653,32 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
             "The commit failed and its outcome is unknown.".to_owned(),
             "Retry with the same key after `Retry-After`: you get the stored response if the \
              commit happened, or a single new execution if it did not.",
+        )
+        .retry_after(),
+    );
+    if doc.sealed_at_rest {
+        cases.push(Case::problem(
+            500,
+            "urn:idem:problem:sealed-unreadable",
+            "The key's stored request or response, sealed at rest, fails its integrity check \
+             (changed in the database, or copied from another key). It is never replayed."
+                .to_owned(),
+            "Do not retry with this key: report it to the server's operators; nothing was \
+             changed.",
+        ));
+    }
+    // Listed by every server: one given no storage keys answers it too, for a key another
+    // instance of the service sealed.
+    cases.push(
+        Case::problem(
+            503,
+            "urn:idem:problem:storage-key-unknown",
+            "The key's stored request or response is sealed at rest under a storage key this \
+             server instance was not given (another instance has it, or it is being rolled \
+             out); only a service that seals what it stores answers this. Nothing was changed."
+                .to_owned(),
+            "Retry with the same key after `Retry-After`: an instance that has the storage key \
+             answers.",
         )
         .retry_after(),
     );

@@ -41,7 +41,9 @@
 //!   `on_expired = "gone"`, `400 missing-key` only for a required key, `401`/`403` only for
 //!   tenant and user scopes (whose principal the application authenticates), staged mode's
 //!   `503 interrupted` and lease takeover only in staged mode, the `409` wording after
-//!   `on_in_flight`.
+//!   `on_in_flight`; and on the server's settings, which the runtime's `Config::doc` writes
+//!   into the document: the key's format, the lease, the `422`'s field names,
+//!   `500 sealed-unreadable` only for a server that seals what it stores.
 //! - **Body statuses are listed.** `413`, `415`, `400 malformed-json` and `422 invalid-body`
 //!   come from idem's JSON body extractors (`JsonBody`, `Checked`, …); a spec does not say
 //!   which extractor a handler uses, so they are always listed. `invalid-body` is a body of

@@ -82,10 +82,11 @@ pub struct OperationDoc {
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub mismatch_detail: bool,
     /// The server seals what it stores at rest (the runtime's `Config::storage_keys`), so
-    /// that a key's stored values may answer `503 storage-key-unknown` (sealed under a
-    /// storage key this server lacks) or `500 sealed-unreadable` (failing their check): a
-    /// setting of the server, which the documents list those answers by. Serialised only
-    /// when set, so that documents stored before it read back unchanged (off).
+    /// that a key's stored values may fail their check: the documents then list `500
+    /// sealed-unreadable`. (`503 storage-key-unknown`, a value sealed under a storage key
+    /// the server lacks, is listed for every server: one given no keys answers it too, for
+    /// a key another instance sealed.) Serialised only when set, so that documents stored
+    /// before it read back unchanged (off).
     #[serde(default, skip_serializing_if = "is_false")]
     pub sealed_at_rest: bool,
     /// Dotted paths left out of the fingerprint.
@@ -221,16 +222,17 @@ impl OperationDoc {
     }
 
     /// Whether the server seals what it stores at rest ([`OperationDoc::sealed_at_rest`]):
-    /// the documents then list `503 storage-key-unknown` and `500 sealed-unreadable`.
+    /// the documents then list `500 sealed-unreadable`.
     ///
     /// ```
     /// use idem_docs::{OperationDoc, markdown};
     /// use idem_spec::OperationSpec;
     ///
     /// let doc = OperationDoc::from_spec(&OperationSpec::new("pay:v1")).path("POST", "/payments");
-    /// assert!(!markdown(std::slice::from_ref(&doc)).contains("storage-key-unknown"));
+    /// let clear = markdown(std::slice::from_ref(&doc));
+    /// assert!(!clear.contains("sealed-unreadable"));
+    /// assert!(clear.contains("| 503 `urn:idem:problem:storage-key-unknown` + `Retry-After` |"));
     /// let sealed = markdown(&[doc.sealed_at_rest(true)]);
-    /// assert!(sealed.contains("| 503 `urn:idem:problem:storage-key-unknown` + `Retry-After` |"));
     /// assert!(sealed.contains("| 500 `urn:idem:problem:sealed-unreadable` |"));
     /// ```
     #[must_use]

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use http::HeaderName;
+use idem_docs::OperationDoc;
 
-use crate::docs::OperationDoc;
 use crate::key::KeyFormat;
 use crate::spec::OperationSpec;
 use crate::store::{Keyring, TxSettings};
@@ -241,8 +241,9 @@ impl Config {
     /// ([`Config::key_format`]), the lease it runs the operation with ([`Config::lease_for`]),
     /// whether its `422` names the fields that differ (when both the operation and
     /// [`Config::mismatch_detail`] say so), and whether what it stores is sealed
-    /// ([`Config::storage_keys`]: the documents then list `503 storage-key-unknown` and
-    /// `500 sealed-unreadable`). [`Operations::served_by`](crate::docs::Operations::served_by)
+    /// ([`Config::storage_keys`]: the documents then list `500 sealed-unreadable`; every
+    /// server's list `503 storage-key-unknown`, which one without keys answers for a key
+    /// another instance sealed). [`Operations::served_by`](crate::docs::Operations::served_by)
     /// applies it to the documents a service serves, and
     /// [`Idem::register_docs`](crate::Idem::register_docs) to those it records.
     ///

@@ -83,7 +83,10 @@ impl<DB: Backend> Idem<DB> {
 
     /// Records these documented operations in the database's operation registry, as
     /// [`Idem::register`] does, with what their documents add (route, handler, source, the
-    /// operation's own responses): typically every operation of the service,
+    /// operation's own responses), each as this server answers it
+    /// ([`Config::doc`](crate::Config::doc): its key format; its lease, set by
+    /// [`Config::lease_for`](crate::Config::lease_for), in the registry's column too; the
+    /// `422`'s field names; storage sealing): typically every operation of the service,
     /// [`Operations::from_registry`](crate::docs::Operations::from_registry) plus those run
     /// through the plain function API.
     ///
