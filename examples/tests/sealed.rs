@@ -68,6 +68,32 @@ async fn documented(client: &Client, path: &str, status: &str) -> (Vec<String>, 
     (types, post["x-idempotency"].clone())
 }
 
+/// Both servers' documents list `503 storage-key-unknown` (every server may meet a key
+/// another one sealed), and `500 sealed-unreadable` exactly when they seal (`sealing`).
+async fn storage_answers_documented(orders: &Client, payments: &Client, sealing: bool) {
+    for (client, path) in [(orders, "/orders"), (payments, "/payments")] {
+        let (unavailable, _) = documented(client, path, "503").await;
+        assert!(
+            unavailable
+                .iter()
+                .any(|t| t == "urn:idem:problem:storage-key-unknown"),
+            "{path}: {unavailable:?}"
+        );
+        let (failed, _) = documented(client, path, "500").await;
+        assert!(
+            failed.iter().any(|t| t.ends_with("handler-failed")),
+            "{path}: {failed:?}"
+        );
+        assert_eq!(
+            failed
+                .iter()
+                .any(|t| t == "urn:idem:problem:sealed-unreadable"),
+            sealing,
+            "{path}: {failed:?}"
+        );
+    }
+}
+
 /// The document the servers recorded for `operation` in the operation registry, which
 /// `idem docs` renders.
 async fn registered(db: &Db, operation: &str) -> Value {
@@ -156,22 +182,7 @@ async fn sealed_at_rest<DB: Store>() {
     let (orders, payments) = servers(&db, &provider, &k1);
     let (o, p) = (Client::new(&orders), Client::new(&payments));
     // The documents say what a sealing server may answer, and the lease it runs with.
-    for (client, path) in [(&o, "/orders"), (&p, "/payments")] {
-        let (unavailable, _) = documented(client, path, "503").await;
-        assert!(
-            unavailable
-                .iter()
-                .any(|t| t == "urn:idem:problem:storage-key-unknown"),
-            "{path}: {unavailable:?}"
-        );
-        let (failed, _) = documented(client, path, "500").await;
-        assert!(
-            failed
-                .iter()
-                .any(|t| t == "urn:idem:problem:sealed-unreadable"),
-            "{path}: {failed:?}"
-        );
-    }
+    storage_answers_documented(&o, &p, true).await;
     assert_eq!(documented(&p, "/payments", "503").await.1["lease"], "20s");
     assert_eq!(
         registered(&db, "create_order:v1").await["sealed_at_rest"],
@@ -217,20 +228,7 @@ async fn sealed_at_rest<DB: Store>() {
     // the 500 of a value failing its check, which only a server with keys can answer.
     let (orders, payments) = servers(&db, &provider, "");
     let (o, p) = (Client::new(&orders), Client::new(&payments));
-    for (client, path) in [(&o, "/orders"), (&p, "/payments")] {
-        let (unavailable, _) = documented(client, path, "503").await;
-        assert!(
-            unavailable
-                .iter()
-                .any(|t| t == "urn:idem:problem:storage-key-unknown"),
-            "{path}: {unavailable:?}"
-        );
-        let (failed, _) = documented(client, path, "500").await;
-        assert!(
-            !failed.is_empty() && !failed.iter().any(|t| t.ends_with("sealed-unreadable")),
-            "{path}: {failed:?}"
-        );
-    }
+    storage_answers_documented(&o, &p, false).await;
     assert_eq!(
         registered(&db, "create_order:v1")
             .await
