@@ -116,11 +116,15 @@ pub fn pool_size() -> Result<u32, Box<dyn Error>> {
 /// ([`Config::storage_keys`](idem_runtime::Config::storage_keys)): comma-separated
 /// `ID:BASE64` entries of 32 random bytes each, the first sealing, every one opening
 /// ([`Keyring::parse`](idem_runtime::store::Keyring::parse)); one is made by
-/// `echo "k1:$(head -c 32 /dev/urandom | base64)"`.
+/// `echo "k1:$(head -c 32 /dev/urandom | base64)"`. Without it, the start is refused when
+/// the key table's newest rows are sealed (an instance that lost its keyring in a fleet that
+/// seals), unless `IDEM_CLEAR_BESIDE_SEALED=1`
+/// ([`Config::clear_beside_sealed`](idem_runtime::Config::clear_beside_sealed)).
 ///
 /// # Errors
 /// When the database is unreachable, a migration fails, (`IDEM_MIGRATIONS=external`) one is
-/// missing, or `IDEM_STORAGE_KEYS` is not a keyring (the error names the entry, never a key).
+/// missing, `IDEM_STORAGE_KEYS` is not a keyring (the error names the entry, never a key), or
+/// is missing on a key table that is sealed.
 pub async fn connect<DB: crate::orders::OrdersDb>(
     url: &str,
     config: idem_runtime::Config,
@@ -149,6 +153,9 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
             .map_err(|e| format!("IDEM_STORAGE_KEYS: {e}"))?;
         config = config.storage_keys(ring);
     }
+    if std::env::var("IDEM_CLEAR_BESIDE_SEALED").is_ok_and(|v| v == "1") {
+        config = config.clear_beside_sealed(true);
+    }
     if let Some(replica) = std::env::var("REPLICA_DATABASE_URL")
         .ok()
         .filter(|url| !url.is_empty())
@@ -171,9 +178,10 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
                 }
                 DB::migrate_orders(&pool).await?;
                 pool.close().await;
+                idem.check_storage_keys().await.map_err(keys_hint)?;
             }
             None => {
-                idem.migrate().await?;
+                idem.migrate().await.map_err(keys_hint)?;
                 DB::migrate_orders(idem.pool()).await?;
             }
         }
@@ -192,6 +200,17 @@ pub async fn connect<DB: crate::orders::OrdersDb>(
             error
         }
     })
+}
+
+/// A start refused for want of storage keys, saying which variables change that.
+fn keys_hint(error: idem_runtime::store::StoreError) -> Box<dyn Error> {
+    match error {
+        idem_runtime::store::StoreError::NeedsStorageKeys(_) => format!(
+            "{error} (set IDEM_STORAGE_KEYS, or IDEM_CLEAR_BESIDE_SEALED=1 to start anyway)"
+        )
+        .into(),
+        other => other.into(),
+    }
 }
 
 /// `LISTEN_ADDR`, or `default`.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Client, Db, Kind, Server, Store};
+use common::{Client, Db, Kind, Server, Store, refused_start};
 use futures_util::future::join_all;
 use idem_testkit::harness::{apply_with_client, direct, migration_files};
 
@@ -329,33 +329,6 @@ async fn database_url_alone(kind: Kind) {
     // Refused before anything ran: no table was created.
     let tables = "SELECT count(*) FROM pg_tables WHERE tablename = 'idempotency_keys'";
     assert_eq!(db.scalar(tables).await, 0, "{said}");
-}
-
-/// Runs `orders` on `db` with `env` and returns what it said, once it exited unsuccessfully
-/// (within 30 s) without ever serving.
-fn refused_start(db: &Db, env: &[(&str, &str)]) -> String {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orders"))
-        .current_dir(&db.dir)
-        .envs(env.iter().copied())
-        .env("LISTEN_ADDR", "127.0.0.1:0")
-        .env_remove("IDEM_FAILPOINT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("orders started with {env:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "{said}");
-    assert!(!said.contains("listening on"), "{said}");
-    said.into_owned()
 }
 
 /// idem's tables applied by the store's own command-line client from the repository's

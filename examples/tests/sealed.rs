@@ -1,8 +1,10 @@
 //! The examples with `IDEM_STORAGE_KEYS`, as an operator runs them, against real processes
 //! on every store: what `orders` and `payments` are sent and answer is nowhere in idem's
-//! tables, as text or hexadecimal; replays are byte for byte; a new first key seals new keys
-//! while old ones replay; after a reseal (as `idem keys reseal` does it) the old key can go;
-//! without the key a row is sealed under, a key answers `503` and its row stays as it is;
+//! tables, as text or hexadecimal; replays are byte for byte; a new key rolled out in two
+//! phases (opening only, then sealing) seals new keys while old ones replay; after a reseal
+//! (as `idem keys reseal` does it) the old key can go; without any key a server refuses to
+//! start on a sealed table, and told to start anyway, a key answers `503` and its row stays
+//! as it is;
 //! the documents each server serves and registers list those answers, the `500` of a value
 //! failing its check only when it seals.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
@@ -32,7 +34,15 @@ fn payment(amount: u32) -> String {
 fn servers(db: &Db, provider: &Provider, keys: &str) -> (Server, Server) {
     let orders = Server::start_with(
         db,
-        &[("DATABASE_URL", &db.url), ("IDEM_STORAGE_KEYS", keys)],
+        &[
+            ("DATABASE_URL", &db.url),
+            ("IDEM_STORAGE_KEYS", keys),
+            // Without keys, on a sealed table: told to start anyway (`refused_without_keys`).
+            (
+                "IDEM_CLEAR_BESIDE_SEALED",
+                if keys.is_empty() { "1" } else { "" },
+            ),
+        ],
     );
     let hooks = format!("{}/webhooks", provider.url());
     let payments = Server::spawn(
@@ -46,9 +56,32 @@ fn servers(db: &Db, provider: &Provider, keys: &str) -> (Server, Server) {
             // Not the attribute's 30 s: the documents give the lease the server runs with.
             ("PAYMENTS_LEASE", "20s"),
             ("IDEM_STORAGE_KEYS", keys),
+            (
+                "IDEM_CLEAR_BESIDE_SEALED",
+                if keys.is_empty() { "1" } else { "" },
+            ),
         ],
     );
     (orders, payments)
+}
+
+/// `orders` started on `db` without storage keys, its key table sealed: it refuses to start,
+/// naming the storage key and the variables that change that.
+fn refused_without_keys(db: &Db, key: &str) {
+    let direct = idem_testkit::harness::direct(&db.url);
+    let migrations = if direct == db.url {
+        ""
+    } else {
+        direct.as_str()
+    };
+    let env = [
+        ("DATABASE_URL", db.url.as_str()),
+        ("MIGRATION_DATABASE_URL", migrations),
+        ("IDEM_STORAGE_KEYS", ""),
+    ];
+    let said = common::refused_start(db, &env);
+    assert!(said.contains(&format!("`{key}`")), "{said}");
+    assert!(said.contains("IDEM_CLEAR_BESIDE_SEALED=1"), "{said}");
 }
 
 /// `POST path` as `client`'s server documents it (`/openapi.json`).
@@ -192,7 +225,12 @@ async fn sealed_at_rest<DB: Store>() {
     assert_eq!(sealed_by(&db, "one-payment-1").await.as_deref(), Some("k1"));
     drop((orders, payments));
 
-    // A new first key: old keys replay, new ones are sealed under it.
+    // Rotation, phase one: the new key only opens, after the sealing one; old keys replay.
+    let (orders, payments) = servers(&db, &provider, &format!("{k1},{k2}"));
+    replays(&Client::new(&orders), &Client::new(&payments), &sent).await;
+    drop((orders, payments));
+
+    // Phase two, the new key first: old keys replay, new ones are sealed under it.
     let (orders, payments) = servers(&db, &provider, &format!("{k2},{k1}"));
     let (o, p) = (Client::new(&orders), Client::new(&payments));
     replays(&o, &p, &sent).await;
@@ -218,9 +256,11 @@ async fn sealed_at_rest<DB: Store>() {
     nowhere(&db).await;
     drop((orders, payments));
 
-    // Without any key: a sealed key answers a clear 503, and its row is as it was. The
+    // Without any key, a server refuses to start on the sealed table; told to start anyway,
+    // a sealed key answers a clear 503, and its row is as it was. The
     // documents list that 503 still (any server may meet a key another one sealed), and not
     // the 500 of a value failing its check, which only a server with keys can answer.
+    refused_without_keys(&db, "k2");
     let (orders, payments) = servers(&db, &provider, "");
     let (o, p) = (Client::new(&orders), Client::new(&payments));
     storage_answers_documented(&o, &p, false).await;

@@ -667,6 +667,15 @@ pub fn cases(doc: &OperationDoc) -> Vec<Case> {
              changed.",
         ));
     }
+    // Listed by every server: any stored answer can be edited outside idem.
+    cases.push(Case::problem(
+        500,
+        "urn:idem:problem:stored-unreadable",
+        "The key's stored response is not what idem writes (changed in the database outside \
+         idem). It is never replayed."
+            .to_owned(),
+        "Do not retry with this key: report it to the server's operators; nothing was changed.",
+    ));
     // Listed by every server: one given no storage keys answers it too, for a key another
     // instance of the service sealed.
     cases.push(

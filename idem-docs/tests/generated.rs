@@ -267,7 +267,8 @@ fn mismatch_detail_off_is_documented() {
 }
 
 /// A server that seals what it stores: both documents list the `500` of a value that fails
-/// its check, beside the other `500`; every server's list the `503` of a storage key it
+/// its check, beside the other `500`s; every server's list the `500` of a stored answer
+/// edited outside idem, and the `503` of a storage key it
 /// lacks, with `Retry-After` (one without keys answers it for a key another instance
 /// sealed). The document stores the setting only when set.
 #[test]
@@ -298,11 +299,15 @@ fn sealed_at_rest_lists_the_storage_answers() {
         json!([
             "urn:idem:problem:handler-failed",
             "urn:idem:problem:sealed-unreadable",
+            "urn:idem:problem:stored-unreadable",
         ])
     );
     assert_eq!(
         types(&clear, "500").0,
-        json!(["urn:idem:problem:handler-failed"])
+        json!([
+            "urn:idem:problem:handler-failed",
+            "urn:idem:problem:stored-unreadable",
+        ])
     );
     let text = markdown(std::slice::from_ref(&sealed));
     assert!(

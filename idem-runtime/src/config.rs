@@ -147,6 +147,12 @@ pub struct Config {
     pub mismatch_detail: bool,
     /// The storage keys ([`Config::storage_keys`]). Default none: stored columns are clear.
     pub storage_keys: Option<Keyring>,
+    /// Whether a server given no [storage keys](Config::storage_keys) starts on a key table
+    /// whose newest rows are sealed. Default `false`: [`Idem::migrate`](crate::Idem::migrate)
+    /// refuses, since such a server answers `503` for every sealed key and writes its own in
+    /// the clear — an instance that lost its keyring in a fleet that seals. With it, the
+    /// start goes on and logs a warning naming the storage key.
+    pub clear_beside_sealed: bool,
 }
 
 /// The connection string of [`Config::replica`]; printed without its text, which may hold a
@@ -192,6 +198,7 @@ impl Default for Config {
             replica: None,
             mismatch_detail: true,
             storage_keys: None,
+            clear_beside_sealed: false,
         }
     }
 }
@@ -296,6 +303,7 @@ impl Config {
         transaction_pooler: bool,
         external_migrations: bool,
         mismatch_detail: bool,
+        clear_beside_sealed: bool,
     }
 
     /// Reads replays from a standby first: [`Idem::connect`](crate::Idem::connect) opens a

@@ -74,7 +74,9 @@ pub enum Error {
     /// [`Config::storage_keys`](crate::Config::storage_keys)) answers its own problem, and
     /// the row is left as it is: sealed under a storage key this server does not have,
     /// `503` `storage-key-unknown` with `Retry-After` (a server given the key answers);
-    /// failing its check (changed, or moved from another row), `500` `sealed-unreadable`.
+    /// failing its check (changed, or moved from another row), `500` `sealed-unreadable`; a
+    /// clear stored answer that is not what idem writes (edited by hand), `500`
+    /// `stored-unreadable`.
     #[error("the idempotency store failed: {0}")]
     Store(#[source] sqlx::Error),
     /// A lock wait ran out on something other than the key (a table locked from outside,
@@ -244,6 +246,15 @@ fn sealed_problem(status: StatusCode, sealed: &SealError) -> Problem {
              same Idempotency-Key"
         ))
         .with_retry_after(RETRY_SOON),
+        SealError::Unreadable(column) => Problem::new(
+            status,
+            "urn:idem:problem:stored-unreadable",
+            "stored answer unreadable",
+        )
+        .with_detail(format!(
+            "this Idempotency-Key's stored answer (its `{column}`) is not what idem writes: it \
+             was changed outside idem; it is never replayed, and nothing was changed"
+        )),
         _ => Problem::new(
             status,
             "urn:idem:problem:sealed-unreadable",
@@ -252,7 +263,7 @@ fn sealed_problem(status: StatusCode, sealed: &SealError) -> Problem {
         .with_detail(format!(
             "this Idempotency-Key's stored request or answer, sealed under storage key \
              `{}`, fails its integrity check; it is never replayed, and nothing was changed",
-            sealed.key()
+            sealed.key().unwrap_or_default()
         )),
     }
 }

@@ -355,14 +355,49 @@ impl<DB: Backend> Idem<DB> {
     /// another tool created are those this version of idem expects
     /// ([`store::check_schema`](crate::store::check_schema)).
     ///
+    /// Then, for a server given no storage keys, [`Idem::check_storage_keys`].
+    ///
     /// # Errors
     /// When a migration fails or is refused; with [`Config::external_migrations`], when one
-    /// is missing ([`StoreError::Migrate`] names it).
+    /// is missing ([`StoreError::Migrate`] names it); [`Idem::check_storage_keys`]'s refusal.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         if self.inner.config.external_migrations {
-            return crate::store::check_schema(&self.inner.pool).await;
+            crate::store::check_schema(&self.inner.pool).await?;
+        } else {
+            crate::store::migrate(&self.inner.pool).await?;
         }
-        crate::store::migrate(&self.inner.pool).await
+        self.check_storage_keys().await
+    }
+
+    /// Refuses a server given no [storage keys](Config::storage_keys) on a key table whose
+    /// newest rows are sealed ([`store::newest_sealed`](crate::store::newest_sealed)),
+    /// unless [`Config::clear_beside_sealed`] says to start anyway (then it logs a warning).
+    /// [`Idem::migrate`] calls it; call it at start where idem's migrations run elsewhere.
+    ///
+    /// # Errors
+    /// [`StoreError::NeedsStorageKeys`] naming the storage key; database errors.
+    pub async fn check_storage_keys(&self) -> Result<(), StoreError> {
+        let config = &self.inner.config;
+        if config.storage_keys.is_some() {
+            return Ok(());
+        }
+        let Some(key) = crate::store::newest_sealed(&self.inner.pool).await? else {
+            return Ok(());
+        };
+        if config.clear_beside_sealed {
+            tracing::warn!(
+                storage_key = %key,
+                "the key table holds rows sealed under a storage key and this server has none: \
+                 it answers 503 for them and stores its own answers in the clear"
+            );
+            return Ok(());
+        }
+        Err(StoreError::NeedsStorageKeys(format!(
+            "the key table holds rows sealed under storage key `{key}` and this server was \
+             given no storage keys: it would answer 503 for them and store new answers in the \
+             clear; give it the keyring (Config::storage_keys), or set \
+             Config::clear_beside_sealed to start anyway"
+        )))
     }
 
     /// Closes idem's connections — the pool, staged mode's hold connections and the

@@ -405,8 +405,118 @@ async fn tampered_values_are_never_replayed<DB: TestDb>() {
     assert_eq!(s.h.effects().await, 4);
 }
 
+/// The headers column of a sealed response holds a marker that nothing authenticates:
+/// changed by one byte, emptied or NULL, the replay is a `500`, never a `2xx` made of the
+/// ciphertext. A clear row whose headers do not read is a `500` too, never replayed without
+/// them.
+async fn a_changed_marker_is_never_replayed<DB: TestDb>() {
+    let s = Setup::<DB>::new(sealed(&["k2"])).await;
+    let app = s.router(routes::<DB>());
+    send_item::<DB>(&app, "marked", SECRET).await.created();
+    let markers = [
+        Some("idem-sealed:v1:k2;"),
+        Some("idem-sealed:v2:k2:"),
+        Some("[]"),
+        Some(""),
+        None,
+    ];
+    for marker in markers {
+        overwrite(
+            &s.h,
+            "marked",
+            &[("response_headers", Arg::OptText(marker))],
+        )
+        .await;
+        let reply = send_item::<DB>(&app, "marked", SECRET).await;
+        assert!(
+            !reply.body.contains("idem-sealed"),
+            "{marker:?}: {}",
+            reply.body
+        );
+        reply.problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "urn:idem:problem:sealed-unreadable",
+        );
+    }
+    overwrite(
+        &s.h,
+        "marked",
+        &[("response_headers", Arg::Text("idem-sealed:v1:k2:"))],
+    )
+    .await;
+    let replay = send_item::<DB>(&app, "marked", SECRET).await;
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert!(replay.replayed() && replay.body.contains(SECRET));
+
+    let clear = serve(s.h.reopen(Config::default()).await);
+    send_item::<DB>(&clear, "plain", SECRET).await.created();
+    overwrite(
+        &s.h,
+        "plain",
+        &[("response_headers", Arg::Text("not json"))],
+    )
+    .await;
+    let reply = send_item::<DB>(&clear, "plain", SECRET).await;
+    assert!(!reply.body.contains(SECRET), "{}", reply.body);
+    reply.problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "urn:idem:problem:stored-unreadable",
+    );
+    assert_eq!(s.h.effects().await, 2, "nothing ran again");
+}
+
+/// Rotation in two phases costs no request: the new key is first given to every server as
+/// one that only opens (after the sealing one), then made the sealing key. Servers of each
+/// phase beside those of the phase before open each other's rows: no `503`.
+async fn two_phase_rotation_answers_every_request<DB: TestDb>() {
+    let s = Setup::<DB>::new(sealed(&["k1"])).await;
+    let old = s.router(routes::<DB>());
+    let phase_one = serve(s.h.reopen(sealed(&["k1", "k2"])).await);
+    let phase_two = serve(s.h.reopen(sealed(&["k2", "k1"])).await);
+    let mut sent: i64 = 0;
+    for (a, b) in [(&old, &phase_one), (&phase_one, &phase_two)] {
+        for (i, (first, other)) in [(a, b), (b, a)].into_iter().enumerate() {
+            let k = format!("rotation-{sent}-{i}");
+            let reply = send_item::<DB>(first, &k, SECRET).await;
+            reply.created();
+            send_item::<DB>(other, &k, SECRET).await.replay_of(&reply);
+            sent += 1;
+        }
+    }
+    // Phase one still seals under k1; phase two under k2, which phase one opens.
+    let by_phase_one = column(&s.h, "response_body", "rotation-2-0").await;
+    assert_eq!(sealed_by(&by_phase_one), Some("k1"));
+    let by_phase_two = column(&s.h, "response_body", "rotation-3-1").await;
+    assert_eq!(sealed_by(&by_phase_two), Some("k2"));
+    assert_eq!(s.h.effects().await, sent);
+}
+
+/// A server given no storage keys refuses to start on a key table whose newest rows are
+/// sealed (it would answer `503` for them and write its own in the clear), naming the key,
+/// unless told to start anyway.
+async fn a_server_without_keys_refuses_a_sealed_table<DB: TestDb>() {
+    let s = Setup::<DB>::new(sealed(&["k1"])).await;
+    let app = s.router(routes::<DB>());
+    send_item::<DB>(&app, "a", SECRET).await.created();
+    let clear = s.h.reopen(Config::default()).await;
+    match clear.migrate().await {
+        Err(idem_runtime::store::StoreError::NeedsStorageKeys(why)) => {
+            assert!(why.contains("`k1`"), "{why}");
+        }
+        other => panic!("a start without the keys: {other:?}"),
+    }
+    let anyway =
+        s.h.reopen(Config::default().clear_beside_sealed(true))
+            .await;
+    anyway.migrate().await.unwrap();
+    s.h.reopen(sealed(&["k1"])).await.migrate().await.unwrap();
+}
+
 idem_testkit::on_every_store!(
     nothing_is_stored_in_the_clear,
+    two_phase_rotation_answers_every_request,
+    a_server_without_keys_refuses_a_sealed_table,
     keys_rotate_mid_traffic,
     tampered_values_are_never_replayed,
+    a_changed_marker_is_never_replayed,
 );

@@ -292,7 +292,7 @@ pub trait Backend: Glue + sealed::Sealed {
                         let headers = Self::opt_text(&row, 3)?;
                         let body = Self::opt_bytes(&row, 4)?;
                         let (headers, body) = seal::open_response(ring, key, headers, body)?;
-                        Some(StoredResponse::lenient(code, headers.as_deref(), body))
+                        Some(StoredResponse::strict(code, headers.as_deref(), body)?)
                     }
                     _ => None,
                 };

@@ -56,7 +56,7 @@ pub use crate::reseal::{Resealed, ResealedRows};
 #[doc(hidden)]
 pub use crate::row::StoredKey;
 pub use crate::row::{KeyRow, KeyStatus, StoredResponse, StoredStatus};
-pub use crate::seal::{Keyring, KeyringError, SealError, Sealed, Sealing};
+pub use crate::seal::{Keyring, KeyringError, SealError, Sealed, Sealing, newest_sealed};
 #[doc(hidden)]
 pub use crate::sql::Arg;
 
@@ -64,15 +64,10 @@ pub use crate::sql::Arg;
 /// the property tests. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __fuzz {
-    use crate::{KeyRow, StoreError, StoredResponse};
+    use crate::{KeyRow, SealError, StoreError, StoredResponse};
 
-    /// The stored response as the protocol reads it when it replays (lenient).
-    #[must_use]
-    pub fn lenient(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> StoredResponse {
-        StoredResponse::lenient(status, headers, body)
-    }
-
-    /// The stored response as tools read it (strict): `Err` says what is unreadable.
+    /// The stored response as the protocol replays it and tools read it: `Err` names the
+    /// column that is unreadable.
     ///
     /// # Errors
     /// A status outside `u16`, or headers that are not a JSON array of `[name, value]` pairs.
@@ -80,7 +75,7 @@ pub mod __fuzz {
         status: i32,
         headers: Option<&str>,
         body: Option<Vec<u8>>,
-    ) -> Result<StoredResponse, String> {
+    ) -> Result<StoredResponse, SealError> {
         StoredResponse::strict(status, headers, body)
     }
 

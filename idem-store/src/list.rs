@@ -352,7 +352,7 @@ impl RawRow {
         let response = match self.response_status {
             Some(code) if stored == StoredStatus::Completed => Some(
                 StoredResponse::strict(code, self.response_headers.as_deref(), self.response_body)
-                    .map_err(corrupt)?,
+                    .map_err(|e| corrupt(e.to_string()))?,
             ),
             _ => None,
         };
@@ -383,6 +383,7 @@ impl RawRow {
         let headers = self.response_headers.as_deref().map(str::as_bytes);
         let keys = [
             headers.and_then(Sealed::key_of),
+            self.response_body.as_deref().and_then(Sealed::key_of),
             Sealed::key_of(&self.fingerprint),
         ];
         let opened = (keys.into_iter().flatten()).all(|k| ring.is_some_and(|ring| ring.has(k)));
@@ -409,7 +410,9 @@ impl RawRow {
     /// fingerprint's; `None`: both are clear.
     pub(crate) fn sealed_by(&self) -> Option<&str> {
         let headers = self.response_headers.as_deref().map(str::as_bytes);
-        (headers.and_then(Sealed::key_of)).or_else(|| Sealed::key_of(&self.fingerprint))
+        (self.response_body.as_deref().and_then(Sealed::key_of))
+            .or_else(|| headers.and_then(Sealed::key_of))
+            .or_else(|| Sealed::key_of(&self.fingerprint))
     }
 
     /// The row's identity.
@@ -433,13 +436,15 @@ pub(crate) fn corrupt(key: KeyRef<'_>, what: &str) -> StoreError {
 /// [`StoreError::Corrupt`] for `key`'s sealed value `what` that did not open under a key of
 /// the keyring ([`SealError::Tampered`]): the key and the column, never a value.
 pub(crate) fn unopened(key: KeyRef<'_>, what: &str, error: &SealError) -> StoreError {
-    corrupt(
-        key,
-        &format!(
-            "{what}: {error} (or the storage key given as `{}` is not the one that sealed it)",
-            error.key()
+    match error.key() {
+        Some(id) => corrupt(
+            key,
+            &format!(
+                "{what}: {error} (or the storage key given as `{id}` is not the one that sealed it)"
+            ),
         ),
-    )
+        None => corrupt(key, &format!("{what}: {error}")),
+    }
 }
 
 /// A page from up to `limit + 1` rows read in listing order, opened with `ring`: the extra

@@ -12,7 +12,7 @@ use crate::inbox::Inbox;
 use crate::list::{self, Cursor, RawRow};
 use crate::operator::{Actor, record, row_json};
 use crate::outbox::Outbox;
-use crate::row::KeyRow;
+use crate::row::{KeyRow, StoredResponse};
 use crate::seal::{self, Column, Keyring, Place, Sealed, Sealing};
 use crate::table::{KeyTable, raw_row};
 
@@ -225,9 +225,15 @@ impl Stored {
     /// under a key `ring` lacks, or is to be resealed. A response's headers and body are
     /// sealed as one value, whose key the headers column names ([`crate::seal`]).
     fn verdict(&self, ring: &Keyring) -> Verdict {
+        // A response whose two columns disagree is read in full, and reported.
+        let headers = self.row.response_headers.as_deref();
+        if !seal::response_agrees(headers, self.row.response_body.as_deref()) {
+            return Verdict::Reseal;
+        }
         let texts = [&self.request, &self.journal, &self.row.response_headers];
         let values = (texts.into_iter().flatten().map(String::as_bytes))
             .chain([self.row.fingerprint.as_slice()])
+            .chain(self.row.response_body.as_deref())
             .chain(self.field_digests.as_deref());
         let mut current = true;
         for value in values {
@@ -245,10 +251,14 @@ impl Stored {
     }
 
     /// The row's sealable columns opened with `ring` and sealed again under its current key,
-    /// with the row before and after for the audit trail (at `now_ms`). A value that does not
-    /// open, or a row that cannot be read, is [`StoreError::Corrupt`].
+    /// with the row before and after for the audit trail (at `now_ms`). Each value is opened
+    /// and read as what its column holds before it is written again (the response as a
+    /// response, the request and the journal as JSON): a value that does not open or does
+    /// not read, or a row that cannot be read, is [`StoreError::Corrupt`], and nothing is
+    /// sealed that idem would not answer.
     fn resealed(mut self, ring: &Keyring, now_ms: i64) -> Result<Rewrite, StoreError> {
         let sealed_by = self.row.sealed_by().map(str::to_owned);
+        let code = self.row.response_status;
         let fingerprint = std::mem::take(&mut self.row.fingerprint);
         let (headers, body) = (
             self.row.response_headers.take(),
@@ -276,10 +286,17 @@ impl Stored {
             let place = Place::key(column, key);
             let plain =
                 seal::open_text(ring, place, value).map_err(|e| list::unopened(key, what, &e))?;
+            if serde_json::from_str::<serde_json::Value>(&plain).is_err() {
+                return Err(list::corrupt(key, &format!("{what} is not JSON")));
+            }
             Ok(seal::seal_text(ring, place, &plain).into_owned())
         };
         let (headers, body) = seal::open_response(ring, key, headers, body)
             .map_err(|e| list::unopened(key, "the stored response", &e))?;
+        if let Some(code) = code {
+            StoredResponse::strict(code, headers.as_deref(), body.clone())
+                .map_err(|e| list::unopened(key, "the stored response", &e))?;
+        }
         // A body is sealed with its headers; without them, it is read as it is.
         let (headers, body) = match headers {
             None => (None, body),

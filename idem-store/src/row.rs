@@ -5,7 +5,7 @@ use std::fmt;
 use bytes::Bytes;
 
 use crate::key::KeyRef;
-use crate::seal::Sealing;
+use crate::seal::{SealError, Sealing};
 use crate::staged::Fence;
 
 /// A stored response: status, headers and body, without HTTP types (the `response_*`
@@ -42,32 +42,21 @@ impl StoredResponse {
         Self::encode_headers(self.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())))
     }
 
-    /// The response as the protocol reads it: whatever cannot be read is left out (headers
-    /// that are not JSON pairs read as none, a status outside `u16` as `500`), so a replay
-    /// never fails on a row an operator edited by hand.
-    pub(crate) fn lenient(status: i32, headers: Option<&str>, body: Option<Vec<u8>>) -> Self {
-        Self {
-            status: u16::try_from(status).unwrap_or(500),
-            headers: headers
-                .and_then(|h| serde_json::from_str(h).ok())
-                .unwrap_or_default(),
-            body: body.map(Bytes::from).unwrap_or_default(),
-        }
-    }
-
-    /// The response as tools read it: `Err` says what is unreadable.
+    /// The response as its columns hold it (opened, if sealed), as the protocol replays it
+    /// and tools read it. What idem does not write there is refused, never replayed in part:
+    /// a status outside `u16`, headers that are not a JSON array of `[name, value]` pairs
+    /// ([`SealError::Unreadable`] naming the column).
     pub(crate) fn strict(
         status: i32,
         headers: Option<&str>,
         body: Option<Vec<u8>>,
-    ) -> Result<Self, String> {
-        let status = u16::try_from(status)
-            .map_err(|_| format!("response status {status} is out of range"))?;
+    ) -> Result<Self, SealError> {
+        let status = u16::try_from(status).map_err(|_| SealError::Unreadable("response_status"))?;
         let headers = match headers {
             None => Vec::new(),
-            Some(json) => serde_json::from_str(json).map_err(|e| {
-                format!("response headers are not a JSON array of [name, value] pairs: {e}")
-            })?,
+            Some(json) => {
+                serde_json::from_str(json).map_err(|_| SealError::Unreadable("response_headers"))?
+            }
         };
         Ok(Self {
             status,

@@ -17,8 +17,10 @@
 //! [`Sealed::key_of`] tells which key sealed a value without any key. No JSON text starts
 //! with the prefix, and a clear fingerprint is 32 bytes, shorter than any sealed one. A
 //! response's headers and body are sealed as one value, in the body column, and the headers
-//! column holds the bare prefix naming the key: a clear body may start with anything, the
-//! headers say whether it is sealed, and a replay opens one value, not two.
+//! column holds the bare prefix naming the key, so a replay opens one value, not two. A
+//! value that starts with the prefix is sealed whatever its neighbour says: a response
+//! whose body or headers start with it must be sealed throughout, or it is refused
+//! ([`open_response`]); the prefix and the column are part of what the tag authenticates.
 //!
 //! **Rotation.** Values are sealed under the first key and opened under whichever key sealed
 //! them; `KeyTable::reseal`, `Outbox::reseal` and `Inbox::reseal` rewrite them under the
@@ -45,7 +47,8 @@ const TAG: usize = 16;
 /// The longest key id.
 const MAX_ID: usize = 32;
 
-/// The storage keys: the first seals, every one opens. Set with
+/// The storage keys: the first seals, every one opens (so a key after the first only opens:
+/// how a new key is rolled out before it seals, in two phases). Set with
 /// `idem_runtime::Config::storage_keys`; read from the environment by the examples and the
 /// operator's tool as `IDEM_STORAGE_KEYS` ([`Keyring::parse`]).
 ///
@@ -245,7 +248,8 @@ impl fmt::Debug for Keyring {
     }
 }
 
-/// Why a sealed value did not open. Nothing is changed on either: the row stays as it is.
+/// Why a stored value did not open: a sealed one, or a clear one that is not what idem
+/// writes. Nothing is changed on either: the row stays as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SealError {
@@ -258,14 +262,21 @@ pub enum SealError {
         "a value sealed under storage key `{0}` fails its check: changed, or moved from another row"
     )]
     Tampered(String),
+    /// A clear value of this column that does not read as what idem writes there (headers
+    /// that are not JSON `[name, value]` pairs, a status out of range, a marker of sealing
+    /// that names no key): edited by hand, never answered as it is.
+    #[error("the stored `{0}` is not what idem writes there: edited outside idem")]
+    Unreadable(&'static str),
 }
 
 impl SealError {
-    /// The key the value names.
+    /// The storage key the value names; `None` for a clear value
+    /// ([`SealError::Unreadable`]).
     #[must_use]
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> Option<&str> {
         match self {
-            Self::UnknownKey(key) | Self::Tampered(key) => key,
+            Self::UnknownKey(key) | Self::Tampered(key) => Some(key),
+            Self::Unreadable(_) => None,
         }
     }
 
@@ -356,6 +367,35 @@ pub(crate) fn read_text(
         Err(SealError::UnknownKey(_)) => Ok((None, Some(Sealing { key, opened: false }))),
         Err(error) => Err(error),
     }
+}
+
+/// How many of the newest key rows [`newest_sealed`] looks at.
+const NEWEST: i64 = 64;
+
+/// The id of the storage key that sealed one of the key table's newest rows (by
+/// `expires_at`, through its index), `None` when they are all clear or there are none: what
+/// a server given no storage keys checks at start, so that it does not write clear rows and
+/// answer `503` for sealed ones in a fleet that seals
+/// (`idem_runtime::Config::clear_beside_sealed`).
+///
+/// # Errors
+/// Database errors (the key table missing among them: call it after the migrations).
+pub async fn newest_sealed<DB: crate::Backend>(
+    pool: &sqlx::Pool<DB>,
+) -> Result<Option<String>, sqlx::Error> {
+    let sql = if DB::POSITIONAL {
+        "SELECT fingerprint FROM idempotency_keys ORDER BY expires_at DESC LIMIT ?"
+    } else {
+        "SELECT fingerprint FROM idempotency_keys ORDER BY expires_at DESC LIMIT $1"
+    };
+    let mut conn = pool.acquire().await?;
+    let rows = DB::fetch_all(&mut conn, sql, &[crate::Arg::Int(NEWEST)]).await?;
+    for row in &rows {
+        if let Some(key) = Sealed::key_of(&DB::bytes(row, 0)?) {
+            return Ok(Some(key.to_owned()));
+        }
+    }
+    Ok(None)
 }
 
 /// The column a sealed value is bound to.
@@ -483,25 +523,45 @@ pub(crate) fn open_text(
 /// body column (the headers' length, 4 bytes big-endian, the headers, the body), and the
 /// headers column holds only the head naming the key: one open per replay, not two.
 ///
+/// **Whether a response is sealed is read from both columns, and neither alone can make it
+/// clear**: a body or headers value that starts with the sealed prefix makes the response
+/// sealed, and then the headers column must be exactly the head naming the body's key. The
+/// headers column is not authenticated, so a marker changed by a byte (`v2`, a `;` for the
+/// `:`, emptied, NULL) fails here instead of turning the sealed body into a clear one. (So a
+/// clear body that itself starts with the prefix reads as unreadable, never as a response.)
+///
 /// # Errors
-/// As [`open`]; a sealed response whose headers column is not the bare head, or whose body
-/// is missing or too short, is [`SealError::Tampered`].
+/// As [`open`]; a sealed response whose headers column is not the bare head of its body's
+/// key, or whose body is missing or too short, is [`SealError::Tampered`] (or
+/// [`SealError::UnknownKey`] for a reader without that key, which cannot tell).
 pub(crate) fn open_response(
     ring: Option<&Keyring>,
     key: KeyRef<'_>,
     headers: Option<String>,
     body: Option<Vec<u8>>,
 ) -> Result<(Option<String>, Option<Vec<u8>>), SealError> {
-    let Some(head) = headers.as_deref().and_then(|h| Sealed::split(h.as_bytes())) else {
+    if !response_agrees(headers.as_deref(), body.as_deref()) {
+        // The key the row names: the body's, which is what would be opened, else the headers'.
+        let named = (body.as_deref().and_then(Sealed::key_of)).or_else(|| {
+            headers
+                .as_deref()
+                .and_then(|h| Sealed::key_of(h.as_bytes()))
+        });
+        return Err(match (named, ring) {
+            (None, _) => SealError::Unreadable("response_headers"),
+            (Some(named), Some(ring)) if ring.has(named) => SealError::Tampered(named.to_owned()),
+            (Some(named), _) => SealError::UnknownKey(named.to_owned()),
+        });
+    }
+    let sealed_by = headers
+        .as_deref()
+        .and_then(|h| Sealed::key_of(h.as_bytes()));
+    let Some(named) = sealed_by.map(str::to_owned) else {
         return Ok((headers, body));
     };
-    let tampered = || SealError::Tampered(head.0.key.to_owned());
-    let Some(body) = body.filter(|_| head.1.is_empty()) else {
-        return Err(match ring {
-            Some(ring) if ring.has(head.0.key) => tampered(),
-            _ => SealError::UnknownKey(head.0.key.to_owned()),
-        });
-    };
+    // (They agree: the body is there, sealed under that key.)
+    let body = body.ok_or_else(|| SealError::Tampered(named.clone()))?;
+    let tampered = || SealError::Tampered(named.clone());
     let mut both = open(ring, Place::key(Column::Response, key), body)?;
     let (len, rest) = both.split_first_chunk::<4>().ok_or_else(tampered)?;
     let len = usize::try_from(u32::from_be_bytes(*len)).map_err(|_| tampered())?;
@@ -509,6 +569,20 @@ pub(crate) fn open_response(
     let headers = String::from_utf8(headers.to_vec()).map_err(|_| tampered())?;
     both.drain(..4 + len);
     Ok((Some(headers), Some(both)))
+}
+
+/// Whether a response's two columns agree on whether it is sealed, as [`open_response`]
+/// reads them: both clear, or the headers the bare head naming the sealed body's key.
+pub(crate) fn response_agrees(headers: Option<&str>, body: Option<&[u8]>) -> bool {
+    let is_sealed = |value: &[u8]| value.starts_with(PREFIX.as_bytes());
+    match (headers, body.and_then(Sealed::key_of)) {
+        (headers, None) => {
+            !body.is_some_and(is_sealed) && !headers.is_some_and(|h| is_sealed(h.as_bytes()))
+        }
+        (Some(headers), Some(key)) => Sealed::split(headers.as_bytes())
+            .is_some_and(|(head, rest)| head.key == key && rest.is_empty()),
+        (None, Some(_)) => false,
+    }
 }
 
 /// [`open_response`]'s other half: a response's headers and body as written.
@@ -634,17 +708,60 @@ mod tests {
             ..KEY
         };
         assert!(open_response(Some(&ring), other, head, Some(body.to_vec())).is_err());
-        // Clear: as it is, whatever the body starts with.
+        // A body that starts with the prefix is sealed, whatever the headers say.
         let clear = open_response(
             None,
             KEY,
             Some("[]".into()),
             Some(b"idem-sealed:v1:k9:".to_vec()),
         );
-        assert_eq!(
-            clear.unwrap().1.as_deref(),
-            Some(&b"idem-sealed:v1:k9:"[..])
+        assert_eq!(clear, Err(SealError::UnknownKey("k9".into())));
+        // Clear headers and body: as they are.
+        let clear = open_response(None, KEY, Some("[]".into()), Some(b"{}".to_vec()));
+        assert_eq!(clear.unwrap().1.as_deref(), Some(&b"{}"[..]));
+    }
+
+    /// The headers column is not authenticated: its marker changed by a byte, emptied or
+    /// NULL, the sealed body is refused, never read as a clear one.
+    #[test]
+    fn a_changed_marker_never_makes_a_sealed_body_clear() {
+        let ring = ring(&["k2", "k1"]);
+        let (_, body) = seal_response(Some(&ring), KEY, "[]", b"{\"id\":1}");
+        let markers = [
+            Some("idem-sealed:v1:k2;"),
+            Some("idem-sealed:v2:k2:"),
+            Some("idem-sealed:v1:k1:"),
+            Some("idem-sealed:v1:k2:x"),
+            Some("jdem-sealed:v1:k2:"),
+            Some("[]"),
+            Some(""),
+            None,
+        ];
+        for marker in markers {
+            let opened = open_response(
+                Some(&ring),
+                KEY,
+                marker.map(str::to_owned),
+                Some(body.to_vec()),
+            );
+            assert!(
+                matches!(opened, Err(SealError::Tampered(_))),
+                "{marker:?}: {opened:?}"
+            );
+            let without = open_response(None, KEY, marker.map(str::to_owned), Some(body.to_vec()));
+            assert!(without.is_err(), "{marker:?}");
+        }
+        // Headers that say sealed over a clear body, or a marker naming no key: refused.
+        let clear_body = Some(b"{}".to_vec());
+        let opened = open_response(
+            Some(&ring),
+            KEY,
+            Some("idem-sealed:v1:k2:".into()),
+            clear_body,
         );
+        assert_eq!(opened, Err(SealError::Tampered("k2".into())));
+        let opened = open_response(Some(&ring), KEY, Some("idem-sealed:v1:".into()), None);
+        assert_eq!(opened, Err(SealError::Unreadable("response_headers")));
     }
 
     #[test]

@@ -72,6 +72,7 @@ idem_testkit::on_every_store!(
     // Tools on a key table sealed at rest.
     sealed_rows_without_the_keys,
     sealed_values_that_fail_their_check,
+    a_changed_marker_never_makes_a_sealed_row_clear,
     complete_of_a_sealed_row_needs_the_keys,
     reseal_moves_every_row_to_the_current_key,
     reseal_moves_messages_and_events_to_the_current_key,

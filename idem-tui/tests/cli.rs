@@ -1998,10 +1998,53 @@ async fn reseal_moves_keys_to_the_new_key<DB: TestBackend>() {
     );
 }
 
+/// `keys reseal` over a sealed key whose response marker (`response_headers`) was changed
+/// by one byte: reported unreadable by its key, left as it is (its sealed body is not sealed
+/// again as if it were clear), the other keys resealed.
+async fn reseal_reports_a_changed_marker<DB: TestBackend>() {
+    use idem_runtime::store::Arg;
+    let s = SealedSeeded::<DB>::new().await;
+    let (p1, p2) = if DB::POSITIONAL {
+        ("?", "?")
+    } else {
+        ("$1", "$2")
+    };
+    let (select, update) = (
+        format!("SELECT response_body FROM idempotency_keys WHERE idempotency_key = {p1}"),
+        format!("UPDATE idempotency_keys SET response_headers = {p1} WHERE idempotency_key = {p2}"),
+    );
+    let mut conn = s.idem.pool().acquire().await.unwrap();
+    let changed = [Arg::Text("idem-sealed:v1:k1;"), Arg::Text("sealed-2")];
+    assert_eq!(DB::execute(&mut conn, &update, &changed).await.unwrap(), 1);
+    let body = |row: Option<DB::Row>| DB::bytes(&row.unwrap(), 0).unwrap();
+    let key = [Arg::Text("sealed-2")];
+    let before = body(DB::fetch_optional(&mut conn, &select, &key).await.unwrap());
+    let both = format!("{K2},{K1}");
+    let run = s
+        .run(&["--storage-keys", &both, "keys", "reseal", "--json"])
+        .exited(0);
+    no_secret(&run.stdout);
+    let doc = run.json();
+    let unreadable = doc["unreadable"].as_array().unwrap();
+    assert_eq!(unreadable.len(), 1, "{doc:#}");
+    assert!(
+        unreadable[0].as_str().unwrap().contains("sealed-2"),
+        "{doc:#}"
+    );
+    assert_eq!(doc["resealed"], 4, "{doc:#}");
+    let after = body(DB::fetch_optional(&mut conn, &select, &key).await.unwrap());
+    assert_eq!(after, before, "the row is left as it is");
+    let text = s
+        .run(&["--storage-keys", &both, "keys", "reseal"])
+        .exited(0);
+    assert!(text.stdout.contains("sealed-2"), "{}", text.stdout);
+}
+
 // The tool reads and acts on every store's key table.
 idem_testkit::on_every_store!(
     sealed_keys_are_shown_as_sealed,
     reseal_moves_keys_to_the_new_key,
+    reseal_reports_a_changed_marker,
     only_final_keys_expire,
     refusals_give_times,
     outbox_lists_messages,

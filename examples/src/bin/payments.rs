@@ -21,8 +21,11 @@
 //!   tool applies them, and they are only checked at start
 //!   ([`Config::external_migrations`](idem_runtime::Config::external_migrations)).
 //! - `IDEM_STORAGE_KEYS`: unset (or empty) → stored values are clear; set → comma-separated
-//!   `ID:BASE64` storage keys, the first sealing
+//!   `ID:BASE64` storage keys, the first sealing, the others only opening
 //!   ([`Config::storage_keys`](idem_runtime::Config::storage_keys), [`server::connect`]).
+//!   Unset on a key table whose newest rows are sealed, the start is refused.
+//! - `IDEM_CLEAR_BESIDE_SEALED=1`: start without storage keys on a sealed key table anyway
+//!   (a warning is logged; [`Config::clear_beside_sealed`](idem_runtime::Config::clear_beside_sealed)).
 //! - `LISTEN_ADDR`: default `127.0.0.1:3001`.
 //! - `PROVIDER_URL`: the payment provider, default `http://127.0.0.1:3900` (the
 //!   `fake-provider` example's default address).

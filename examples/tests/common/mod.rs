@@ -409,6 +409,33 @@ async fn force_delete<DB: Backend>(pool: &sqlx::Pool<DB>, key: &str) {
         .unwrap();
 }
 
+/// Runs `orders` on `db` with `env` and returns what it said, once it exited unsuccessfully
+/// (within 30 s) without ever serving.
+pub fn refused_start(db: &Db, env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orders"))
+        .current_dir(&db.dir)
+        .envs(env.iter().copied())
+        .env("LISTEN_ADDR", "127.0.0.1:0")
+        .env_remove("IDEM_FAILPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("orders started with {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(!said.contains("listening on"), "{said}");
+    said.into_owned()
+}
+
 /// One server process: `orders` unless started with [`Server::spawn`].
 pub struct Server {
     child: Child,

@@ -76,6 +76,24 @@ pub trait ConformanceSql: LockWaits {
         run(pool, sql, args)
     }
 
+    /// Sets the `response_headers` of `key`'s row to `headers` (`None`: NULL), behind idem's
+    /// back: a sealed row's marker changed by hand.
+    fn set_response_headers<'a>(
+        pool: &'a Pool<Self>,
+        key: KeyRef<'a>,
+        headers: Option<&'a str>,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'a {
+        let sql = "UPDATE idempotency_keys SET response_headers = $1 \
+                   WHERE scope = $2 AND operation = $3 AND idempotency_key = $4";
+        let args = [
+            Arg::OptText(headers),
+            Arg::Text(key.scope),
+            Arg::Text(key.operation),
+            Arg::Text(key.key),
+        ];
+        run(pool, sql, args)
+    }
+
     /// Sets the payload of the outbox message `dedup_id` to text that is not JSON.
     fn corrupt_payload(
         pool: &Pool<Self>,

@@ -317,6 +317,77 @@ pub async fn sealed_values_that_fail_their_check<DB: ConformanceSql>() {
     }
 }
 
+/// The headers column of a sealed response holds only a marker naming the key, which nothing
+/// authenticates: changed by a byte (or emptied, or NULL), the row is unreadable to the
+/// protocol (never a clear response made of the ciphertext), to the tools, and to a reseal,
+/// which reports it and leaves it as it is. A clear row whose headers do not read is
+/// unreadable too, never replayed without them.
+pub async fn a_changed_marker_never_makes_a_sealed_row_clear<DB: ConformanceSql>() {
+    let table = fresh::<DB>().await;
+    let keys = ring(&[("k2", 2)]);
+    let sealed = key("marked");
+    put(table.pool(), sealed, Some(&keys), NOW + HOUR).await;
+    let with_keys = table.clone().with_keyring(keys.clone());
+    let markers = [
+        Some("idem-sealed:v1:k2;"),
+        Some("idem-sealed:v2:k2:"),
+        Some("[]"),
+        Some(""),
+        None,
+    ];
+    for marker in markers {
+        DB::set_response_headers(table.pool(), sealed, marker)
+            .await
+            .must("changing the marker");
+        let mut conn = table.pool().acquire().await.must("a connection");
+        let stored = DB::lookup(&mut conn, sealed, Some(&keys))
+            .await
+            .must("lookup");
+        let stored = stored.must("the key's row");
+        assert!(
+            stored.response.is_none(),
+            "{marker:?}: {:?}",
+            stored.response
+        );
+        assert_eq!(
+            stored.unopened,
+            Some(idem_store::SealError::Tampered("k2".into())),
+            "{marker:?}"
+        );
+        drop(conn);
+        match with_keys.get(sealed, NOW).await {
+            Err(StoreError::Corrupt(why)) => {
+                assert!(why.contains("marked") && !why.contains("SECRET"), "{why}");
+            }
+            other => panic!("{marker:?}: {other:?}"),
+        }
+        let (done, _) = reseal_all(&with_keys, None, 10).await;
+        assert_eq!(done.resealed, 0, "{marker:?}: {done:?}");
+        assert_eq!(done.unreadable.len(), 1, "{marker:?}: {done:?}");
+        assert!(done.unreadable[0].contains("marked"), "{done:?}");
+    }
+    // The marker put back: the row opens as it was written, so nothing rewrote it.
+    DB::set_response_headers(table.pool(), sealed, Some("idem-sealed:v1:k2:"))
+        .await
+        .must("restoring the marker");
+    let row = row(&with_keys, sealed).await;
+    assert_eq!(row.response.must("the response").body.as_ref(), BODY);
+    // A clear row whose headers do not read.
+    let clear = key("clear");
+    put(table.pool(), clear, None, NOW + HOUR).await;
+    DB::corrupt_headers(table.pool(), clear)
+        .await
+        .must("corrupting the headers");
+    let mut conn = table.pool().acquire().await.must("a connection");
+    let stored = DB::lookup(&mut conn, clear, None).await.must("lookup");
+    let stored = stored.must("the key's row");
+    assert!(stored.response.is_none(), "{:?}", stored.response);
+    assert_eq!(
+        stored.unopened,
+        Some(idem_store::SealError::Unreadable("response_headers"))
+    );
+}
+
 /// An operator's response for a sealed row is written sealed under the current key, and
 /// refused without the keys (nothing changed, nothing audited), unless it is a status
 /// alone, which has nothing to seal; the audit trail holds neither response.
