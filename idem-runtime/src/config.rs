@@ -75,7 +75,7 @@ pub struct Config {
     pub leases: Vec<(String, Duration)>,
     /// Whether staged attempts prove their owner alive where the backend can (PostgreSQL:
     /// a session advisory lock on a connection of a second pool, see
-    /// [`Backend::hold`](crate::store::Backend::hold)), so that a retry after
+    /// [`Backend::hold`](crate::store::staged::hold)), so that a retry after
     /// a crash takes the key over at once instead of answering `409` until the lease runs
     /// out. Default `false`: turn it on when idem connects to PostgreSQL directly. Behind a
     /// transaction pooler (PgBouncer in transaction mode) a session lock does not stay

@@ -127,14 +127,22 @@ impl<DB: Backend> Hold<DB> {
             };
             let ns = self.namespace.as_str();
             let done = match act {
-                Act::Hold(attempt) => DB::hold(&mut conn, ns, key, attempt)
+                Act::Hold(attempt) => crate::store::staged::hold::<DB>(&mut conn, ns, key, attempt)
                     .await
                     .map(|held| (held, false)),
-                Act::OwnerGone(attempt) => DB::owner_gone(&mut conn, ns, key, attempt)
-                    .await
-                    .map(|gone| (gone, false)),
+                Act::OwnerGone(attempt) => {
+                    crate::store::staged::owner_gone::<DB>(&mut conn, ns, key, attempt)
+                        .await
+                        .map(|gone| (gone, false))
+                }
                 Act::Reserve(reservation) => {
-                    DB::reserve_held(&mut conn, ns, reservation, idem.ring()).await
+                    crate::store::staged::reserve_held::<DB>(
+                        &mut conn,
+                        ns,
+                        reservation,
+                        idem.ring(),
+                    )
+                    .await
                 }
             };
             match done {
@@ -172,7 +180,10 @@ impl<DB: Backend> Idem<DB> {
     /// key's lookup, so that a request never holds an application-pool connection while it
     /// waits for a hold connection (running attempts, which hold one, wait for the other).
     pub(crate) async fn hold_for(&self, key: KeyRef<'_>) -> Result<Option<Hold<DB>>, Error> {
-        if !DB::HOLDS || !self.config().attempt_holds || self.config().transaction_pooler {
+        if !crate::store::staged::holds::<DB>()
+            || !self.config().attempt_holds
+            || self.config().transaction_pooler
+        {
             return Ok(None);
         }
         let mut conn = acquire(self).await?;

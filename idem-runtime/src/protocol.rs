@@ -184,7 +184,7 @@ impl<DB: Backend> Inner<DB> {
             namespace: self.namespace.clone(),
             holds: self.holds.clone(),
             replica: self.replica.clone(),
-            first_step: FirstStep::new(DB::LOCK_FIRST_MISS),
+            first_step: FirstStep::new(DB::DIALECT.lock_first_miss),
             fail: FailPoints::default(),
         }
     }
@@ -248,8 +248,10 @@ impl<DB: Backend> Idem<DB> {
             crate::store::pooler::behind_transaction_pooler();
         }
         let settings = config.tx_settings();
-        let pool = DB::connect(url, config.max_connections, &settings).await?;
-        if !config.transaction_pooler && DB::shared_sessions(&pool).await? {
+        let pool =
+            crate::store::connect::connect::<DB>(url, config.max_connections, &settings).await?;
+        if !config.transaction_pooler && crate::store::connect::shared_sessions::<DB>(&pool).await?
+        {
             pool.close().await;
             return Err(sqlx::Error::Configuration(
                 "two connections of the pool met the same database session: a transaction \
@@ -260,11 +262,13 @@ impl<DB: Backend> Idem<DB> {
         }
         let replica = match &config.replica {
             Some(url) => Some(
-                DB::connect(url.as_str(), config.max_connections, &settings)
-                    .await
-                    .map_err(|e| {
-                        sqlx::Error::Configuration(format!("Config::replica: {e}").into())
-                    })?,
+                crate::store::connect::connect::<DB>(
+                    url.as_str(),
+                    config.max_connections,
+                    &settings,
+                )
+                .await
+                .map_err(|e| sqlx::Error::Configuration(format!("Config::replica: {e}").into()))?,
             ),
             None => None,
         };
@@ -329,7 +333,7 @@ impl<DB: Backend> Idem<DB> {
                 namespace: OnceLock::new(),
                 holds: OnceLock::new(),
                 replica: None,
-                first_step: FirstStep::new(DB::LOCK_FIRST_MISS),
+                first_step: FirstStep::new(DB::DIALECT.lock_first_miss),
                 fail: FailPoints::default(),
             }),
         }
@@ -572,7 +576,8 @@ impl<DB: Backend> Idem<DB> {
             let started = self.now_millis();
             // Where it saves a round trip, an operation whose keys are mostly new begins with the
             // key's lock (see `first_step`); a key found to exist sends it to the lookup.
-            let mut lock_first = DB::LOCK_FIRST && self.inner.first_step.lock_first(spec.id);
+            let mut lock_first =
+                DB::DIALECT.lock_first && self.inner.first_step.lock_first(spec.id);
             let (mut tx, replace_expired) = loop {
                 let replace_expired = if lock_first {
                     *slot = Some(self.session().await?);
@@ -589,7 +594,7 @@ impl<DB: Backend> Idem<DB> {
                         && let Some(outcome) =
                             Box::pin(self.replica_replay(&call, key, started)).await
                     {
-                        if DB::LOCK_FIRST {
+                        if DB::DIALECT.lock_first {
                             self.inner.first_step.met(spec.id, true);
                         }
                         return Ok(outcome);
@@ -597,7 +602,7 @@ impl<DB: Backend> Idem<DB> {
                     let (session, stored) = self.first_lookup(key, kept).await?;
                     *slot = Some(session);
                     telemetry::looked_up(stored.as_ref(), started);
-                    if DB::LOCK_FIRST && !counted {
+                    if DB::DIALECT.lock_first && !counted {
                         self.inner.first_step.met(spec.id, stored.is_some());
                     }
                     let settled = match self.settle(spec, &call, stored, started) {
@@ -671,7 +676,9 @@ impl<DB: Backend> Idem<DB> {
                     .await;
             };
             if spec.store_client_errors {
-                DB::savepoint(&mut tx).await.map_err(Error::Store)?;
+                crate::store::protocol::savepoint::<DB>(&mut tx)
+                    .await
+                    .map_err(Error::Store)?;
             }
             let Ok(record) = AssertUnwindSafe(work(&mut tx)).catch_unwind().await else {
                 // Dropping rolls back, pipelined with the lookup that follows.
@@ -685,7 +692,7 @@ impl<DB: Backend> Idem<DB> {
             self.inner.fail.check(FailPoint::AfterHandler)?;
             if record.is_failure() {
                 if spec.store_client_errors && record.status.is_client_error() {
-                    DB::rollback_to_savepoint(&mut tx)
+                    crate::store::protocol::rollback_to_savepoint::<DB>(&mut tx)
                         .await
                         .map_err(Error::Store)?;
                 } else {
@@ -827,7 +834,8 @@ impl<DB: Backend> Idem<DB> {
                 conn: Some(conn),
                 state: State::Open,
             };
-            let stored = DB::lookup(session.conn(), key, self.ring()).await?;
+            let stored =
+                crate::store::protocol::lookup::<DB>(session.conn(), key, self.ring()).await?;
             session.state = State::Finished {
                 rollback_queued: false,
             };
@@ -882,7 +890,7 @@ impl<DB: Backend> Idem<DB> {
                 Some(session) => session,
                 None => self.session().await?,
             };
-            let lookup = DB::lookup(session.conn(), key, self.ring());
+            let lookup = crate::store::protocol::lookup::<DB>(session.conn(), key, self.ring());
             match tokio::time::timeout(self.inner.config.in_flight_wait, lookup).await {
                 Ok(Ok(stored)) => return Ok((session, stored)),
                 Ok(Err(error)) => match DB::classify(&error) {
@@ -930,7 +938,9 @@ impl<DB: Backend> Idem<DB> {
         if let Some(namespace) = self.inner.namespace.get() {
             return Ok(namespace);
         }
-        let found = DB::namespace(conn).await.map_err(Error::Store)?;
+        let found = crate::store::connect::namespace::<DB>(conn)
+            .await
+            .map_err(Error::Store)?;
         Ok(self.inner.namespace.get_or_init(|| found))
     }
 
@@ -1014,13 +1024,13 @@ impl<DB: Backend> Idem<DB> {
         };
         if !replace_expired && !self.inner.fail.armed(FailPoint::AfterRecord) {
             // One round trip on PostgreSQL.
-            return DB::insert_completed_and_commit(tx, row, self.ring())
+            return crate::store::protocol::insert_completed_and_commit::<DB>(tx, row, self.ring())
                 .await
                 .map_err(commit_failed::<DB>);
         }
         // Two steps: the replacing `INSERT … ON CONFLICT DO UPDATE … WHERE expired` tells by
         // its row count whether it won, and the fail point sits between the steps.
-        let stored = DB::insert_completed(&mut tx, row, self.ring())
+        let stored = crate::store::protocol::insert_completed::<DB>(&mut tx, row, self.ring())
             .await
             .map_err(refused::<DB>)?;
         if stored {
@@ -1053,7 +1063,8 @@ impl<DB: Backend> Idem<DB> {
         let Some(request) = call.request.filter(|_| self.inner.config.mismatch_detail) else {
             return Error::Mismatch(None);
         };
-        let stored = match DB::field_digests(conn, key, self.ring()).await {
+        let stored = match crate::store::protocol::field_digests::<DB>(conn, key, self.ring()).await
+        {
             Ok(stored) => stored,
             Err(error) => {
                 tracing::debug!(%error, "the key's field digests could not be read");
@@ -1081,11 +1092,13 @@ impl<DB: Backend> Idem<DB> {
             return None;
         }
         let mut conn = self.acquire_bounded().await.ok()?;
-        let row = DB::lookup(&mut conn, key, self.ring()).await.ok()??;
+        let row = crate::store::protocol::lookup::<DB>(&mut conn, key, self.ring())
+            .await
+            .ok()??;
         if row.expires_at_ms <= self.now_millis() {
             return None;
         }
-        let stored = DB::field_digests(&mut conn, key, self.ring())
+        let stored = crate::store::protocol::field_digests::<DB>(&mut conn, key, self.ring())
             .await
             .ok()??;
         let stored = crate::fields::FieldDigests::from_bytes(&stored)?;
@@ -1106,7 +1119,7 @@ impl<DB: Backend> Idem<DB> {
         own: Result<Outcome, Error>,
     ) -> Result<Outcome, Error> {
         // If even this fails, the answer is unknown: 503, retry with the same key.
-        let stored = DB::lookup(conn, key, self.ring())
+        let stored = crate::store::protocol::lookup::<DB>(conn, key, self.ring())
             .await
             .map_err(Error::Store)?;
         telemetry::looked_up_again(stored.as_ref(), now);

@@ -443,7 +443,7 @@ impl<DB: Backend> Attempt<DB> {
         let journal = self.journal_with(name, &value)?;
         let state = &self.inner;
         let mut conn = state.idem.acquire_bounded().await?;
-        let kept = DB::journal(
+        let kept = crate::store::staged::journal::<DB>(
             &mut conn,
             state.key(),
             state.fence,
@@ -478,7 +478,7 @@ impl<DB: Backend> Attempt<DB> {
         let mut tx = state.idem.begin_bounded().await?;
         let value = work(&mut tx).await?;
         let journal = self.journal_with(name, &value)?;
-        let kept = DB::journal(
+        let kept = crate::store::staged::journal::<DB>(
             &mut tx,
             state.key(),
             state.fence,
@@ -591,7 +591,8 @@ async fn store_record<DB: Backend>(
         completed_ms,
         expires_ms: completed_ms.saturating_add(millis(ttl)),
     };
-    let stored = DB::finish(conn, key, attempt, ending, idem.ring()).await?;
+    let stored =
+        crate::store::staged::finish::<DB>(conn, key, attempt, ending, idem.ring()).await?;
     telemetry::stored(key.operation, record.body.len(), stored);
     Ok(stored)
 }
@@ -645,7 +646,13 @@ fn heartbeat<DB: Backend>(state: Arc<AttemptState<DB>>) -> Heartbeat {
             tokio::time::sleep(every).await;
             let renewed = async {
                 let mut conn = state.idem.acquire_bounded().await?;
-                DB::renew(&mut conn, state.key(), state.fence, state.lease_end()).await
+                crate::store::staged::renew::<DB>(
+                    &mut conn,
+                    state.key(),
+                    state.fence,
+                    state.lease_end(),
+                )
+                .await
             }
             .await;
             match renewed {
@@ -850,8 +857,12 @@ impl<DB: Backend> Idem<DB> {
                                 None => true,
                             };
                             if free {
-                                let reserved =
-                                    DB::reserve(&mut *conn, reservation, self.ring()).await;
+                                let reserved = crate::store::staged::reserve::<DB>(
+                                    &mut *conn,
+                                    reservation,
+                                    self.ring(),
+                                )
+                                .await;
                                 Some(reserved.map_err(Error::Store)?)
                             } else {
                                 None
@@ -906,10 +917,16 @@ impl<DB: Backend> Idem<DB> {
                 continue;
             }
             let until = now.saturating_add(millis(spec.lease));
-            if let Some(lease) =
-                DB::take_over(&mut *conn, key, seen, seen_until, until, self.ring())
-                    .await
-                    .map_err(Error::Store)?
+            if let Some(lease) = crate::store::staged::take_over::<DB>(
+                &mut *conn,
+                key,
+                seen,
+                seen_until,
+                until,
+                self.ring(),
+            )
+            .await
+            .map_err(Error::Store)?
             {
                 telemetry::reserved(lease.fence.attempt, true);
                 return Ok(Start::Run {
@@ -983,7 +1000,7 @@ impl<DB: Backend> Idem<DB> {
         let release = || async {
             let released = async {
                 let mut conn = self.acquire_bounded().await?;
-                DB::release(&mut conn, key, number, self.now_millis()).await
+                crate::store::staged::release::<DB>(&mut conn, key, number, self.now_millis()).await
             }
             .await;
             if let Err(error) = released {
@@ -1045,7 +1062,7 @@ impl<DB: Backend> Idem<DB> {
     /// it has one, else `409` (another attempt holds it).
     async fn fenced(&self, key: KeyRef<'_>, fingerprint: &[u8]) -> Result<Outcome, Error> {
         let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
-        match DB::lookup(&mut conn, key, self.ring())
+        match crate::store::protocol::lookup::<DB>(&mut conn, key, self.ring())
             .await
             .map_err(Error::Store)?
         {
@@ -1230,9 +1247,15 @@ impl<DB: Backend> Reconciler<DB> {
             let now = self.idem.now_millis();
             let stuck: Vec<StuckKey> = {
                 let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-                DB::stuck(&mut conn, spec.id, now, self.max_attempts, self.batch)
-                    .await
-                    .map_err(Error::Store)?
+                crate::store::staged::stuck::<DB>(
+                    &mut conn,
+                    spec.id,
+                    now,
+                    self.max_attempts,
+                    self.batch,
+                )
+                .await
+                .map_err(Error::Store)?
             };
             done.stuck += stuck.len();
             for key in stuck {
@@ -1280,7 +1303,7 @@ impl<DB: Backend> Reconciler<DB> {
         let until = now.saturating_add(millis(spec.lease));
         let lease = {
             let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-            DB::take_over(
+            crate::store::staged::take_over::<DB>(
                 &mut conn,
                 stuck.key_ref(),
                 stuck.fence,
@@ -1351,9 +1374,14 @@ impl<DB: Backend> Reconciler<DB> {
             Err(reason) => {
                 // Handed back at once: a retry with the request resumes it.
                 let mut conn = self.idem.acquire_bounded().await.map_err(Error::Store)?;
-                DB::release(&mut conn, stuck.key_ref(), number, self.idem.now_millis())
-                    .await
-                    .map_err(Error::Store)?;
+                crate::store::staged::release::<DB>(
+                    &mut conn,
+                    stuck.key_ref(),
+                    number,
+                    self.idem.now_millis(),
+                )
+                .await
+                .map_err(Error::Store)?;
                 return Err(unresumable(reason));
             }
         };

@@ -57,7 +57,7 @@ trait Sql: TestDb {
         tx: &mut Transaction<'_, Self>,
         note: &str,
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send {
-        let sql = if Self::POSITIONAL {
+        let sql = if Self::DIALECT.positional {
             "INSERT INTO effects (note) VALUES (?)"
         } else {
             "INSERT INTO effects (note) VALUES ($1)"

@@ -392,7 +392,7 @@ async fn panic_rolls_back<DB: TestDb>() {
 /// first. Elsewhere the lookup always comes first.
 async fn either_first_step_gives_the_same_answers<DB: TestDb>() {
     let h = Harness::<DB>::new().await;
-    let lock_first = <DB as idem_runtime::store::Backend>::LOCK_FIRST;
+    let lock_first = <DB as idem_runtime::store::Backend>::DIALECT.lock_first;
     let run = |name: &'static str, input: serde_json::Value| {
         let (idem, lookups) = (h.idem.clone(), Lookups::default());
         async move {

@@ -111,7 +111,7 @@ async fn stored<DB: TestDb>(h: &Harness<DB>) -> Vec<Vec<u8>> {
     let mut values = Vec::new();
     for (table, columns) in tables {
         // `before` is a word of MySQL's: every name quoted.
-        let quote = if DB::POSITIONAL { '`' } else { '"' };
+        let quote = if DB::DIALECT.positional { '`' } else { '"' };
         let names: Vec<String> = (columns.iter())
             .map(|(name, _)| format!("{quote}{name}{quote}"))
             .collect();
@@ -146,7 +146,7 @@ async fn nowhere<DB: TestDb>(h: &Harness<DB>) {
 
 /// A column of key `k`'s row, as stored.
 async fn column<DB: TestDb>(h: &Harness<DB>, column: &str, k: &str) -> Vec<u8> {
-    let p = if DB::POSITIONAL { "?" } else { "$1" };
+    let p = if DB::DIALECT.positional { "?" } else { "$1" };
     let sql = format!("SELECT {column} FROM idempotency_keys WHERE idempotency_key = {p}");
     let mut conn = h.idem.pool().acquire().await.unwrap();
     let row = DB::fetch_optional(&mut conn, &sql, &[Arg::Text(k)])
@@ -163,12 +163,12 @@ async fn column<DB: TestDb>(h: &Harness<DB>, column: &str, k: &str) -> Vec<u8> {
 async fn overwrite<DB: TestDb>(h: &Harness<DB>, k: &str, columns: &[(&str, Arg<'_>)]) {
     let mut args: Vec<Arg<'_>> = columns.iter().map(|(_, value)| *value).collect();
     let set: Vec<String> = (columns.iter().enumerate())
-        .map(|(i, (name, _))| match DB::POSITIONAL {
+        .map(|(i, (name, _))| match DB::DIALECT.positional {
             true => format!("{name} = ?"),
             false => format!("{name} = ${}", i + 1),
         })
         .collect();
-    let last = if DB::POSITIONAL {
+    let last = if DB::DIALECT.positional {
         "?".to_owned()
     } else {
         format!("${}", columns.len() + 1)
@@ -193,7 +193,7 @@ async fn row_of<DB: TestDb>(h: &Harness<DB>, k: &str) -> Vec<Vec<u8>> {
     ] {
         row.push(column(h, name, k).await);
     }
-    let p = if DB::POSITIONAL { "?" } else { "$1" };
+    let p = if DB::DIALECT.positional { "?" } else { "$1" };
     let sql = format!(
         "SELECT status, attempt, response_status FROM idempotency_keys WHERE idempotency_key = {p}"
     );

@@ -424,7 +424,7 @@ async fn reconciler_resumes_a_sealed_request<DB: TestDb, H: Holding>() {
     assert!(run(&h.idem, &SPEC, &work, &k, 4242).await.is_err());
     work.set(After::Finish);
     let columns = async || {
-        let p = if DB::POSITIONAL { "?" } else { "$1" };
+        let p = if DB::DIALECT.positional { "?" } else { "$1" };
         let sql = format!(
             "SELECT request, journal, fingerprint FROM idempotency_keys WHERE idempotency_key = {p}"
         );
@@ -468,7 +468,7 @@ async fn reconciler_resumes_a_sealed_request<DB: TestDb, H: Holding>() {
     assert_eq!(body["amount"], 4242, "resumed with the stored request");
     // What the resumed attempt wrote is sealed under the newer key.
     let mut conn = h.idem.pool().acquire().await.unwrap();
-    let p = if DB::POSITIONAL { "?" } else { "$1" };
+    let p = if DB::DIALECT.positional { "?" } else { "$1" };
     let sql = format!("SELECT response_headers FROM idempotency_keys WHERE idempotency_key = {p}");
     let row = DB::fetch_optional(&mut conn, &sql, &[Arg::Text("p-sealed")]).await;
     let headers = DB::text(&row.unwrap().unwrap(), 0).unwrap();
@@ -696,7 +696,7 @@ async fn an_attempt_whose_owner_is_gone_is_taken_over_at_once<DB: TestDb>() {
     );
     let retrier = h.reopen(holding.clone()).await;
     // Behind a transaction pooler holds are off (`Config::transaction_pooler`): as on SQLite.
-    if !DB::HOLDS || idem_testkit::harness::pooled().is_some() {
+    if !idem_runtime::store::staged::holds::<DB>() || idem_testkit::harness::pooled().is_some() {
         assert!(matches!(
             run(&retrier, &SPEC, &fresh, &k, 100).await,
             Err(Error::InFlight { .. })

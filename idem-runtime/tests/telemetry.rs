@@ -493,7 +493,7 @@ async fn outcomes_spans_and_counters<DB: TestDb>(seen: Observed) {
         telemetry::LOCK_WAIT_SECONDS,
         &[("operation", OPERATION)],
     );
-    let lock_first = <DB as idem_runtime::store::Backend>::LOCK_FIRST;
+    let lock_first = <DB as idem_runtime::store::Backend>::DIALECT.lock_first;
     assert_eq!(waits.len(), if lock_first { 2 } else { 1 }, "{waits:?}");
     assert!(waits.iter().all(|w| (0.0..30.0).contains(w)), "{waits:?}");
     let stored = histogram(

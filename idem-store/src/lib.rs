@@ -8,6 +8,7 @@
 )]
 
 mod backend;
+pub mod connect;
 mod error;
 mod glue;
 #[cfg(feature = "postgres")]
@@ -26,7 +27,7 @@ mod outbox;
 pub mod pooler;
 #[cfg(feature = "postgres")]
 mod postgres;
-mod protocol;
+pub mod protocol;
 mod reseal;
 mod row;
 mod seal;
@@ -37,7 +38,7 @@ mod sqlite;
 pub mod staged;
 mod table;
 
-pub use crate::backend::Backend;
+pub use crate::backend::{Backend, Dialect};
 pub use crate::error::{Hazard, StoreError};
 pub use crate::inbox::{Delivery, Inbox, InboxEvent, InboxStatus};
 pub use crate::key::KeyRef;

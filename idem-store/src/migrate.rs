@@ -86,10 +86,10 @@ pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), S
         conn: pool.acquire().await?,
         clean: false,
     };
-    DB::lock_migrations(&mut session.conn).await?;
+    lock_migrations::<DB>(&mut session.conn).await?;
     let result = apply::<DB>(&mut session.conn).await;
     // Dropping a failed migration's transaction queued its `ROLLBACK`; it goes out first.
-    match DB::unlock_migrations(&mut session.conn).await {
+    match unlock_migrations::<DB>(&mut session.conn).await {
         Ok(()) => session.clean = true,
         Err(error) => tracing::warn!(%error, "could not release the migration lock"),
     }
@@ -227,4 +227,29 @@ pub async fn check_schema<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError
         });
     }
     Ok(())
+}
+
+/// Takes [`Sql::lock_migrations`] on `conn`, for the session, where the database has it.
+pub(crate) async fn lock_migrations<DB: Backend>(
+    conn: &mut DB::Connection,
+) -> Result<(), sqlx::Error> {
+    execute_if::<DB>(conn, DB::SQL.lock_migrations).await
+}
+
+/// Lets go of [`Self::lock_migrations`]'s lock.
+pub(crate) async fn unlock_migrations<DB: Backend>(
+    conn: &mut DB::Connection,
+) -> Result<(), sqlx::Error> {
+    execute_if::<DB>(conn, DB::SQL.unlock_migrations).await
+}
+
+/// Runs `statement`, if there is one.
+async fn execute_if<DB: Backend>(
+    conn: &mut DB::Connection,
+    statement: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    match statement {
+        Some(statement) => DB::execute(conn, statement, &[]).await.map(drop),
+        None => Ok(()),
+    }
 }

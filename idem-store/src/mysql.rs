@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 use sqlx::{ConnectOptions as _, MySql, Transaction};
 
-use crate::backend::{Backend, look_again};
+use crate::backend::{Backend, Dialect, look_again};
 use crate::glue::{Arg, Glue as _, lock_id};
 use crate::migration::{Migration, migration};
 use crate::protocol::{Begun, Failure, KeyLock, TxSettings};
@@ -141,12 +141,14 @@ impl Backend for MySql {
         &MIGRATIONS
     }
     const SQL: Sql = SQL;
-    const POSITIONAL: bool = true;
+    const DIALECT: Dialect = Dialect {
+        positional: true,
+        lock_first: true,
+        lock_first_miss: 4,
+        returning: false,
+    };
     // `begin`'s look again answers `Begun::Taken`: a key found taken costs the lock's three
     // round trips, the `ROLLBACK`, then the lookup.
-    const LOCK_FIRST: bool = true;
-    const LOCK_FIRST_MISS: i8 = 4;
-    const RETURNING: bool = false;
 
     fn is_duplicate(error: &sqlx::Error) -> bool {
         number(error) == Some(1062)

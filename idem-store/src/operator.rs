@@ -445,7 +445,8 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn field_digests(&self, key: KeyRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            let digests = DB::field_digests(&mut conn, key, self.keyring()).await;
+            let digests =
+                crate::protocol::field_digests::<DB>(&mut conn, key, self.keyring()).await;
             digests.map_err(|error| match SealError::of(&error) {
                 Some(SealError::UnknownKey(id)) => StoreError::NeedsStorageKeys(format!(
                     "the key's field digests are sealed under storage key `{id}`, which was \
@@ -723,7 +724,7 @@ async fn audit<DB: Backend>(
     pool: &Pool<DB>,
     filter: &AuditFilter,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut query = Statement::new(DB::SQL.audit, DB::POSITIONAL);
+    let mut query = Statement::new(DB::SQL.audit, DB::DIALECT.positional);
     for (column, value) in [
         ("scope", &filter.scope),
         ("operation", &filter.operation),

@@ -9,7 +9,7 @@ use sqlx::pool::PoolOptions;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Postgres, Transaction};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Dialect};
 use crate::glue::{Arg, Glue as _, advisory_id, lock_id};
 use crate::hosts::HostList;
 use crate::key::KeyRef;
@@ -151,7 +151,10 @@ impl Backend for Postgres {
         &MIGRATIONS
     }
     const SQL: Sql = SQL;
-    const LOCK_FIRST: bool = true;
+    const DIALECT: Dialect = Dialect {
+        lock_first: true,
+        ..Dialect::NUMBERED
+    };
 
     fn connect_options(url: &str, _settings: &TxSettings) -> Result<PgConnectOptions, sqlx::Error> {
         let mut options = PgConnectOptions::from_str(url)?;
@@ -248,7 +251,7 @@ impl Backend for Postgres {
         Some(insert_and_commit_statement(row))
     }
 
-    fn is_key_taken(error: &sqlx::Error) -> bool {
+    fn is_duplicate(error: &sqlx::Error) -> bool {
         error.as_database_error().is_some_and(|e| {
             e.code().is_some_and(|code| code == "23505")
                 && e.constraint() == Some("idempotency_keys_pkey")

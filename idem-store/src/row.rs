@@ -120,7 +120,7 @@ impl PartialEq<&str> for StoredStatus {
     }
 }
 
-/// What the protocol's lookup ([`crate::Backend::lookup`]) finds for a key.
+/// What the protocol's lookup ([`lookup`](crate::protocol::lookup)) finds for a key.
 #[derive(Debug, Clone)]
 pub struct StoredKey {
     /// The fingerprint of the request that stored the row (SHA-256, 32 bytes).

@@ -383,7 +383,7 @@ const NEWEST: i64 = 64;
 pub async fn newest_sealed<DB: crate::Backend>(
     pool: &sqlx::Pool<DB>,
 ) -> Result<Option<String>, sqlx::Error> {
-    let sql = if DB::POSITIONAL {
+    let sql = if DB::DIALECT.positional {
         "SELECT fingerprint FROM idempotency_keys ORDER BY expires_at DESC LIMIT ?"
     } else {
         "SELECT fingerprint FROM idempotency_keys ORDER BY expires_at DESC LIMIT $1"

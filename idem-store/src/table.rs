@@ -200,7 +200,7 @@ impl<DB: Backend> KeyTable<DB> {
         async {
             let (sql, ring) = (DB::SQL, self.keyring());
             let mut conn = self.pool.acquire().await?;
-            if DB::RETURNING {
+            if DB::DIALECT.returning {
                 let row = DB::fetch_optional(&mut conn, sql.delete, &Arg::key(key)).await?;
                 return row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose();
             }
@@ -282,7 +282,7 @@ impl<DB: Backend> KeyTable<DB> {
                     DB::opt_int(row, 3)?,
                 );
             }
-            counts.table_bytes = DB::table_bytes(&mut conn).await?.map(list::count);
+            counts.table_bytes = table_bytes::<DB>(&mut conn).await?.map(list::count);
             Ok(counts)
         }
         .await
@@ -293,7 +293,7 @@ impl<DB: Backend> KeyTable<DB> {
     async fn list_on(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
         let limit = filter.effective_limit();
         let prefix = filter.key_prefix.as_deref().map(DB::key_prefix);
-        let mut query = Statement::new(DB::SQL.list, DB::POSITIONAL);
+        let mut query = Statement::new(DB::SQL.list, DB::DIALECT.positional);
         // The state's filter first: its time is the statement's first parameter.
         let state = match filter.status {
             None => None,
@@ -364,7 +364,7 @@ pub(crate) async fn write_key<DB: Backend>(
     args: &[Arg<'_>],
     (key, now_ms, ring): (KeyRef<'_>, i64, Option<&Keyring>),
 ) -> Result<Option<KeyRow>, StoreError> {
-    let row = if DB::RETURNING {
+    let row = if DB::DIALECT.returning {
         DB::fetch_optional(conn, statement, args).await?
     } else if DB::execute(conn, statement, args).await? > 0 {
         DB::fetch_optional(conn, DB::SQL.get, &Arg::key(key)).await?
@@ -381,4 +381,14 @@ pub(crate) fn key_row<DB: Glue>(
     ring: Option<&Keyring>,
 ) -> Result<KeyRow, StoreError> {
     raw_row::<DB>(row)?.into_row(now_ms, ring)
+}
+
+/// The key table's size on disk with its indexes, where the database can tell (SQLite:
+/// where it was built with `dbstat`).
+async fn table_bytes<DB: Backend>(conn: &mut DB::Connection) -> Result<Option<i64>, sqlx::Error> {
+    match DB::fetch_optional(conn, DB::SQL.table_bytes, &[]).await {
+        Ok(row) => Ok(row.map(|row| DB::opt_int(&row, 0)).transpose()?.flatten()),
+        Err(sqlx::Error::Database(e)) if e.message().contains("no such table") => Ok(None),
+        Err(error) => Err(error),
+    }
 }

@@ -37,7 +37,9 @@ where
     for applied in 0..migrations.len() {
         let url = DB::fresh_url().await;
         apply_with_client(&url, &migration_files(&url)[..applied]);
-        let pool = DB::connect(&url, 2, &settings()).await.unwrap();
+        let pool = idem_store::connect::connect::<DB>(&url, 2, &settings())
+            .await
+            .unwrap();
         let missing = &migrations[applied];
         match check_schema(&pool).await {
             Err(error @ StoreError::Migrate { .. }) => {
@@ -56,7 +58,9 @@ where
 
     let url = DB::fresh_url().await;
     apply_with_client(&url, &migration_files(&url));
-    let pool = DB::connect(&url, 2, &settings()).await.unwrap();
+    let pool = idem_store::connect::connect::<DB>(&url, 2, &settings())
+        .await
+        .unwrap();
     check_schema(&pool).await.unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let history = (&mut *conn)
@@ -88,7 +92,7 @@ where
         .free()
         .unwrap();
     assert!(
-        DB::insert_completed_and_commit(tx, row, None)
+        idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
             .await
             .unwrap()
     );

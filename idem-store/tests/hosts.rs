@@ -7,10 +7,10 @@ use std::net::TcpListener;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use idem_store::TxSettings;
 use idem_store::hosts::HostList;
 use idem_store::sqlx::postgres::{PgConnectOptions, PgConnection};
 use idem_store::sqlx::{self, Postgres};
-use idem_store::{Backend as _, TxSettings};
 use idem_testkit::failover::Failover;
 
 fn list(hosts: &[u16], query: &str) -> HostList {
@@ -126,7 +126,9 @@ async fn a_pool_follows_the_promoted_standby() {
         statement_timeout: Duration::from_secs(5),
         acquire_timeout: Duration::from_millis(500),
     };
-    let pool = Postgres::connect(&rig.url, 4, &settings).await.unwrap();
+    let pool = idem_store::connect::connect::<Postgres>(&rig.url, 4, &settings)
+        .await
+        .unwrap();
     let on = |pool: &sqlx::PgPool| {
         let pool = pool.clone();
         async move {

@@ -52,7 +52,9 @@ async fn pending_migrations_follow_the_history<DB: TestBackend>() {
     // first again would record its version twice).
     let url = DB::fresh_url().await;
     apply_with_client(&url, &migration_files(&url)[..1]);
-    let pool = DB::connect(&url, 2, &settings()).await.unwrap();
+    let pool = idem_store::connect::connect::<DB>(&url, 2, &settings())
+        .await
+        .unwrap();
     run(&pool, DB::SQL.history).await;
     let first = &migrations[0];
     let record = format!(

@@ -12,7 +12,9 @@ use idem_testkit::harness::{HOUR, NOW, TestBackend as _, settings};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_rows_are_swept_once_no_execution_took_them() {
     let url = MySql::fresh_url().await;
-    let pool = MySql::connect(&url, 2, &settings()).await.unwrap();
+    let pool = idem_store::connect::connect::<MySql>(&url, 2, &settings())
+        .await
+        .unwrap();
     let table = KeyTable::new(pool.clone());
     table.migrate().await.unwrap();
     let key = KeyRef {
@@ -21,7 +23,9 @@ async fn lock_rows_are_swept_once_no_execution_took_them() {
         key: "k",
     };
     let mut conn = pool.acquire().await.unwrap();
-    let namespace = MySql::namespace(&mut conn).await.unwrap();
+    let namespace = idem_store::connect::namespace::<MySql>(&mut conn)
+        .await
+        .unwrap();
     let lock = KeyLock {
         namespace: &namespace,
         key,
@@ -54,7 +58,7 @@ async fn lock_rows_are_swept_once_no_execution_took_them() {
         replace_expired: false,
     };
     assert!(
-        MySql::insert_completed_and_commit(tx, row, None)
+        idem_store::protocol::insert_completed_and_commit::<MySql>(tx, row, None)
             .await
             .unwrap()
     );

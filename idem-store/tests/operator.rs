@@ -78,9 +78,13 @@ async fn running<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         id: RESERVATION,
         field_digests: None,
     };
-    assert!(DB::reserve(&mut conn, reservation, None).await.unwrap());
     assert!(
-        DB::journal(&mut conn, k, at(1), "reserve", JOURNAL, LEASE, None)
+        idem_store::staged::reserve::<DB>(&mut conn, reservation, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        idem_store::staged::journal::<DB>(&mut conn, k, at(1), "reserve", JOURNAL, LEASE, None)
             .await
             .unwrap()
     );
@@ -106,7 +110,11 @@ async fn finished<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) -> KeyRow {
         completed_ms: NOW,
         expires_ms: NOW + HOUR,
     };
-    assert!(DB::finish(&mut conn, k, at(1), ending, None).await.unwrap());
+    assert!(
+        idem_store::staged::finish::<DB>(&mut conn, k, at(1), ending, None)
+            .await
+            .unwrap()
+    );
     drop(conn);
     let row = get(table, k, NOW).await;
     assert_eq!(row.status, KeyStatus::Completed);
@@ -179,19 +187,38 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
         let mut conn = table.pool().acquire().await.unwrap();
         match step {
             // The running attempt renews its lease...
-            "renew" => assert!(DB::renew(&mut conn, k, at(1), LEASE + 4_000).await.unwrap()),
-            // ... journals a step, its lease as it was...
-            "journal" => assert!(
-                DB::journal(&mut conn, k, at(1), "charge", JOURNAL, LEASE + 4_000, None)
+            "renew" => assert!(
+                idem_store::staged::renew::<DB>(&mut conn, k, at(1), LEASE + 4_000)
                     .await
                     .unwrap()
             ),
+            // ... journals a step, its lease as it was...
+            "journal" => assert!(
+                idem_store::staged::journal::<DB>(
+                    &mut conn,
+                    k,
+                    at(1),
+                    "charge",
+                    JOURNAL,
+                    LEASE + 4_000,
+                    None
+                )
+                .await
+                .unwrap()
+            ),
             // ... a retry takes it over once the lease ran out, the lease as it was...
             "take over" => {
-                let lease = DB::take_over(&mut conn, k, at(1), LEASE + 4_000, LEASE + 4_000, None)
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let lease = idem_store::staged::take_over::<DB>(
+                    &mut conn,
+                    k,
+                    at(1),
+                    LEASE + 4_000,
+                    LEASE + 4_000,
+                    None,
+                )
+                .await
+                .unwrap()
+                .unwrap();
                 assert_eq!(lease.fence.attempt, 2);
             }
             // ... and completes it...
@@ -203,7 +230,11 @@ async fn any_column_that_moved_is_a_change<DB: TestBackend>() {
                     completed_ms: NOW,
                     expires_ms: NOW + HOUR,
                 };
-                assert!(DB::finish(&mut conn, k, at(2), ending, None).await.unwrap());
+                assert!(
+                    idem_store::staged::finish::<DB>(&mut conn, k, at(2), ending, None)
+                        .await
+                        .unwrap()
+                );
             }
             // ... and another operator expires it.
             _ => {
@@ -471,9 +502,13 @@ async fn journals_are_objects<DB: TestBackend>() {
             id: RESERVATION,
             field_digests: None,
         };
-        assert!(DB::reserve(&mut conn, reservation, None).await.unwrap());
         assert!(
-            DB::journal(&mut conn, k, at(1), "b", journal, LEASE, None)
+            idem_store::staged::reserve::<DB>(&mut conn, reservation, None)
+                .await
+                .unwrap()
+        );
+        assert!(
+            idem_store::staged::journal::<DB>(&mut conn, k, at(1), "b", journal, LEASE, None)
                 .await
                 .unwrap()
         );

@@ -12,9 +12,7 @@ use idem_spec::{Mode, ScopeKind};
 use idem_store::pooler::{behind_transaction_pooler, is_behind_transaction_pooler};
 use idem_store::sqlx::{self, Connection as _, Executor as _, Postgres, Row as _};
 use idem_store::staged::Reservation;
-use idem_store::{
-    Action, Actor, AuditFilter, Backend as _, KeyRef, KeyTable, Registration, StoredResponse,
-};
+use idem_store::{Action, Actor, AuditFilter, KeyRef, KeyTable, Registration, StoredResponse};
 use idem_testkit::conformance::put;
 use idem_testkit::harness::{HOUR, NOW, TestBackend as _, settings};
 
@@ -24,7 +22,11 @@ async fn table() -> (String, KeyTable<Postgres>) {
     behind_transaction_pooler();
     assert!(is_behind_transaction_pooler());
     let url = Postgres::fresh_url().await;
-    let table = KeyTable::new(Postgres::connect(&url, 1, &settings()).await.unwrap());
+    let table = KeyTable::new(
+        idem_store::connect::connect::<Postgres>(&url, 1, &settings())
+            .await
+            .unwrap(),
+    );
     table.migrate().await.unwrap();
     (url, table)
 }
@@ -55,7 +57,7 @@ async fn parameters_become_typed_literals() {
         field_digests: None,
     };
     assert!(
-        Postgres::reserve(&mut conn, reservation, None)
+        idem_store::staged::reserve::<Postgres>(&mut conn, reservation, None)
             .await
             .unwrap()
     );
@@ -189,7 +191,7 @@ async fn long_values_are_written_whole() {
         field_digests: None,
     };
     assert!(
-        Postgres::reserve(&mut conn, reservation, None)
+        idem_store::staged::reserve::<Postgres>(&mut conn, reservation, None)
             .await
             .unwrap()
     );

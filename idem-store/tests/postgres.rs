@@ -46,7 +46,9 @@ async fn migration_releases_its_lock_and_session() {
         "options=",
         "options=-c%20lock_timeout%3D2s%20-c%20statement_timeout%3D30s%20",
     );
-    let pool = Postgres::connect(&url, 1, &settings()).await.unwrap();
+    let pool = idem_store::connect::connect::<Postgres>(&url, 1, &settings())
+        .await
+        .unwrap();
     // The lock as `pg_locks` shows it (the documented halves).
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(MIGRATION_LOCK_ID)
@@ -93,7 +95,11 @@ async fn migration_waits_for_the_lock() {
         lock_timeout: Duration::from_millis(50),
         ..settings()
     };
-    let table = KeyTable::new(Postgres::connect(&url, 1, &quick).await.unwrap());
+    let table = KeyTable::new(
+        idem_store::connect::connect::<Postgres>(&url, 1, &quick)
+            .await
+            .unwrap(),
+    );
     let mut other = sqlx::PgConnection::connect_with_url(&url).await;
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(MIGRATION_LOCK_ID)

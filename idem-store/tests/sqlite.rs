@@ -12,7 +12,6 @@ use idem_testkit::harness::{HOUR, NOW};
 /// protocol, the tools and the filters alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_written_numeric_expiry() {
-    use idem_store::Backend as _;
     let (_, table) = common::fresh::<Sqlite>().await;
     let k = KeyRef {
         scope: "global",
@@ -30,7 +29,10 @@ async fn hand_written_numeric_expiry() {
     assert_eq!(row.expires_at_ms, NOW - HOUR);
     assert_eq!(row.status, KeyStatus::Expired);
     let mut conn = table.pool().acquire().await.unwrap();
-    let stored = Sqlite::lookup(&mut conn, k, None).await.unwrap().unwrap();
+    let stored = idem_store::protocol::lookup::<Sqlite>(&mut conn, k, None)
+        .await
+        .unwrap()
+        .unwrap();
     drop(conn);
     assert_eq!(stored.expires_at_ms, NOW - HOUR);
     let expired = table

@@ -31,7 +31,7 @@
 //!
 //! async fn a_new_table_is_empty<DB: TestBackend>() {
 //!     let url = DB::fresh_url().await;
-//!     let table = KeyTable::new(DB::connect(&url, 4, &settings()).await.unwrap());
+//!     let table = KeyTable::new(idem_store::connect::connect::<DB>(&url, 4, &settings()).await.unwrap());
 //!     table.migrate().await.unwrap();
 //!     // …
 //! }
@@ -257,9 +257,11 @@ where
     DB: Backend,
     for<'c> &'c mut <DB as Database>::Connection: Executor<'c, Database = DB>,
 {
-    let admin = DB::connect(url, 1, &settings()).await.unwrap_or_else(|e| {
-        panic!("{store} is required for these tests and is unreachable at {url}: {e}")
-    });
+    let admin = idem_store::connect::connect::<DB>(url, 1, &settings())
+        .await
+        .unwrap_or_else(|e| {
+            panic!("{store} is required for these tests and is unreachable at {url}: {e}")
+        });
     let mut conn = admin
         .acquire()
         .await

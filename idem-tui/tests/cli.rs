@@ -2004,7 +2004,7 @@ async fn reseal_moves_keys_to_the_new_key<DB: TestBackend>() {
 async fn reseal_reports_a_changed_marker<DB: TestBackend>() {
     use idem_runtime::store::Arg;
     let s = SealedSeeded::<DB>::new().await;
-    let (p1, p2) = if DB::POSITIONAL {
+    let (p1, p2) = if DB::DIALECT.positional {
         ("?", "?")
     } else {
         ("$1", "$2")

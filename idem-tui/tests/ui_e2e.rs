@@ -66,7 +66,9 @@ async fn seeded_sqlite_with(keys: &[&str]) -> (PathBuf, KeyTable<Sqlite>) {
 async fn seeded_postgres() -> (String, KeyTable<Postgres>) {
     let url = Postgres::fresh_url().await;
     // (The store's own connect: through a transaction pooler too, `PGBOUNCER_URL`.)
-    let pool = Postgres::connect(&url, 2, &settings()).await.unwrap();
+    let pool = idem_runtime::store::connect::connect::<Postgres>(&url, 2, &settings())
+        .await
+        .unwrap();
     let table = KeyTable::new(pool);
     table.migrate().await.unwrap();
     seed(&table, &["order-1", "order-2", "other-1"]).await;
@@ -107,7 +109,7 @@ async fn seed_in<DB: Backend>(table: &KeyTable<DB>, scope: &str, keys: &[&str], 
             replace_expired: false,
         };
         assert!(
-            DB::insert_completed_and_commit(tx, row, None)
+            idem_runtime::store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
                 .await
                 .unwrap()
         );

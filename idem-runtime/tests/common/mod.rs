@@ -47,7 +47,7 @@ pub trait TestDb: TestBackend {
         note: &str,
     ) -> impl Future<Output = ()> + Send {
         async move {
-            let sql = if Self::POSITIONAL {
+            let sql = if Self::DIALECT.positional {
                 "INSERT INTO effects (note) VALUES (?)"
             } else {
                 "INSERT INTO effects (note) VALUES ($1)"

@@ -525,9 +525,9 @@ impl<DB: Backend> Outbox<DB> {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let mut lease = Statement::new(lease, DB::POSITIONAL);
+        let mut lease = Statement::new(lease, DB::DIALECT.positional);
         lease.args.push(Arg::Int(until_ms));
-        let mut read = Statement::new(read, DB::POSITIONAL);
+        let mut read = Statement::new(read, DB::DIALECT.positional);
         for (i, id) in ids.iter().enumerate() {
             let comma = if i == 0 { "" } else { ", " };
             lease.push(comma).bind(Arg::Int(*id));
@@ -616,7 +616,7 @@ async fn retry_in<DB: Backend>(
         _ => i32::try_from(before.attempts).unwrap_or(i32::MAX),
     };
     let args = [Arg::Int32(attempts), Arg::Int(now_ms), Arg::Int(id)];
-    let after = if DB::RETURNING {
+    let after = if DB::DIALECT.returning {
         DB::fetch_optional(tx, sql.outbox_retry, &args).await?
     } else {
         DB::execute(tx, sql.outbox_retry, &args).await?;

@@ -8,7 +8,11 @@
 
 use crate::key::KeyRef;
 
-/// A new staged key ([`crate::Backend::reserve`]).
+mod primitives;
+
+pub use primitives::*;
+
+/// A new staged key ([`reserve`](crate::staged::reserve)).
 #[derive(Debug, Clone, Copy)]
 pub struct Reservation<'a> {
     /// The key.
@@ -25,7 +29,7 @@ pub struct Reservation<'a> {
     /// The first attempt's lease (`locked_until`).
     pub locked_until_ms: i64,
     /// Replace a completed row that had expired by [`Reservation::created_ms`] (an operation
-    /// that runs expired keys again), as [`crate::Backend::reserve`] says.
+    /// that runs expired keys again), as [`reserve`](crate::staged::reserve) says.
     pub replace_expired: bool,
     /// This reservation's identity (the `reservation` column): random, never 0, the same for
     /// every attempt at it ([`Fence::reservation`]).
@@ -47,7 +51,7 @@ pub struct Fence {
     pub attempt: i64,
 }
 
-/// An attempt's hold on a staged key: what [`crate::Backend::take_over`] returns.
+/// An attempt's hold on a staged key: what [`take_over`](crate::staged::take_over) returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// The attempt's identity.
@@ -60,7 +64,7 @@ pub struct Lease {
     pub fingerprint: Vec<u8>,
 }
 
-/// A staged key whose lease ran out ([`crate::Backend::stuck`]).
+/// A staged key whose lease ran out ([`stuck`](crate::staged::stuck)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StuckKey {
     /// `global`, `tenant:<id>` or `user:<id>`.
@@ -85,7 +89,7 @@ impl StuckKey {
     }
 }
 
-/// The response a staged key ends with ([`crate::Backend::finish`]), in its columns' form.
+/// The response a staged key ends with ([`finish`](crate::staged::finish)), in its columns' form.
 #[derive(Debug, Clone, Copy)]
 pub struct Ending<'a> {
     /// `response_status`.

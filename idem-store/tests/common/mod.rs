@@ -188,7 +188,11 @@ pub async fn insert_processing<DB: Backend>(
 /// A fresh database with the key table, through [`Backend::connect`].
 pub async fn fresh<DB: TestBackend>() -> (String, KeyTable<DB>) {
     let url = DB::fresh_url().await;
-    let table = KeyTable::new(DB::connect(&url, 4, &settings()).await.unwrap());
+    let table = KeyTable::new(
+        idem_store::connect::connect::<DB>(&url, 4, &settings())
+            .await
+            .unwrap(),
+    );
     table.migrate().await.unwrap();
     (url, table)
 }
@@ -211,7 +215,9 @@ where
     DB::Connection: Migrate,
 {
     let url = DB::fresh_url().await;
-    let pool = DB::connect(&url, 4, &settings()).await.unwrap();
+    let pool = idem_store::connect::connect::<DB>(&url, 4, &settings())
+        .await
+        .unwrap();
     let app = new_dir("app-migrations");
     std::fs::write(
         app.join("20250101000000_things.sql"),
@@ -258,7 +264,10 @@ where
     assert_eq!(processing.keys[0].key, "p-1");
     // The old rows read back, through the protocol and through the tools' API.
     let mut conn = pool.acquire().await.unwrap();
-    let stored = DB::lookup(&mut conn, old, None).await.unwrap().unwrap();
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, old, None)
+        .await
+        .unwrap()
+        .unwrap();
     drop(conn);
     assert_eq!(stored.status, StoredStatus::Completed);
     assert_eq!(stored.fingerprint, [7; 32]);

@@ -17,7 +17,7 @@
 //! Each case gets a new, empty database from the test harness
 //! ([`TestBackend::fresh_url`](crate::harness::TestBackend::fresh_url): what each store gets
 //! is in [the harness's docs](crate::harness)). The kit opens its pools itself through
-//! [`Backend::connect`](idem_store::Backend::connect), with the settings a case needs (a short
+//! [`Backend::connect`](idem_store::connect::connect), with the settings a case needs (a short
 //! lock timeout to time a lock wait, say), and sometimes several pools on one database (one
 //! per instance, for instances migrating or claiming at once); it migrates the database
 //! itself, since some cases look at what migrating does. The kit never drops what it created.

@@ -113,7 +113,7 @@ async fn run<DB: Backend, const N: usize>(
     sql: &str,
     args: [Arg<'_>; N],
 ) -> Result<(), sqlx::Error> {
-    let sql = if DB::POSITIONAL {
+    let sql = if DB::DIALECT.positional {
         (1..=N).fold(sql.to_owned(), |sql, n| sql.replace(&format!("${n}"), "?"))
     } else {
         sql.to_owned()

@@ -50,7 +50,7 @@ impl<T> Must<T> for Option<T> {
 
 /// A pool on `url` through [`Backend::connect`].
 pub(crate) async fn connect<DB: Backend>(url: &str, settings: &TxSettings) -> Pool<DB> {
-    DB::connect(url, 4, settings)
+    idem_store::connect::connect::<DB>(url, 4, settings)
         .await
         .must("Backend::connect on the harness's database")
 }
@@ -94,7 +94,7 @@ pub const HEADERS: [(&str, &str); 4] = [
 ];
 
 /// Stores a completed key through the protocol's primitives, as the runtime does: `begin`
-/// without a lock, then [`Backend::insert_completed_and_commit`]. Fingerprint `[7; 32]`,
+/// without a lock, then [`insert_completed_and_commit`](idem_store::protocol::insert_completed_and_commit). Fingerprint `[7; 32]`,
 /// status 201, [`HEADERS`], completed 5 ms after `created_ms`.
 pub async fn put<DB: Backend>(
     pool: &Pool<DB>,
@@ -110,7 +110,7 @@ pub async fn put<DB: Backend>(
         .free()
         .must("Backend::begin without a lock: a transaction");
     let headers = StoredResponse::encode_headers(HEADERS);
-    DB::insert_completed_and_commit(
+    idem_store::protocol::insert_completed_and_commit::<DB>(
         tx,
         NewRow {
             field_digests: None,

@@ -21,7 +21,7 @@ use crate::harness::{HOUR, NOW};
 /// passed before anyone resumed it.
 async fn overdue<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, lease_ms: i64) {
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let reserved = DB::reserve(
+    let reserved = idem_store::staged::reserve::<DB>(
         &mut conn,
         Reservation {
             key: k,
@@ -61,7 +61,7 @@ async fn listed<DB: Backend>(table: &KeyTable<DB>, status: KeyStatus) -> Vec<Str
 /// A processing key past its `expires_at` reads `Processing` while its lease is live and
 /// `Stuck` once it ran out — in `get`, the protocol's lookup, every listing filter and the
 /// counts — and never `Expired`; the stuck one is listed by
-/// [`idem_store::Backend::stuck`] and can be taken over, the live one cannot. Only the
+/// [`stuck`](idem_store::staged::stuck) and can be taken over, the live one cannot. Only the
 /// completed key past its `expires_at` is `Expired`.
 pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
@@ -74,7 +74,7 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
     ] {
         let row = table.get(key(k), NOW).await.must("get").must("the key");
         assert_eq!(row.status, status, "{k}: get");
-        let stored = DB::lookup(&mut conn, key(k), None)
+        let stored = idem_store::protocol::lookup::<DB>(&mut conn, key(k), None)
             .await
             .must("lookup")
             .must("the key");
@@ -112,7 +112,7 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
         "the oldest stuck key"
     );
 
-    let stuck = DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 10)
+    let stuck = idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW, i64::MAX, 10)
         .await
         .must("stuck")
         .into_iter()
@@ -120,16 +120,23 @@ pub async fn unfinished_keys_never_expire<DB: ConformanceSql>() {
         .collect::<Vec<_>>();
     assert_eq!(stuck, ["stuck"], "Backend::stuck");
     assert_eq!(
-        DB::take_over(&mut conn, key("live"), at(1), NOW, NOW + 30_000, None)
+        idem_store::staged::take_over::<DB>(&mut conn, key("live"), at(1), NOW, NOW + 30_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover of a live lease past expires_at"
     );
-    let lease = DB::take_over(&mut conn, key("stuck"), at(1), NOW, NOW + 30_000, None)
-        .await
-        .must("take_over")
-        .must("taking over a stuck key past its expires_at");
+    let lease = idem_store::staged::take_over::<DB>(
+        &mut conn,
+        key("stuck"),
+        at(1),
+        NOW,
+        NOW + 30_000,
+        None,
+    )
+    .await
+    .must("take_over")
+    .must("taking over a stuck key past its expires_at");
     assert_eq!(lease.fence.attempt, 2, "the attempt that resumes it");
     let row = table
         .get(key("stuck"), NOW)
@@ -194,7 +201,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
     for k in ["live", "stuck"] {
         let before = table.get(key(k), NOW).await.must("get").must("the key");
         assert!(
-            !DB::reserve(&mut conn, replacing(key(k)), None)
+            !idem_store::staged::reserve::<DB>(&mut conn, replacing(key(k)), None)
                 .await
                 .must("reserve"),
             "{k}: a reservation replacing expired keys replaced a processing row"
@@ -204,9 +211,10 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let replaced = DB::insert_completed(&mut tx, inserting(key(k)), None)
-            .await
-            .must("insert_completed");
+        let replaced =
+            idem_store::protocol::insert_completed::<DB>(&mut tx, inserting(key(k)), None)
+                .await
+                .must("insert_completed");
         assert!(
             !replaced,
             "{k}: an insert replacing expired keys replaced a processing row"
@@ -220,7 +228,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
     }
     // The completed row past its expiry is replaced, by either.
     assert!(
-        DB::reserve(&mut conn, replacing(key("done")), None)
+        idem_store::staged::reserve::<DB>(&mut conn, replacing(key("done")), None)
             .await
             .must("reserve"),
         "a reservation did not replace the expired completed row"
@@ -232,7 +240,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
         .free()
         .must("begin without a lock");
     assert!(
-        DB::insert_completed(&mut tx, inserting(key("done-2")), None)
+        idem_store::protocol::insert_completed::<DB>(&mut tx, inserting(key("done-2")), None)
             .await
             .must("insert_completed"),
         "an insert did not replace the expired completed row"
@@ -240,7 +248,7 @@ pub async fn unfinished_keys_are_never_replaced<DB: ConformanceSql>() {
     tx.commit().await.must("commit");
 }
 
-/// [`idem_store::Backend::finish`] sets `expires_at` from [`Ending::expires_ms`]: a key
+/// [`finish`](idem_store::staged::finish) sets `expires_at` from [`Ending::expires_ms`]: a key
 /// completed after its reservation's `expires_at` passed has its whole TTL from its
 /// completion — completed (replayed) until then, expired and swept after.
 pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
@@ -248,7 +256,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
     let k = key("stuck");
     overdue(table.pool(), k, NOW - 1_000).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let lease = DB::take_over(&mut conn, k, at(1), NOW, NOW + 30_000, None)
+    let lease = idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW, NOW + 30_000, None)
         .await
         .must("take_over")
         .must("resuming the stuck key");
@@ -260,7 +268,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
         expires_ms: NOW + 1_000 + 24 * HOUR,
     };
     assert!(
-        DB::finish(&mut conn, k, lease.fence, ending, None)
+        idem_store::staged::finish::<DB>(&mut conn, k, lease.fence, ending, None)
             .await
             .must("finish"),
         "finishing the resumed key"
@@ -270,7 +278,7 @@ pub async fn finish_counts_the_ttl_from_completion<DB: ConformanceSql>() {
     assert_eq!(row.status, KeyStatus::Completed, "status after finishing");
     assert_eq!(row.expires_at_ms, end, "expires_at: the ending's");
     assert_eq!(row.completed_at_ms, Some(NOW + 1_000), "completed_at");
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");

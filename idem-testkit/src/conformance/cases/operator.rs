@@ -49,7 +49,7 @@ async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    DB::take_over(&mut conn, k, at(seen.attempt), lease, lease, None)
+    idem_store::staged::take_over::<DB>(&mut conn, k, at(seen.attempt), lease, lease, None)
         .await
         .must("take_over")
         .must("taking the key over");
@@ -59,7 +59,7 @@ async fn bump_attempt<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>) {
 async fn renew_lease<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, until_ms: i64) {
     let seen = row(table, k, NOW).await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let renewed = DB::renew(&mut conn, k, at(seen.attempt), until_ms)
+    let renewed = idem_store::staged::renew::<DB>(&mut conn, k, at(seen.attempt), until_ms)
         .await
         .must("renew");
     assert!(renewed, "renewing the running attempt's lease");
@@ -70,9 +70,17 @@ async fn journal_step<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, step: &s
     let seen = row(table, k, NOW).await;
     let lease = seen.locked_until_ms.must("the key's lease");
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
-    let journaled = DB::journal(&mut conn, k, at(seen.attempt), step, JOURNAL, lease, None)
-        .await
-        .must("journal");
+    let journaled = idem_store::staged::journal::<DB>(
+        &mut conn,
+        k,
+        at(seen.attempt),
+        step,
+        JOURNAL,
+        lease,
+        None,
+    )
+    .await
+    .must("journal");
     assert!(journaled, "journaling the running attempt");
 }
 
@@ -98,7 +106,7 @@ async fn store<DB: Backend>(table: &KeyTable<DB>, key: KeyRef<'_>, expires_ms: i
         replace_expired: false,
     };
     assert!(
-        DB::insert_completed_and_commit(tx, row, None)
+        idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
             .await
             .must("the store")
     );
@@ -304,7 +312,7 @@ pub async fn act_complete<DB: ConformanceSql>() {
     assert_eq!(after.fingerprint, seen.fingerprint);
     // The protocol replays it.
     let mut conn = table.pool().acquire().await.must("acquire");
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key's row");
@@ -599,7 +607,7 @@ async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt
         completed_ms: NOW + 1,
         expires_ms: NOW + 1 + HOUR,
     };
-    let journal = DB::journal(
+    let journal = idem_store::staged::journal::<DB>(
         &mut conn,
         k,
         at(attempt),
@@ -611,15 +619,15 @@ async fn assert_fenced<DB: Backend>(table: &KeyTable<DB>, k: KeyRef<'_>, attempt
     .await
     .must("journal");
     assert!(!journal, "{}: a fenced attempt journaled a step", k.key);
-    let renewed = DB::renew(&mut conn, k, at(attempt), NOW + 60_000)
+    let renewed = idem_store::staged::renew::<DB>(&mut conn, k, at(attempt), NOW + 60_000)
         .await
         .must("renew");
     assert!(!renewed, "{}: a fenced attempt renewed its lease", k.key);
-    let released = DB::release(&mut conn, k, at(attempt), NOW + 1)
+    let released = idem_store::staged::release::<DB>(&mut conn, k, at(attempt), NOW + 1)
         .await
         .must("release");
     assert!(!released, "{}: a fenced attempt released the key", k.key);
-    let finished = DB::finish(&mut conn, k, at(attempt), ending, None)
+    let finished = idem_store::staged::finish::<DB>(&mut conn, k, at(attempt), ending, None)
         .await
         .must("finish");
     assert!(!finished, "{}: a fenced attempt finished the key", k.key);
@@ -756,7 +764,7 @@ pub async fn act_delete_completed_staged_needs_force<DB: ConformanceSql>() {
         expires_ms: NOW - 10 + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, staged, at(1), ending, None)
+        idem_store::staged::finish::<DB>(&mut conn, staged, at(1), ending, None)
             .await
             .must("finish")
     );
@@ -1122,7 +1130,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
         } else {
             NOW + HOUR
         };
-        let reserved = DB::reserve(
+        let reserved = idem_store::staged::reserve::<DB>(
             &mut conn,
             Reservation {
                 key: key(k),
@@ -1163,7 +1171,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
         expires_ms: NOW + HOUR,
     };
     assert!(
-        DB::finish(&mut conn, key("pr-finish"), at(1), ending, None)
+        idem_store::staged::finish::<DB>(&mut conn, key("pr-finish"), at(1), ending, None)
             .await
             .must("the store")
     );
@@ -1197,7 +1205,7 @@ pub async fn processing_table_follows_the_keys<DB: ConformanceSql>() {
 
     // An expired key reserved again is processing again.
     store(&table, key("pr-again"), NOW - HOUR).await;
-    let reserved = DB::reserve(
+    let reserved = idem_store::staged::reserve::<DB>(
         &mut conn,
         Reservation {
             key: key("pr-again"),

@@ -106,7 +106,7 @@ async fn committed<DB: Backend>(pool: &Pool<DB>, id: &str) -> bool {
         .is_some()
 }
 
-/// [`Backend::lookup`] finds nothing for an absent key, the completed row of a present one
+/// [`lookup`](idem_store::protocol::lookup) finds nothing for an absent key, the completed row of a present one
 /// (every column the protocol reads), an expired row as it is (its expiry in the past: the
 /// caller judges), a staged key as processing, and nothing for a key that differs in scope or
 /// operation only.
@@ -116,7 +116,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     let mut conn = pool.acquire().await.must("acquiring a connection");
     let k = key("k-1");
     assert!(
-        DB::lookup(&mut conn, k, None)
+        idem_store::protocol::lookup::<DB>(&mut conn, k, None)
             .await
             .must("lookup")
             .is_none(),
@@ -124,7 +124,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     );
 
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"{\"id\":1}").await);
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("lookup of a stored key");
@@ -158,7 +158,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
         key("k-"),
     ] {
         assert!(
-            DB::lookup(&mut conn, other, None)
+            idem_store::protocol::lookup::<DB>(&mut conn, other, None)
                 .await
                 .must("lookup")
                 .is_none(),
@@ -168,7 +168,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
 
     let old = key("k-old");
     assert!(put(pool, old, NOW - 2 * HOUR, NOW - HOUR, b"old").await);
-    let stored = DB::lookup(&mut conn, old, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, old, None)
         .await
         .must("lookup")
         .must("lookup of an expired key");
@@ -189,7 +189,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     );
 
     let staged = key("k-staged");
-    let reserved = DB::reserve(
+    let reserved = idem_store::staged::reserve::<DB>(
         &mut conn,
         Reservation {
             key: staged,
@@ -207,7 +207,7 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     .await
     .must("reserve");
     assert!(reserved, "reserving a free key");
-    let stored = DB::lookup(&mut conn, staged, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, staged, None)
         .await
         .must("lookup")
         .must("lookup of a reserved key");
@@ -222,8 +222,8 @@ pub async fn lookup_absent_present_expired<DB: ConformanceSql>() {
     assert_eq!(stored.fingerprint, [3; 32], "fingerprint of a reserved key");
 }
 
-/// Responses come back byte for byte, through [`Backend::insert_completed_and_commit`] and
-/// [`Backend::insert_completed`] alike, read by [`Backend::lookup`] and
+/// Responses come back byte for byte, through [`insert_completed_and_commit`](idem_store::protocol::insert_completed_and_commit) and
+/// [`insert_completed`](idem_store::protocol::insert_completed) alike, read by [`lookup`](idem_store::protocol::lookup) and
 /// [`idem_store::KeyTable::get`]: empty and binary bodies (NUL, invalid UTF-8, every byte value),
 /// bodies with quotes, backslashes and SQL, a large body, headers in order with a repeated
 /// name and text beyond ASCII, no headers at all; keys, scopes and operations with quotes and
@@ -281,11 +281,11 @@ pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>() {
                     .free()
                     .must("begin without a lock");
                 let stored = if commit_with_insert {
-                    DB::insert_completed_and_commit(tx, row, None)
+                    idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
                         .await
                         .must("insert_completed_and_commit")
                 } else {
-                    let stored = DB::insert_completed(&mut tx, row, None)
+                    let stored = idem_store::protocol::insert_completed::<DB>(&mut tx, row, None)
                         .await
                         .must("insert_completed");
                     tx.commit().await.must("commit");
@@ -302,7 +302,7 @@ pub async fn responses_round_trip_byte_exact<DB: ConformanceSql>() {
                     headers: headers.clone(),
                     body: bytes::Bytes::copy_from_slice(body),
                 };
-                let looked_up = DB::lookup(&mut conn, k, None)
+                let looked_up = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
                     .await
                     .must("lookup")
                     .must("lookup of the stored key");
@@ -335,7 +335,9 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
     let pool = table.pool();
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let namespace = DB::namespace(&mut conn).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut conn)
+        .await
+        .must("namespace");
     let tx = DB::begin(&mut conn, &settings(), None)
         .await
         .must("begin without a lock");
@@ -351,7 +353,7 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
         .must("begin with the lock of a free key")
         .free()
         .must("begin with the lock of a free key: a transaction");
-    let inserted = DB::insert_completed(
+    let inserted = idem_store::protocol::insert_completed::<DB>(
         &mut tx,
         new_row(k, &[1; 32], "[]", b"dropped", NOW, NOW + HOUR),
         None,
@@ -361,7 +363,7 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
     assert!(inserted, "insert_completed of a new key");
     drop(tx);
     assert!(
-        DB::lookup(&mut conn, k, None)
+        idem_store::protocol::lookup::<DB>(&mut conn, k, None)
             .await
             .must("lookup")
             .is_none(),
@@ -373,7 +375,7 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
         .must("begin again after the dropped transaction")
         .free()
         .must("begin with the lock of a free key: a transaction");
-    let stored = DB::insert_completed_and_commit(
+    let stored = idem_store::protocol::insert_completed_and_commit::<DB>(
         tx,
         new_row(k, &[1; 32], "[]", b"kept", NOW, NOW + HOUR),
         None,
@@ -381,7 +383,7 @@ pub async fn begin_takes_a_free_key<DB: ConformanceSql>() {
     .await
     .must("insert_completed_and_commit");
     assert!(stored, "insert_completed_and_commit of a free key");
-    let row = DB::lookup(&mut conn, k, None)
+    let row = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the committed row");
@@ -401,7 +403,9 @@ pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>() {
     let k = key("k");
     assert!(put(pool, k, NOW - HOUR, NOW + HOUR, b"first").await);
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let namespace = DB::namespace(&mut conn).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut conn)
+        .await
+        .must("namespace");
     let taken = begin_finds_taken::<DB>(&mut conn, &settings(), lock(&namespace, k, None))
         .await
         .must("begin with the lock of a committed key");
@@ -410,7 +414,7 @@ pub async fn begin_finds_a_committed_key_taken<DB: ConformanceSql>() {
         "begin with the lock of a committed key found it free"
     );
     // The same connection goes on: a lookup, and a free key's transaction.
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup on the connection after a taken begin")
         .must("the committed row");
@@ -433,7 +437,9 @@ pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>() {
     let k = key("k");
     assert!(put(pool, k, NOW - 2 * HOUR, NOW - HOUR, b"old").await);
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let namespace = DB::namespace(&mut conn).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut conn)
+        .await
+        .must("namespace");
     for (expired_by, taken) in [
         (None, true),
         (Some(NOW - 2 * HOUR), true),
@@ -462,13 +468,13 @@ pub async fn begin_replacing_an_expired_key<DB: ConformanceSql>() {
         ..new_row(k, &[2; 32], "[]", b"new", NOW, NOW + HOUR)
     };
     assert!(
-        DB::insert_completed(&mut tx, row, None)
+        idem_store::protocol::insert_completed::<DB>(&mut tx, row, None)
             .await
             .must("insert_completed"),
         "replacing the expired row"
     );
     tx.commit().await.must("commit");
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the new row");
@@ -498,7 +504,9 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>() {
     let k = key("k");
     let mut holder = pool.acquire().await.must("acquiring a connection");
     let mut waiter = pool.acquire().await.must("acquiring a second connection");
-    let namespace = DB::namespace(&mut holder).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut holder)
+        .await
+        .must("namespace");
     let held = DB::begin(&mut holder, &quick, Some(lock(&namespace, k, None)))
         .await
         .must("begin holding the key")
@@ -535,7 +543,7 @@ pub async fn lock_wait_times_out<DB: ConformanceSql>() {
         .await
         .must("key_lock_taken while the key is held");
     assert!(
-        DB::lookup(&mut waiter, k, None)
+        idem_store::protocol::lookup::<DB>(&mut waiter, k, None)
             .await
             .must("lookup after abandon_begin")
             .is_none(),
@@ -684,7 +692,9 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
     let k = key("k");
     let mut first = pool.acquire().await.must("acquiring a connection");
     let mut second = pool.acquire().await.must("acquiring a second connection");
-    let namespace = DB::namespace(&mut first).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut first)
+        .await
+        .must("namespace");
     let session = DB::session(&mut second)
         .await
         .must("the duplicate's server session");
@@ -699,7 +709,7 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
         async {
             until_the_duplicate_waits::<DB>(pool, session, &steps).await;
             steps.push(Step::FirstCommits);
-            let committed = DB::insert_completed_and_commit(
+            let committed = idem_store::protocol::insert_completed_and_commit::<DB>(
                 tx,
                 new_row(k, &[1; 32], "[]", b"first", NOW, NOW + HOUR),
                 None,
@@ -742,7 +752,7 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
         taken.must("the duplicate's begin"),
         "the duplicate waiting on the lock found the key free after the first committed"
     );
-    let stored = DB::lookup(&mut second, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut second, k, None)
         .await
         .must("the duplicate's lookup")
         .must("the first execution's row");
@@ -753,7 +763,7 @@ pub async fn waiter_finds_the_committed_row<DB: ConformanceSql>() {
     );
 }
 
-/// [`Backend::insert_completed_and_commit`] on a key whose row exists answers `false` and
+/// [`insert_completed_and_commit`](idem_store::protocol::insert_completed_and_commit) on a key whose row exists answers `false` and
 /// commits nothing: neither the row nor the transaction's other writes; the row stays the
 /// first one's. It ignores [`NewRow::replace_expired`].
 pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
@@ -781,7 +791,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             replace_expired,
             ..new_row(target, &[9; 32], "[]", b"second", NOW, NOW + HOUR)
         };
-        let stored = DB::insert_completed_and_commit(tx, row, None)
+        let stored = idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
             .await
             .must("insert_completed_and_commit on an existing key");
         assert!(
@@ -794,7 +804,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
             !committed(pool, write_id).await,
             "the transaction's write committed although its key row did not"
         );
-        let row = DB::lookup(&mut conn, target, None)
+        let row = idem_store::protocol::lookup::<DB>(&mut conn, target, None)
             .await
             .must("lookup")
             .must("the first row");
@@ -802,7 +812,7 @@ pub async fn insert_and_commit_conflict_changes_nothing<DB: ConformanceSql>() {
     }
 }
 
-/// [`Backend::insert_completed`] on a key whose row exists answers `false` and changes
+/// [`insert_completed`](idem_store::protocol::insert_completed) on a key whose row exists answers `false` and changes
 /// nothing; the transaction stays usable and its other writes commit.
 pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
@@ -815,7 +825,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
         .must("begin")
         .free()
         .must("begin without a lock");
-    let stored = DB::insert_completed(
+    let stored = idem_store::protocol::insert_completed::<DB>(
         &mut tx,
         new_row(k, &[9; 32], "[]", b"second", NOW, NOW + HOUR),
         None,
@@ -831,7 +841,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     );
     tx.commit().await.must("commit after the conflict");
     assert!(committed(pool, "w").await, "the transaction's other write");
-    let row = DB::lookup(&mut conn, k, None)
+    let row = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the first row");
@@ -843,7 +853,7 @@ pub async fn insert_completed_conflict_changes_nothing<DB: ConformanceSql>() {
     );
 }
 
-/// [`NewRow::replace_expired`]: [`Backend::insert_completed`] replaces a row that had expired
+/// [`NewRow::replace_expired`]: [`insert_completed`](idem_store::protocol::insert_completed) replaces a row that had expired
 /// by the execution's start (`created_ms`), and only such a row; on a free key it inserts.
 /// The replacing row is the new one in every column.
 pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
@@ -884,9 +894,13 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let replaced = DB::insert_completed(&mut tx, row(target, created, b"early"), None)
-            .await
-            .must("insert_completed replacing");
+        let replaced = idem_store::protocol::insert_completed::<DB>(
+            &mut tx,
+            row(target, created, b"early"),
+            None,
+        )
+        .await
+        .must("insert_completed replacing");
         assert!(!replaced, "{what} replaced it");
         tx.rollback().await.must("rollback");
     }
@@ -896,23 +910,25 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
         .must("begin")
         .free()
         .must("begin without a lock");
-    let replaced = DB::insert_completed(&mut tx, row(k, NOW, b"second"), None)
-        .await
-        .must("insert_completed replacing");
+    let replaced =
+        idem_store::protocol::insert_completed::<DB>(&mut tx, row(k, NOW, b"second"), None)
+            .await
+            .must("insert_completed replacing");
     assert!(
         replaced,
         "an execution that began after the row expired did not replace it"
     );
     // A free key is simply inserted.
-    let inserted = DB::insert_completed(&mut tx, row(key("free"), NOW, b"free"), None)
-        .await
-        .must("insert_completed replacing on a free key");
+    let inserted =
+        idem_store::protocol::insert_completed::<DB>(&mut tx, row(key("free"), NOW, b"free"), None)
+            .await
+            .must("insert_completed replacing on a free key");
     assert!(
         inserted,
         "insert_completed with replace_expired on a free key"
     );
     tx.commit().await.must("commit");
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the new row");
@@ -925,14 +941,14 @@ pub async fn replacing_an_expired_key<DB: ConformanceSql>() {
     let row = table.get(k, NOW).await.must("get").must("the new row");
     assert_eq!(row.created_at_ms, NOW, "the new row's created_at");
     assert_eq!(row.completed_at_ms, Some(NOW), "the new row's completed_at");
-    let live_row = DB::lookup(&mut conn, live, None)
+    let live_row = idem_store::protocol::lookup::<DB>(&mut conn, live, None)
         .await
         .must("lookup")
         .must("the live row");
     assert_eq!(live_row.fingerprint, [7; 32], "the live row is untouched");
 }
 
-/// [`Backend::rollback_to_savepoint`] undoes the writes since [`Backend::savepoint`] and
+/// [`rollback_to_savepoint`](idem_store::protocol::rollback_to_savepoint) undoes the writes since [`savepoint`](idem_store::protocol::savepoint) and
 /// keeps the transaction, its earlier writes and the key's lock: the failure stored after it
 /// commits with the writes before the savepoint only.
 pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
@@ -940,7 +956,9 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
     let pool = table.pool();
     let k = key("k");
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let namespace = DB::namespace(&mut conn).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut conn)
+        .await
+        .must("namespace");
     let mut tx = DB::begin(&mut conn, &settings(), Some(lock(&namespace, k, None)))
         .await
         .must("begin")
@@ -951,13 +969,15 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
             .await
             .must("enqueue")
     );
-    DB::savepoint(&mut tx).await.must("savepoint");
+    idem_store::protocol::savepoint::<DB>(&mut tx)
+        .await
+        .must("savepoint");
     assert!(
         enqueue(&mut tx, &write("inside"), NOW, None)
             .await
             .must("enqueue")
     );
-    DB::rollback_to_savepoint(&mut tx)
+    idem_store::protocol::rollback_to_savepoint::<DB>(&mut tx)
         .await
         .must("rollback_to_savepoint");
     // Once more, as a second failure in the same transaction would.
@@ -967,7 +987,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
             .must("enqueue after the rollback"),
         "the write undone by the rollback to the savepoint is still there"
     );
-    DB::rollback_to_savepoint(&mut tx)
+    idem_store::protocol::rollback_to_savepoint::<DB>(&mut tx)
         .await
         .must("a second rollback_to_savepoint");
     let row = NewRow {
@@ -983,7 +1003,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         )
     };
     assert!(
-        DB::insert_completed_and_commit(tx, row, None)
+        idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, None)
             .await
             .must("insert_completed_and_commit after the savepoint"),
         "storing the failure"
@@ -996,7 +1016,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
         !committed(pool, "inside").await,
         "the write after the savepoint"
     );
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the failure");
@@ -1009,7 +1029,7 @@ pub async fn savepoint_rollback_undoes_the_work<DB: ConformanceSql>() {
 
 /// A completed row keeps the field digests it is given, byte for byte, whether inserted and
 /// committed in one go, inside a transaction, or over an expired row; a row given none, and
-/// a key with no row, have none ([`Backend::field_digests`]).
+/// a key with no row, have none ([`field_digests`](idem_store::protocol::field_digests)).
 pub async fn field_digests_round_trip<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
     let pool = table.pool();
@@ -1034,9 +1054,10 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
             .must("begin")
             .free()
             .must("begin without a lock");
-        let stored = DB::insert_completed_and_commit(tx, row(k, NOW, given), None)
-            .await
-            .must("insert_completed_and_commit");
+        let stored =
+            idem_store::protocol::insert_completed_and_commit::<DB>(tx, row(k, NOW, given), None)
+                .await
+                .must("insert_completed_and_commit");
         assert!(stored);
     }
     let mut tx = DB::begin(&mut conn, &settings(), None)
@@ -1045,9 +1066,13 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         .free()
         .must("begin without a lock");
     assert!(
-        DB::insert_completed(&mut tx, row(in_tx, NOW, Some(&digests[..16])), None)
-            .await
-            .must("insert_completed")
+        idem_store::protocol::insert_completed::<DB>(
+            &mut tx,
+            row(in_tx, NOW, Some(&digests[..16])),
+            None
+        )
+        .await
+        .must("insert_completed")
     );
     tx.commit().await.must("commit");
     // Over an expired row: the new row's digests.
@@ -1062,7 +1087,7 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         ..row(expired, NOW, Some(&digests[..8]))
     };
     assert!(
-        DB::insert_completed(&mut tx, replacing, None)
+        idem_store::protocol::insert_completed::<DB>(&mut tx, replacing, None)
             .await
             .must("replacing")
     );
@@ -1075,7 +1100,7 @@ pub async fn field_digests_round_trip<DB: ConformanceSql>() {
         (none, None),
         (key("absent"), None),
     ] {
-        let got = DB::field_digests(&mut conn, k, None)
+        let got = idem_store::protocol::field_digests::<DB>(&mut conn, k, None)
             .await
             .must("field_digests");
         assert_eq!(got.as_deref(), want, "{}", k.key);

@@ -83,7 +83,7 @@ async fn put<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, ring: Option<&Keyring>
         replace_expired: false,
         field_digests: Some(DIGESTS),
     };
-    let stored = DB::insert_completed_and_commit(tx, row, ring).await;
+    let stored = idem_store::protocol::insert_completed_and_commit::<DB>(tx, row, ring).await;
     assert!(
         stored.must("Backend::insert_completed_and_commit"),
         "{}",
@@ -107,9 +107,11 @@ async fn stuck<DB: Backend>(pool: &Pool<DB>, k: KeyRef<'_>, ring: Option<&Keyrin
         id: RESERVATION,
         field_digests: Some(DIGESTS),
     };
-    let reserved = DB::reserve(&mut conn, reservation, ring).await;
+    let reserved = idem_store::staged::reserve::<DB>(&mut conn, reservation, ring).await;
     assert!(reserved.must("reserve"), "reserving {}", k.key);
-    let journaled = DB::journal(&mut conn, k, at(1), "charge", JOURNAL, lease, ring).await;
+    let journaled =
+        idem_store::staged::journal::<DB>(&mut conn, k, at(1), "charge", JOURNAL, lease, ring)
+            .await;
     assert!(journaled.must("journal"), "journaling {}", k.key);
 }
 
@@ -340,7 +342,7 @@ pub async fn a_changed_marker_never_makes_a_sealed_row_clear<DB: ConformanceSql>
             .await
             .must("changing the marker");
         let mut conn = table.pool().acquire().await.must("a connection");
-        let stored = DB::lookup(&mut conn, sealed, Some(&keys))
+        let stored = idem_store::protocol::lookup::<DB>(&mut conn, sealed, Some(&keys))
             .await
             .must("lookup");
         let stored = stored.must("the key's row");
@@ -379,7 +381,9 @@ pub async fn a_changed_marker_never_makes_a_sealed_row_clear<DB: ConformanceSql>
         .await
         .must("corrupting the headers");
     let mut conn = table.pool().acquire().await.must("a connection");
-    let stored = DB::lookup(&mut conn, clear, None).await.must("lookup");
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, clear, None)
+        .await
+        .must("lookup");
     let stored = stored.must("the key's row");
     assert!(stored.response.is_none(), "{:?}", stored.response);
     assert_eq!(
@@ -459,7 +463,7 @@ pub async fn complete_of_a_sealed_row_needs_the_keys<DB: ConformanceSql>() {
             .is_empty()
     );
     let mut conn = table.pool().acquire().await.must("acquire");
-    let stored = DB::lookup(&mut conn, held, Some(&keys))
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, held, Some(&keys))
         .await
         .must("lookup");
     assert_eq!(stored.must("the key's row").response, Some(given));

@@ -42,22 +42,33 @@ pub(crate) async fn staged_key<DB: Backend>(
     attempt: i64,
 ) {
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let reserved = DB::reserve(&mut conn, reservation(key, created_ms, created_ms), None)
-        .await
-        .must("reserve");
+    let reserved = idem_store::staged::reserve::<DB>(
+        &mut conn,
+        reservation(key, created_ms, created_ms),
+        None,
+    )
+    .await
+    .must("reserve");
     assert!(reserved, "reserving the free key {}", key.key);
     for seen in 1..attempt {
-        let lease = DB::take_over(&mut conn, key, at(seen), created_ms, created_ms, None)
-            .await
-            .must("take_over")
-            .must("taking over an expired lease");
+        let lease = idem_store::staged::take_over::<DB>(
+            &mut conn,
+            key,
+            at(seen),
+            created_ms,
+            created_ms,
+            None,
+        )
+        .await
+        .must("take_over")
+        .must("taking over an expired lease");
         assert_eq!(
             lease.fence.attempt,
             seen + 1,
             "the attempt after a takeover"
         );
     }
-    let journaled = DB::journal(
+    let journaled = idem_store::staged::journal::<DB>(
         &mut conn,
         key,
         at(attempt),
@@ -71,7 +82,7 @@ pub(crate) async fn staged_key<DB: Backend>(
     assert!(journaled, "journaling the running attempt");
 }
 
-/// [`idem_store::Backend::reserve`] inserts the key as processing, attempt 1, with its
+/// [`reserve`](idem_store::staged::reserve) inserts the key as processing, attempt 1, with its
 /// lease, fingerprint and request; a second reservation (replacing expired rows or not)
 /// finds the key taken and changes nothing.
 pub async fn reserve_once<DB: ConformanceSql>() {
@@ -80,7 +91,9 @@ pub async fn reserve_once<DB: ConformanceSql>() {
     let k = key("k");
     let first = reservation(k, NOW, NOW + 30_000);
     assert!(
-        DB::reserve(&mut conn, first, None).await.must("reserve"),
+        idem_store::staged::reserve::<DB>(&mut conn, first, None)
+            .await
+            .must("reserve"),
         "reserving a free key"
     );
     let row = table.get(k, NOW).await.must("get").must("the reserved key");
@@ -123,7 +136,7 @@ pub async fn reserve_once<DB: ConformanceSql>() {
             ..first
         };
         assert!(
-            !DB::reserve(&mut conn, again, None)
+            !idem_store::staged::reserve::<DB>(&mut conn, again, None)
                 .await
                 .must("reserve again"),
             "a second reservation (replace_expired {replace_expired}) took a reserved key"
@@ -163,7 +176,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         field_digests: None,
     };
     assert!(
-        !DB::reserve(
+        !idem_store::staged::reserve::<DB>(
             &mut conn,
             Reservation {
                 created_ms: NOW - HOUR - 1,
@@ -176,7 +189,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         "a reservation that began before the row expired replaced it"
     );
     assert!(
-        !DB::reserve(&mut conn, replacing(live), None)
+        !idem_store::staged::reserve::<DB>(&mut conn, replacing(live), None)
             .await
             .must("reserve"),
         "a reservation replaced a row that has not expired"
@@ -188,7 +201,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
         .must("the processing row");
     assert_eq!(unfinished.status, KeyStatus::Stuck, "processing: status");
     assert!(
-        !DB::reserve(&mut conn, replacing(processing), None)
+        !idem_store::staged::reserve::<DB>(&mut conn, replacing(processing), None)
             .await
             .must("reserve"),
         "a reservation replaced a processing row past its expires_at"
@@ -201,7 +214,7 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
     {
         let (k, attempt) = (completed, 1);
         assert!(
-            DB::reserve(&mut conn, replacing(k), None)
+            idem_store::staged::reserve::<DB>(&mut conn, replacing(k), None)
                 .await
                 .must("reserve"),
             "a reservation did not replace the expired row of {}",
@@ -233,29 +246,30 @@ pub async fn reserve_replacing_an_expired_key<DB: ConformanceSql>() {
     }
 }
 
-/// [`idem_store::Backend::take_over`] takes a key whose lease ran out (at or before
+/// [`take_over`](idem_store::staged::take_over) takes a key whose lease ran out (at or before
 /// now) and whose attempt is the one seen, as the next attempt, returning the journal,
 /// request and fingerprint; a lease still running, a stale attempt number or a renewed
-/// lease refuse it. [`idem_store::Backend::renew`] works for the current attempt only.
+/// lease refuse it. [`renew`](idem_store::staged::renew) works for the current attempt only.
 pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
+        idem_store::staged::reserve::<DB>(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(1), NOW + 29_999, NOW + 60_000, None)
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW + 29_999, NOW + 60_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover while the lease runs"
     );
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 30_000, NOW + 60_000, None)
-        .await
-        .must("take_over");
+    let lease =
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW + 30_000, NOW + 60_000, None)
+            .await
+            .must("take_over");
     assert_eq!(
         lease,
         Some(Lease {
@@ -267,20 +281,20 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "a takeover once the lease ran out"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(1), NOW + 90_000, NOW + 120_000, None)
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW + 90_000, NOW + 120_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover with a stale attempt number"
     );
     assert!(
-        !DB::renew(&mut conn, k, at(1), NOW + 120_000)
+        !idem_store::staged::renew::<DB>(&mut conn, k, at(1), NOW + 120_000)
             .await
             .must("renew"),
         "the fenced-out attempt renewed its lease"
     );
     assert!(
-        DB::renew(&mut conn, k, at(2), NOW + 120_000)
+        idem_store::staged::renew::<DB>(&mut conn, k, at(2), NOW + 120_000)
             .await
             .must("renew"),
         "the running attempt could not renew its lease"
@@ -292,22 +306,37 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
         "attempt and lease"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(2), NOW + 90_000, NOW + 150_000, None)
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(2), NOW + 90_000, NOW + 150_000, None)
             .await
             .must("take_over"),
         None,
         "a takeover of a renewed lease"
     );
     assert!(
-        DB::journal(&mut conn, k, at(2), "charge", JOURNAL, NOW + 130_000, None)
-            .await
-            .must("journal"),
+        idem_store::staged::journal::<DB>(
+            &mut conn,
+            k,
+            at(2),
+            "charge",
+            JOURNAL,
+            NOW + 130_000,
+            None
+        )
+        .await
+        .must("journal"),
         "journaling the running attempt"
     );
-    let lease = DB::take_over(&mut conn, k, at(2), NOW + 130_000, NOW + 200_000, None)
-        .await
-        .must("take_over")
-        .must("a takeover after the journaled lease ran out");
+    let lease = idem_store::staged::take_over::<DB>(
+        &mut conn,
+        k,
+        at(2),
+        NOW + 130_000,
+        NOW + 200_000,
+        None,
+    )
+    .await
+    .must("take_over")
+    .must("a takeover after the journaled lease ran out");
     assert_eq!(lease.fence.attempt, 3, "attempt");
     assert_eq!(
         lease.journal.as_deref(),
@@ -316,8 +345,8 @@ pub async fn lease_takeover_and_renewal<DB: ConformanceSql>() {
     );
 }
 
-/// [`idem_store::Backend::journal`] records the recovery point and the journal and
-/// renews the lease, for the running attempt only; [`idem_store::Backend::finish`]
+/// [`journal`](idem_store::staged::journal) records the recovery point and the journal and
+/// renews the lease, for the running attempt only; [`finish`](idem_store::staged::finish)
 /// completes the key with its response, for the running attempt only, after which no write
 /// of any attempt applies.
 pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
@@ -325,13 +354,13 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
+        idem_store::staged::reserve::<DB>(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
     let first_step = r#"{"reserve":{"hold":"h-1"}}"#;
     assert!(
-        DB::journal(
+        idem_store::staged::journal::<DB>(
             &mut conn,
             k,
             at(1),
@@ -368,19 +397,28 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     );
 
     // A takeover fences attempt 1 out.
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 40_000, NOW + 70_000, None)
-        .await
-        .must("take_over")
-        .must("a takeover once the lease ran out");
+    let lease =
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW + 40_000, NOW + 70_000, None)
+            .await
+            .must("take_over")
+            .must("a takeover once the lease ran out");
     assert_eq!(
         lease.journal.as_deref(),
         Some(first_step),
         "the journal taken over"
     );
     assert!(
-        !DB::journal(&mut conn, k, at(1), "charge", JOURNAL, NOW + 99_000, None)
-            .await
-            .must("journal"),
+        !idem_store::staged::journal::<DB>(
+            &mut conn,
+            k,
+            at(1),
+            "charge",
+            JOURNAL,
+            NOW + 99_000,
+            None
+        )
+        .await
+        .must("journal"),
         "the fenced-out attempt journaled"
     );
     let ending = Ending {
@@ -391,7 +429,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         expires_ms: NOW + 50_000 + 24 * HOUR,
     };
     assert!(
-        !DB::finish(&mut conn, k, at(1), ending, None)
+        !idem_store::staged::finish::<DB>(&mut conn, k, at(1), ending, None)
             .await
             .must("finish"),
         "the fenced-out attempt finished the key"
@@ -405,7 +443,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
     assert_eq!(row.status, KeyStatus::Processing, "the fenced-out finish");
 
     assert!(
-        DB::finish(&mut conn, k, at(2), ending, None)
+        idem_store::staged::finish::<DB>(&mut conn, k, at(2), ending, None)
             .await
             .must("finish"),
         "finishing the key"
@@ -430,7 +468,7 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
         Some(&expected),
         "the finished response"
     );
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");
@@ -447,29 +485,31 @@ pub async fn journal_and_finish_are_fenced<DB: ConformanceSql>() {
 
     // A completed key takes no staged write at all.
     assert!(
-        !DB::journal(&mut conn, k, at(2), "late", "{}", NOW + HOUR, None)
+        !idem_store::staged::journal::<DB>(&mut conn, k, at(2), "late", "{}", NOW + HOUR, None)
             .await
             .must("journal"),
         "journal after finish"
     );
     assert!(
-        !DB::renew(&mut conn, k, at(2), NOW + HOUR)
+        !idem_store::staged::renew::<DB>(&mut conn, k, at(2), NOW + HOUR)
             .await
             .must("renew"),
         "renew after finish"
     );
     assert!(
-        !DB::release(&mut conn, k, at(2), NOW).await.must("release"),
+        !idem_store::staged::release::<DB>(&mut conn, k, at(2), NOW)
+            .await
+            .must("release"),
         "release after finish"
     );
     assert!(
-        !DB::finish(&mut conn, k, at(2), ending, None)
+        !idem_store::staged::finish::<DB>(&mut conn, k, at(2), ending, None)
             .await
             .must("finish"),
         "finish after finish"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, at(2), NOW + HOUR, NOW + 2 * HOUR, None)
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(2), NOW + HOUR, NOW + 2 * HOUR, None)
             .await
             .must("take_over"),
         None,
@@ -492,7 +532,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
+        idem_store::staged::reserve::<DB>(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
@@ -508,7 +548,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         ..reservation(k, NOW + 2, NOW + 30_000)
     };
     assert!(
-        DB::reserve(&mut conn, next, None)
+        idem_store::staged::reserve::<DB>(&mut conn, next, None)
             .await
             .must("reserve again")
     );
@@ -516,7 +556,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         reservation: RESERVATION + 1,
         attempt: 1,
     };
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key");
@@ -524,17 +564,19 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
 
     let old = at(1);
     assert!(
-        !DB::journal(&mut conn, k, old, "charge", JOURNAL, NOW + HOUR, None)
+        !idem_store::staged::journal::<DB>(&mut conn, k, old, "charge", JOURNAL, NOW + HOUR, None)
             .await
             .must("journal"),
         "the deleted reservation's journal"
     );
     assert!(
-        !DB::renew(&mut conn, k, old, NOW + HOUR).await.must("renew"),
+        !idem_store::staged::renew::<DB>(&mut conn, k, old, NOW + HOUR)
+            .await
+            .must("renew"),
         "the deleted reservation's renew"
     );
     assert!(
-        !DB::release(&mut conn, k, old, NOW + 3)
+        !idem_store::staged::release::<DB>(&mut conn, k, old, NOW + 3)
             .await
             .must("release"),
         "the deleted reservation's release"
@@ -547,13 +589,13 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         expires_ms: NOW + HOUR,
     };
     assert!(
-        !DB::finish(&mut conn, k, old, ending, None)
+        !idem_store::staged::finish::<DB>(&mut conn, k, old, ending, None)
             .await
             .must("finish"),
         "the deleted reservation's finish"
     );
     assert_eq!(
-        DB::take_over(&mut conn, k, old, NOW + HOUR, NOW + 2 * HOUR, None)
+        idem_store::staged::take_over::<DB>(&mut conn, k, old, NOW + HOUR, NOW + 2 * HOUR, None)
             .await
             .must("take_over"),
         None,
@@ -578,7 +620,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         ..ending
     };
     assert!(
-        DB::finish(&mut conn, k, new, ending, None)
+        idem_store::staged::finish::<DB>(&mut conn, k, new, ending, None)
             .await
             .must("finish"),
         "the new reservation finishes"
@@ -591,7 +633,7 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
     );
 }
 
-/// [`idem_store::Backend::release`] ends the running attempt's lease at once, leaving
+/// [`release`](idem_store::staged::release) ends the running attempt's lease at once, leaving
 /// the key processing — stuck from then on — for the next attempt to take over; a stale
 /// attempt cannot release it.
 pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
@@ -599,16 +641,18 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
     let mut conn = table.pool().acquire().await.must("acquiring a connection");
     let k = key("k");
     assert!(
-        DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
+        idem_store::staged::reserve::<DB>(&mut conn, reservation(k, NOW, NOW + 30_000), None)
             .await
             .must("reserve")
     );
     assert!(
-        !DB::release(&mut conn, k, at(2), NOW).await.must("release"),
+        !idem_store::staged::release::<DB>(&mut conn, k, at(2), NOW)
+            .await
+            .must("release"),
         "an attempt that never ran released the key"
     );
     assert!(
-        DB::release(&mut conn, k, at(1), NOW + 1_000)
+        idem_store::staged::release::<DB>(&mut conn, k, at(1), NOW + 1_000)
             .await
             .must("release"),
         "the running attempt could not release"
@@ -621,13 +665,14 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
         "lease after release"
     );
     assert_eq!(row.attempt, 1, "attempt after release");
-    let lease = DB::take_over(&mut conn, k, at(1), NOW + 1_000, NOW + 31_000, None)
-        .await
-        .must("take_over")
-        .must("taking over a released key");
+    let lease =
+        idem_store::staged::take_over::<DB>(&mut conn, k, at(1), NOW + 1_000, NOW + 31_000, None)
+            .await
+            .must("take_over")
+            .must("taking over a released key");
     assert_eq!(lease.fence.attempt, 2, "the next attempt");
     assert!(
-        !DB::release(&mut conn, k, at(1), NOW + 2_000)
+        !idem_store::staged::release::<DB>(&mut conn, k, at(1), NOW + 2_000)
             .await
             .must("release"),
         "the fenced-out attempt released"
@@ -643,9 +688,9 @@ pub async fn release_hands_the_key_on<DB: ConformanceSql>() {
     );
 }
 
-/// [`idem_store::Backend::hold`]: where the backend [`HOLDS`](idem_store::Backend::HOLDS),
+/// [`hold`](idem_store::staged::hold): where the backend [`HOLDS`](idem_store::staged::holds),
 /// one session at a time holds a key's attempt, and a session holds one attempt at a time
-/// (a new hold or probe lets go of the old one); [`idem_store::Backend::owner_gone`]
+/// (a new hold or probe lets go of the old one); [`owner_gone`](idem_store::staged::owner_gone)
 /// answers `false` while the attempt is held and `true` once its owner let go or its
 /// connection ended (a process killed with its attempt running), holding nothing itself;
 /// the next attempt's hold and the key's transaction lock are other locks. Elsewhere holds
@@ -655,7 +700,9 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     let pool = table.pool();
     let namespace = {
         let mut conn = pool.acquire().await.must("acquiring a connection");
-        DB::namespace(&mut conn).await.must("namespace")
+        idem_store::connect::namespace::<DB>(&mut conn)
+            .await
+            .must("namespace")
     };
     let ns = namespace.as_str();
     let (k, other) = (key("k"), key("other"));
@@ -663,16 +710,20 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     let mut prober = pool.acquire().await.must("acquiring a connection");
     let mut third = pool.acquire().await.must("acquiring a connection");
     assert!(
-        DB::hold(&mut owner, ns, k, at(1)).await.must("hold"),
+        idem_store::staged::hold::<DB>(&mut owner, ns, k, at(1))
+            .await
+            .must("hold"),
         "holding a free attempt"
     );
-    if !DB::HOLDS {
+    if !idem_store::staged::holds::<DB>() {
         assert!(
-            DB::hold(&mut prober, ns, k, at(1)).await.must("hold"),
+            idem_store::staged::hold::<DB>(&mut prober, ns, k, at(1))
+                .await
+                .must("hold"),
             "a backend without holds refused one"
         );
         assert!(
-            !DB::owner_gone(&mut prober, ns, k, at(7))
+            !idem_store::staged::owner_gone::<DB>(&mut prober, ns, k, at(7))
                 .await
                 .must("owner_gone"),
             "a backend without holds proved an owner gone"
@@ -680,17 +731,21 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
         return;
     }
     assert!(
-        !DB::hold(&mut prober, ns, k, at(1)).await.must("hold"),
+        !idem_store::staged::hold::<DB>(&mut prober, ns, k, at(1))
+            .await
+            .must("hold"),
         "a second session held a held attempt"
     );
     assert!(
-        !DB::owner_gone(&mut prober, ns, k, at(1))
+        !idem_store::staged::owner_gone::<DB>(&mut prober, ns, k, at(1))
             .await
             .must("owner_gone"),
         "the owner of a held attempt was found gone"
     );
     assert!(
-        DB::hold(&mut prober, ns, k, at(2)).await.must("hold"),
+        idem_store::staged::hold::<DB>(&mut prober, ns, k, at(2))
+            .await
+            .must("hold"),
         "the next attempt's hold waited for the attempt it replaces"
     );
     // The key's transaction lock (the atomic protocol's) is another lock.
@@ -706,36 +761,50 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
         "a hold took the key's transaction lock"
     );
     assert!(
-        !DB::hold(&mut third, ns, k, at(2)).await.must("hold"),
+        !idem_store::staged::hold::<DB>(&mut third, ns, k, at(2))
+            .await
+            .must("hold"),
         "attempt 2 held twice"
     );
     // One attempt per session: holding another lets go of attempt 2.
     assert!(
-        DB::hold(&mut prober, ns, other, at(1)).await.must("hold"),
+        idem_store::staged::hold::<DB>(&mut prober, ns, other, at(1))
+            .await
+            .must("hold"),
         "another key's hold was refused"
     );
     assert!(
-        DB::hold(&mut third, ns, k, at(2)).await.must("hold"),
+        idem_store::staged::hold::<DB>(&mut third, ns, k, at(2))
+            .await
+            .must("hold"),
         "a session kept its earlier hold"
     );
-    assert!(DB::let_go(&mut owner, ns, k, at(1)).await.must("let_go"));
     assert!(
-        !DB::let_go(&mut owner, ns, k, at(1)).await.must("let_go"),
+        idem_store::staged::let_go::<DB>(&mut owner, ns, k, at(1))
+            .await
+            .must("let_go")
+    );
+    assert!(
+        !idem_store::staged::let_go::<DB>(&mut owner, ns, k, at(1))
+            .await
+            .must("let_go"),
         "letting go twice"
     );
     assert!(
-        DB::owner_gone(&mut prober, ns, k, at(1))
+        idem_store::staged::owner_gone::<DB>(&mut prober, ns, k, at(1))
             .await
             .must("owner_gone"),
         "an attempt let go still had an owner"
     );
     // The probe held nothing after it, not even the prober's earlier hold.
     assert!(
-        DB::hold(&mut owner, ns, k, at(1)).await.must("hold"),
+        idem_store::staged::hold::<DB>(&mut owner, ns, k, at(1))
+            .await
+            .must("hold"),
         "the probe kept the attempt held"
     );
     assert!(
-        DB::owner_gone(&mut owner, ns, other, at(1))
+        idem_store::staged::owner_gone::<DB>(&mut owner, ns, other, at(1))
             .await
             .must("owner_gone"),
         "the probe kept the prober's earlier hold"
@@ -745,7 +814,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     third.detach().close().await.must("closing the connection");
     let mut gone = false;
     for _ in 0..250 {
-        gone = DB::owner_gone(&mut prober, ns, k, at(2))
+        gone = idem_store::staged::owner_gone::<DB>(&mut prober, ns, k, at(2))
             .await
             .must("owner_gone");
         if gone {
@@ -756,7 +825,7 @@ pub async fn holds_end_with_their_session<DB: ConformanceSql>() {
     assert!(gone, "the hold of a closed session outlived it");
 }
 
-/// [`idem_store::Backend::reserve_held`] reserves a free key holding its attempt 1, in
+/// [`reserve_held`](idem_store::staged::reserve_held) reserves a free key holding its attempt 1, in
 /// one round trip; it reserves nothing while another session holds attempt 1, and finds a
 /// reserved key taken. Without holds it is `reserve`.
 pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
@@ -764,47 +833,68 @@ pub async fn reserve_held_takes_the_hold_with_the_key<DB: ConformanceSql>() {
     let pool = table.pool();
     let mut one = pool.acquire().await.must("acquiring a connection");
     let mut two = pool.acquire().await.must("acquiring a connection");
-    let namespace = DB::namespace(&mut one).await.must("namespace");
+    let namespace = idem_store::connect::namespace::<DB>(&mut one)
+        .await
+        .must("namespace");
     let ns = namespace.as_str();
     let (a, b) = (key("a"), key("b"));
     assert_eq!(
-        DB::reserve_held(&mut one, ns, reservation(a, NOW, NOW + 30_000), None)
-            .await
-            .must("reserve_held"),
+        idem_store::staged::reserve_held::<DB>(
+            &mut one,
+            ns,
+            reservation(a, NOW, NOW + 30_000),
+            None
+        )
+        .await
+        .must("reserve_held"),
         (true, true),
         "reserving a free key"
     );
     let row = table.get(a, NOW).await.must("get").must("the reserved key");
     assert_eq!((row.status, row.attempt), (KeyStatus::Processing, 1));
     assert!(
-        !DB::reserve_held(&mut two, ns, reservation(a, NOW, NOW + 30_000), None)
-            .await
-            .must("reserve_held")
-            .1,
+        !idem_store::staged::reserve_held::<DB>(
+            &mut two,
+            ns,
+            reservation(a, NOW, NOW + 30_000),
+            None
+        )
+        .await
+        .must("reserve_held")
+        .1,
         "a reserved key was reserved again"
     );
-    if !DB::HOLDS {
+    if !idem_store::staged::holds::<DB>() {
         return;
     }
     assert!(
-        !DB::owner_gone(&mut two, ns, a, at(1))
+        !idem_store::staged::owner_gone::<DB>(&mut two, ns, a, at(1))
             .await
             .must("owner_gone"),
         "the reservation's hold was not taken"
     );
     // Another session holds b's attempt 1: b is not reserved.
-    assert!(DB::hold(&mut two, ns, b, at(1)).await.must("hold"));
-    assert_eq!(
-        DB::reserve_held(&mut one, ns, reservation(b, NOW, NOW + 30_000), None)
+    assert!(
+        idem_store::staged::hold::<DB>(&mut two, ns, b, at(1))
             .await
-            .must("reserve_held"),
+            .must("hold")
+    );
+    assert_eq!(
+        idem_store::staged::reserve_held::<DB>(
+            &mut one,
+            ns,
+            reservation(b, NOW, NOW + 30_000),
+            None
+        )
+        .await
+        .must("reserve_held"),
         (false, false),
         "reserved while another session held attempt 1"
     );
     assert!(table.get(b, NOW).await.must("get").is_none(), "b's row");
     // (And `one` let go of a's hold in that round trip.)
     assert!(
-        DB::owner_gone(&mut two, ns, a, at(1))
+        idem_store::staged::owner_gone::<DB>(&mut two, ns, a, at(1))
             .await
             .must("owner_gone"),
         "the earlier hold outlived the next"
@@ -821,7 +911,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
     {
         let mut conn = pool.acquire().await.must("acquiring a connection");
         assert!(
-            DB::reserve(&mut conn, reservation(k, NOW, NOW + 30_000), None)
+            idem_store::staged::reserve::<DB>(&mut conn, reservation(k, NOW, NOW + 30_000), None)
                 .await
                 .must("reserve")
         );
@@ -834,9 +924,17 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
         assert!(enqueue(&mut tx, &message, NOW, None).await.must("enqueue"));
         let journal = format!("{{\"{step}\":true}}");
         assert!(
-            DB::journal(&mut *tx, k, at(1), step, &journal, NOW + 30_000, None)
-                .await
-                .must("journal"),
+            idem_store::staged::journal::<DB>(
+                &mut *tx,
+                k,
+                at(1),
+                step,
+                &journal,
+                NOW + 30_000,
+                None
+            )
+            .await
+            .must("journal"),
             "journaling in a transaction"
         );
         if commit {
@@ -858,7 +956,7 @@ pub async fn journal_commits_with_the_transaction<DB: ConformanceSql>() {
     }
 }
 
-/// [`idem_store::Backend::stuck`] lists the processing keys of one operation whose
+/// [`stuck`](idem_store::staged::stuck) lists the processing keys of one operation whose
 /// lease ran out by now (a lease ending exactly now has), the longest stuck first, at most
 /// `limit`.
 pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
@@ -872,9 +970,13 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         ("live", NOW + 1),
     ] {
         assert!(
-            DB::reserve(&mut conn, reservation(key(k), NOW - HOUR, lease), None)
-                .await
-                .must("reserve")
+            idem_store::staged::reserve::<DB>(
+                &mut conn,
+                reservation(key(k), NOW - HOUR, lease),
+                None
+            )
+            .await
+            .must("reserve")
         );
     }
     let other = KeyRef {
@@ -882,9 +984,13 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         ..key("o-1")
     };
     assert!(
-        DB::reserve(&mut conn, reservation(other, NOW - HOUR, NOW - 9_000), None)
-            .await
-            .must("reserve")
+        idem_store::staged::reserve::<DB>(
+            &mut conn,
+            reservation(other, NOW - HOUR, NOW - 9_000),
+            None
+        )
+        .await
+        .must("reserve")
     );
     assert!(put(pool, key("done"), NOW - HOUR, NOW + HOUR, b"").await);
     let names = |stuck: Vec<StuckKey>| {
@@ -896,7 +1002,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     let at = |k: &str| ("global".to_owned(), "op:v1".to_owned(), k.to_owned(), 1);
     assert_eq!(
         names(
-            DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 10)
+            idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW, i64::MAX, 10)
                 .await
                 .must("stuck")
         ),
@@ -905,7 +1011,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     );
     assert_eq!(
         names(
-            DB::stuck(&mut conn, "op:v1", NOW, i64::MAX, 2)
+            idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW, i64::MAX, 2)
                 .await
                 .must("stuck")
         ),
@@ -914,7 +1020,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     );
     assert_eq!(
         names(
-            DB::stuck(&mut conn, "op:v1", NOW, 2, 10)
+            idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW, 2, 10)
                 .await
                 .must("stuck")
         )
@@ -923,7 +1029,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         "stuck keys of op:v1 below attempt 2"
     );
     assert!(
-        DB::stuck(&mut conn, "op:v1", NOW, 1, 10)
+        idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW, 1, 10)
             .await
             .must("stuck")
             .is_empty(),
@@ -931,7 +1037,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
     );
     assert_eq!(
         names(
-            DB::stuck(&mut conn, "other:v1", NOW, i64::MAX, 10)
+            idem_store::staged::stuck::<DB>(&mut conn, "other:v1", NOW, i64::MAX, 10)
                 .await
                 .must("stuck")
         ),
@@ -944,7 +1050,7 @@ pub async fn stuck_keys_of_an_operation<DB: ConformanceSql>() {
         "stuck keys of other:v1"
     );
     assert!(
-        DB::stuck(&mut conn, "op:v1", NOW - 5_000, i64::MAX, 10)
+        idem_store::staged::stuck::<DB>(&mut conn, "op:v1", NOW - 5_000, i64::MAX, 10)
             .await
             .must("stuck")
             .is_empty(),

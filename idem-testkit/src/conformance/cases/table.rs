@@ -48,7 +48,7 @@ async fn insert_many<DB: Backend>(pool: &Pool<DB>, operation: &str, n: usize, ex
             expires_ms,
             replace_expired: false,
         };
-        let inserted = DB::insert_completed(&mut tx, row, None)
+        let inserted = idem_store::protocol::insert_completed::<DB>(&mut tx, row, None)
             .await
             .must("insert_completed");
         assert!(inserted, "inserting {name}");
@@ -113,7 +113,7 @@ pub async fn get_expire_delete<DB: ConformanceSql>() {
     );
     let mut conn = table.pool().acquire().await.must("acquire");
     assert_eq!(
-        DB::lookup(&mut conn, k, None)
+        idem_store::protocol::lookup::<DB>(&mut conn, k, None)
             .await
             .must("lookup")
             .must("list")
@@ -166,7 +166,7 @@ async fn populate<DB: Backend>(table: &KeyTable<DB>) {
         );
     }
     let mut conn = pool.acquire().await.must("acquiring a connection");
-    let reserved = DB::reserve(
+    let reserved = idem_store::staged::reserve::<DB>(
         &mut conn,
         Reservation {
             key: kr("tenant:t1", "create_order:v1", "p-1"),
@@ -517,7 +517,8 @@ pub async fn sweep_deletes_only_expired<DB: ConformanceSql>() {
 }
 
 /// A row whose headers are not JSON: the tools are told ([`StoreError::Corrupt`]), the
-/// protocol replays the body without headers, and the row can still be deleted.
+/// protocol refuses it (never replays the body without its headers), and the row can still
+/// be deleted.
 pub async fn unreadable_rows<DB: ConformanceSql>() {
     let table = fresh::<DB>().await;
     let k = kr("global", "op:v1", "k");
@@ -534,16 +535,18 @@ pub async fn unreadable_rows<DB: ConformanceSql>() {
         table.list(&KeyFilter::new(), NOW).await,
         Err(StoreError::Corrupt(_))
     ));
-    // …the protocol replays what it can…
+    // …the protocol refuses it, naming the column…
     let mut conn = table.pool().acquire().await.must("acquire");
-    let stored = DB::lookup(&mut conn, k, None)
+    let stored = idem_store::protocol::lookup::<DB>(&mut conn, k, None)
         .await
         .must("lookup")
         .must("the key's row");
     drop(conn);
-    let response = stored.response.must("the stored response");
-    assert!(response.headers.is_empty());
-    assert_eq!(response.body.as_ref(), b"body");
+    assert!(stored.response.is_none(), "{:?}", stored.response);
+    assert_eq!(
+        stored.unopened,
+        Some(idem_store::SealError::Unreadable("response_headers"))
+    );
     // …and the row can still be deleted.
     assert!(table.delete(k, NOW).await.is_err());
     assert!(table.get(k, NOW).await.must("get").is_none());
