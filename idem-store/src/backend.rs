@@ -108,7 +108,7 @@ pub trait Backend: Glue + sealed::Sealed {
     #[doc(hidden)]
     /// After [`Self::begin`] failed with [`Failure::LockTimeout`] (and
     /// [`Self::abandon_begin`]): whether the wait was for a duplicate holding the key's lock
-    /// ([`Sql::key_lock_taken`]) rather than for a lock of something else; `false` if unknown.
+    /// ([`KeySql::key_lock_taken`]) rather than for a lock of something else; `false` if unknown.
     fn key_lock_taken(
         conn: &mut <Self as Database>::Connection,
         lock: KeyLock<'_>,
@@ -131,7 +131,7 @@ pub trait Backend: Glue + sealed::Sealed {
 
     #[doc(hidden)]
     /// The advisory lock id of `key`'s attempt `fence`, where staged mode's holds exist
-    /// ([`Sql::hold`]). Default: no holds, never asked.
+    /// ([`StagedSql::hold`]). Default: no holds, never asked.
     fn hold_id(namespace: &str, key: KeyRef<'_>, fence: Fence) -> i64 {
         let _ = (namespace, key, fence);
         0
@@ -202,7 +202,7 @@ pub(crate) async fn look_again<'c, DB: Backend>(
     mut tx: Transaction<'c, DB>,
     lock: KeyLock<'_>,
 ) -> Result<Begun<'c, DB>, sqlx::Error> {
-    let row = DB::fetch_optional(&mut tx, DB::SQL.expires_at, &Arg::key(lock.key)).await?;
+    let row = DB::fetch_optional(&mut tx, DB::SQL.keys.expires_at, &Arg::key(lock.key)).await?;
     let expires = row.map(|row| DB::int(&row, 0)).transpose()?;
     match (expires, lock.expired_by_ms) {
         (None, _) => Ok(Begun::Free(tx)),
@@ -214,11 +214,11 @@ pub(crate) async fn look_again<'c, DB: Backend>(
     }
 }
 
-/// `Transaction::begin` with [`Sql::begin_write`].
+/// `Transaction::begin` with [`KeySql::begin_write`].
 pub(crate) async fn begin_write<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
-    Transaction::begin(conn, DB::SQL.begin_write.map(Into::into)).await
+    Transaction::begin(conn, DB::SQL.keys.begin_write.map(Into::into)).await
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::protocol::TxSettings;
 
 /// `namespace`: ask once per process and pass it in every [`KeyLock`](crate::KeyLock).
 pub async fn namespace<DB: Backend>(conn: &mut DB::Connection) -> Result<String, sqlx::Error> {
-    let Some(sql) = DB::SQL.namespace else {
+    let Some(sql) = DB::SQL.keys.namespace else {
         return Ok(String::new());
     };
     let row = DB::fetch_optional(conn, sql, &[]).await?;
@@ -38,7 +38,7 @@ pub async fn connect<DB: Backend>(
 /// (`session_id`, asked one after the other outside a transaction): `true` proves
 /// a transaction pooler in between; `false` proves nothing.
 pub async fn shared_sessions<DB: Backend>(pool: &Pool<DB>) -> Result<bool, sqlx::Error> {
-    let Some(sql) = DB::SQL.session_id else {
+    let Some(sql) = DB::SQL.keys.session_id else {
         return Ok(false);
     };
     if pool.options().get_max_connections() < 2 {

@@ -215,7 +215,9 @@ impl<DB: Backend> Inbox<DB> {
             Arg::Int(now_ms),
             Arg::Int(now_ms),
         ];
-        DB::execute(conn, DB::SQL.inbox_note, &args).await.map(drop)
+        DB::execute(conn, DB::SQL.inbox.inbox_note, &args)
+            .await
+            .map(drop)
     }
 
     /// When the event's first delivery was noted; `None` when it is not in the inbox.
@@ -228,7 +230,7 @@ impl<DB: Backend> Inbox<DB> {
         event_id: &str,
     ) -> Result<Option<i64>, sqlx::Error> {
         let args = [Arg::Text(source), Arg::Text(event_id)];
-        let row = DB::fetch_optional(conn, DB::SQL.inbox_first_seen, &args).await?;
+        let row = DB::fetch_optional(conn, DB::SQL.inbox.inbox_first_seen, &args).await?;
         row.map(|row| DB::int(&row, 0)).transpose()
     }
 
@@ -242,7 +244,7 @@ impl<DB: Backend> Inbox<DB> {
         event_id: &str,
     ) -> Result<bool, sqlx::Error> {
         let args = [Arg::Text(source), Arg::Text(event_id)];
-        Ok(DB::execute(conn, DB::SQL.inbox_remove, &args).await? > 0)
+        Ok(DB::execute(conn, DB::SQL.inbox.inbox_remove, &args).await? > 0)
     }
 
     /// Up to `limit` events (1 to [`Inbox::MAX_LIST`]) in `status`, or in any, the longest
@@ -258,10 +260,10 @@ impl<DB: Backend> Inbox<DB> {
         let limit = i64::from(limit.clamp(1, Self::MAX_LIST));
         let sql = DB::SQL;
         let rows = match status {
-            None => self.rows(sql.inbox_list, &[Arg::Int(limit)]).await?,
+            None => self.rows(sql.inbox.inbox_list, &[Arg::Int(limit)]).await?,
             Some(status) => {
                 let args = [Arg::Text(status.as_str()), Arg::Int(limit)];
-                self.rows(sql.inbox_list_status, &args).await?
+                self.rows(sql.inbox.inbox_list_status, &args).await?
             }
         };
         rows.iter()
@@ -274,7 +276,9 @@ impl<DB: Backend> Inbox<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when a row cannot be read; database errors.
     pub async fn get(&self, event_id: &str) -> Result<Vec<InboxEvent>, StoreError> {
-        let rows = self.rows(DB::SQL.inbox_get, &[Arg::Text(event_id)]).await?;
+        let rows = self
+            .rows(DB::SQL.inbox.inbox_get, &[Arg::Text(event_id)])
+            .await?;
         rows.iter()
             .map(|row| InboxEvent::read::<DB>(row, self.ring.as_deref()))
             .collect()

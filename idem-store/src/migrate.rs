@@ -97,14 +97,14 @@ pub(crate) async fn run_migrations<DB: Backend>(pool: &Pool<DB>) -> Result<(), S
 }
 
 /// Applies the pending migrations, each in its own transaction with its history row. Each
-/// transaction begins with [`Sql::begin_migration`](crate::sql::Sql::begin_migration) and
+/// transaction begins with [`MigrationSql::begin_migration`](crate::sql::MigrationSql::begin_migration) and
 /// looks at the history again, so that another process that migrated meanwhile is seen. Every
 /// statement goes as [`Wire::Literal`]: no prepared statement outlives a run (a transaction
 /// pooler on the way, say).
 async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError> {
     // The history table, created under the lock: instances creating it at once would race.
     let mut tx = begin_migration::<DB>(conn).await?;
-    DB::batch(&mut tx, DB::SQL.history).await?;
+    DB::batch(&mut tx, DB::SQL.migrations.history).await?;
     tx.commit().await?;
     let rows = DB::fetch_all_on(Wire::Literal, conn, APPLIED, &[]).await?;
     let recorded = rows
@@ -117,7 +117,7 @@ async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError>
         let applied = DB::fetch_optional_on(
             Wire::Literal,
             &mut tx,
-            DB::SQL.applied_one,
+            DB::SQL.migrations.applied_one,
             &[Arg::Int(version)],
         )
         .await?;
@@ -139,7 +139,7 @@ async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError>
             Arg::Text(migration.description),
             Arg::Bytes(&checksum),
         ];
-        DB::execute_on(Wire::Literal, &mut tx, DB::SQL.record, &record).await?;
+        DB::execute_on(Wire::Literal, &mut tx, DB::SQL.migrations.record, &record).await?;
         tx.commit().await?;
         tracing::info!(
             version,
@@ -150,16 +150,22 @@ async fn apply<DB: Backend>(conn: &mut DB::Connection) -> Result<(), StoreError>
     Ok(())
 }
 
-/// `Transaction::begin` with [`Sql::begin_migration`](crate::sql::Sql::begin_migration).
+/// `Transaction::begin` with [`MigrationSql::begin_migration`](crate::sql::MigrationSql::begin_migration).
 async fn begin_migration<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<Transaction<'_, DB>, sqlx::Error> {
-    Transaction::begin(conn, DB::SQL.begin_migration.map(Into::into)).await
+    Transaction::begin(conn, DB::SQL.migrations.begin_migration.map(Into::into)).await
 }
 
 /// Deletes idem 0.1's row ([`LEGACY_SQLX_VERSION`]) from sqlx's history, if there is one.
 async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(), sqlx::Error> {
-    let exists = DB::fetch_optional_on(Wire::Literal, conn, DB::SQL.has_sqlx_history, &[]).await?;
+    let exists = DB::fetch_optional_on(
+        Wire::Literal,
+        conn,
+        DB::SQL.migrations.has_sqlx_history,
+        &[],
+    )
+    .await?;
     if !exists
         .map(|row| DB::flag(&row, 0))
         .transpose()?
@@ -168,8 +174,13 @@ async fn forget_sqlx_history<DB: Backend>(conn: &mut DB::Connection) -> Result<(
         return Ok(());
     }
     let version = [Arg::Int(LEGACY_SQLX_VERSION)];
-    let forgotten =
-        DB::execute_on(Wire::Literal, conn, DB::SQL.forget_sqlx_version, &version).await?;
+    let forgotten = DB::execute_on(
+        Wire::Literal,
+        conn,
+        DB::SQL.migrations.forget_sqlx_version,
+        &version,
+    )
+    .await?;
     if forgotten > 0 {
         tracing::info!(
             version = LEGACY_SQLX_VERSION,
@@ -229,18 +240,18 @@ pub async fn check_schema<DB: Backend>(pool: &Pool<DB>) -> Result<(), StoreError
     Ok(())
 }
 
-/// Takes [`Sql::lock_migrations`] on `conn`, for the session, where the database has it.
+/// Takes [`MigrationSql::lock_migrations`] on `conn`, for the session, where the database has it.
 pub(crate) async fn lock_migrations<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<(), sqlx::Error> {
-    execute_if::<DB>(conn, DB::SQL.lock_migrations).await
+    execute_if::<DB>(conn, DB::SQL.migrations.lock_migrations).await
 }
 
 /// Lets go of [`Self::lock_migrations`]'s lock.
 pub(crate) async fn unlock_migrations<DB: Backend>(
     conn: &mut DB::Connection,
 ) -> Result<(), sqlx::Error> {
-    execute_if::<DB>(conn, DB::SQL.unlock_migrations).await
+    execute_if::<DB>(conn, DB::SQL.migrations.unlock_migrations).await
 }
 
 /// Runs `statement`, if there is one.

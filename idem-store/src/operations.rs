@@ -69,7 +69,7 @@ impl<DB: Backend> KeyTable<DB> {
                     Arg::OptText(r.doc.as_deref()),
                     Arg::Int(r.registered_at_ms),
                 ];
-                DB::execute(&mut tx, DB::SQL.register, &args).await?;
+                DB::execute(&mut tx, DB::SQL.tools.register, &args).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(())
@@ -96,7 +96,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            let rows = DB::fetch_all(&mut conn, DB::SQL.registrations, &[]).await?;
+            let rows = DB::fetch_all(&mut conn, DB::SQL.tools.registrations, &[]).await?;
             rows.iter()
                 .map(|row| {
                     Ok(Registration {
@@ -122,7 +122,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn count_sweepable(&self, before_ms: i64) -> Result<u64, StoreError> {
         async {
             let mut conn = self.pool().acquire().await?;
-            let sql = DB::SQL.count_sweepable;
+            let sql = DB::SQL.tools.count_sweepable;
             let row = DB::fetch_optional(&mut conn, sql, &[Arg::Int(before_ms)]).await?;
             let n = row.map(|row| DB::int(&row, 0)).transpose()?.unwrap_or(0);
             Ok(u64::try_from(n).unwrap_or(0))

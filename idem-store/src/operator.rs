@@ -632,10 +632,10 @@ pub(crate) async fn record<DB: Backend>(
         Arg::OptText(after),
         Arg::Bool(forced),
     ];
-    let row = match sql.last_insert_id {
-        None => DB::fetch_optional(conn, sql.insert_audit, &audit).await?,
+    let row = match sql.keys.last_insert_id {
+        None => DB::fetch_optional(conn, sql.operator.insert_audit, &audit).await?,
         Some(last_insert_id) => {
-            DB::execute(conn, sql.insert_audit, &audit).await?;
+            DB::execute(conn, sql.operator.insert_audit, &audit).await?;
             DB::fetch_optional(conn, last_insert_id, &[]).await?
         }
     };
@@ -656,7 +656,7 @@ async fn act<DB: Backend>(
     // The row's lock: the running attempt, a takeover, another operator wait for this
     // transaction, and then see what it did.
     let mut tx = begin_write::<DB>(&mut conn).await?;
-    let current = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
+    let current = DB::fetch_optional(&mut tx, sql.tools.get_for_update, &Arg::key(key)).await?;
     let current = (current.map(|row| key_row::<DB>(&row, now_ms, ring))).transpose()?;
     // Refused: dropping `tx` rolls back.
     let (before, forced) = check(expected, current, action, by.forced, now_ms)?;
@@ -672,9 +672,9 @@ async fn act<DB: Backend>(
     let (headers, body) = seal::seal_response(ring, key, &headers_json, body);
     let now = Arg::Int(now_ms);
     let (statement, leading, trailing) = match action {
-        Action::Release => (Some(sql.release), vec![now], vec![]),
+        Action::Release => (Some(sql.operator.release), vec![now], vec![]),
         Action::Complete(response) | Action::Fail(response) => (
-            Some(sql.complete),
+            Some(sql.operator.complete),
             vec![
                 Arg::Int32(i32::from(response.status)),
                 Arg::Text(&headers),
@@ -685,7 +685,7 @@ async fn act<DB: Backend>(
             ],
             vec![],
         ),
-        Action::Expire => (Some(sql.expire), vec![now], vec![now]),
+        Action::Expire => (Some(sql.tools.expire), vec![now], vec![now]),
         Action::Delete => (None, Vec::new(), Vec::new()),
     };
     let after = match statement {
@@ -695,7 +695,7 @@ async fn act<DB: Backend>(
             Some(row.ok_or(sqlx::Error::RowNotFound)?)
         }
         None => {
-            DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
+            DB::execute(&mut tx, sql.operator.delete_only, &Arg::key(key)).await?;
             None
         }
     };
@@ -724,7 +724,7 @@ async fn audit<DB: Backend>(
     pool: &Pool<DB>,
     filter: &AuditFilter,
 ) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut query = Statement::new(DB::SQL.audit, DB::DIALECT.positional);
+    let mut query = Statement::new(DB::SQL.operator.audit, DB::DIALECT.positional);
     for (column, value) in [
         ("scope", &filter.scope),
         ("operation", &filter.operation),
@@ -778,7 +778,7 @@ async fn read_journal<DB: Backend>(
     ring: Option<&Keyring>,
 ) -> Result<Option<Journal>, StoreError> {
     let mut conn = pool.acquire().await?;
-    let row = DB::fetch_optional(&mut conn, DB::SQL.journal, &Arg::key(key)).await?;
+    let row = DB::fetch_optional(&mut conn, DB::SQL.operator.journal, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
     let recovery_point = DB::opt_text(&row, 0)?;
     let read = |column, what, text: Option<String>| match text {

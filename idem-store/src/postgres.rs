@@ -16,7 +16,9 @@ use crate::key::KeyRef;
 use crate::migration::{Migration, migration};
 use crate::pooler::{push_bytes, push_text};
 use crate::protocol::{Begun, Failure, IDLE_PING_AFTER, KeyLock, NewRow, TxSettings};
-use crate::sql::{Claim, Sql};
+use crate::sql::{
+    Claim, InboxSql, KeySql, MigrationSql, OperatorSql, OutboxSql, Sql, StagedSql, ToolSql,
+};
 use crate::staged::Fence;
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
@@ -52,98 +54,112 @@ static MIGRATIONS: [Migration; 11] = [
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).
 const SQL: Sql = Sql {
-    lookup: include_str!("../sql/postgres/lookup.sql"),
-    expires_at: include_str!("../sql/postgres/expires_at.sql"),
-    insert_completed: include_str!("../sql/postgres/insert_completed.sql"),
-    insert_completed_or_replace_expired: include_str!(
-        "../sql/postgres/insert_completed_or_replace_expired.sql"
-    ),
-    field_digests: include_str!("../sql/postgres/field_digests.sql"),
-    get: include_str!("../sql/postgres/get.sql"),
-    get_for_update: include_str!("../sql/postgres/get_for_update.sql"),
-    list: include_str!("../sql/postgres/list.sql"),
-    list_completed: include_str!("../sql/postgres/list_completed.sql"),
-    list_expired: include_str!("../sql/postgres/list_expired.sql"),
-    list_processing: include_str!("../sql/postgres/list_processing.sql"),
-    list_stuck: include_str!("../sql/postgres/list_stuck.sql"),
-    expire: include_str!("../sql/postgres/expire.sql"),
-    delete: include_str!("../sql/postgres/delete.sql"),
-    // Small batches, skipping rows a running request holds (`SKIP LOCKED`): no long locks.
-    sweep: include_str!("../sql/postgres/sweep.sql"),
-    count_sweepable: include_str!("../sql/postgres/count_sweepable.sql"),
-    counts: include_str!("../sql/postgres/counts.sql"),
-    release: include_str!("../sql/postgres/release.sql"),
-    complete: include_str!("../sql/postgres/complete.sql"),
-    delete_only: include_str!("../sql/postgres/delete_only.sql"),
-    insert_audit: include_str!("../sql/postgres/insert_audit.sql"),
-    audit: include_str!("../sql/postgres/audit.sql"),
-    journal: include_str!("../sql/postgres/journal.sql"),
-    begin_batch: None,
-    reseal_first: include_str!("../sql/postgres/reseal_first.sql"),
-    reseal_next: include_str!("../sql/postgres/reseal_next.sql"),
-    reseal: include_str!("../sql/postgres/reseal.sql"),
-    register: include_str!("../sql/postgres/register.sql"),
-    registrations: include_str!("../sql/postgres/registrations.sql"),
-    // With its row in `idempotency_processing` (migration 5). One row affected: reserved.
-    reserve: include_str!("../sql/postgres/reserve.sql"),
-    reserve_or_replace_expired: include_str!("../sql/postgres/reserve_or_replace_expired.sql"),
-    // `$10`: attempt 1's hold. Like `hold` and `owner_gone`, it lets go of every hold the
-    // session had first: the `FROM` subquery runs before the statement's own calls (its
-    // volatile call keeps it from being pulled up).
-    reserve_held: Some(include_str!("../sql/postgres/reserve_held.sql")),
-    hold: Some(include_str!("../sql/postgres/hold.sql")),
-    let_go: Some(include_str!("../sql/postgres/let_go.sql")),
-    // `CASE` fixes the order of the two calls.
-    owner_gone: Some(include_str!("../sql/postgres/owner_gone.sql")),
-    clear_expired: None,
-    reopen_expired: None,
-    sweep_locks: None,
-    lease_of: include_str!("../sql/postgres/lease_of.sql"),
-    take_over: include_str!("../sql/postgres/take_over.sql"),
-    renew: include_str!("../sql/postgres/renew.sql"),
-    step: include_str!("../sql/postgres/step.sql"),
-    finish: include_str!("../sql/postgres/finish.sql"),
-    give_back: include_str!("../sql/postgres/give_back.sql"),
-    stuck: include_str!("../sql/postgres/stuck.sql"),
-    enqueue: include_str!("../sql/postgres/enqueue.sql"),
-    claim: Claim::Returning(include_str!("../sql/postgres/claim.sql")),
-    mark_delivered: include_str!("../sql/postgres/mark_delivered.sql"),
-    mark_failed: include_str!("../sql/postgres/mark_failed.sql"),
-    outbox_get: include_str!("../sql/postgres/outbox_get.sql"),
-    outbox_find: include_str!("../sql/postgres/outbox_find.sql"),
-    outbox_find_for_update: include_str!("../sql/postgres/outbox_find_for_update.sql"),
-    outbox_list: include_str!("../sql/postgres/outbox_list.sql"),
-    outbox_list_status: include_str!("../sql/postgres/outbox_list_status.sql"),
-    inbox_note: include_str!("../sql/postgres/inbox_note.sql"),
-    inbox_first_seen: include_str!("../sql/postgres/inbox_first_seen.sql"),
-    inbox_remove: include_str!("../sql/postgres/inbox_remove.sql"),
-    inbox_list: include_str!("../sql/postgres/inbox_list.sql"),
-    inbox_list_status: include_str!("../sql/postgres/inbox_list_status.sql"),
-    inbox_get: include_str!("../sql/postgres/inbox_get.sql"),
-    outbox_reseal_batch: include_str!("../sql/postgres/outbox_reseal_batch.sql"),
-    outbox_reseal: include_str!("../sql/postgres/outbox_reseal.sql"),
-    inbox_reseal_batch: include_str!("../sql/postgres/inbox_reseal_batch.sql"),
-    inbox_reseal: include_str!("../sql/postgres/inbox_reseal.sql"),
-    outbox_counts: include_str!("../sql/postgres/outbox_counts.sql"),
-    outbox_retry: include_str!("../sql/postgres/outbox_retry.sql"),
-    outbox_retryable: include_str!("../sql/postgres/outbox_retryable.sql"),
-    sweep_delivered: include_str!("../sql/postgres/sweep_delivered.sql"),
-    applied_one: include_str!("../sql/postgres/applied_one.sql"),
-    record: include_str!("../sql/postgres/record.sql"),
-    forget_sqlx_version: include_str!("../sql/postgres/forget_sqlx_version.sql"),
-    history: include_str!("../sql/postgres/history.sql"),
-    has_sqlx_history: include_str!("../sql/postgres/has_sqlx_history.sql"),
-    // The lock for the transaction, with no timeouts: migrations may wait for another
-    // instance's run and take longer than requests may.
-    begin_migration: Some(include_str!("../sql/postgres/begin_migration.sql")),
-    lock_migrations: None,
-    unlock_migrations: None,
-    begin_write: None,
-    namespace: Some(include_str!("../sql/postgres/namespace.sql")),
-    session_id: Some(include_str!("../sql/postgres/session_id.sql")),
-    last_insert_id: None,
-    key_lock_taken: Some(include_str!("../sql/postgres/key_lock_taken.sql")),
-    table_bytes: include_str!("../sql/postgres/table_bytes.sql"),
+    keys: KeySql {
+        lookup: include_str!("../sql/postgres/lookup.sql"),
+        expires_at: include_str!("../sql/postgres/expires_at.sql"),
+        insert_completed: include_str!("../sql/postgres/insert_completed.sql"),
+        insert_completed_or_replace_expired: include_str!(
+            "../sql/postgres/insert_completed_or_replace_expired.sql"
+        ),
+        field_digests: include_str!("../sql/postgres/field_digests.sql"),
+        begin_write: None,
+        namespace: Some(include_str!("../sql/postgres/namespace.sql")),
+        session_id: Some(include_str!("../sql/postgres/session_id.sql")),
+        last_insert_id: None,
+        key_lock_taken: Some(include_str!("../sql/postgres/key_lock_taken.sql")),
+    },
+    tools: ToolSql {
+        get: include_str!("../sql/postgres/get.sql"),
+        get_for_update: include_str!("../sql/postgres/get_for_update.sql"),
+        list: include_str!("../sql/postgres/list.sql"),
+        list_completed: include_str!("../sql/postgres/list_completed.sql"),
+        list_expired: include_str!("../sql/postgres/list_expired.sql"),
+        list_processing: include_str!("../sql/postgres/list_processing.sql"),
+        list_stuck: include_str!("../sql/postgres/list_stuck.sql"),
+        expire: include_str!("../sql/postgres/expire.sql"),
+        delete: include_str!("../sql/postgres/delete.sql"),
+        // Small batches, skipping rows a running request holds (`SKIP LOCKED`): no long locks.
+        sweep: include_str!("../sql/postgres/sweep.sql"),
+        count_sweepable: include_str!("../sql/postgres/count_sweepable.sql"),
+        counts: include_str!("../sql/postgres/counts.sql"),
+        table_bytes: include_str!("../sql/postgres/table_bytes.sql"),
+        register: include_str!("../sql/postgres/register.sql"),
+        registrations: include_str!("../sql/postgres/registrations.sql"),
+    },
+    operator: OperatorSql {
+        release: include_str!("../sql/postgres/release.sql"),
+        complete: include_str!("../sql/postgres/complete.sql"),
+        delete_only: include_str!("../sql/postgres/delete_only.sql"),
+        insert_audit: include_str!("../sql/postgres/insert_audit.sql"),
+        audit: include_str!("../sql/postgres/audit.sql"),
+        journal: include_str!("../sql/postgres/journal.sql"),
+        begin_batch: None,
+        reseal_first: include_str!("../sql/postgres/reseal_first.sql"),
+        reseal_next: include_str!("../sql/postgres/reseal_next.sql"),
+        reseal: include_str!("../sql/postgres/reseal.sql"),
+    },
+    staged: StagedSql {
+        // With its row in `idempotency_processing` (migration 5). One row affected: reserved.
+        reserve: include_str!("../sql/postgres/reserve.sql"),
+        reserve_or_replace_expired: include_str!("../sql/postgres/reserve_or_replace_expired.sql"),
+        // `$10`: attempt 1's hold. Like `hold` and `owner_gone`, it lets go of every hold the
+        // session had first: the `FROM` subquery runs before the statement's own calls (its
+        // volatile call keeps it from being pulled up).
+        reserve_held: Some(include_str!("../sql/postgres/reserve_held.sql")),
+        hold: Some(include_str!("../sql/postgres/hold.sql")),
+        let_go: Some(include_str!("../sql/postgres/let_go.sql")),
+        // `CASE` fixes the order of the two calls.
+        owner_gone: Some(include_str!("../sql/postgres/owner_gone.sql")),
+        clear_expired: None,
+        reopen_expired: None,
+        sweep_locks: None,
+        lease_of: include_str!("../sql/postgres/lease_of.sql"),
+        take_over: include_str!("../sql/postgres/take_over.sql"),
+        renew: include_str!("../sql/postgres/renew.sql"),
+        step: include_str!("../sql/postgres/step.sql"),
+        finish: include_str!("../sql/postgres/finish.sql"),
+        give_back: include_str!("../sql/postgres/give_back.sql"),
+        stuck: include_str!("../sql/postgres/stuck.sql"),
+    },
+    outbox: OutboxSql {
+        enqueue: include_str!("../sql/postgres/enqueue.sql"),
+        claim: Claim::Returning(include_str!("../sql/postgres/claim.sql")),
+        mark_delivered: include_str!("../sql/postgres/mark_delivered.sql"),
+        mark_failed: include_str!("../sql/postgres/mark_failed.sql"),
+        outbox_get: include_str!("../sql/postgres/outbox_get.sql"),
+        outbox_find: include_str!("../sql/postgres/outbox_find.sql"),
+        outbox_find_for_update: include_str!("../sql/postgres/outbox_find_for_update.sql"),
+        outbox_list: include_str!("../sql/postgres/outbox_list.sql"),
+        outbox_list_status: include_str!("../sql/postgres/outbox_list_status.sql"),
+        outbox_counts: include_str!("../sql/postgres/outbox_counts.sql"),
+        outbox_retry: include_str!("../sql/postgres/outbox_retry.sql"),
+        outbox_retryable: include_str!("../sql/postgres/outbox_retryable.sql"),
+        sweep_delivered: include_str!("../sql/postgres/sweep_delivered.sql"),
+        outbox_reseal_batch: include_str!("../sql/postgres/outbox_reseal_batch.sql"),
+        outbox_reseal: include_str!("../sql/postgres/outbox_reseal.sql"),
+    },
+    inbox: InboxSql {
+        inbox_note: include_str!("../sql/postgres/inbox_note.sql"),
+        inbox_first_seen: include_str!("../sql/postgres/inbox_first_seen.sql"),
+        inbox_remove: include_str!("../sql/postgres/inbox_remove.sql"),
+        inbox_list: include_str!("../sql/postgres/inbox_list.sql"),
+        inbox_list_status: include_str!("../sql/postgres/inbox_list_status.sql"),
+        inbox_get: include_str!("../sql/postgres/inbox_get.sql"),
+        inbox_reseal_batch: include_str!("../sql/postgres/inbox_reseal_batch.sql"),
+        inbox_reseal: include_str!("../sql/postgres/inbox_reseal.sql"),
+    },
+    migrations: MigrationSql {
+        applied_one: include_str!("../sql/postgres/applied_one.sql"),
+        record: include_str!("../sql/postgres/record.sql"),
+        forget_sqlx_version: include_str!("../sql/postgres/forget_sqlx_version.sql"),
+        history: include_str!("../sql/postgres/history.sql"),
+        has_sqlx_history: include_str!("../sql/postgres/has_sqlx_history.sql"),
+        // The lock for the transaction, with no timeouts: migrations may wait for another
+        // instance's run and take longer than requests may.
+        begin_migration: Some(include_str!("../sql/postgres/begin_migration.sql")),
+        lock_migrations: None,
+        unlock_migrations: None,
+    },
 };
 
 impl Backend for Postgres {
@@ -289,7 +305,7 @@ impl Backend for Postgres {
     ) -> Result<bool, sqlx::Error> {
         // Outside a transaction the lock, if taken, is released as the statement ends.
         let id = [Arg::Int(lock_id(lock.namespace, lock.key))];
-        let sql = SQL.key_lock_taken.unwrap_or_default();
+        let sql = SQL.keys.key_lock_taken.unwrap_or_default();
         let row = Self::fetch_optional(conn, sql, &id).await?;
         let free = row.map(|row| Self::flag(&row, 0)).transpose()?;
         Ok(free == Some(false))
@@ -382,7 +398,11 @@ mod tests {
 
     #[test]
     fn migrations_take_the_documented_lock() {
-        let begin = SQL.begin_migration.unwrap_or_default().trim_end();
+        let begin = SQL
+            .migrations
+            .begin_migration
+            .unwrap_or_default()
+            .trim_end();
         let lock = format!("pg_advisory_xact_lock({})", crate::MIGRATION_LOCK_ID);
         assert!(begin.ends_with(&lock), "{begin}");
     }

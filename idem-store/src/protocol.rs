@@ -140,7 +140,7 @@ pub async fn lookup<DB: Backend>(
     key: KeyRef<'_>,
     ring: Option<&Keyring>,
 ) -> Result<Option<StoredKey>, sqlx::Error> {
-    let row = DB::fetch_optional(conn, DB::SQL.lookup, &Arg::key(key)).await?;
+    let row = DB::fetch_optional(conn, DB::SQL.keys.lookup, &Arg::key(key)).await?;
     let Some(row) = row else { return Ok(None) };
     let status = StoredStatus::from_column(&DB::text(&row, 1)?);
     let opened = async {
@@ -213,7 +213,7 @@ pub async fn field_digests<DB: Backend>(
     key: KeyRef<'_>,
     ring: Option<&Keyring>,
 ) -> Result<Option<Vec<u8>>, sqlx::Error> {
-    let row = DB::fetch_optional(conn, DB::SQL.field_digests, &Arg::key(key)).await?;
+    let row = DB::fetch_optional(conn, DB::SQL.keys.field_digests, &Arg::key(key)).await?;
     let Some(digests) = row.map(|row| DB::opt_bytes(&row, 0)).transpose()?.flatten() else {
         return Ok(None);
     };
@@ -295,14 +295,14 @@ async fn insert_row<DB: Backend>(
     row: NewRow<'_>,
 ) -> Result<bool, sqlx::Error> {
     let sql = DB::SQL;
-    let statement = match (sql.clear_expired, row.replace_expired) {
-        (_, false) => sql.insert_completed,
-        (None, true) => sql.insert_completed_or_replace_expired,
+    let statement = match (sql.staged.clear_expired, row.replace_expired) {
+        (_, false) => sql.keys.insert_completed,
+        (None, true) => sql.keys.insert_completed_or_replace_expired,
         // The expired row deleted first, where the insert cannot replace it.
         (Some(clear), true) => {
             let args = Arg::on_key(row.key, &[Arg::Int(row.created_ms)]);
             DB::execute(tx, clear, &args).await?;
-            sql.insert_completed
+            sql.keys.insert_completed
         }
     };
     match DB::execute(tx, statement, &new_row_args(&row)).await {
@@ -312,7 +312,7 @@ async fn insert_row<DB: Backend>(
     }
 }
 
-/// [`Sql::insert_completed`]'s parameters.
+/// [`KeySql::insert_completed`]'s parameters.
 fn new_row_args<'a>(row: &NewRow<'a>) -> [Arg<'a>; 11] {
     [
         Arg::Text(row.key.scope),

@@ -138,11 +138,11 @@ async fn reseal<DB: Backend>(
 ) -> Result<Resealed, StoreError> {
     let sql = DB::SQL;
     let mut conn = pool.acquire().await?;
-    let begin = sql.begin_batch.map(Into::into);
+    let begin = sql.operator.begin_batch.map(Into::into);
     let mut tx = Transaction::<DB>::begin(&mut *conn, begin).await?;
     let limit = Arg::Int(i64::from(batch));
     let rows = match after.map(Cursor::key) {
-        None => DB::fetch_all(&mut tx, sql.reseal_first, &[limit]).await?,
+        None => DB::fetch_all(&mut tx, sql.operator.reseal_first, &[limit]).await?,
         Some(key) => {
             let (scope, operation) = (Arg::Text(key.scope), Arg::Text(key.operation));
             let args = [
@@ -153,7 +153,7 @@ async fn reseal<DB: Backend>(
                 Arg::Text(key.key),
                 limit,
             ];
-            DB::fetch_all(&mut tx, sql.reseal_next, &args).await?
+            DB::fetch_all(&mut tx, sql.operator.reseal_next, &args).await?
         }
     };
     let mut done = Resealed::default();
@@ -211,7 +211,7 @@ struct Rewrite {
 }
 
 impl Stored {
-    /// [`Sql::reseal_first`](crate::sql::Sql::reseal_first)'s row.
+    /// [`OperatorSql::reseal_first`](crate::sql::OperatorSql::reseal_first)'s row.
     fn read<DB: Glue>(row: &DB::Row) -> Result<Self, sqlx::Error> {
         Ok(Self {
             row: raw_row::<DB>(row)?,
@@ -344,7 +344,7 @@ impl Rewrite {
             Arg::OptBytes(self.body.as_deref()),
         ];
         let args = Arg::around_key(&set, key, &[]);
-        DB::execute(tx, DB::SQL.reseal, &args).await?;
+        DB::execute(tx, DB::SQL.operator.reseal, &args).await?;
         let (before, after) = (row_json(&self.before, true), row_json(&self.after, true));
         let entry = (before.as_str(), Some(after.as_str()));
         record::<DB>(tx, now_ms, by, (key, "reseal"), entry, false).await?;
@@ -396,7 +396,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`StoreError::NeedsStorageKeys`]: the outbox has no keyring; database errors.
     pub async fn reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
         let sql = DB::SQL;
-        let statements = (sql.outbox_reseal_batch, sql.outbox_reseal);
+        let statements = (sql.outbox.outbox_reseal_batch, sql.outbox.outbox_reseal);
         let place = crate::outbox::payload_place;
         let ring = self.keyring().ok_or_else(|| needs_keys("the outbox"))?;
         reseal_texts::<DB>(
@@ -418,7 +418,7 @@ impl<DB: Backend> Inbox<DB> {
     /// [`StoreError::NeedsStorageKeys`]: the inbox has no keyring; database errors.
     pub async fn reseal(&self, after: i64, batch: u32) -> Result<ResealedRows, StoreError> {
         let sql = DB::SQL;
-        let statements = (sql.inbox_reseal_batch, sql.inbox_reseal);
+        let statements = (sql.inbox.inbox_reseal_batch, sql.inbox.inbox_reseal);
         let place = crate::inbox::body_place;
         let ring = self.keyring().ok_or_else(|| needs_keys("the inbox"))?;
         reseal_texts::<DB>(

@@ -18,7 +18,7 @@
 //! own way ([the key table](crate#the-key-table)): PostgreSQL `to_timestamp(ms / 1000)` and
 //! `extract(epoch …) * 1000`; SQLite `strftime`, read back through
 //! `unixepoch(…, 'auto', 'subsec')` (so SQLite compares milliseconds, not columns); MySQL by
-//! arithmetic from `1970-01-01`. SQLite needs no `FOR UPDATE` ([`Sql::begin_write`]); what
+//! arithmetic from `1970-01-01`. SQLite needs no `FOR UPDATE` ([`KeySql::begin_write`]); what
 //! MySQL's statements do differently is told in [MySQL and MariaDB](crate#mysql-and-mariadb).
 
 use crate::key::KeyRef;
@@ -61,9 +61,33 @@ impl<'a> Arg<'a> {
 /// statement says where.
 ///
 /// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
+/// Every statement of the store on one database, by concern. A key row's columns are read in
+/// the order of [`crate::list::RawRow`]'s fields (times in milliseconds), an outbox row's in
+/// the order of `OutboxRow`'s; "the key" is the first three parameters ([`Arg::key`]), unless
+/// a statement says where.
+///
+/// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
 #[derive(Debug, Clone, Copy)]
 pub struct Sql {
-    // The protocol.
+    /// The execution protocol on one key, and what a session asks once.
+    pub keys: KeySql,
+    /// What the operator's tools read and sweep, and the operation registry.
+    pub tools: ToolSql,
+    /// Operator actions, their audit trail, and the key table's reseal.
+    pub operator: OperatorSql,
+    /// Staged mode (its fencing: `staged`).
+    pub staged: StagedSql,
+    /// The outbox, and its reseal (a payload never changes once written, so a batch needs no lock).
+    pub outbox: OutboxSql,
+    /// The inbox of events not applied, `idempotency_inbox` ([`crate::Inbox`]), and its reseal.
+    pub inbox: InboxSql,
+    /// The migration runner's history, `idem_schema_migrations`, and its lock.
+    pub migrations: MigrationSql,
+}
+
+/// The execution protocol on one key, and what a session asks once. ([`Sql::keys`])
+#[derive(Debug, Clone, Copy)]
+pub struct KeySql {
     /// The columns of the key's row a request needs.
     pub lookup: &'static str,
     /// The key's `expires_at`, looked at again under its lock.
@@ -73,17 +97,34 @@ pub struct Sql {
     pub insert_completed: &'static str,
     /// The same, replacing a completed row that had expired by the new row's start (`$8`),
     /// never a processing row ([`crate::KeyStatus::at`]). MySQL: the plain insert, after
-    /// [`Sql::clear_expired`].
+    /// [`StagedSql::clear_expired`].
     pub insert_completed_or_replace_expired: &'static str,
     /// The key's field digests (a `422`'s detail), read only when a request differs.
     pub field_digests: &'static str,
+    /// How a transaction that writes begins where `BEGIN` would take its write locks too late
+    /// (SQLite); `None`: `BEGIN`, rows read `FOR UPDATE`.
+    pub begin_write: Option<&'static str>,
+    /// What tells this key table's locks from those of other key tables in the database
+    /// (PostgreSQL: the schema; MySQL: the database); `None`: nothing, the empty string.
+    pub namespace: Option<&'static str>,
+    /// PostgreSQL: the server session a connection is on ([`crate::Backend::shared_sessions`]).
+    pub session_id: Option<&'static str>,
+    /// Where writes return nothing (MySQL): the id the last `INSERT` generated.
+    pub last_insert_id: Option<&'static str>,
+    /// Whether another transaction holds the key's lock (the lock id), without waiting:
+    /// PostgreSQL answers `false` when it is held, MySQL fails with a lock error; `None`: no
+    /// telling (SQLite, whose key lock is the database's write lock).
+    pub key_lock_taken: Option<&'static str>,
+}
 
-    // Tools.
+/// What the operator's tools read and sweep, and the operation registry. ([`Sql::tools`])
+#[derive(Debug, Clone, Copy)]
+pub struct ToolSql {
     /// The key's row.
     pub get: &'static str,
     /// The key's row, held for this transaction.
     pub get_for_update: &'static str,
-    /// Every key row; the filters follow as `AND …` ([`Sql::list_completed`] and the like
+    /// Every key row; the filters follow as `AND …` ([`ToolSql::list_completed`] and the like
     /// first, taking the first parameter).
     pub list: &'static str,
     /// A listing's filter on completed keys not expired at its first parameter.
@@ -101,13 +142,23 @@ pub struct Sql {
     /// Up to `$2` expired keys deleted: completed rows past `expires_at` at `$1`, never a
     /// processing row.
     pub sweep: &'static str,
-    /// How many keys [`Sql::sweep`] would delete at `$1`.
+    /// How many keys [`ToolSql::sweep`] would delete at `$1`.
     pub count_sweepable: &'static str,
     /// Keys per operation and state ([`crate::KeyStatus::at`]) at the time given (twice), with
     /// the earliest `created_at` of each group.
     pub counts: &'static str,
+    /// The key table's size on disk with its indexes.
+    pub table_bytes: &'static str,
+    /// An operation registered or registered again: operation, scope, ttl, mode, lease,
+    /// document, now.
+    pub register: &'static str,
+    /// Every registered operation.
+    pub registrations: &'static str,
+}
 
-    // Operator actions and their audit trail.
+/// Operator actions, their audit trail, and the key table's reseal. ([`Sql::operator`])
+#[derive(Debug, Clone, Copy)]
+pub struct OperatorSql {
     /// The lease run out at the first parameter, the running attempt fenced out; then the key.
     pub release: &'static str,
     /// Completed with the operator's response (status, headers, body; now, twice; the
@@ -139,22 +190,18 @@ pub struct Sql {
     /// A key row's sealed columns written again (fingerprint, field digests, request,
     /// journal, response headers and body); then the key.
     pub reseal: &'static str,
+}
 
-    // The operation registry.
-    /// An operation registered or registered again: operation, scope, ttl, mode, lease,
-    /// document, now.
-    pub register: &'static str,
-    /// Every registered operation.
-    pub registrations: &'static str,
-
-    // Staged mode (its fencing: `staged`).
+/// Staged mode (its fencing: `staged`). ([`Sql::staged`])
+#[derive(Debug, Clone, Copy)]
+pub struct StagedSql {
     /// A staged key reserved: processing, attempt 1, leased (the key; fingerprint, request,
     /// created, expires, locked until, reservation); nothing where the key has a row.
     pub reserve: &'static str,
     /// The same, replacing a completed row that had expired by the reservation's start. MySQL:
-    /// the plain reservation, after [`Sql::reopen_expired`].
+    /// the plain reservation, after [`StagedSql::reopen_expired`].
     pub reserve_or_replace_expired: &'static str,
-    /// PostgreSQL: [`Sql::reserve`] with the attempt's hold taken in the same statement.
+    /// PostgreSQL: [`StagedSql::reserve`] with the attempt's hold taken in the same statement.
     pub reserve_held: Option<&'static str>,
     /// PostgreSQL: an attempt's hold, a session advisory lock.
     pub hold: Option<&'static str>,
@@ -190,8 +237,11 @@ pub struct Sql {
     /// Up to `$5` stuck keys of operation `$1` and `$2` (processing, lease run out at `$3`,
     /// whatever `expires_at` says, attempt below `$4`), oldest lease first.
     pub stuck: &'static str,
+}
 
-    // The outbox.
+/// The outbox, and its reseal (a payload never changes once written, so a batch needs no lock). ([`Sql::outbox`])
+#[derive(Debug, Clone, Copy)]
+pub struct OutboxSql {
     /// A message (dedup id, topic, payload), due at once (now, twice); nothing if the dedup
     /// id exists.
     pub enqueue: &'static str,
@@ -223,8 +273,15 @@ pub struct Sql {
     pub outbox_retryable: &'static str,
     /// Up to `$2` delivered messages, delivered by `$1`, deleted.
     pub sweep_delivered: &'static str,
+    /// Up to `$2` messages after id `$1`, in id order: id, dedup id, topic, payload.
+    pub outbox_reseal_batch: &'static str,
+    /// A message's payload written again (the payload; the id).
+    pub outbox_reseal: &'static str,
+}
 
-    // The inbox of events not applied, `idempotency_inbox` ([`crate::Inbox`]).
+/// The inbox of events not applied, `idempotency_inbox` ([`crate::Inbox`]), and its reseal. ([`Sql::inbox`])
+#[derive(Debug, Clone, Copy)]
+pub struct InboxSql {
     /// A delivery noted (source, event id, status, reason, body; now, twice): a new row, or
     /// one more delivery of a known one, whose status only ever goes to `unmatched`.
     pub inbox_note: &'static str,
@@ -238,19 +295,15 @@ pub struct Sql {
     pub inbox_list_status: &'static str,
     /// The events of id `$1`, one per source.
     pub inbox_get: &'static str,
-
-    // Resealing the outbox and the inbox ([`crate::Outbox::reseal`]): their values never
-    // change once written, so a batch needs no lock.
-    /// Up to `$2` messages after id `$1`, in id order: id, dedup id, topic, payload.
-    pub outbox_reseal_batch: &'static str,
-    /// A message's payload written again (the payload; the id).
-    pub outbox_reseal: &'static str,
     /// Up to `$2` events after id `$1`, in id order: id, source, event id, body.
     pub inbox_reseal_batch: &'static str,
     /// An event's body written again (the body; the id).
     pub inbox_reseal: &'static str,
+}
 
-    // The migration runner's history, `idem_schema_migrations`.
+/// The migration runner's history, `idem_schema_migrations`, and its lock. ([`Sql::migrations`])
+#[derive(Debug, Clone, Copy)]
+pub struct MigrationSql {
     /// One migration's recorded checksum.
     pub applied_one: &'static str,
     /// A migration recorded: version, description, checksum.
@@ -269,24 +322,6 @@ pub struct Sql {
     pub lock_migrations: Option<&'static str>,
     /// MySQL: that lock let go.
     pub unlock_migrations: Option<&'static str>,
-
-    // Sessions.
-    /// How a transaction that writes begins where `BEGIN` would take its write locks too late
-    /// (SQLite); `None`: `BEGIN`, rows read `FOR UPDATE`.
-    pub begin_write: Option<&'static str>,
-    /// What tells this key table's locks from those of other key tables in the database
-    /// (PostgreSQL: the schema; MySQL: the database); `None`: nothing, the empty string.
-    pub namespace: Option<&'static str>,
-    /// PostgreSQL: the server session a connection is on ([`crate::Backend::shared_sessions`]).
-    pub session_id: Option<&'static str>,
-    /// Where writes return nothing (MySQL): the id the last `INSERT` generated.
-    pub last_insert_id: Option<&'static str>,
-    /// Whether another transaction holds the key's lock (the lock id), without waiting:
-    /// PostgreSQL answers `false` when it is held, MySQL fails with a lock error; `None`: no
-    /// telling (SQLite, whose key lock is the database's write lock).
-    pub key_lock_taken: Option<&'static str>,
-    /// The key table's size on disk with its indexes.
-    pub table_bytes: &'static str,
 }
 
 /// A statement put together at run time (a listing and its filters), its parameters
@@ -331,7 +366,7 @@ impl<'a> Statement<'a> {
     }
 }
 
-/// How a batch of outbox messages is claimed ([`Sql::claim`]).
+/// How a batch of outbox messages is claimed ([`OutboxSql::claim`]).
 #[derive(Debug, Clone, Copy)]
 pub enum Claim {
     /// One `UPDATE … RETURNING`: due at `$1`, leased until `$2`, up to `$3`; rows other
@@ -372,7 +407,11 @@ impl Sql {
                 _ => line,
             };
             let value = value.trim_end_matches(',');
-            if value.ends_with(" {") && value != "Sql {" {
+            if value.ends_with("Sql {") {
+                // A group of statements (`KeySql`, …): listed by their own names.
+                continue;
+            }
+            if value.ends_with(" {") {
                 // An enum's fields (`Claim::Reread`): named after it.
                 prefix = field;
                 continue;

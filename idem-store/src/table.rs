@@ -92,7 +92,7 @@ impl<DB: Backend> KeyTable<DB> {
     pub async fn get(&self, key: KeyRef<'_>, now_ms: i64) -> Result<Option<KeyRow>, StoreError> {
         async {
             let mut conn = self.pool.acquire().await?;
-            let row = DB::fetch_optional(&mut conn, DB::SQL.get, &Arg::key(key)).await?;
+            let row = DB::fetch_optional(&mut conn, DB::SQL.tools.get, &Arg::key(key)).await?;
             row.map(|row| key_row::<DB>(&row, now_ms, self.keyring()))
                 .transpose()
         }
@@ -161,7 +161,8 @@ impl<DB: Backend> KeyTable<DB> {
             let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
             let mut tx = begin_write::<DB>(&mut conn).await?;
-            let before = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
+            let before =
+                DB::fetch_optional(&mut tx, sql.tools.get_for_update, &Arg::key(key)).await?;
             // No row: dropping `tx` rolls back.
             let Some(before) = before else {
                 return Ok(None);
@@ -170,7 +171,8 @@ impl<DB: Backend> KeyTable<DB> {
             let before = key_row::<DB>(&before, now_ms, ring)?;
             let now = [Arg::Int(now_ms)];
             let args = Arg::around_key(&now, key, &now);
-            let after = write_key::<DB>(&mut tx, sql.expire, &args, (key, now_ms, ring)).await?;
+            let after =
+                write_key::<DB>(&mut tx, sql.tools.expire, &args, (key, now_ms, ring)).await?;
             // None: it had expired already, unchanged.
             let after = after.unwrap_or_else(|| before.clone());
             tx.commit().await?;
@@ -201,13 +203,13 @@ impl<DB: Backend> KeyTable<DB> {
             let (sql, ring) = (DB::SQL, self.keyring());
             let mut conn = self.pool.acquire().await?;
             if DB::DIALECT.returning {
-                let row = DB::fetch_optional(&mut conn, sql.delete, &Arg::key(key)).await?;
+                let row = DB::fetch_optional(&mut conn, sql.tools.delete, &Arg::key(key)).await?;
                 return row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose();
             }
             // The row read, then deleted, in one transaction holding it.
             let mut tx = begin_write::<DB>(&mut conn).await?;
-            let row = DB::fetch_optional(&mut tx, sql.get_for_update, &Arg::key(key)).await?;
-            DB::execute(&mut tx, sql.delete_only, &Arg::key(key)).await?;
+            let row = DB::fetch_optional(&mut tx, sql.tools.get_for_update, &Arg::key(key)).await?;
+            DB::execute(&mut tx, sql.operator.delete_only, &Arg::key(key)).await?;
             tx.commit().await?;
             // Read after the commit, as `RETURNING` does: an unreadable row is deleted too.
             row.map(|row| key_row::<DB>(&row, now_ms, ring)).transpose()
@@ -245,9 +247,9 @@ impl<DB: Backend> KeyTable<DB> {
         async {
             let sql = DB::SQL;
             let mut conn = self.pool.acquire().await?;
-            let deleted = DB::execute(&mut conn, sql.sweep, &args).await?;
+            let deleted = DB::execute(&mut conn, sql.tools.sweep, &args).await?;
             // MySQL's lock rows too (the crate docs' section on MySQL).
-            if let Some(sweep_locks) = sql.sweep_locks {
+            if let Some(sweep_locks) = sql.staged.sweep_locks {
                 DB::execute(&mut conn, sweep_locks, &args).await?;
             }
             Ok(deleted)
@@ -272,7 +274,7 @@ impl<DB: Backend> KeyTable<DB> {
         async {
             let mut conn = self.pool.acquire().await?;
             let now = [Arg::Int(now_ms), Arg::Int(now_ms)];
-            let rows = DB::fetch_all(&mut conn, DB::SQL.counts, &now).await?;
+            let rows = DB::fetch_all(&mut conn, DB::SQL.tools.counts, &now).await?;
             let mut counts = Counts::default();
             for row in &rows {
                 counts.add(
@@ -293,14 +295,14 @@ impl<DB: Backend> KeyTable<DB> {
     async fn list_on(&self, filter: &KeyFilter, now_ms: i64) -> Result<Page, StoreError> {
         let limit = filter.effective_limit();
         let prefix = filter.key_prefix.as_deref().map(DB::key_prefix);
-        let mut query = Statement::new(DB::SQL.list, DB::DIALECT.positional);
+        let mut query = Statement::new(DB::SQL.tools.list, DB::DIALECT.positional);
         // The state's filter first: its time is the statement's first parameter.
         let state = match filter.status {
             None => None,
-            Some(KeyStatus::Completed) => Some(DB::SQL.list_completed),
-            Some(KeyStatus::Expired) => Some(DB::SQL.list_expired),
-            Some(KeyStatus::Processing) => Some(DB::SQL.list_processing),
-            Some(KeyStatus::Stuck) => Some(DB::SQL.list_stuck),
+            Some(KeyStatus::Completed) => Some(DB::SQL.tools.list_completed),
+            Some(KeyStatus::Expired) => Some(DB::SQL.tools.list_expired),
+            Some(KeyStatus::Processing) => Some(DB::SQL.tools.list_processing),
+            Some(KeyStatus::Stuck) => Some(DB::SQL.tools.list_stuck),
         };
         if let Some(state) = state {
             query.push(" ").push(state);
@@ -367,7 +369,7 @@ pub(crate) async fn write_key<DB: Backend>(
     let row = if DB::DIALECT.returning {
         DB::fetch_optional(conn, statement, args).await?
     } else if DB::execute(conn, statement, args).await? > 0 {
-        DB::fetch_optional(conn, DB::SQL.get, &Arg::key(key)).await?
+        DB::fetch_optional(conn, DB::SQL.tools.get, &Arg::key(key)).await?
     } else {
         None
     };
@@ -386,7 +388,7 @@ pub(crate) fn key_row<DB: Glue>(
 /// The key table's size on disk with its indexes, where the database can tell (SQLite:
 /// where it was built with `dbstat`).
 async fn table_bytes<DB: Backend>(conn: &mut DB::Connection) -> Result<Option<i64>, sqlx::Error> {
-    match DB::fetch_optional(conn, DB::SQL.table_bytes, &[]).await {
+    match DB::fetch_optional(conn, DB::SQL.tools.table_bytes, &[]).await {
         Ok(row) => Ok(row.map(|row| DB::opt_int(&row, 0)).transpose()?.flatten()),
         Err(sqlx::Error::Database(e)) if e.message().contains("no such table") => Ok(None),
         Err(error) => Err(error),

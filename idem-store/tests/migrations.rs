@@ -55,7 +55,7 @@ async fn pending_migrations_follow_the_history<DB: TestBackend>() {
     let pool = idem_store::connect::connect::<DB>(&url, 2, &settings())
         .await
         .unwrap();
-    run(&pool, DB::SQL.history).await;
+    run(&pool, DB::SQL.migrations.history).await;
     let first = &migrations[0];
     let record = format!(
         "INSERT INTO idem_schema_migrations (version, description, checksum) \

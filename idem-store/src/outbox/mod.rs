@@ -89,7 +89,7 @@ pub async fn enqueue<DB: Backend>(
         Arg::Int(now_ms),
         Arg::Int(now_ms),
     ];
-    match DB::execute(tx, DB::SQL.enqueue, &args).await {
+    match DB::execute(tx, DB::SQL.outbox.enqueue, &args).await {
         Ok(inserted) => Ok(inserted == 1),
         // Without `ON CONFLICT … DO NOTHING`: the dedup id exists.
         Err(error) if DB::is_duplicate(&error) => Ok(false),
@@ -185,7 +185,7 @@ impl<DB: Backend> Outbox<DB> {
     ) -> Result<Vec<Claimed>, StoreError> {
         let batch = batch.clamp(1, Self::MAX_BATCH);
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
-        let rows = match DB::SQL.claim {
+        let rows = match DB::SQL.outbox.claim {
             Claim::Returning(claim) => {
                 let args = [
                     Arg::Int(now_ms),
@@ -240,7 +240,7 @@ impl<DB: Backend> Outbox<DB> {
     /// Database errors.
     pub async fn mark_delivered(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
         let args = [Arg::Int(now_ms), Arg::Int(id)];
-        Ok(self.execute(DB::SQL.mark_delivered, &args).await? == 1)
+        Ok(self.execute(DB::SQL.outbox.mark_delivered, &args).await? == 1)
     }
 
     /// Records a failed delivery of message `id` at `now_ms`: `attempts` + 1, `last_error`
@@ -266,7 +266,7 @@ impl<DB: Backend> Outbox<DB> {
             Arg::Int(next_attempt_at_ms),
             Arg::Int(id),
         ];
-        Ok(self.execute(DB::SQL.mark_failed, &args).await? == 1)
+        Ok(self.execute(DB::SQL.outbox.mark_failed, &args).await? == 1)
     }
 
     /// The message enqueued with `dedup_id`, if any.
@@ -275,7 +275,7 @@ impl<DB: Backend> Outbox<DB> {
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn get(&self, dedup_id: &str) -> Result<Option<OutboxRow>, StoreError> {
         let rows = self
-            .rows(DB::SQL.outbox_get, &[Arg::Text(dedup_id)])
+            .rows(DB::SQL.outbox.outbox_get, &[Arg::Text(dedup_id)])
             .await?;
         rows.first()
             .map(|row| OutboxRow::read::<DB>(row, self.ring.as_deref()))
@@ -287,7 +287,9 @@ impl<DB: Backend> Outbox<DB> {
     /// # Errors
     /// [`StoreError::Corrupt`] when the row cannot be read; database errors.
     pub async fn find(&self, id: i64) -> Result<Option<OutboxRow>, StoreError> {
-        let rows = self.rows(DB::SQL.outbox_find, &[Arg::Int(id)]).await?;
+        let rows = self
+            .rows(DB::SQL.outbox.outbox_find, &[Arg::Int(id)])
+            .await?;
         rows.first()
             .map(|row| OutboxRow::read::<DB>(row, self.ring.as_deref()))
             .transpose()
@@ -307,12 +309,12 @@ impl<DB: Backend> Outbox<DB> {
         let sql = DB::SQL;
         let rows = match status {
             None => {
-                self.rows(sql.outbox_list, &[Arg::Int(limit.into())])
+                self.rows(sql.outbox.outbox_list, &[Arg::Int(limit.into())])
                     .await?
             }
             Some(status) => {
                 let args = [Arg::Text(status.as_str()), Arg::Int(limit.into())];
-                self.rows(sql.outbox_list_status, &args).await?
+                self.rows(sql.outbox.outbox_list_status, &args).await?
             }
         };
         rows.iter()
@@ -329,7 +331,7 @@ impl<DB: Backend> Outbox<DB> {
         let rows = async {
             let mut conn = self.pool.acquire().await?;
             let args = [Arg::Int(now_ms)];
-            let rows = DB::fetch_all(&mut conn, DB::SQL.outbox_counts, &args).await?;
+            let rows = DB::fetch_all(&mut conn, DB::SQL.outbox.outbox_counts, &args).await?;
             rows.iter()
                 .map(|row| {
                     Ok((
@@ -461,7 +463,7 @@ impl<DB: Backend> Outbox<DB> {
             Arg::Int(now_ms),
             Arg::Int(i64::from(Self::RETRY_BATCH)),
         ];
-        let picked = DB::fetch_all(&mut conn, DB::SQL.outbox_retryable, &args).await?;
+        let picked = DB::fetch_all(&mut conn, DB::SQL.outbox.outbox_retryable, &args).await?;
         let ids = picked
             .iter()
             .map(|row| DB::int(row, 0))
@@ -495,7 +497,7 @@ impl<DB: Backend> Outbox<DB> {
     /// Database errors.
     pub async fn sweep_delivered(&self, before_ms: i64, batch: u32) -> Result<u64, StoreError> {
         let args = [Arg::Int(before_ms), Arg::Int(i64::from(batch.max(1)))];
-        self.execute(DB::SQL.sweep_delivered, &args).await
+        self.execute(DB::SQL.outbox.sweep_delivered, &args).await
     }
 
     /// [`Outbox::claim`] where writes return nothing (MySQL): [`Claim::Reread`]'s statements,
@@ -601,7 +603,7 @@ async fn retry_in<DB: Backend>(
     by: &Actor,
 ) -> Result<OutboxRow, StoreError> {
     let sql = DB::SQL;
-    let before = DB::fetch_optional(tx, sql.outbox_find_for_update, &[Arg::Int(id)]).await?;
+    let before = DB::fetch_optional(tx, sql.outbox.outbox_find_for_update, &[Arg::Int(id)]).await?;
     let Some(before) = before else {
         return Err(StoreError::NotApplicable(format!(
             "retry: there is no outbox message with id {id}"
@@ -617,10 +619,10 @@ async fn retry_in<DB: Backend>(
     };
     let args = [Arg::Int32(attempts), Arg::Int(now_ms), Arg::Int(id)];
     let after = if DB::DIALECT.returning {
-        DB::fetch_optional(tx, sql.outbox_retry, &args).await?
+        DB::fetch_optional(tx, sql.outbox.outbox_retry, &args).await?
     } else {
-        DB::execute(tx, sql.outbox_retry, &args).await?;
-        DB::fetch_optional(tx, sql.outbox_find, &[Arg::Int(id)]).await?
+        DB::execute(tx, sql.outbox.outbox_retry, &args).await?;
+        DB::fetch_optional(tx, sql.outbox.outbox_find, &[Arg::Int(id)]).await?
     };
     let after = after.ok_or(sqlx::Error::RowNotFound)?;
     let after = OutboxRow::read::<DB>(&after, None)?;

@@ -30,9 +30,9 @@ pub async fn reserve<DB: Backend>(
     let r = sealed.reservation(r);
     let sql = DB::SQL;
     let args = Arg::on_key(r.key, &reservation_args(&r));
-    let statement = match (sql.reopen_expired, r.replace_expired) {
-        (_, false) => sql.reserve,
-        (None, true) => sql.reserve_or_replace_expired,
+    let statement = match (sql.staged.reopen_expired, r.replace_expired) {
+        (_, false) => sql.staged.reserve,
+        (None, true) => sql.staged.reserve_or_replace_expired,
         // An expired completed row reopened first, where the insert cannot do it.
         (Some(reopen), true) => {
             let set = [
@@ -48,7 +48,7 @@ pub async fn reserve<DB: Backend>(
             if DB::execute(conn, reopen, &reopen_args).await? == 1 {
                 return Ok(true);
             }
-            sql.reserve_or_replace_expired
+            sql.staged.reserve_or_replace_expired
         }
     };
     match DB::execute(conn, statement, &args).await {
@@ -75,10 +75,10 @@ pub async fn take_over<DB: Backend>(
     let args = Arg::around_key(&until, key, &[fence[0], fence[1], Arg::Int(now_ms)]);
     let sql = DB::SQL;
     let row = if DB::DIALECT.returning {
-        DB::fetch_optional(conn, sql.take_over, &args).await?
-    } else if DB::execute(conn, sql.take_over, &args).await? == 1 {
+        DB::fetch_optional(conn, sql.staged.take_over, &args).await?
+    } else if DB::execute(conn, sql.staged.take_over, &args).await? == 1 {
         // Read back under the lease just taken: no other attempt moves it on meanwhile.
-        DB::fetch_optional(conn, sql.lease_of, &Arg::key(key)).await?
+        DB::fetch_optional(conn, sql.staged.lease_of, &Arg::key(key)).await?
     } else {
         None
     };
@@ -113,7 +113,7 @@ pub async fn renew<DB: Backend>(
     locked_until_ms: i64,
 ) -> Result<bool, sqlx::Error> {
     let args = Arg::around_key(&[Arg::Int(locked_until_ms)], key, &fence_args(attempt));
-    Ok(DB::execute(conn, DB::SQL.renew, &args).await? == 1)
+    Ok(DB::execute(conn, DB::SQL.staged.renew, &args).await? == 1)
 }
 
 /// Records `step` as the recovery point with the whole `journal` (a JSON object), and
@@ -134,7 +134,7 @@ pub async fn journal<DB: Backend>(
         Arg::Int(locked_until_ms),
     ];
     let args = Arg::around_key(&set, key, &fence_args(attempt));
-    Ok(DB::execute(conn, DB::SQL.step, &args).await? == 1)
+    Ok(DB::execute(conn, DB::SQL.staged.step, &args).await? == 1)
 }
 
 /// Completes the key with `ending`'s response, `completed_at` and `expires_at`; `false`
@@ -155,7 +155,7 @@ pub async fn finish<DB: Backend>(
         Arg::Int(ending.expires_ms),
     ];
     let args = Arg::around_key(&set, key, &fence_args(attempt));
-    Ok(DB::execute(conn, DB::SQL.finish, &args).await? == 1)
+    Ok(DB::execute(conn, DB::SQL.staged.finish, &args).await? == 1)
 }
 
 /// Ends `attempt`'s lease at `now_ms`, leaving the key `processing` for the next retry or
@@ -167,13 +167,13 @@ pub async fn release<DB: Backend>(
     now_ms: i64,
 ) -> Result<bool, sqlx::Error> {
     let args = Arg::around_key(&[Arg::Int(now_ms)], key, &fence_args(attempt));
-    Ok(DB::execute(conn, DB::SQL.give_back, &args).await? == 1)
+    Ok(DB::execute(conn, DB::SQL.staged.give_back, &args).await? == 1)
 }
 
 /// Whether staged mode's holds exist on `DB` ([`hold`] proves an attempt's owner alive).
 #[must_use]
 pub fn holds<DB: Backend>() -> bool {
-    DB::SQL.hold.is_some()
+    DB::SQL.staged.hold.is_some()
 }
 
 /// Takes the hold of `key`'s attempt number `attempt` for the attempt about to run with
@@ -191,7 +191,7 @@ pub async fn hold<DB: Backend>(
     key: KeyRef<'_>,
     attempt: Fence,
 ) -> Result<bool, sqlx::Error> {
-    on_hold::<DB>(conn, DB::SQL.hold, true, namespace, key, attempt).await
+    on_hold::<DB>(conn, DB::SQL.staged.hold, true, namespace, key, attempt).await
 }
 
 /// [`reserve`] and [`hold`] of attempt 1, in one round trip: the
@@ -207,7 +207,7 @@ pub async fn reserve_held<DB: Backend>(
     ring: Option<&Keyring>,
 ) -> Result<(bool, bool), sqlx::Error> {
     debug_assert!(!r.replace_expired, "reserve_held never replaces");
-    let Some(statement) = DB::SQL.reserve_held else {
+    let Some(statement) = DB::SQL.staged.reserve_held else {
         return Ok((true, reserve::<DB>(conn, r, ring).await?));
     };
     let sealed = SealedReservation::new(ring, &r);
@@ -232,7 +232,7 @@ pub async fn let_go<DB: Backend>(
     key: KeyRef<'_>,
     attempt: Fence,
 ) -> Result<bool, sqlx::Error> {
-    on_hold::<DB>(conn, DB::SQL.let_go, true, namespace, key, attempt).await
+    on_hold::<DB>(conn, DB::SQL.staged.let_go, true, namespace, key, attempt).await
 }
 
 /// Whether the owner of `key`'s attempt `attempt` is provably gone: nobody holds it
@@ -246,7 +246,15 @@ pub async fn owner_gone<DB: Backend>(
     key: KeyRef<'_>,
     attempt: Fence,
 ) -> Result<bool, sqlx::Error> {
-    on_hold::<DB>(conn, DB::SQL.owner_gone, false, namespace, key, attempt).await
+    on_hold::<DB>(
+        conn,
+        DB::SQL.staged.owner_gone,
+        false,
+        namespace,
+        key,
+        attempt,
+    )
+    .await
 }
 
 /// Up to `limit` `processing` keys of `operation` whose lease had run out by `now_ms`
@@ -265,7 +273,7 @@ pub async fn stuck<DB: Backend>(
         Arg::Int(below_attempt),
         Arg::Int(limit),
     ];
-    let rows = DB::fetch_all(conn, DB::SQL.stuck, &args).await?;
+    let rows = DB::fetch_all(conn, DB::SQL.staged.stuck, &args).await?;
     rows.iter()
         .map(|row| {
             Ok(StuckKey {
