@@ -8,6 +8,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::format::{self, Body, Expiry, event_style, message_state, message_style, status_style};
+use super::note::Failure;
 use crate::format::{sealed, unopened};
 
 fn label(name: &str) -> Span<'static> {
@@ -29,7 +30,7 @@ fn section(name: &str) -> Line<'static> {
 /// `nobody` when no operator acted.
 fn audit_section(
     lines: &mut Vec<Line<'static>>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     nobody: &str,
     now_ms: i64,
     tz: &TimeZone,
@@ -113,8 +114,8 @@ fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
 #[must_use]
 pub fn lines(
     row: Option<&KeyRow>,
-    journal: Option<&Result<Option<Journal>, String>>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    journal: Option<&Result<Option<Journal>, Failure>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {
@@ -229,7 +230,7 @@ pub fn lines(
 #[must_use]
 pub fn message_lines(
     row: Option<&OutboxRow>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {

@@ -32,38 +32,8 @@ pub fn clock_time(ms: i64, tz: &TimeZone) -> String {
     }
 }
 
-/// A duration in its largest unit: `850ms`, `42s`, `5m`, `3h`, `12d`; negative durations
-/// get a `-`.
-#[must_use]
-pub fn span(ms: i64) -> String {
-    let sign = if ms < 0 { "-" } else { "" };
-    let ms = ms.unsigned_abs();
-    let text = if ms < 1_000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{}s", ms / 1_000)
-    } else if ms < 3_600_000 {
-        format!("{}m", ms / 60_000)
-    } else if ms < 86_400_000 {
-        format!("{}h", ms / 3_600_000)
-    } else {
-        format!("{}d", ms / 86_400_000)
-    };
-    format!("{sign}{text}")
-}
-
-/// `at_ms` relative to `now_ms`: `in 5m`, `3h ago`, `now`.
-#[must_use]
-pub fn relative(at_ms: i64, now_ms: i64) -> String {
-    let delta = at_ms.saturating_sub(now_ms);
-    if delta.abs() < 1_000 {
-        "now".to_owned()
-    } else if delta > 0 {
-        format!("in {}", span(delta))
-    } else {
-        format!("{} ago", span(-delta))
-    }
-}
+/// Spans of time and times relative to now: the tool's one rule ([`crate::format::span`]).
+pub use crate::format::{next_attempt, relative, span};
 
 /// The key table's `exp in` cell for `row` at `now_ms`, by the tool's one rule
 /// ([`Expiry`]): `22h`, `expired`, or `-` for a key that is not final.
@@ -274,33 +244,9 @@ pub fn message_style(row: &OutboxRow, now_ms: i64) -> Style {
     }
 }
 
-/// When a message is next attempted, for the table: `in 4m` (waiting for its next attempt),
-/// `due`, `in flight` (a dispatcher holds it), `-` (dead or delivered: never).
-#[must_use]
-pub fn next_attempt(row: &OutboxRow, now_ms: i64) -> String {
-    match row.status {
-        OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
-        OutboxStatus::Pending if row.in_flight(now_ms) => "in flight".to_owned(),
-        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => "due".to_owned(),
-        OutboxStatus::Pending => format!("in {}", span(row.next_attempt_at_ms - now_ms)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spans_and_relative_times() {
-        assert_eq!(span(850), "850ms");
-        assert_eq!(span(42_000), "42s");
-        assert_eq!(span(5 * 60_000 + 1), "5m");
-        assert_eq!(span(-3 * 3_600_000), "-3h");
-        assert_eq!(span(12 * 86_400_000), "12d");
-        assert_eq!(relative(10_000, 10_500), "now");
-        assert_eq!(relative(70_000, 10_000), "in 1m");
-        assert_eq!(relative(0, 7_200_000), "2h ago");
-    }
 
     #[test]
     fn local_times_in_a_zone() {

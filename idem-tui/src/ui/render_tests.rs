@@ -147,7 +147,7 @@ fn errors_and_the_search_prompt() {
 fn a_refusal_says_why_and_how_to_force() {
     let mut app = loaded_app();
     let key = KeyId::of(app.selected_row().unwrap());
-    let refused = super::act_error(idem_store::StoreError::NeedsForce {
+    let refused = super::app::ActError::from(idem_store::StoreError::NeedsForce {
         action: "complete",
         hazard: idem_store::Hazard::LeaseLive {
             locked_until_ms: Some(fixtures::NOW + 30_000),
@@ -224,7 +224,7 @@ fn the_inbox() {
                 .collect()
         })
         .collect();
-    assert_eq!(events[0][2..5], ["unmatched", "1d", "1"], "{screen}");
+    assert_eq!(events[0][2..5], ["unmatched", "1d2h", "1"], "{screen}");
     assert_eq!(events[1][2..5], ["unmatched", "2h", "3"], "{screen}");
     assert_eq!(events[2][2..5], ["waiting", "5m", "1"], "{screen}");
     assert!(
@@ -427,9 +427,11 @@ fn a_refusal_gives_times_not_epochs() {
     let mut app = loaded_app();
     let key = KeyId::of(app.selected_row().unwrap());
     let expired_at = fixtures::NOW - 10 * fixtures::MIN;
-    let refused = super::act_error(idem_store::StoreError::NotApplicable(format!(
-        "expire: the key expired already (at {expired_at} ms)"
-    )));
+    let refused = super::app::ActError::from(idem_store::StoreError::NotApplicable(
+        idem_store::NotApplicable::ExpiredAlready {
+            expired_at_ms: expired_at,
+        },
+    ));
     let _ = update(
         &mut app,
         Msg::Acted {

@@ -238,7 +238,7 @@ fn response_status(row: &KeyRow) -> String {
 }
 
 /// The widths of the key table's status, age, exp in and resp columns.
-const KEY_TABLE_FIXED: [u16; 4] = [10, 5, 8, 5];
+const KEY_TABLE_FIXED: [u16; 4] = [10, 6, 7, 5];
 
 /// The least width the key column keeps (or all it needs, if less) while a scope or an
 /// operation is too long to show whole.
@@ -422,7 +422,7 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let widths = [
         Constraint::Fill(1),
         Constraint::Length(8),
-        Constraint::Length(4),
+        Constraint::Length(6),
         Constraint::Length(12),
         Constraint::Length(6),
         Constraint::Length(5),
@@ -500,7 +500,7 @@ fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
         Constraint::Length(9),
         Constraint::Length(3),
         Constraint::Length(9),
-        Constraint::Length(4),
+        Constraint::Length(6),
         Constraint::Fill(3),
     ];
     let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
@@ -563,7 +563,7 @@ fn draw_inbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
         Constraint::Fill(3),
         Constraint::Fill(2),
         Constraint::Length(9),
-        Constraint::Length(4),
+        Constraint::Length(6),
         Constraint::Length(4),
         Constraint::Fill(3),
     ];
@@ -642,8 +642,8 @@ fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
 /// do), up to 6.
 fn footer_height(app: &App, width: u16) -> u16 {
     match &app.status {
-        Some(status) if status.error && app.prompt.is_none() && width > 0 => {
-            let chars = status.text.chars().count();
+        Some(status) if status.is_error() && app.prompt.is_none() && width > 0 => {
+            let chars = status.text().chars().count();
             // Some slack for the words the wrap moves to the next line.
             let usable = usize::from(width.saturating_sub(8).max(1));
             let lines = chars.div_ceil(usable).clamp(1, 6);
@@ -663,8 +663,8 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
         ])
     } else if let Some(status) = &app.status {
         Line::styled(
-            status.text.clone(),
-            if status.error {
+            status.text(),
+            if status.is_error() {
                 Style::new().red().bold()
             } else {
                 Style::new().green()
@@ -859,7 +859,7 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
     }
     lines.push(Line::raw(format!("     by: {}", app.operator)));
     if let Some(error) = &dialog.error {
-        lines.push(Line::styled(error.clone(), Style::new().red().bold()));
+        lines.push(Line::styled(error.to_string(), Style::new().red().bold()));
     }
     let confirm = if dialog.focus == Field::Confirm {
         Line::from(vec![
