@@ -9,6 +9,8 @@ use idem_store::{
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
+use crate::output::fields;
+
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     Timestamp::now().as_millisecond()
@@ -145,9 +147,90 @@ impl Expiry {
     }
 }
 
+/// A key or an inbox event id as idem stores it: itself up to
+/// [`MAX_LEN`](idem_runtime::key::MAX_LEN) bytes, else `sha256:` and the 64 hexadecimal
+/// digits of its SHA-256 ([long keys](idem_runtime::key#long-keys)), so that an operator may
+/// give either form.
+pub fn as_stored(id: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest as _;
+    if id.len() <= idem_runtime::key::MAX_LEN {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    std::borrow::Cow::Owned(format!(
+        "{}{}",
+        idem_runtime::key::DIGEST_PREFIX,
+        hex(&digest)
+    ))
+}
+
 /// Bytes as lowercase hexadecimal.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A key's columns and stored response, as `name: value` lines.
+pub fn row_text(row: &KeyRow, now: i64) -> String {
+    let at = |ms: i64| format!("{} ({})", rfc3339(ms), relative(ms, now));
+    let mut pairs = vec![
+        ("scope", row.scope.clone()),
+        ("operation", row.operation.clone()),
+        ("key", row.key.clone()),
+        ("status", row.status.to_string()),
+        ("created", at(row.created_at_ms)),
+        ("completed", row.completed_at_ms.map(at).unwrap_or_default()),
+        (
+            "expires",
+            Expiry::of(row, now)
+                .at_ms()
+                .map_or_else(|| Expiry::NOT_FINAL.to_owned(), at),
+        ),
+        (
+            "locked until",
+            row.locked_until_ms.map(at).unwrap_or_default(),
+        ),
+        ("attempt", row.attempt.to_string()),
+        (
+            "recovery point",
+            row.recovery_point.clone().unwrap_or_default(),
+        ),
+    ];
+    let unopened = unopened(row.sealed.as_ref());
+    pairs.push((
+        "fingerprint",
+        unopened.map_or_else(|| hex(&row.fingerprint), sealed),
+    ));
+    if let Some(sealing) = &row.sealed {
+        let opened = if sealing.opened {
+            ""
+        } else {
+            ", not opened: not among the storage keys given"
+        };
+        pairs.push(("sealed", format!("key {}{opened}", sealing.key)));
+    }
+    match (&row.response, unopened) {
+        (None, _) => pairs.push(("response", "none".to_owned())),
+        (Some(response), Some(key)) => {
+            pairs.push(("response", response.status.to_string()));
+            pairs.push(("  body", sealed(key)));
+        }
+        (Some(response), None) => {
+            pairs.push(("response", response.status.to_string()));
+            for (name, value) in &response.headers {
+                pairs.push(("  header", format!("{name}: {value}")));
+            }
+            let body = match std::str::from_utf8(&response.body) {
+                Ok(text) => text.to_owned(),
+                Err(_) => format!(
+                    "({} bytes, base64) {}",
+                    response.body.len(),
+                    base64::engine::general_purpose::STANDARD.encode(&response.body)
+                ),
+            };
+            pairs.push(("  body", body));
+        }
+    }
+    fields(&pairs)
 }
 
 /// An optional time as RFC 3339 or `null`.
@@ -505,6 +588,17 @@ mod tests {
             ..event
         };
         assert_eq!(inbox_event_json(&text, now)["body"], "charge=ch_1");
+    }
+
+    #[test]
+    fn long_ids_as_stored() {
+        let long = "k".repeat(300);
+        let runtime = idem_runtime::IdempotencyKey::new(long.as_str()).unwrap();
+        assert_eq!(as_stored(&long), runtime.as_str());
+        assert!(as_stored(&long).starts_with("sha256:"));
+        let short = "k".repeat(255);
+        assert_eq!(as_stored(&short), short);
+        assert_eq!(as_stored(runtime.as_str()), runtime.as_str());
     }
 
     #[test]

@@ -82,10 +82,10 @@ pub fn body(body: &[u8]) -> Body {
     if body.is_empty() {
         return Body::Empty;
     }
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
-        && let Ok(pretty) = serde_json::to_string_pretty(&value)
+    if serde_json::from_slice::<serde_json::Value>(body).is_ok()
+        && let Ok(text) = std::str::from_utf8(body)
     {
-        return Body::Json(pretty);
+        return Body::Json(pretty_json(text));
     }
     match std::str::from_utf8(body) {
         Ok(text)
@@ -100,6 +100,65 @@ pub fn body(body: &[u8]) -> Body {
             head: hex_dump(&body[..body.len().min(HEX_HEAD)]),
         },
     }
+}
+
+/// `json` (a valid JSON document) indented two spaces a level, its members in the order
+/// written: what was stored, laid out, never re-sorted.
+#[must_use]
+pub fn pretty_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    let mut chars = json.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                // An empty object or array stays on its line.
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    out.extend(chars.next());
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `0000  7b 22 69 64 …  {"id…` lines of 16 bytes.
@@ -261,6 +320,15 @@ mod tests {
     fn bodies_are_classified() {
         assert_eq!(body(b""), Body::Empty);
         assert_eq!(body(br#"{"a":1}"#), Body::Json("{\n  \"a\": 1\n}".into()));
+        // As stored: its members in their order, never re-sorted.
+        assert_eq!(
+            body(br#"{"z": 1, "a": {"y": [1, {}], "b": "x,\"}"}, "e": []}"#),
+            Body::Json(
+                "{\n  \"z\": 1,\n  \"a\": {\n    \"y\": [\n      1,\n      {}\n    ],\n    \
+                 \"b\": \"x,\\\"}\"\n  },\n  \"e\": []\n}"
+                    .into()
+            )
+        );
         assert_eq!(body(b"plain text"), Body::Text("plain text".into()));
         match body(&[0, 159, 146, 150, b'a']) {
             Body::Binary { len, head } => {
