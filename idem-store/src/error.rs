@@ -2,7 +2,7 @@
 
 use crate::backend::Backend;
 use crate::protocol::Failure;
-use crate::row::KeyRow;
+use crate::row::{KeyRow, KeyStatus};
 
 /// What went wrong: the one error type of [`crate::KeyTable`], [`crate::Outbox`] and the
 /// migration runner; the protocol's primitives return [`sqlx::Error`] ([errors](crate#errors)).
@@ -45,9 +45,9 @@ pub enum StoreError {
         current: Option<Box<KeyRow>>,
     },
     /// An operator action ([`crate::KeyTable::act`], [`crate::Outbox::retry`]) that does not
-    /// apply to the row in its current state.
+    /// apply to the row in its current state: which reason, with its data.
     #[error("not applicable: {0}")]
-    NotApplicable(String),
+    NotApplicable(NotApplicable),
     /// [`crate::KeyTable::act`]: the action could do harm now ([`Hazard`]); forcing it
     /// ([`crate::Actor::force`]) applies it.
     #[error("refused: {action}: {hazard}; a forced action overrides this")]
@@ -144,6 +144,99 @@ impl StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         Self::Database(error)
+    }
+}
+
+/// Why an operator action does not apply to a row in its current state
+/// ([`StoreError::NotApplicable`]): nothing was changed, and forcing it would change nothing
+/// either. Times are milliseconds since the Unix epoch, for the caller to show as it shows
+/// times; the `Display` text gives them as numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotApplicable {
+    /// [`crate::Action::Release`], [`crate::Action::Complete`] or [`crate::Action::Fail`] of
+    /// a key that is not processing or stuck (completed or expired): nothing runs to hand on
+    /// or to end.
+    NotRunning {
+        /// The action ([`crate::Action::name`]).
+        action: &'static str,
+        /// The key's status.
+        status: KeyStatus,
+    },
+    /// [`crate::Action::Expire`] of a key that is not final (processing or stuck): it never
+    /// expires, whatever its TTL; failing or completing it ends it, releasing it lets it
+    /// resume.
+    NotFinal {
+        /// The key's status.
+        status: KeyStatus,
+    },
+    /// [`crate::Action::Expire`] of a key whose expiry has come already.
+    ExpiredAlready {
+        /// When it expired (`expires_at`).
+        expired_at_ms: i64,
+    },
+    /// [`crate::Outbox::retry`] of an id no message has.
+    NoMessage {
+        /// The id asked for.
+        id: i64,
+    },
+    /// [`crate::Outbox::retry`] of a delivered message.
+    Delivered {
+        /// The message's id.
+        id: i64,
+    },
+    /// [`crate::Outbox::retry`] of a message a dispatcher holds: its outcome comes when the
+    /// delivery ends.
+    InFlight {
+        /// The message's id.
+        id: i64,
+        /// When the dispatcher's lease ends (`locked_until`).
+        locked_until_ms: i64,
+    },
+    /// [`crate::Outbox::retry`] of a pending message due already: the next claim takes it.
+    Due {
+        /// The message's id.
+        id: i64,
+        /// When it fell due (`next_attempt_at`).
+        due_at_ms: i64,
+    },
+}
+
+impl std::fmt::Display for NotApplicable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotRunning { action, status } => write!(
+                f,
+                "{action}: the key is {status}; only processing or stuck keys can be \
+                 released, completed or failed"
+            ),
+            Self::NotFinal { status } => write!(
+                f,
+                "expire: the key is {status}, and a key that is not final never expires (it \
+                 is resumed, or answered 409 while its lease is live, whatever its TTL); fail \
+                 or complete it to end it, release it to let it resume"
+            ),
+            Self::ExpiredAlready { expired_at_ms } => write!(
+                f,
+                "expire: the key expired already (at {expired_at_ms}, in ms since the Unix \
+                 epoch)"
+            ),
+            Self::NoMessage { id } => write!(f, "retry: there is no outbox message with id {id}"),
+            Self::Delivered { id } => write!(
+                f,
+                "retry: outbox message {id} was delivered; only dead messages and pending \
+                 ones waiting for their next attempt are retried"
+            ),
+            Self::InFlight { id, .. } => write!(
+                f,
+                "retry: outbox message {id} is being delivered (a dispatcher holds it until \
+                 its lease ends); wait for the outcome"
+            ),
+            Self::Due { id, .. } => write!(
+                f,
+                "retry: outbox message {id} is due already: the next claim takes it"
+            ),
+        }
     }
 }
 

@@ -39,7 +39,7 @@ pub mod staged;
 mod table;
 
 pub use crate::backend::{Backend, Dialect};
-pub use crate::error::{Hazard, StoreError};
+pub use crate::error::{Hazard, NotApplicable, StoreError};
 pub use crate::inbox::{Delivery, Inbox, InboxEvent, InboxStatus};
 pub use crate::key::KeyRef;
 pub use crate::list::{Counts, Cursor, KeyFilter, Page, StatusCounts};

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use sqlx::Pool;
 
 use crate::backend::{Backend, begin_write};
-use crate::error::{Hazard, StoreError};
+use crate::error::{Hazard, NotApplicable, StoreError};
 use crate::glue::Arg;
 use crate::key::KeyRef;
 use crate::list;
@@ -115,6 +115,27 @@ impl Action {
                     recovery_point: row.recovery_point.clone(),
                 })
             }
+            _ => None,
+        }
+    }
+
+    /// Why this action does not apply to `row` (its state as read) at `now_ms`, forced or
+    /// not ([`StoreError::NotApplicable`]); `None` when it applies. [`KeyTable::act`] decides
+    /// by this on the row it reads under its lock, before it weighs the [hazard](Self::hazard).
+    #[must_use]
+    pub fn not_applicable(&self, row: &KeyRow, now_ms: i64) -> Option<NotApplicable> {
+        let processing = row.status.stored() == StoredStatus::Processing;
+        match self {
+            Self::Release | Self::Complete(_) | Self::Fail(_) if !processing => {
+                Some(NotApplicable::NotRunning {
+                    action: self.name(),
+                    status: row.status,
+                })
+            }
+            Self::Expire if processing => Some(NotApplicable::NotFinal { status: row.status }),
+            Self::Expire if row.expires_at_ms <= now_ms => Some(NotApplicable::ExpiredAlready {
+                expired_at_ms: row.expires_at_ms,
+            }),
             _ => None,
         }
     }
@@ -508,27 +529,7 @@ pub(crate) fn check(
             current: Some(Box::new(current)),
         });
     }
-    let processing = current.status.stored() == StoredStatus::Processing;
-    let refusal = match action {
-        Action::Release | Action::Complete(_) | Action::Fail(_) if !processing => Some(format!(
-            "{}: the key is {}; only processing or stuck keys can be released, completed or \
-             failed",
-            action.name(),
-            current.status
-        )),
-        Action::Expire if processing => Some(format!(
-            "expire: the key is {}, and a key that is not final never expires (it is resumed, \
-             or answered 409 while its lease is live, whatever its TTL); fail or complete it \
-             to end it, release it to let it resume",
-            current.status
-        )),
-        Action::Expire if current.expires_at_ms <= now_ms => Some(format!(
-            "expire: the key expired already (at {} ms)",
-            current.expires_at_ms
-        )),
-        _ => None,
-    };
-    if let Some(why) = refusal {
+    if let Some(why) = action.not_applicable(&current, now_ms) {
         return Err(StoreError::NotApplicable(why));
     }
     match action.hazard(&current) {

@@ -410,6 +410,7 @@ async fn a_live_lease_is_forced_only_and_a_key_not_final_never_expires<DB: TestB
         let by = if forced { alice().force() } else { alice() };
         match table.act(k, &live, &Action::Expire, &by, now).await {
             Err(StoreError::NotApplicable(why)) => {
+                let why = why.to_string();
                 assert!(why.contains("never expires"), "{why}");
                 assert!(why.contains("release"), "{why}");
             }

@@ -293,10 +293,16 @@ pub struct KeyArgs {
     /// The key's operation id, e.g. `create_order:v1`.
     #[arg(long)]
     pub operation: String,
-    /// The client's idempotency key, as stored and listed: a key longer than 255 characters
-    /// is stored as `sha256:` and the 64 hex digits of its SHA-256.
-    #[arg(long)]
+    /// The client's idempotency key, as stored and listed or as the client sent it: a key
+    /// longer than 255 characters is stored (and looked up) as `sha256:` and the 64 hex
+    /// digits of its SHA-256.
+    #[arg(long, value_parser = stored_key)]
     pub key: String,
+}
+
+/// `--key` as idem stores it ([`crate::format::as_stored`]).
+fn stored_key(key: &str) -> Result<String, std::convert::Infallible> {
+    Ok(crate::format::as_stored(key).into_owned())
 }
 
 impl KeyArgs {

@@ -1,7 +1,9 @@
 //! Why a command failed, and the exit code that says so.
 
-use idem_store::{Hazard, StoreError};
+use idem_store::StoreError;
 use serde_json::Value;
+
+use crate::refusal::{Forcing, store_message};
 
 /// A command's failure: the exit code, one line for the operator, and, for a refused
 /// action on a key that changed, the key as it is now.
@@ -82,65 +84,24 @@ impl From<StoreError> for CommandError {
                     crate::format::row_json(&row, crate::format::now_ms())
                 })),
             },
-            StoreError::NotApplicable(why) => Self::new(Self::REFUSED, not_applicable(&why)),
-            StoreError::NeedsForce { action, hazard } => {
-                Self::new(Self::REFUSED, needs_force(action, &hazard))
+            StoreError::NotApplicable(_) | StoreError::NeedsForce { .. } => {
+                Self::new(Self::REFUSED, store_message(&error, Forcing::Flag))
             }
             StoreError::InvalidArgument(_)
             | StoreError::InvalidCursor
-            | StoreError::InvalidStatus(_) => Self::usage(store_message(&error)),
+            | StoreError::InvalidStatus(_) => Self::usage(error.to_string()),
             StoreError::NeedsStorageKeys(_) => Self::usage(format!(
-                "{}; the storage keys are given with --storage-keys or IDEM_STORAGE_KEYS",
-                store_message(&error)
+                "{error}; the storage keys are given with --storage-keys or IDEM_STORAGE_KEYS"
             )),
-            other => Self::error(store_message(&other)),
+            other => Self::error(other.to_string()),
         }
-    }
-}
-
-/// A store error in the tool's words: its message, with the times it gives as milliseconds
-/// since the Unix epoch written as times ([`crate::format::epochs_as_times`]). The command
-/// line and the terminal UI show every store error through this, [`not_applicable`] or
-/// [`needs_force`].
-pub fn store_message(error: &StoreError) -> String {
-    crate::format::epochs_as_times(&error.to_string())
-}
-
-/// Why an action does not apply ([`StoreError::NotApplicable`]): the store's words, its
-/// times as times (`expire: the key expired already (at 2026-12-04T20:19:25.427Z)`).
-pub fn not_applicable(why: &str) -> String {
-    format!(
-        "refused: not applicable: {}",
-        crate::format::epochs_as_times(why)
-    )
-}
-
-/// The command line's words for an action the store refuses unless forced: why, and that
-/// `--force` overrides it.
-pub fn needs_force(action: &str, hazard: &Hazard) -> String {
-    match hazard {
-        Hazard::LeaseLive { locked_until_ms } => {
-            let until = locked_until_ms.map_or_else(
-                || "with no end (a processing row without a lease)".to_owned(),
-                |ms| format!("until {}", crate::format::rfc3339(ms)),
-            );
-            format!(
-                "refused: {action}: the key's lease is live {until}: an attempt is running, and \
-                 its work goes on whatever is done to the key; wait until the lease runs out \
-                 (the key is stuck then), or pass --force to {action} it now, fencing the \
-                 attempt out (it can commit nothing more; recorded as forced in the audit trail)"
-            )
-        }
-        other => format!(
-            "refused: {action}: {}; --force overrides this (recorded as forced in the audit \
-             trail)",
-            crate::format::epochs_as_times(&other.to_string())
-        ),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use idem_store::{Hazard, NotApplicable};
+
     use super::*;
 
     #[test]
@@ -148,7 +109,10 @@ mod tests {
         let changed = CommandError::from(StoreError::Changed { current: None });
         assert_eq!(changed.code, CommandError::REFUSED);
         assert_eq!(changed.current, Some(Value::Null));
-        let not_applicable = CommandError::from(StoreError::NotApplicable("expired".into()));
+        let not_applicable =
+            CommandError::from(StoreError::NotApplicable(NotApplicable::ExpiredAlready {
+                expired_at_ms: 0,
+            }));
         assert_eq!(not_applicable.code, CommandError::REFUSED);
         assert!(not_applicable.message.contains("expired"));
         let live = CommandError::from(StoreError::NeedsForce {
@@ -183,23 +147,16 @@ mod tests {
 
     #[test]
     fn refusals_show_times_not_epochs() {
-        // idem-store's words when the key's TTL ran out between reading and acting.
-        let expired = CommandError::from(StoreError::NotApplicable(
-            "expire: the key expired already (at 1796415565427 ms)".into(),
-        ));
+        // The key's TTL ran out between reading and acting.
+        let expired =
+            CommandError::from(StoreError::NotApplicable(NotApplicable::ExpiredAlready {
+                expired_at_ms: 1_796_415_565_427,
+            }));
         assert_eq!(expired.code, CommandError::REFUSED);
         assert_eq!(
             expired.message,
             "refused: not applicable: expire: the key expired already (at \
              2026-12-04T20:19:25.427Z)"
-        );
-        // Any other store error, as shown: its epochs as times too.
-        let corrupt = StoreError::Corrupt(
-            "a row locked until 1800000000000 (ms since the Unix epoch)".into(),
-        );
-        assert_eq!(
-            store_message(&corrupt),
-            "unreadable row: a row locked until 2027-01-15T08:00:00.000Z"
         );
     }
 }

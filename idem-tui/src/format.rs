@@ -9,6 +9,8 @@ use idem_store::{
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
+use crate::output::fields;
+
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     Timestamp::now().as_millisecond()
@@ -23,54 +25,6 @@ pub fn rfc3339(ms: i64) -> String {
     }
 }
 
-/// `text` with the times it gives as milliseconds since the Unix epoch, as idem-store's
-/// messages write them (`at 1796415565427 ms`, `1796415565427 (ms since the Unix epoch)`),
-/// written as times ([`rfc3339`]): `at 2026-12-04T06:19:25.427Z`. Other numbers (attempts,
-/// ids, durations) are left as they are.
-pub fn epochs_as_times(text: &str) -> String {
-    const SINCE_EPOCH: &str = " (ms since the Unix epoch)";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
-        let (before, from) = rest.split_at(start);
-        let len = from
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(from.len());
-        let (digits, after) = from.split_at(len);
-        out.push_str(before);
-        // A whole number, not the end of a word, a decimal or a negative number.
-        let whole = !before
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_'));
-        let time = digits
-            .parse::<i64>()
-            .ok()
-            .map(rfc3339)
-            .filter(|time| whole && time != digits);
-        let ms_word = after
-            .strip_prefix(" ms")
-            .filter(|tail| !tail.starts_with(|c: char| c.is_alphanumeric()));
-        match (time, after.strip_prefix(SINCE_EPOCH), ms_word) {
-            (Some(time), Some(tail), _) => {
-                out.push_str(&time);
-                rest = tail;
-            }
-            // `N ms` is a time only after `at`; elsewhere it may be a duration.
-            (Some(time), None, Some(tail)) if before.ends_with("at ") => {
-                out.push_str(&time);
-                rest = tail;
-            }
-            _ => {
-                out.push_str(digits);
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 /// `ms` for tables: `2026-12-01 06:35:00` (UTC).
 pub fn short_time(ms: i64) -> String {
     match Timestamp::from_millisecond(ms) {
@@ -79,8 +33,11 @@ pub fn short_time(ms: i64) -> String {
     }
 }
 
-/// A length of time in its two largest units: `3d4h`, `2h5m`, `12m30s`, `45s`, `0s`.
+/// A length of time in its two largest units, the tool's one rule for every span it shows
+/// (tables, details, the terminal UI, the JSON's `age`): `3d4h`, `2h5m`, `12m30s`, `45s`,
+/// `0s` (under a second); a negative one with a `-`.
 pub fn span(ms: i64) -> String {
+    let sign = if ms < 0 { "-" } else { "" };
     let secs = ms.unsigned_abs() / 1000;
     let units = [(86_400, 'd'), (3600, 'h'), (60, 'm'), (1, 's')];
     let mut parts = Vec::new();
@@ -97,15 +54,18 @@ pub fn span(ms: i64) -> String {
             break;
         }
     }
-    parts.concat()
+    format!("{sign}{}", parts.concat())
 }
 
-/// `at_ms` relative to `now_ms`: `in 23h59m` or `2d3h ago`.
+/// `at_ms` relative to `now_ms`: `in 23h59m`, `2d3h ago`, or `now` within a second.
 pub fn relative(at_ms: i64, now_ms: i64) -> String {
-    if at_ms > now_ms {
-        format!("in {}", span(at_ms - now_ms))
+    let delta = at_ms.saturating_sub(now_ms);
+    if delta.abs() < 1_000 {
+        "now".to_owned()
+    } else if delta > 0 {
+        format!("in {}", span(delta))
     } else {
-        format!("{} ago", span(now_ms - at_ms))
+        format!("{} ago", span(-delta))
     }
 }
 
@@ -187,9 +147,90 @@ impl Expiry {
     }
 }
 
+/// A key or an inbox event id as idem stores it: itself up to
+/// [`MAX_LEN`](idem_runtime::key::MAX_LEN) bytes, else `sha256:` and the 64 hexadecimal
+/// digits of its SHA-256 ([long keys](idem_runtime::key#long-keys)), so that an operator may
+/// give either form.
+pub fn as_stored(id: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::Digest as _;
+    if id.len() <= idem_runtime::key::MAX_LEN {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    std::borrow::Cow::Owned(format!(
+        "{}{}",
+        idem_runtime::key::DIGEST_PREFIX,
+        hex(&digest)
+    ))
+}
+
 /// Bytes as lowercase hexadecimal.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A key's columns and stored response, as `name: value` lines.
+pub fn row_text(row: &KeyRow, now: i64) -> String {
+    let at = |ms: i64| format!("{} ({})", rfc3339(ms), relative(ms, now));
+    let mut pairs = vec![
+        ("scope", row.scope.clone()),
+        ("operation", row.operation.clone()),
+        ("key", row.key.clone()),
+        ("status", row.status.to_string()),
+        ("created", at(row.created_at_ms)),
+        ("completed", row.completed_at_ms.map(at).unwrap_or_default()),
+        (
+            "expires",
+            Expiry::of(row, now)
+                .at_ms()
+                .map_or_else(|| Expiry::NOT_FINAL.to_owned(), at),
+        ),
+        (
+            "locked until",
+            row.locked_until_ms.map(at).unwrap_or_default(),
+        ),
+        ("attempt", row.attempt.to_string()),
+        (
+            "recovery point",
+            row.recovery_point.clone().unwrap_or_default(),
+        ),
+    ];
+    let unopened = unopened(row.sealed.as_ref());
+    pairs.push((
+        "fingerprint",
+        unopened.map_or_else(|| hex(&row.fingerprint), sealed),
+    ));
+    if let Some(sealing) = &row.sealed {
+        let opened = if sealing.opened {
+            ""
+        } else {
+            ", not opened: not among the storage keys given"
+        };
+        pairs.push(("sealed", format!("key {}{opened}", sealing.key)));
+    }
+    match (&row.response, unopened) {
+        (None, _) => pairs.push(("response", "none".to_owned())),
+        (Some(response), Some(key)) => {
+            pairs.push(("response", response.status.to_string()));
+            pairs.push(("  body", sealed(key)));
+        }
+        (Some(response), None) => {
+            pairs.push(("response", response.status.to_string()));
+            for (name, value) in &response.headers {
+                pairs.push(("  header", format!("{name}: {value}")));
+            }
+            let body = match std::str::from_utf8(&response.body) {
+                Ok(text) => text.to_owned(),
+                Err(_) => format!(
+                    "({} bytes, base64) {}",
+                    response.body.len(),
+                    base64::engine::general_purpose::STANDARD.encode(&response.body)
+                ),
+            };
+            pairs.push(("  body", body));
+        }
+    }
+    fields(&pairs)
 }
 
 /// An optional time as RFC 3339 or `null`.
@@ -436,39 +477,6 @@ mod tests {
     }
 
     #[test]
-    fn epochs_in_the_stores_messages_become_times() {
-        // The words of idem-store's refusals (operator.rs, error.rs).
-        assert_eq!(
-            epochs_as_times("expire: the key expired already (at 1796107500123 ms)"),
-            "expire: the key expired already (at 2026-12-01T06:45:00.123Z)"
-        );
-        assert_eq!(
-            epochs_as_times(
-                "the key's lease is live until 1800000030000 (ms since the Unix epoch): an \
-                 attempt is running"
-            ),
-            "the key's lease is live until 2027-01-15T08:00:30.000Z: an attempt is running"
-        );
-        // Numbers that are not times stay numbers.
-        for text in [
-            "retry: outbox message 1796107500123 is due already",
-            "the key completed in staged mode (attempt 3, recovery point \"s1\")",
-            "a lease of 30000 ms",
-            "waited 1796107500123 ms",
-            "at 12 msgs",
-            "at v1796107500123 ms",
-            "at 99999999999999999999 ms",
-            "at 9223372036854775807 ms",
-        ] {
-            assert_eq!(epochs_as_times(text), text);
-        }
-        assert_eq!(
-            epochs_as_times("at 0 ms, at 1000 ms"),
-            "at 1970-01-01T00:00:00.000Z, at 1970-01-01T00:00:01.000Z"
-        );
-    }
-
-    #[test]
     fn only_a_final_key_expires() {
         let row = |status: KeyStatus| KeyRow {
             scope: "global".into(),
@@ -519,8 +527,13 @@ mod tests {
         assert_eq!(span(750_000), "12m30s");
         assert_eq!(span(3 * 86_400_000 + 4 * 3_600_000 + 5_000), "3d4h");
         assert_eq!(span(86_400_000 + 60_000), "1d");
+        assert_eq!(span(850), "0s");
+        assert_eq!(span(-3 * 3_600_000), "-3h");
+        assert_eq!(span(12 * 86_400_000), "12d");
         assert_eq!(relative(10_000, 0), "in 10s");
         assert_eq!(relative(0, 120_000), "2m ago");
+        assert_eq!(relative(10_000, 10_500), "now");
+        assert_eq!(relative(70_000, 10_000), "in 1m");
     }
 
     #[test]
@@ -575,6 +588,17 @@ mod tests {
             ..event
         };
         assert_eq!(inbox_event_json(&text, now)["body"], "charge=ch_1");
+    }
+
+    #[test]
+    fn long_ids_as_stored() {
+        let long = "k".repeat(300);
+        let runtime = idem_runtime::IdempotencyKey::new(long.as_str()).unwrap();
+        assert_eq!(as_stored(&long), runtime.as_str());
+        assert!(as_stored(&long).starts_with("sha256:"));
+        let short = "k".repeat(255);
+        assert_eq!(as_stored(&short), short);
+        assert_eq!(as_stored(runtime.as_str()), runtime.as_str());
     }
 
     #[test]

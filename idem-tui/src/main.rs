@@ -39,6 +39,7 @@ mod db;
 mod error;
 mod format;
 mod output;
+mod refusal;
 mod ui;
 
 use std::io::IsTerminal as _;

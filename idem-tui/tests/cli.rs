@@ -767,6 +767,9 @@ async fn actions_are_fenced_and_audited<DB: TestBackend>() {
         expire.code(EXIT_REFUSED);
         assert!(expire.stderr.contains("never expires"), "{}", expire.stderr);
         assert!(expire.stderr.contains("release"), "{}", expire.stderr);
+        // Forced or not, the refusal alone: no forcing risk for an action that cannot apply.
+        assert!(!expire.stderr.contains("warning"), "{}", expire.stderr);
+        assert!(!expire.stderr.contains("risk"), "{}", expire.stderr);
     }
     assert_eq!(
         s.row("tenant:acme", "pay:v1", "s-running").await.unwrap(),
@@ -1464,6 +1467,50 @@ async fn inbox_shows_an_event<DB: TestBackend>() {
     s.run(&["inbox", "show"]).code(EXIT_USAGE);
 }
 
+/// An id longer than 255 characters is kept as its digest: `inbox show` and `keys show`
+/// take it raw as well as in its `sha256:` form.
+async fn long_ids_are_found_raw<DB: TestBackend>() {
+    let s = InboxSeeded::<DB>::new().await;
+    let raw = format!("evt_{}", "x".repeat(300));
+    let stored = IdempotencyKey::new(raw.as_str()).unwrap();
+    assert!(stored.as_str().starts_with("sha256:"));
+    let mut conn = s.idem.pool().acquire().await.unwrap();
+    let delivery = idem_runtime::store::Delivery {
+        source: PROVIDER,
+        event_id: stored.as_str(),
+        reason: "no payment names the charge ch_7",
+        body: "{}",
+    };
+    idem_runtime::store::Inbox::<DB>::note(
+        &mut conn,
+        delivery,
+        idem_runtime::store::InboxStatus::Unmatched,
+        s.now,
+        None,
+    )
+    .await
+    .unwrap();
+    drop(conn);
+    for id in [raw.as_str(), stored.as_str()] {
+        let doc = s.run(&["inbox", "show", id, "--json"]).code(0).json();
+        assert_eq!(doc["events"][0]["id"], stored.as_str());
+    }
+    // A key likewise: looked up by its digest.
+    let run = s.run(&[
+        "keys",
+        "show",
+        "--scope",
+        "global",
+        "--operation",
+        "orders:v1",
+        "--key",
+        &"k".repeat(300),
+    ]);
+    run.code(EXIT_NOT_FOUND);
+    let digest = IdempotencyKey::new("k".repeat(300)).unwrap();
+    assert!(run.stderr.contains(digest.as_str()), "{}", run.stderr);
+}
+
 /// `ms` as the tool writes times: RFC 3339 UTC with milliseconds.
 fn rfc3339(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
@@ -2052,6 +2099,7 @@ idem_testkit::on_every_store!(
     outbox_retries_are_audited,
     inbox_lists_events,
     inbox_shows_an_event,
+    long_ids_are_found_raw,
     docs_from_the_database,
     lists_filter_and_paginate,
     show_tells_everything,

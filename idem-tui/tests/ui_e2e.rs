@@ -588,7 +588,7 @@ async fn inbox_through_the_ui<DB: Backend>(database_url: &str, table: &KeyTable<
     tui.send("\x1b");
     tui.wait_text("2 events (the longest noted first");
     tui.send("s");
-    tui.wait_text("1 waiting events");
+    tui.wait_text("1 waiting event ");
     tui.wait_text("evt_early");
     tui.send("q");
     assert!(tui.wait_exit().success());

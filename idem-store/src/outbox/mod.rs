@@ -10,7 +10,7 @@ use std::sync::Arc;
 use sqlx::{Pool, Transaction};
 
 use crate::backend::{Backend, begin_write};
-use crate::error::StoreError;
+use crate::error::{NotApplicable, StoreError};
 use crate::glue::Arg;
 use crate::operator::{Actor, record};
 pub(crate) use crate::outbox::message::payload_place;
@@ -573,24 +573,22 @@ fn check_actor(by: &Actor) -> Result<(), StoreError> {
 }
 
 /// Why [`Outbox::retry`] does not apply to `row` at `now_ms` ([`OutboxRow::retryable`]).
-fn refusal(row: &OutboxRow, now_ms: i64) -> Option<String> {
+fn refusal(row: &OutboxRow, now_ms: i64) -> Option<NotApplicable> {
     let id = row.id;
     if row.retryable(now_ms) {
         None
     } else if row.status == OutboxStatus::Delivered {
-        Some(format!(
-            "retry: outbox message {id} was delivered; only dead messages and pending ones \
-             waiting for their next attempt are retried"
-        ))
-    } else if row.in_flight(now_ms) {
-        Some(format!(
-            "retry: outbox message {id} is being delivered (a dispatcher holds it until its \
-             lease ends); wait for the outcome"
-        ))
+        Some(NotApplicable::Delivered { id })
+    } else if let Some(locked_until_ms) = row.locked_until_ms.filter(|_| row.in_flight(now_ms)) {
+        Some(NotApplicable::InFlight {
+            id,
+            locked_until_ms,
+        })
     } else {
-        Some(format!(
-            "retry: outbox message {id} is due already: the next claim takes it"
-        ))
+        Some(NotApplicable::Due {
+            id,
+            due_at_ms: row.next_attempt_at_ms,
+        })
     }
 }
 
@@ -605,9 +603,7 @@ async fn retry_in<DB: Backend>(
     let sql = DB::SQL;
     let before = DB::fetch_optional(tx, sql.outbox.outbox_find_for_update, &[Arg::Int(id)]).await?;
     let Some(before) = before else {
-        return Err(StoreError::NotApplicable(format!(
-            "retry: there is no outbox message with id {id}"
-        )));
+        return Err(StoreError::NotApplicable(NotApplicable::NoMessage { id }));
     };
     let before = OutboxRow::read::<DB>(&before, None)?;
     if let Some(why) = refusal(&before, now_ms) {

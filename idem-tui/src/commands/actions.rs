@@ -1,17 +1,14 @@
 //! `keys expire|release|complete|fail|delete`: one operator action on one key, fenced by the
 //! row as it was read and recorded in the audit trail.
 
-use std::io::Read as _;
-use std::path::Path;
-
-use idem_store::{Action, Actor, StoredResponse};
+use idem_store::{Action, Actor, StoreError, StoredResponse};
 use serde_json::{Value, json};
 
 use super::context::Context;
-use super::keys::row_text;
+use super::input::read_body;
 use crate::cli::{ActionArgs, ResponseArgs};
 use crate::error::CommandError;
-use crate::format;
+use crate::format::{self, row_text};
 use crate::output::Report;
 
 /// Which action.
@@ -95,6 +92,11 @@ async fn perform(
         .get(key.key_ref(), now)
         .await?
         .ok_or_else(|| CommandError::not_found(key))?;
+    // An action that does not apply is refused as the store would refuse it, forced or not:
+    // why, and what would apply; never what forcing it would risk.
+    if let Some(why) = action.not_applicable(&row, now) {
+        return Err(StoreError::NotApplicable(why).into());
+    }
     let mut actor = Actor::new(context.operator.clone());
     if let Some(reason) = &args.reason {
         actor = actor.reason(reason.clone());
@@ -169,22 +171,6 @@ fn parse_header(line: &str) -> Result<(String, String), CommandError> {
         return Err(bad("the value holds a control character"));
     }
     Ok((name.to_ascii_lowercase(), value.to_owned()))
-}
-
-/// The body from `path`, or from stdin for `-`.
-pub(super) fn read_body(path: &Path) -> Result<Vec<u8>, CommandError> {
-    if path == Path::new("-") {
-        let mut body = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut body)
-            .map_err(|e| CommandError::error(format!("cannot read the body from stdin: {e}")))?;
-        Ok(body)
-    } else {
-        std::fs::read(path).map_err(|e| {
-            CommandError::error(format!("cannot read the body from {}: {e}", path.display()))
-        })
-    }
 }
 
 #[cfg(test)]

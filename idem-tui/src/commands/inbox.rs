@@ -79,7 +79,8 @@ fn events_table(events: &[InboxEvent], now: i64) -> String {
 /// exit 3 when there is none.
 pub(super) async fn show(context: &Context, args: &InboxShowArgs) -> Result<Report, CommandError> {
     let now = format::now_ms();
-    let events = context.db.inbox_get(&args.id).await?;
+    // A long id is kept as its digest, as a key is: either form finds it.
+    let events = context.db.inbox_get(&format::as_stored(&args.id)).await?;
     if events.is_empty() {
         return Err(CommandError::new(
             CommandError::NOT_FOUND,
@@ -103,8 +104,8 @@ fn event_text(event: &InboxEvent, now: i64) -> String {
     let status = match event.status {
         InboxStatus::Waiting => "waiting (its sender is told to deliver it again)",
         InboxStatus::Unmatched => {
-            "unmatched (acknowledged without being applied: refund it at the provider or \
-             reconcile it by hand; the inbox is read-only)"
+            "unmatched (acknowledged without being applied: settle it with its sender or by \
+             hand; the inbox is read-only)"
         }
     };
     let mut text = fields(&[

@@ -3,17 +3,16 @@
 
 use std::path::Path;
 
-use base64::Engine as _;
 use idem_runtime::fields::{FieldDigests, MAX_REPORTED, Mismatch};
 use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus, StoreError};
 use serde_json::{Value, json};
 
-use super::actions::read_body;
 use super::context::Context;
+use super::input::read_body;
 use crate::cli::{ListArgs, ShowArgs};
 use crate::error::CommandError;
-use crate::format::{self, Expiry, relative, short_time};
-use crate::output::{Report, Table, fields};
+use crate::format::{self, Expiry, row_text, short_time};
+use crate::output::{Report, Table};
 
 /// One page of keys.
 pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, CommandError> {
@@ -267,70 +266,6 @@ fn shown(name: &str) -> String {
             }
         })
         .collect()
-}
-
-/// A key's columns and stored response, as `name: value` lines.
-pub(super) fn row_text(row: &KeyRow, now: i64) -> String {
-    let at = |ms: i64| format!("{} ({})", format::rfc3339(ms), relative(ms, now));
-    let mut pairs = vec![
-        ("scope", row.scope.clone()),
-        ("operation", row.operation.clone()),
-        ("key", row.key.clone()),
-        ("status", row.status.to_string()),
-        ("created", at(row.created_at_ms)),
-        ("completed", row.completed_at_ms.map(at).unwrap_or_default()),
-        (
-            "expires",
-            Expiry::of(row, now)
-                .at_ms()
-                .map_or_else(|| Expiry::NOT_FINAL.to_owned(), at),
-        ),
-        (
-            "locked until",
-            row.locked_until_ms.map(at).unwrap_or_default(),
-        ),
-        ("attempt", row.attempt.to_string()),
-        (
-            "recovery point",
-            row.recovery_point.clone().unwrap_or_default(),
-        ),
-    ];
-    let unopened = format::unopened(row.sealed.as_ref());
-    pairs.push((
-        "fingerprint",
-        unopened.map_or_else(|| format::hex(&row.fingerprint), format::sealed),
-    ));
-    if let Some(sealing) = &row.sealed {
-        let opened = if sealing.opened {
-            ""
-        } else {
-            ", not opened: not among the storage keys given"
-        };
-        pairs.push(("sealed", format!("key {}{opened}", sealing.key)));
-    }
-    match (&row.response, unopened) {
-        (None, _) => pairs.push(("response", "none".to_owned())),
-        (Some(response), Some(key)) => {
-            pairs.push(("response", response.status.to_string()));
-            pairs.push(("  body", format::sealed(key)));
-        }
-        (Some(response), None) => {
-            pairs.push(("response", response.status.to_string()));
-            for (name, value) in &response.headers {
-                pairs.push(("  header", format!("{name}: {value}")));
-            }
-            let body = match std::str::from_utf8(&response.body) {
-                Ok(text) => text.to_owned(),
-                Err(_) => format!(
-                    "({} bytes, base64) {}",
-                    response.body.len(),
-                    base64::engine::general_purpose::STANDARD.encode(&response.body)
-                ),
-            };
-            pairs.push(("  body", body));
-        }
-    }
-    fields(&pairs)
 }
 
 /// A key's or an outbox message's audit trail, as `show` prints it: a table, newest first.

@@ -5,6 +5,7 @@ mod actions;
 mod context;
 mod docs;
 mod inbox;
+mod input;
 mod keys;
 mod operations;
 mod outbox;

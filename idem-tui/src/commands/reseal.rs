@@ -192,7 +192,7 @@ fn totals(total: &Resealed, sealing: &str, batches: u64) -> String {
     if !total.unreadable.is_empty() {
         text.push_str("left as they are, unreadable:\n");
         for why in &total.unreadable {
-            text.push_str(&format!("  {}\n", format::epochs_as_times(why)));
+            text.push_str(&format!("  {}\n", why));
         }
     }
     text

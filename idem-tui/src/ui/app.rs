@@ -12,6 +12,8 @@ use ratatui::text::Line;
 use super::detail;
 use super::format::{Expiry, message_state};
 use super::keymap::{self, Do, Screen, Step};
+pub use super::note::{ActError, Failure};
+use super::note::{Cleared, FilterSet, Note, Read};
 
 /// How often the keys and an open detail are read again, unless paused.
 pub const REFRESH_EVERY_MS: i64 = 2_000;
@@ -290,7 +292,33 @@ pub struct Dialog {
     /// Where typing goes.
     pub focus: Field,
     /// Why the last `y` was not accepted.
-    pub error: Option<String>,
+    pub error: Option<DialogError>,
+}
+
+/// Why a dialog's `y` is not accepted as filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DialogError {
+    /// No reason given.
+    NoReason,
+    /// The response status is not a number.
+    StatusNotANumber(String),
+    /// The response status is out of range: at least this, at most 599.
+    StatusOutOfRange(u16),
+    /// A retry's dialog asked for a key action.
+    NotAKeyAction,
+}
+
+impl std::fmt::Display for DialogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoReason => {
+                f.write_str("a reason is required: it is recorded in the audit trail")
+            }
+            Self::StatusNotANumber(status) => write!(f, "status {status:?} is not a number"),
+            Self::StatusOutOfRange(lowest) => write!(f, "status must be within {lowest}..=599"),
+            Self::NotAKeyAction => f.write_str("a retry acts on the outbox, not on a key"),
+        }
+    }
 }
 
 impl Dialog {
@@ -328,10 +356,10 @@ impl Dialog {
     ///
     /// # Errors
     /// A missing reason.
-    pub fn reason(&self) -> Result<String, String> {
+    pub fn reason(&self) -> Result<String, DialogError> {
         let reason = self.reason.trim();
         if reason.is_empty() {
-            return Err("a reason is required: it is recorded in the audit trail".into());
+            return Err(DialogError::NoReason);
         }
         Ok(reason.to_owned())
     }
@@ -341,17 +369,17 @@ impl Dialog {
     /// # Errors
     /// A missing reason, a status that is not a number in 100..=599 (400..=599 to fail);
     /// a retry, which is no key action.
-    pub fn action(&self) -> Result<Action, String> {
+    pub fn action(&self) -> Result<Action, DialogError> {
         self.reason()?;
-        let response = || -> Result<StoredResponse, String> {
+        let response = || -> Result<StoredResponse, DialogError> {
             let status: u16 = self
                 .status
                 .trim()
                 .parse()
-                .map_err(|_| format!("status {:?} is not a number", self.status.trim()))?;
+                .map_err(|_| DialogError::StatusNotANumber(self.status.trim().to_owned()))?;
             let lowest = if self.kind == ActKind::Fail { 400 } else { 100 };
             if !(lowest..=599).contains(&status) {
-                return Err(format!("status must be within {lowest}..=599"));
+                return Err(DialogError::StatusOutOfRange(lowest));
             }
             let body = self.body.clone().into_bytes();
             let headers =
@@ -378,7 +406,7 @@ impl Dialog {
             ActKind::Complete => Action::Complete(response()?),
             ActKind::Fail => Action::Fail(response()?),
             ActKind::Retry | ActKind::RetryAll => {
-                return Err("a retry acts on the outbox, not on a key".into());
+                return Err(DialogError::NotAKeyAction);
             }
         })
     }
@@ -392,9 +420,9 @@ pub struct Detail {
     /// Its row as last read; `None` once it is gone.
     pub row: Option<KeyRow>,
     /// Its audit history, newest first (`Err`: why it could not be read).
-    pub audit: Option<Result<Vec<AuditEntry>, String>>,
+    pub audit: Option<Result<Vec<AuditEntry>, Failure>>,
     /// Its journal (staged keys).
-    pub journal: Option<Result<Option<Journal>, String>>,
+    pub journal: Option<Result<Option<Journal>, Failure>>,
     /// Lines scrolled down.
     pub scroll: u16,
     /// A read is under way.
@@ -423,7 +451,7 @@ pub struct MessageDetail {
     /// Its row as last read; `None` once it is gone (swept).
     pub row: Option<OutboxRow>,
     /// Its audit history, newest first (`Err`: why it could not be read).
-    pub audit: Option<Result<Vec<AuditEntry>, String>>,
+    pub audit: Option<Result<Vec<AuditEntry>, Failure>>,
     /// Lines scrolled down.
     pub scroll: u16,
     /// A read is under way.
@@ -451,7 +479,7 @@ pub struct Messages {
     /// Whether a listing with this filter arrived.
     pub loaded: bool,
     /// Why the last listing failed.
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 impl Messages {
@@ -486,7 +514,7 @@ pub struct MessageData {
     /// The row; `None` when no message has the id.
     pub row: Option<OutboxRow>,
     /// Its audit history.
-    pub audit: Result<Vec<AuditEntry>, String>,
+    pub audit: Result<Vec<AuditEntry>, Failure>,
 }
 
 /// The inbox view's listing.
@@ -501,7 +529,7 @@ pub struct Events {
     /// Whether a listing with this filter arrived.
     pub loaded: bool,
     /// Why the last listing failed.
-    pub error: Option<String>,
+    pub error: Option<Failure>,
 }
 
 impl Events {
@@ -559,15 +587,6 @@ pub enum Retried {
     One(Box<OutboxRow>),
     /// How many messages were retried.
     All(u64),
-}
-
-/// A line of the status bar.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    /// The text.
-    pub text: String,
-    /// Whether it reports a failure (shown in red).
-    pub error: bool,
 }
 
 /// A one-line text prompt (the `/` search).
@@ -646,7 +665,7 @@ pub struct App {
     /// An action is under way.
     pub acting: bool,
     /// The status bar.
-    pub status: Option<Status>,
+    pub status: Option<Note>,
     /// Lines of the key table on screen, for PageUp/PageDown.
     pub page_height: usize,
     /// The user asked to quit.
@@ -659,9 +678,9 @@ pub struct DetailData {
     /// The row; `None` when the key has no row.
     pub row: Option<KeyRow>,
     /// Its audit history.
-    pub audit: Result<Vec<AuditEntry>, String>,
+    pub audit: Result<Vec<AuditEntry>, Failure>,
     /// Its journal.
-    pub journal: Result<Option<Journal>, String>,
+    pub journal: Result<Option<Journal>, Failure>,
 }
 
 /// What a refresh read.
@@ -674,30 +693,17 @@ pub struct Refreshed {
     /// The first keys of the listing.
     pub page: Page,
     /// The detail's key, when one was open.
-    pub detail: Option<(KeyId, Result<DetailData, String>)>,
+    pub detail: Option<(KeyId, Result<DetailData, Failure>)>,
     /// The outbox's counts, when the refresh counted and could read them.
     pub outbox_counts: Option<OutboxCounts>,
     /// The outbox view's listing, when it was asked for: for which query, and what it read.
-    pub outbox: Option<(OutboxQuery, Result<Vec<OutboxRow>, String>)>,
+    pub outbox: Option<(OutboxQuery, Result<Vec<OutboxRow>, Failure>)>,
     /// The message detail's message, when one was open.
-    pub message: Option<(i64, Result<MessageData, String>)>,
+    pub message: Option<(i64, Result<MessageData, Failure>)>,
     /// The inbox view's listing, when it was asked for: for which query, and what it read.
-    pub inbox: Option<(InboxQuery, Result<Vec<InboxEvent>, String>)>,
+    pub inbox: Option<(InboxQuery, Result<Vec<InboxEvent>, Failure>)>,
     /// The event detail's events (every source's with its event id), when one was open.
-    pub event: Option<(String, Result<Vec<InboxEvent>, String>)>,
-}
-
-/// Why an action was not done.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ActError {
-    /// The row changed since it was shown; this is the row now (`None`: deleted).
-    Changed(Option<Box<KeyRow>>),
-    /// The store refused the action on the key's state: it does not apply, or it could do
-    /// harm and only a forced action (the command line's `--force`) would do it; why, in
-    /// words.
-    Refused(String),
-    /// Anything else, as the store says it.
-    Other(String),
+    pub event: Option<(String, Result<Vec<InboxEvent>, Failure>)>,
 }
 
 /// Everything that happens to the UI.
@@ -715,21 +721,21 @@ pub enum Msg {
         /// The listing it was for.
         generation: u64,
         /// What it read.
-        result: Result<Box<Refreshed>, String>,
+        result: Result<Box<Refreshed>, Failure>,
     },
     /// A next page arrived.
     MoreLoaded {
         /// The listing it was for.
         generation: u64,
         /// The page.
-        result: Result<Page, String>,
+        result: Result<Page, Failure>,
     },
     /// The detail's key was read.
     DetailLoaded {
         /// Which key.
         key: KeyId,
         /// What was read.
-        result: Result<Box<DetailData>, String>,
+        result: Result<Box<DetailData>, Failure>,
     },
     /// An action finished.
     Acted {
@@ -745,7 +751,7 @@ pub enum Msg {
         /// Which message.
         id: i64,
         /// What was read.
-        result: Result<Box<MessageData>, String>,
+        result: Result<Box<MessageData>, Failure>,
     },
     /// A retry finished.
     Retried {
@@ -873,18 +879,8 @@ impl App {
         self.order.iter().filter_map(|&i| self.rows.get(i))
     }
 
-    fn info(&mut self, text: impl Into<String>) {
-        self.status = Some(Status {
-            text: text.into(),
-            error: false,
-        });
-    }
-
-    fn error(&mut self, text: impl Into<String>) {
-        self.status = Some(Status {
-            text: text.into(),
-            error: true,
-        });
+    fn say(&mut self, note: Note) {
+        self.status = Some(note);
     }
 
     /// Whether the next refresh counts: not for the first screen (the keys come first), then
@@ -1018,23 +1014,19 @@ impl App {
 
     fn open_dialog(&mut self, kind: ActKind) {
         if self.read_only {
-            self.error(format!(
-                "read-only: {} refused (the tool was started with --read-only)",
-                kind.name()
-            ));
+            self.say(Note::ReadOnly(kind));
             return;
         }
         let Some(row) = self.target().cloned() else {
-            self.error(format!("{}: no key selected", kind.name()));
+            self.say(Note::NothingSelected(kind));
             return;
         };
         if !kind.applies_to(row.status) {
-            self.error(format!(
-                "{} does not apply to a {} key ({})",
-                kind.name(),
-                row.status,
-                KeyId::of(&row)
-            ));
+            self.say(Note::DoesNotApply {
+                kind,
+                status: row.status,
+                key: KeyId::of(&row),
+            });
             return;
         }
         self.dialog = Some(Dialog {
@@ -1069,27 +1061,22 @@ impl App {
             ActKind::Retry
         };
         if self.read_only {
-            self.error(format!(
-                "read-only: {} refused (the tool was started with --read-only)",
-                kind.name()
-            ));
+            self.say(Note::ReadOnly(kind));
             return;
         }
         let target = if all {
             Target::AllMessages
         } else {
             let Some(row) = self.target_message().cloned() else {
-                self.error("retry: no message selected");
+                self.say(Note::NothingSelected(kind));
                 return;
             };
             if !row.retryable(self.now_ms) {
-                self.error(format!(
-                    "retry does not apply to message #{} ({}): it is {}; only dead messages and \
-                     pending ones waiting for their next attempt are retried",
-                    row.id,
-                    row.dedup_id,
-                    message_state(&row, self.now_ms)
-                ));
+                self.say(Note::NotRetryable {
+                    id: row.id,
+                    dedup_id: row.dedup_id.clone(),
+                    state: message_state(&row, self.now_ms),
+                });
                 return;
             }
             Target::Message(row)
@@ -1325,11 +1312,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     if let Some((event_id, result)) = event {
                         apply_event(app, &event_id, result);
                     }
-                    if app
-                        .status
-                        .as_ref()
-                        .is_some_and(|s| s.error && s.text.starts_with("refresh failed"))
-                    {
+                    if matches!(app.status, Some(Note::ReadFailed(Read::Refresh, _))) {
                         app.status = None;
                     }
                     // The first screen shows the keys at once; the counts follow.
@@ -1339,7 +1322,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     app.maybe_load_more()
                 }
                 Err(e) => {
-                    app.error(format!("refresh failed: {e}"));
+                    app.say(Note::ReadFailed(Read::Refresh, e));
                     None
                 }
             }
@@ -1364,7 +1347,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
                     None
                 }
                 Err(e) => {
-                    app.error(format!("loading more keys failed: {e}"));
+                    app.say(Note::ReadFailed(Read::MoreKeys, e));
                     None
                 }
             }
@@ -1380,22 +1363,17 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
         } => {
             app.acting = false;
             match result {
-                Ok(audit_id) => {
-                    app.info(format!("{action}: {key} done (audit #{audit_id})"));
+                Ok(audit_id) => app.say(Note::Acted {
+                    action,
+                    key,
+                    audit_id,
+                }),
+                Err(error) => {
+                    if let ActError::Changed(current) = &error {
+                        replace_row(app, &key, current.as_deref().cloned());
+                    }
+                    app.say(Note::NotActed { action, key, error });
                 }
-                Err(ActError::Changed(current)) => {
-                    let now = match &current {
-                        Some(row) => format!("it is {} now, attempt {}", row.status, row.attempt),
-                        None => "it is gone now".to_owned(),
-                    };
-                    app.error(format!(
-                        "{action} refused: {key} changed since it was shown ({now}); nothing \
-                         was changed: look at it again"
-                    ));
-                    replace_row(app, &key, current.map(|row| *row));
-                }
-                Err(ActError::Refused(why)) => app.error(format!("{key}: {why}")),
-                Err(ActError::Other(e)) => app.error(format!("{action} failed: {key}: {e}")),
             }
             app.counted_at_ms = None;
             Some(app.refresh())
@@ -1406,33 +1384,16 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
         }
         Msg::Retried { id, result } => {
             app.acting = false;
-            let what = id.map_or_else(
-                || "every dead or waiting message".to_owned(),
-                |id| format!("message #{id}"),
-            );
             match result {
                 Ok(Retried::One(row)) => {
-                    app.info(format!(
-                        "retry: message #{} ({}) is pending again, due now (audited)",
-                        row.id, row.dedup_id
-                    ));
+                    app.say(Note::RetriedOne {
+                        id: row.id,
+                        dedup_id: row.dedup_id.clone(),
+                    });
                     replace_message(app, *row);
                 }
-                Ok(Retried::All(0)) => app.info(
-                    "retry all: nothing to retry (no dead message, none waiting for its next \
-                     attempt)",
-                ),
-                Ok(Retried::All(n)) => {
-                    let messages = if n == 1 { "message" } else { "messages" };
-                    app.info(format!(
-                        "retry all: {n} {messages} pending again, due now (audited)"
-                    ));
-                }
-                Err(ActError::Refused(why)) => app.error(format!("{what}: {why}")),
-                Err(ActError::Changed(_)) => app.error(format!(
-                    "{what}: refused: it changed since it was shown; look at it again"
-                )),
-                Err(ActError::Other(e)) => app.error(format!("retry failed: {what}: {e}")),
+                Ok(Retried::All(n)) => app.say(Note::RetriedAll(n)),
+                Err(error) => app.say(Note::NotRetried { of: id, error }),
             }
             app.counted_at_ms = None;
             Some(app.refresh())
@@ -1442,7 +1403,7 @@ pub fn update(app: &mut App, msg: Msg) -> Option<Command> {
 
 /// A listing of the outbox arrived: shown if it is for the filter in force, keeping the
 /// selected message.
-fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRow>, String>) {
+fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRow>, Failure>) {
     if query.status != app.outbox.status {
         return;
     }
@@ -1466,7 +1427,7 @@ fn apply_messages(app: &mut App, query: OutboxQuery, result: Result<Vec<OutboxRo
 
 /// A listing of the inbox arrived: shown if it is for the filter in force, keeping the
 /// selected event.
-fn apply_events(app: &mut App, query: InboxQuery, result: Result<Vec<InboxEvent>, String>) {
+fn apply_events(app: &mut App, query: InboxQuery, result: Result<Vec<InboxEvent>, Failure>) {
     if query.status != app.inbox.status {
         return;
     }
@@ -1490,7 +1451,7 @@ fn apply_events(app: &mut App, query: InboxQuery, result: Result<Vec<InboxEvent>
 
 /// A read of the events of `event_id` arrived: the open event detail's row, if it is one of
 /// them (`None`: it left the inbox).
-fn apply_event(app: &mut App, event_id: &str, result: Result<Vec<InboxEvent>, String>) {
+fn apply_event(app: &mut App, event_id: &str, result: Result<Vec<InboxEvent>, Failure>) {
     let Some(detail) = &mut app.event else {
         return;
     };
@@ -1499,12 +1460,12 @@ fn apply_event(app: &mut App, event_id: &str, result: Result<Vec<InboxEvent>, St
     }
     match result {
         Ok(rows) => detail.row = rows.into_iter().find(|row| row.id == detail.id),
-        Err(e) => app.error(format!("reading inbox event {event_id:?} failed: {e}")),
+        Err(e) => app.say(Note::ReadFailed(Read::Event(event_id.to_owned()), e)),
     }
 }
 
 /// A read of message `id` arrived: shown if its detail is still open.
-fn apply_message(app: &mut App, id: i64, result: Result<MessageData, String>) {
+fn apply_message(app: &mut App, id: i64, result: Result<MessageData, Failure>) {
     let Some(detail) = &mut app.message else {
         return;
     };
@@ -1517,7 +1478,7 @@ fn apply_message(app: &mut App, id: i64, result: Result<MessageData, String>) {
             detail.row = data.row;
             detail.audit = Some(data.audit);
         }
-        Err(e) => app.error(format!("reading message #{id} failed: {e}")),
+        Err(e) => app.say(Note::ReadFailed(Read::Message(id), e)),
     }
 }
 
@@ -1552,7 +1513,7 @@ fn replace_row(app: &mut App, key: &KeyId, current: Option<KeyRow>) {
     }
 }
 
-fn apply_detail(app: &mut App, key: &KeyId, result: Result<DetailData, String>) {
+fn apply_detail(app: &mut App, key: &KeyId, result: Result<DetailData, Failure>) {
     let Some(detail) = &mut app.detail else {
         return;
     };
@@ -1566,7 +1527,7 @@ fn apply_detail(app: &mut App, key: &KeyId, result: Result<DetailData, String>) 
             detail.audit = Some(data.audit);
             detail.journal = Some(data.journal);
         }
-        Err(e) => app.error(format!("reading {key} failed: {e}")),
+        Err(e) => app.say(Note::ReadFailed(Read::Key(key.clone()), e)),
     }
 }
 
@@ -1593,11 +1554,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
         Do::Help => app.help = true,
         Do::Pause => {
             app.paused = !app.paused;
-            app.info(if app.paused {
-                "live refresh paused (p resumes)"
-            } else {
-                "live refresh resumed"
-            });
+            app.say(Note::Paused(app.paused));
             if !app.paused && !app.refreshing {
                 return Some(app.refresh());
             }
@@ -1638,8 +1595,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 Some(OutboxStatus::Delivered) => Some(OutboxStatus::Dead),
                 Some(OutboxStatus::Dead) => None,
             };
-            let shown = status.map_or("all", OutboxStatus::as_str);
-            app.info(format!("outbox status filter: {shown}"));
+            app.say(Note::Filter(FilterSet::Outbox(status)));
             return Some(app.set_outbox_status(status));
         }
         Do::CycleStatus if screen == Screen::Inbox => {
@@ -1648,8 +1604,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 Some(InboxStatus::Waiting) => Some(InboxStatus::Unmatched),
                 Some(InboxStatus::Unmatched) => None,
             };
-            let shown = status.map_or("all", InboxStatus::as_str);
-            app.info(format!("inbox status filter: {shown}"));
+            app.say(Note::Filter(FilterSet::Inbox(status)));
             return Some(app.set_inbox_status(status));
         }
         Do::CycleStatus => {
@@ -1661,8 +1616,7 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                     .position(|s| *s == status)
                     .and_then(|i| KeyStatus::ALL.get(i + 1).copied()),
             };
-            let shown = filters.status.map_or("all", KeyStatus::as_str);
-            app.info(format!("status filter: {shown}"));
+            app.say(Note::Filter(FilterSet::Keys(filters.status)));
             return Some(app.set_filters(filters));
         }
         Do::FilterOperation => {
@@ -1689,19 +1643,19 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
         }
         Do::ClearFilters if screen == Screen::Outbox => {
             if app.outbox.status.is_some() {
-                app.info("outbox filter cleared");
+                app.say(Note::Cleared(Cleared::Outbox));
                 return Some(app.set_outbox_status(None));
             }
         }
         Do::ClearFilters if screen == Screen::Inbox => {
             if app.inbox.status.is_some() {
-                app.info("inbox filter cleared");
+                app.say(Note::Cleared(Cleared::Inbox));
                 return Some(app.set_inbox_status(None));
             }
         }
         Do::ClearFilters => {
             if app.filters != Filters::default() {
-                app.info("filters cleared");
+                app.say(Note::Cleared(Cleared::Keys));
                 return Some(app.set_filters(Filters::default()));
             }
         }
@@ -1730,16 +1684,9 @@ fn on_key(app: &mut App, key: KeyEvent) -> Option<Command> {
         Do::RetryAll => app.open_retry(true),
         Do::KeysOnly => {
             if let KeyCode::Char(c) = key.code {
-                app.error(if matches!(screen, Screen::Inbox | Screen::Event) {
-                    format!(
-                        "{c} acts on keys (Tab to the keys view); the inbox is read-only: \
-                         settle an unmatched event at its provider (a refund) or by hand"
-                    )
-                } else {
-                    format!(
-                        "{c} acts on keys (Tab to the keys view); in the outbox, r retries the \
-                         selected message and A every dead or waiting one"
-                    )
+                app.say(Note::KeysOnly {
+                    pressed: c,
+                    inbox: matches!(screen, Screen::Inbox | Screen::Event),
                 });
             }
         }
@@ -1775,14 +1722,14 @@ fn on_dialog_key(app: &mut App, key: KeyEvent) -> Option<Command> {
     match key.code {
         KeyCode::Esc => {
             app.dialog = None;
-            app.info("cancelled: nothing was changed");
+            app.say(Note::Cancelled);
         }
         KeyCode::Tab | KeyCode::Down => dialog.step(true),
         KeyCode::BackTab | KeyCode::Up => dialog.step(false),
         KeyCode::Enter if dialog.focus != Field::Confirm => dialog.step(true),
         KeyCode::Char('n') if dialog.focus == Field::Confirm => {
             app.dialog = None;
-            app.info("cancelled: nothing was changed");
+            app.say(Note::Cancelled);
         }
         KeyCode::Char('y')
             if dialog.focus == Field::Confirm && !matches!(dialog.target, Target::Key(_)) =>
@@ -1795,10 +1742,7 @@ fn on_dialog_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                     };
                     app.dialog = None;
                     app.acting = true;
-                    app.info(match id {
-                        Some(id) => format!("retry: message #{id}…"),
-                        None => "retry all: every dead or waiting message…".to_owned(),
-                    });
+                    app.say(Note::Retrying(id));
                     return Some(Command::Retry { id, reason });
                 }
                 Err(e) => {
@@ -1816,7 +1760,10 @@ fn on_dialog_key(app: &mut App, key: KeyEvent) -> Option<Command> {
                 let key = KeyId::of(&shown);
                 app.dialog = None;
                 app.acting = true;
-                app.info(format!("{}: {key}…", action.name()));
+                app.say(Note::Acting {
+                    action: action.name(),
+                    key: key.clone(),
+                });
                 return Some(Command::Act {
                     key,
                     expected: Box::new(shown),

@@ -1,10 +1,11 @@
 //! [`update`]'s transitions.
 
-use idem_store::{Action, Cursor, KeyFilter, KeyRef, KeyStatus};
+use idem_store::{Action, Cursor, Hazard, KeyFilter, KeyRef, KeyStatus, NotApplicable, StoreError};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::*;
 use crate::ui::fixtures::{self, NOW, loaded_app, refreshed, rows};
+use crate::ui::note::Refusal;
 
 fn key(code: KeyCode) -> Msg {
     Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
@@ -144,12 +145,15 @@ fn a_failed_refresh_goes_to_the_status_line() {
         &mut app,
         Msg::Refreshed {
             generation: 0,
-            result: Err("connection refused".into()),
+            result: Err(StoreError::InvalidArgument("connection refused".into()).into()),
         },
     );
     let status = app.status.clone().unwrap();
-    assert!(status.error);
-    assert_eq!(status.text, "refresh failed: connection refused");
+    assert!(status.is_error());
+    assert_eq!(
+        status.text(),
+        "refresh failed: invalid argument: connection refused"
+    );
     // The keys already shown stay.
     assert_eq!(app.order.len(), 6);
     assert!(!app.refreshing);
@@ -450,6 +454,7 @@ fn a_dialog_cancels_with_n_or_esc_and_needs_a_reason() {
             .error
             .as_ref()
             .unwrap()
+            .to_string()
             .contains("reason is required")
     );
     assert_eq!(dialog.focus, Field::Reason);
@@ -457,7 +462,7 @@ fn a_dialog_cancels_with_n_or_esc_and_needs_a_reason() {
     assert_eq!(update(&mut app, ch('n')), None);
     assert!(app.dialog.is_none());
     assert_eq!(
-        app.status.as_ref().unwrap().text,
+        app.status.as_ref().unwrap().text(),
         "cancelled: nothing was changed"
     );
     let _ = update(&mut app, ch('d'));
@@ -488,7 +493,7 @@ fn complete_and_fail_ask_for_a_response() {
     assert_eq!(update(&mut app, ch('y')), None, "a failure is 400 or more");
     let dialog = app.dialog.as_ref().unwrap();
     assert_eq!(
-        dialog.error.as_deref(),
+        dialog.error.as_ref().map(ToString::to_string).as_deref(),
         Some("status must be within 400..=599")
     );
     assert_eq!(dialog.focus, Field::Status);
@@ -524,11 +529,11 @@ fn actions_that_do_not_apply_are_refused_before_the_dialog() {
         assert_eq!(update(&mut app, ch(c)), None);
         assert!(app.dialog.is_none());
         let status = app.status.as_ref().unwrap();
-        assert!(status.error);
+        assert!(status.is_error());
         assert!(
-            status.text.contains("does not apply to a completed key"),
+            status.text().contains("does not apply to a completed key"),
             "{}",
-            status.text
+            status.text()
         );
     }
     // An expired key cannot be expired.
@@ -538,7 +543,7 @@ fn actions_that_do_not_apply_are_refused_before_the_dialog() {
     // Nothing selected.
     let mut empty = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
     let _ = update(&mut empty, ch('d'));
-    assert_eq!(empty.status.unwrap().text, "delete: no key selected");
+    assert_eq!(empty.status.unwrap().text(), "delete: no key selected");
 }
 
 #[test]
@@ -549,8 +554,8 @@ fn read_only_refuses_every_action() {
         assert_eq!(update(&mut app, ch(c)), None);
         assert!(app.dialog.is_none());
         let status = app.status.as_ref().unwrap();
-        assert!(status.error);
-        assert!(status.text.starts_with("read-only:"), "{}", status.text);
+        assert!(status.is_error());
+        assert!(status.text().starts_with("read-only:"), "{}", status.text());
     }
 }
 
@@ -577,9 +582,9 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
     );
     assert!(matches!(command, Some(Command::Refresh { .. })));
     let status = app.status.clone().unwrap();
-    assert!(status.error);
+    assert!(status.is_error());
     assert_eq!(
-        status.text,
+        status.text(),
         "release refused: tenant:acme create_order:v1 order-2 changed since it was shown \
          (it is processing now, attempt 3); nothing was changed: look at it again"
     );
@@ -594,7 +599,13 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
             result: Err(ActError::Changed(None)),
         },
     );
-    assert!(app.status.as_ref().unwrap().text.contains("it is gone now"));
+    assert!(
+        app.status
+            .as_ref()
+            .unwrap()
+            .text()
+            .contains("it is gone now")
+    );
     assert_eq!(app.order.len(), 5);
     assert_eq!(app.detail.as_ref().unwrap().row, None);
 }
@@ -613,9 +624,9 @@ fn a_done_action_is_reported_and_refreshes() {
     );
     assert!(matches!(command, Some(Command::Refresh { .. })));
     let status = app.status.clone().unwrap();
-    assert!(!status.error);
+    assert!(!status.is_error());
     assert_eq!(
-        status.text,
+        status.text(),
         "expire: global sync:v1 msg-0001 done (audit #12)"
     );
     let _ = update(
@@ -623,12 +634,10 @@ fn a_done_action_is_reported_and_refreshes() {
         Msg::Acted {
             key: KeyId::of(&rows()[0]),
             action: "delete",
-            result: Err(ActError::Other(
-                "the key table's database failed: boom".into(),
-            )),
+            result: Err(ActError::Failed(StoreError::Corrupt("boom".into()).into())),
         },
     );
-    assert!(app.status.as_ref().unwrap().error);
+    assert!(app.status.as_ref().unwrap().is_error());
 }
 
 #[test]
@@ -640,17 +649,24 @@ fn a_refused_action_says_why() {
         Msg::Acted {
             key: id,
             action: "delete",
-            result: Err(ActError::Refused(
-                "refused: delete: the key completed in staged mode".into(),
-            )),
+            result: Err(ActError::Refused(Refusal::NeedsForce {
+                action: "delete",
+                hazard: Hazard::EffectsExist {
+                    attempt: 1,
+                    recovery_point: None,
+                },
+            })),
         },
     );
     assert!(matches!(command, Some(Command::Refresh { .. })));
     let status = app.status.clone().unwrap();
-    assert!(status.error);
+    assert!(status.is_error());
     assert_eq!(
-        status.text,
-        "global sync:v1 msg-0001: refused: delete: the key completed in staged mode"
+        status.text(),
+        "global sync:v1 msg-0001: refused: delete: the key completed in staged mode \
+         (attempt 1): its steps' effects exist, and a new execution of the key would run them \
+         again; retries replay its response, a client that needs a new execution sends a new \
+         key; or force it (fenced, audited) on the command line: idem keys delete … --force"
     );
 }
 
@@ -855,7 +871,7 @@ fn the_inbox_view_lists_filters_and_opens_events() {
     // Nothing acts on the inbox: key actions say so.
     assert_eq!(update(&mut app, ch('d')), None);
     assert!(app.dialog.is_none());
-    let said = &app.status.as_ref().unwrap().text;
+    let said = &app.status.as_ref().unwrap().text();
     assert!(said.contains("the inbox is read-only"), "{said}");
     // Applied after all: it left the inbox.
     let _ = update(&mut app, event_refreshed("evt_orphan", Vec::new()));
@@ -968,7 +984,7 @@ fn the_outbox_view_lists_filters_and_opens_messages() {
     // Key actions are the keys view's.
     assert_eq!(update(&mut app, ch('e')), None);
     assert!(app.dialog.is_none());
-    assert!(app.status.as_ref().unwrap().text.contains("acts on keys"));
+    assert!(app.status.as_ref().unwrap().text().contains("acts on keys"));
 }
 
 #[test]
@@ -991,6 +1007,7 @@ fn a_retry_asks_for_a_reason_then_confirmation() {
             .error
             .as_ref()
             .unwrap()
+            .to_string()
             .contains("reason is required")
     );
     assert_eq!(dialog.focus, Field::Reason);
@@ -1027,9 +1044,9 @@ fn a_retry_asks_for_a_reason_then_confirmation() {
     assert!(!app.acting);
     assert_eq!(app.outbox.rows[0], after);
     let status = app.status.clone().unwrap();
-    assert!(!status.error);
+    assert!(!status.is_error());
     assert_eq!(
-        status.text,
+        status.text(),
         "retry: message #1 (order-7/paid) is pending again, due now (audited)"
     );
 
@@ -1038,16 +1055,20 @@ fn a_retry_asks_for_a_reason_then_confirmation() {
         &mut app,
         Msg::Retried {
             id: Some(2),
-            result: Err(ActError::Refused(
-                "refused: not applicable: retry: outbox message 2 is due already".into(),
-            )),
+            result: Err(ActError::Refused(Refusal::NotApplicable(
+                NotApplicable::Due {
+                    id: 2,
+                    due_at_ms: NOW,
+                },
+            ))),
         },
     );
     let status = app.status.clone().unwrap();
-    assert!(status.error);
+    assert!(status.is_error());
     assert_eq!(
-        status.text,
-        "message #2: refused: not applicable: retry: outbox message 2 is due already"
+        status.text(),
+        "message #2: refused: not applicable: retry: outbox message 2 is due already: the \
+         next claim takes it"
     );
 }
 
@@ -1069,7 +1090,11 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
         assert_eq!(update(&mut app, ch('r')), None);
         assert!(app.dialog.is_none(), "line {line}");
         let status = app.status.clone().unwrap();
-        assert!(status.error && status.text.contains(why), "{}", status.text);
+        assert!(
+            status.is_error() && status.text().contains(why),
+            "{}",
+            status.text()
+        );
     }
     // From a message's detail: its message.
     app.outbox.selected = 5;
@@ -1106,7 +1131,7 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
         },
     );
     assert_eq!(
-        app.status.as_ref().unwrap().text,
+        app.status.as_ref().unwrap().text(),
         "retry all: 3 messages pending again, due now (audited)"
     );
 
@@ -1115,6 +1140,6 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
     for c in ['r', 'A'] {
         let _ = update(&mut app, ch(c));
         assert!(app.dialog.is_none());
-        assert!(app.status.as_ref().unwrap().text.contains("read-only"));
+        assert!(app.status.as_ref().unwrap().text().contains("read-only"));
     }
 }

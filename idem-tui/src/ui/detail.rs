@@ -8,6 +8,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::format::{self, Body, Expiry, event_style, message_state, message_style, status_style};
+use super::note::Failure;
 use crate::format::{sealed, unopened};
 
 fn label(name: &str) -> Span<'static> {
@@ -29,7 +30,7 @@ fn section(name: &str) -> Line<'static> {
 /// `nobody` when no operator acted.
 fn audit_section(
     lines: &mut Vec<Line<'static>>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     nobody: &str,
     now_ms: i64,
     tz: &TimeZone,
@@ -103,7 +104,10 @@ fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
         ]));
     }
     if let Some(request) = &journal.request {
-        lines.push(field("request", request.to_string()));
+        lines.push(Line::raw(""));
+        lines.push(section("Request"));
+        let text = request.to_string();
+        lines.extend(format::highlight_json(&format::pretty_json(&text)));
     }
 }
 
@@ -113,8 +117,8 @@ fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
 #[must_use]
 pub fn lines(
     row: Option<&KeyRow>,
-    journal: Option<&Result<Option<Journal>, String>>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    journal: Option<&Result<Option<Journal>, Failure>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {
@@ -130,10 +134,17 @@ pub fn lines(
     lines.push(field("scope", row.scope.clone()));
     lines.push(field("operation", row.operation.clone()));
     lines.push(field("key", row.key.clone()));
+    // The column only when it says otherwise (a stuck key is `processing` in it).
+    let stored = row.status.stored().to_string();
+    let column = if stored == row.status.as_str() {
+        String::new()
+    } else {
+        format!(" (column: {stored})")
+    };
     lines.push(Line::from(vec![
         label("status"),
         Span::styled(row.status.as_str(), status_style(row.status)),
-        Span::raw(format!(" (column: {})", row.status.stored())),
+        Span::raw(column),
     ]));
     let unopened_by = unopened(row.sealed.as_ref());
     lines.push(field(
@@ -229,7 +240,7 @@ pub fn lines(
 #[must_use]
 pub fn message_lines(
     row: Option<&OutboxRow>,
-    audit: Option<&Result<Vec<AuditEntry>, String>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {
@@ -337,7 +348,7 @@ pub fn event_lines(row: Option<&InboxEvent>, now_ms: i64, tz: &TimeZone) -> Vec<
     lines.push(field("last seen", when(row.last_seen_at_ms)));
     if row.status == InboxStatus::Unmatched {
         lines.push(Line::styled(
-            "read-only: settle it at its provider (a refund) or by hand",
+            "read-only: settle it with its sender, or by hand",
             Style::new().yellow(),
         ));
     }

@@ -32,38 +32,8 @@ pub fn clock_time(ms: i64, tz: &TimeZone) -> String {
     }
 }
 
-/// A duration in its largest unit: `850ms`, `42s`, `5m`, `3h`, `12d`; negative durations
-/// get a `-`.
-#[must_use]
-pub fn span(ms: i64) -> String {
-    let sign = if ms < 0 { "-" } else { "" };
-    let ms = ms.unsigned_abs();
-    let text = if ms < 1_000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{}s", ms / 1_000)
-    } else if ms < 3_600_000 {
-        format!("{}m", ms / 60_000)
-    } else if ms < 86_400_000 {
-        format!("{}h", ms / 3_600_000)
-    } else {
-        format!("{}d", ms / 86_400_000)
-    };
-    format!("{sign}{text}")
-}
-
-/// `at_ms` relative to `now_ms`: `in 5m`, `3h ago`, `now`.
-#[must_use]
-pub fn relative(at_ms: i64, now_ms: i64) -> String {
-    let delta = at_ms.saturating_sub(now_ms);
-    if delta.abs() < 1_000 {
-        "now".to_owned()
-    } else if delta > 0 {
-        format!("in {}", span(delta))
-    } else {
-        format!("{} ago", span(-delta))
-    }
-}
+/// Spans of time and times relative to now: the tool's one rule ([`crate::format::span`]).
+pub use crate::format::{next_attempt, relative, span};
 
 /// The key table's `exp in` cell for `row` at `now_ms`, by the tool's one rule
 /// ([`Expiry`]): `22h`, `expired`, or `-` for a key that is not final.
@@ -112,10 +82,10 @@ pub fn body(body: &[u8]) -> Body {
     if body.is_empty() {
         return Body::Empty;
     }
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
-        && let Ok(pretty) = serde_json::to_string_pretty(&value)
+    if serde_json::from_slice::<serde_json::Value>(body).is_ok()
+        && let Ok(text) = std::str::from_utf8(body)
     {
-        return Body::Json(pretty);
+        return Body::Json(pretty_json(text));
     }
     match std::str::from_utf8(body) {
         Ok(text)
@@ -130,6 +100,65 @@ pub fn body(body: &[u8]) -> Body {
             head: hex_dump(&body[..body.len().min(HEX_HEAD)]),
         },
     }
+}
+
+/// `json` (a valid JSON document) indented two spaces a level, its members in the order
+/// written: what was stored, laid out, never re-sorted.
+#[must_use]
+pub fn pretty_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len() * 2);
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.push_str(&"  ".repeat(depth));
+    };
+    let mut chars = json.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_string = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                // An empty object or array stays on its line.
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if matches!(chars.peek(), Some('}' | ']')) {
+                    out.extend(chars.next());
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `0000  7b 22 69 64 …  {"id…` lines of 16 bytes.
@@ -274,33 +303,9 @@ pub fn message_style(row: &OutboxRow, now_ms: i64) -> Style {
     }
 }
 
-/// When a message is next attempted, for the table: `in 4m` (waiting for its next attempt),
-/// `due`, `in flight` (a dispatcher holds it), `-` (dead or delivered: never).
-#[must_use]
-pub fn next_attempt(row: &OutboxRow, now_ms: i64) -> String {
-    match row.status {
-        OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
-        OutboxStatus::Pending if row.in_flight(now_ms) => "in flight".to_owned(),
-        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => "due".to_owned(),
-        OutboxStatus::Pending => format!("in {}", span(row.next_attempt_at_ms - now_ms)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spans_and_relative_times() {
-        assert_eq!(span(850), "850ms");
-        assert_eq!(span(42_000), "42s");
-        assert_eq!(span(5 * 60_000 + 1), "5m");
-        assert_eq!(span(-3 * 3_600_000), "-3h");
-        assert_eq!(span(12 * 86_400_000), "12d");
-        assert_eq!(relative(10_000, 10_500), "now");
-        assert_eq!(relative(70_000, 10_000), "in 1m");
-        assert_eq!(relative(0, 7_200_000), "2h ago");
-    }
 
     #[test]
     fn local_times_in_a_zone() {
@@ -315,6 +320,15 @@ mod tests {
     fn bodies_are_classified() {
         assert_eq!(body(b""), Body::Empty);
         assert_eq!(body(br#"{"a":1}"#), Body::Json("{\n  \"a\": 1\n}".into()));
+        // As stored: its members in their order, never re-sorted.
+        assert_eq!(
+            body(br#"{"z": 1, "a": {"y": [1, {}], "b": "x,\"}"}, "e": []}"#),
+            Body::Json(
+                "{\n  \"z\": 1,\n  \"a\": {\n    \"y\": [\n      1,\n      {}\n    ],\n    \
+                 \"b\": \"x,\\\"}\"\n  },\n  \"e\": []\n}"
+                    .into()
+            )
+        );
         assert_eq!(body(b"plain text"), Body::Text("plain text".into()));
         match body(&[0, 159, 146, 150, b'a']) {
             Body::Binary { len, head } => {

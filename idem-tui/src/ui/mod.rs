@@ -63,6 +63,7 @@ pub mod app;
 pub mod detail;
 pub mod format;
 pub mod keymap;
+pub mod note;
 pub mod view;
 
 #[cfg(test)]
@@ -73,14 +74,14 @@ mod render_tests;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use idem_store::{Actor, AuditFilter, OperationInfo, StoreError};
+use idem_store::{Actor, AuditFilter, OperationInfo};
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::Event;
 use tokio::sync::mpsc;
 
 use crate::db::Db;
-use crate::error::store_message;
 use app::{ActError, App, Command, DetailData, MessageData, Msg, Refreshed, Retried, update};
+use note::{Failure, Note};
 
 /// How the UI was started.
 #[derive(Debug, Clone)]
@@ -143,7 +144,7 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
                 // A resize (or anything else) only needs the redraw at the top of the loop.
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => {
-                    app.status = Some(app::Status { text: format!("terminal: {e}"), error: true });
+                    app.status = Some(Note::Terminal(e.to_string()));
                     continue;
                 }
                 None => break,
@@ -159,7 +160,7 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
                 // A task that failed still answers, so that nothing stays "under way".
                 let msg = match work.await {
                     Ok(msg) => msg,
-                    Err(e) => failed(fallback, &e.to_string()),
+                    Err(e) => failed(fallback, Failure::Task(std::sync::Arc::new(e))),
                 };
                 // The loop is gone when the user quit: nobody is waiting for the result.
                 let _ = tx.send(msg);
@@ -173,8 +174,7 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
 }
 
 /// The answer to `command` when its task died (`why`) before it could answer.
-fn failed(command: Command, why: &str) -> Msg {
-    let why = format!("the database task failed: {why}");
+fn failed(command: Command, why: Failure) -> Msg {
     match command {
         Command::Refresh { generation, .. } => Msg::Refreshed {
             generation,
@@ -191,7 +191,7 @@ fn failed(command: Command, why: &str) -> Msg {
         Command::Act { key, action, .. } => Msg::Acted {
             key,
             action: action.name(),
-            result: Err(ActError::Other(why)),
+            result: Err(ActError::Failed(why)),
         },
         Command::LoadMessage { id } => Msg::MessageLoaded {
             id,
@@ -199,38 +199,32 @@ fn failed(command: Command, why: &str) -> Msg {
         },
         Command::Retry { id, .. } => Msg::Retried {
             id,
-            result: Err(ActError::Other(why)),
+            result: Err(ActError::Failed(why)),
         },
     }
 }
 
 /// Reads an outbox message and its audit history.
-async fn read_message(db: &Db, id: i64) -> Result<MessageData, String> {
-    let row = db.outbox_find(id).await.map_err(|e| store_message(&e))?;
+async fn read_message(db: &Db, id: i64) -> Result<MessageData, Failure> {
+    let row = db.outbox_find(id).await.map_err(Failure::from)?;
     let audit = match &row {
         Some(row) => db
             .audit(&AuditFilter::new().key(row.audit_key()).limit(app::PAGE))
             .await
-            .map_err(|e| store_message(&e)),
+            .map_err(Failure::from),
         None => Ok(Vec::new()),
     };
     Ok(MessageData { row, audit })
 }
 
 /// Reads a key, its audit history and its journal.
-async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailData, String> {
-    let row = db
-        .get(key.as_ref(), now_ms)
-        .await
-        .map_err(|e| store_message(&e))?;
+async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailData, Failure> {
+    let row = db.get(key.as_ref(), now_ms).await.map_err(Failure::from)?;
     let audit = db
         .audit(&AuditFilter::new().key(key.as_ref()).limit(app::PAGE))
         .await
-        .map_err(|e| store_message(&e));
-    let journal = db
-        .journal(key.as_ref())
-        .await
-        .map_err(|e| store_message(&e));
+        .map_err(Failure::from);
+    let journal = db.journal(key.as_ref()).await.map_err(Failure::from);
     Ok(DetailData {
         row,
         audit,
@@ -253,7 +247,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             event,
         } => {
             let result = async {
-                let page = db.list(&filter, now).await.map_err(|e| store_message(&e))?;
+                let page = db.list(&filter, now).await.map_err(Failure::from)?;
                 let detail = match detail {
                     Some(key) => {
                         let data = read_detail(db, &key, now).await;
@@ -262,7 +256,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                     None => None,
                 };
                 let (counts, operations) = if count {
-                    let counts = db.counts(now).await.map_err(|e| store_message(&e))?;
+                    let counts = db.counts(now).await.map_err(Failure::from)?;
                     let operations = operations(db, &counts).await;
                     (Some(counts), Some(operations))
                 } else {
@@ -271,7 +265,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 let outbox = match outbox {
                     Some(query) => {
                         let messages = db.outbox_list(query.status, query.limit).await;
-                        Some((query, messages.map_err(|e| store_message(&e))))
+                        Some((query, messages.map_err(Failure::from)))
                     }
                     None => None,
                 };
@@ -282,14 +276,14 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 let inbox = match inbox {
                     Some(query) => {
                         let events = db.inbox_list(query.status, query.limit).await;
-                        Some((query, events.map_err(|e| store_message(&e))))
+                        Some((query, events.map_err(Failure::from)))
                     }
                     None => None,
                 };
                 let event = match event {
                     Some(event_id) => {
                         let events = db.inbox_get(&event_id).await;
-                        Some((event_id, events.map_err(|e| store_message(&e))))
+                        Some((event_id, events.map_err(Failure::from)))
                     }
                     None => None,
                 };
@@ -316,7 +310,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
         }
         Command::LoadMore { generation, filter } => Msg::MoreLoaded {
             generation,
-            result: db.list(&filter, now).await.map_err(|e| store_message(&e)),
+            result: db.list(&filter, now).await.map_err(Failure::from),
         },
         Command::LoadDetail { key } => {
             let result = read_detail(db, &key, now).await.map(Box::new);
@@ -333,7 +327,7 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
                 .act(key.as_ref(), &expected, &action, &by, now)
                 .await
                 .map(|acted| acted.audit_id)
-                .map_err(act_error);
+                .map_err(ActError::from);
             Msg::Acted {
                 key,
                 action: action.name(),
@@ -355,39 +349,9 @@ async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
             };
             Msg::Retried {
                 id,
-                result: result.map_err(act_error),
+                result: result.map_err(ActError::from),
             }
         }
-    }
-}
-
-/// Why the store did not act, as the UI says it.
-fn act_error(error: StoreError) -> ActError {
-    match error {
-        StoreError::Changed { current } => ActError::Changed(current),
-        StoreError::NotApplicable(why) => ActError::Refused(crate::error::not_applicable(&why)),
-        StoreError::NeedsForce { action, hazard } => {
-            let why = match &hazard {
-                idem_store::Hazard::LeaseLive {
-                    locked_until_ms: Some(until),
-                } => format!(
-                    "the key's lease is live until {}: an attempt is running, and its work goes \
-                     on; wait until the lease runs out (stuck)",
-                    crate::format::rfc3339(*until)
-                ),
-                idem_store::Hazard::EffectsExist { attempt, .. } => format!(
-                    "the key completed in staged mode (attempt {attempt}): its steps' effects \
-                     exist, a new execution would run them again; retries replay its response, \
-                     a new execution needs a new key"
-                ),
-                other => crate::format::epochs_as_times(&other.to_string()),
-            };
-            ActError::Refused(format!(
-                "refused: {action}: {why}; or force it (fenced, audited) on the command line: \
-                 idem keys {action} … --force"
-            ))
-        }
-        other => ActError::Other(store_message(&other)),
     }
 }
 

@@ -147,7 +147,7 @@ fn errors_and_the_search_prompt() {
 fn a_refusal_says_why_and_how_to_force() {
     let mut app = loaded_app();
     let key = KeyId::of(app.selected_row().unwrap());
-    let refused = super::act_error(idem_store::StoreError::NeedsForce {
+    let refused = super::app::ActError::from(idem_store::StoreError::NeedsForce {
         action: "complete",
         hazard: idem_store::Hazard::LeaseLive {
             locked_until_ms: Some(fixtures::NOW + 30_000),
@@ -224,7 +224,7 @@ fn the_inbox() {
                 .collect()
         })
         .collect();
-    assert_eq!(events[0][2..5], ["unmatched", "1d", "1"], "{screen}");
+    assert_eq!(events[0][2..5], ["unmatched", "1d2h", "1"], "{screen}");
     assert_eq!(events[1][2..5], ["unmatched", "2h", "3"], "{screen}");
     assert_eq!(events[2][2..5], ["waiting", "5m", "1"], "{screen}");
     assert!(
@@ -427,9 +427,11 @@ fn a_refusal_gives_times_not_epochs() {
     let mut app = loaded_app();
     let key = KeyId::of(app.selected_row().unwrap());
     let expired_at = fixtures::NOW - 10 * fixtures::MIN;
-    let refused = super::act_error(idem_store::StoreError::NotApplicable(format!(
-        "expire: the key expired already (at {expired_at} ms)"
-    )));
+    let refused = super::app::ActError::from(idem_store::StoreError::NotApplicable(
+        idem_store::NotApplicable::ExpiredAlready {
+            expired_at_ms: expired_at,
+        },
+    ));
     let _ = update(
         &mut app,
         Msg::Acted {
@@ -571,4 +573,101 @@ fn sealed_keys_show_their_storage_key() {
     assert!(text.contains("sealed         key k1 (opened)"), "{text}");
     assert!(text.contains("body           JSON, "), "{text}");
     assert!(!text.contains("sealed (key k1)"), "{text}");
+}
+
+/// A key's detail shows what is stored as stored: the response body's members in their
+/// order, the stored request laid out under a heading like the others (never cut mid-word),
+/// and the status column only when it says otherwise.
+#[test]
+fn the_detail_shows_what_is_stored() {
+    let mut row = fixtures::stuck("tenant:acme", "pay:v1", "order-9");
+    row.status = idem_store::KeyStatus::Completed;
+    row.response = Some(idem_store::StoredResponse {
+        status: 200,
+        headers: Vec::new(),
+        body: bytes::Bytes::from_static(br#"{"zeta":1,"alpha":2}"#),
+    });
+    let mut journal = fixtures::detail_data(&row).journal.unwrap().unwrap();
+    journal.request = Some(serde_json::json!({
+        "method": "POST",
+        "path": "/payments/with/a/long/path/that/does/not/fit/on/one/line",
+    }));
+    let journal = Some(&Ok(Some(journal)));
+    let audit = Some(&Ok(Vec::new()));
+    let lines = super::detail::lines(Some(&row), journal, audit, fixtures::NOW, &TimeZone::UTC);
+    let text = text_of(&lines);
+    assert!(text.contains("status         completed\n"), "{text}");
+    assert!(!text.contains("(column:"), "{text}");
+    let (zeta, alpha) = (
+        text.find("\"zeta\"").unwrap(),
+        text.find("\"alpha\"").unwrap(),
+    );
+    assert!(zeta < alpha, "{text}");
+    assert!(text.contains("\n  \"method\": \"POST\",\n"), "{text}");
+    let heading = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l.to_string() == name)
+            .unwrap_or_else(|| panic!("{name} in\n{text}"))
+            .spans[0]
+            .style
+    };
+    assert_eq!(heading("Request"), heading("Journal"));
+    // A stuck key's column says otherwise: shown.
+    let stuck = fixtures::stuck("tenant:acme", "pay:v1", "order-9");
+    let text = text_of(&super::detail::lines(
+        Some(&stuck),
+        None,
+        None,
+        fixtures::NOW,
+        &TimeZone::UTC,
+    ));
+    assert!(
+        text.contains("status         stuck (column: processing)"),
+        "{text}"
+    );
+}
+
+/// The inbox's detail speaks of events, whatever they are: no provider's words.
+#[test]
+fn the_inbox_detail_is_generic() {
+    let mut app = fixtures::inbox_app();
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::Enter);
+    let screen = render(&app, 80, 24);
+    assert!(
+        screen.contains("read-only: settle it with its sender, or by hand"),
+        "{screen}"
+    );
+    assert!(!screen.contains("refund"), "{screen}");
+}
+
+/// Counts agree with their noun: `1 key loaded`, `2 keys loaded`.
+#[test]
+fn one_key_is_one_key() {
+    let mut app = loaded_app();
+    let _ = update(
+        &mut app,
+        fixtures::refreshed(fixtures::rows()[..1].to_vec(), None),
+    );
+    let screen = render(&app, 80, 24);
+    assert!(screen.contains(" 1 key loaded "), "{screen}");
+}
+
+/// The inbox's reason column takes the room the other columns do not need, and every cut
+/// is marked with `…`.
+#[test]
+fn inbox_reasons_get_the_room() {
+    let mut app = fixtures::inbox_app();
+    let screen = render(&app, 80, 24);
+    let line = table_line(&screen, "evt_orphan");
+    assert!(line.contains("no payment names the charge ch_1"), "{line}");
+    assert!(line.contains("provider_…"), "{line}");
+    app.inbox.rows[0].reason = "the charge names no payment this receiver knows of, ".repeat(3);
+    let screen = render(&app, 80, 24);
+    let line = table_line(&screen, "evt_old");
+    assert!(
+        line.contains("the charge names no payment this…│"),
+        "{line}"
+    );
 }

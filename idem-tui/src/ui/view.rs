@@ -16,6 +16,7 @@ use super::app::{
 };
 use super::format::{self, event_style, message_state, message_style, status_style};
 use super::keymap;
+use super::note::plural;
 
 /// Draws the whole screen.
 pub fn view(app: &App, frame: &mut Frame<'_>) {
@@ -45,7 +46,11 @@ pub fn view(app: &App, frame: &mut Frame<'_>) {
 }
 
 fn counts_spans(counts: &StatusCounts) -> Vec<Span<'static>> {
-    let mut spans = vec![Span::raw(format!("{} keys ", counts.total()))];
+    let total = counts.total();
+    let mut spans = vec![Span::raw(format!(
+        "{total} {} ",
+        plural(total, "key", "keys")
+    ))];
     for status in KeyStatus::ALL {
         spans.push(Span::raw(" "));
         spans.push(Span::styled(
@@ -238,7 +243,7 @@ fn response_status(row: &KeyRow) -> String {
 }
 
 /// The widths of the key table's status, age, exp in and resp columns.
-const KEY_TABLE_FIXED: [u16; 4] = [10, 5, 8, 5];
+const KEY_TABLE_FIXED: [u16; 4] = [10, 6, 7, 5];
 
 /// The least width the key column keeps (or all it needs, if less) while a scope or an
 /// operation is too long to show whole.
@@ -284,7 +289,9 @@ fn draw_keys(app: &App, frame: &mut Frame<'_>, area: Rect) {
     } else {
         ""
     };
-    let title = format!(" {} keys loaded{more} ", app.order.len());
+    let loaded = app.order.len();
+    let keys = plural(u64::try_from(loaded).unwrap_or(u64::MAX), "key", "keys");
+    let title = format!(" {loaded} {keys} loaded{more} ");
     let block = Block::bordered().title(title);
     let titles: Vec<String> = Column::ALL
         .iter()
@@ -422,7 +429,7 @@ fn draw_operations(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let widths = [
         Constraint::Fill(1),
         Constraint::Length(8),
-        Constraint::Length(4),
+        Constraint::Length(6),
         Constraint::Length(12),
         Constraint::Length(6),
         Constraint::Length(5),
@@ -459,8 +466,9 @@ fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
         String::new()
     };
     let title = format!(
-        " {}{filtered} messages (oldest first{capped}; Enter: one, r: retry) ",
-        outbox.rows.len()
+        " {}{filtered} {} (oldest first{capped}; Enter: one, r: retry) ",
+        outbox.rows.len(),
+        plural(outbox.rows.len() as u64, "message", "messages")
     );
     let header = Row::new([
         "id",
@@ -500,7 +508,7 @@ fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
         Constraint::Length(9),
         Constraint::Length(3),
         Constraint::Length(9),
-        Constraint::Length(4),
+        Constraint::Length(6),
         Constraint::Fill(3),
     ];
     let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
@@ -535,6 +543,26 @@ fn draw_outbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
     }
 }
 
+/// The widths of the inbox table's status, age and deliveries columns.
+const INBOX_FIXED: [u16; 3] = [9, 6, 4];
+
+/// The widths of the inbox table's event id, source and reason columns within `width`: the
+/// event id and the source as wide as their widest cell, up to a third and a fifth of the
+/// room, and the reason the rest, so that it is cut (with `…`) only when nothing is left.
+fn inbox_columns(inbox: &super::app::Events, width: u16) -> [usize; 3] {
+    let fixed: u16 = INBOX_FIXED.iter().sum();
+    // The borders, the selection mark and a space between columns.
+    let available = usize::from(width.saturating_sub(2 + 1 + 5 + fixed));
+    let widest = |cell: fn(&idem_store::InboxEvent) -> &str, title: &str| {
+        (inbox.rows.iter())
+            .map(|row| cell(row).chars().count())
+            .fold(title.chars().count(), usize::max)
+    };
+    let id = widest(|row| &row.event_id, "event id").min(available / 3);
+    let source = widest(|row| &row.source, "source").min(available / 5);
+    [id, source, available.saturating_sub(id + source)]
+}
+
 fn draw_inbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
     let inbox = &app.inbox;
     let filtered = inbox.status.map_or_else(String::new, |s| format!(" {s}"));
@@ -544,28 +572,32 @@ fn draw_inbox(app: &App, frame: &mut Frame<'_>, area: Rect) {
         String::new()
     };
     let title = format!(
-        " {}{filtered} events (the longest noted first{capped}; Enter: one) ",
-        inbox.rows.len()
+        " {}{filtered} {} (the longest noted first{capped}; Enter: one) ",
+        inbox.rows.len(),
+        plural(inbox.rows.len() as u64, "event", "events")
     );
     let header = Row::new(["event id", "source", "status", "age", "dlv", "reason"])
         .style(Style::new().bold().underlined());
+    let [id_width, source_width, reason_width] = inbox_columns(inbox, area.width);
+    let cut = crate::format::one_line;
     let rows = inbox.rows.iter().map(|row| {
         Row::new(vec![
-            Cell::from(row.event_id.clone()),
-            Cell::from(row.source.clone()),
+            Cell::from(cut(&row.event_id, id_width)),
+            Cell::from(cut(&row.source, source_width)),
             Cell::from(Span::styled(row.status.as_str(), event_style(row.status))),
             Cell::from(format::span(row.age_ms(app.now_ms))),
             Cell::from(row.deliveries.to_string()),
-            Cell::from(crate::format::one_line(&row.reason, 200)),
+            Cell::from(cut(&row.reason, reason_width)),
         ])
     });
+    let length = |width: usize| Constraint::Length(u16::try_from(width).unwrap_or(u16::MAX));
     let widths = [
-        Constraint::Fill(3),
-        Constraint::Fill(2),
-        Constraint::Length(9),
-        Constraint::Length(4),
-        Constraint::Length(4),
-        Constraint::Fill(3),
+        length(id_width),
+        length(source_width),
+        Constraint::Length(INBOX_FIXED[0]),
+        Constraint::Length(INBOX_FIXED[1]),
+        Constraint::Length(INBOX_FIXED[2]),
+        Constraint::Fill(1),
     ];
     let inner_height = usize::from(area.height.saturating_sub(3)).max(1);
     let offset = inbox.selected.saturating_sub(inner_height - 1);
@@ -642,8 +674,8 @@ fn draw_detail(app: &App, detail: &Detail, frame: &mut Frame<'_>, area: Rect) {
 /// do), up to 6.
 fn footer_height(app: &App, width: u16) -> u16 {
     match &app.status {
-        Some(status) if status.error && app.prompt.is_none() && width > 0 => {
-            let chars = status.text.chars().count();
+        Some(status) if status.is_error() && app.prompt.is_none() && width > 0 => {
+            let chars = status.text().chars().count();
             // Some slack for the words the wrap moves to the next line.
             let usable = usize::from(width.saturating_sub(8).max(1));
             let lines = chars.div_ceil(usable).clamp(1, 6);
@@ -663,8 +695,8 @@ fn draw_footer(app: &App, frame: &mut Frame<'_>, area: Rect) {
         ])
     } else if let Some(status) = &app.status {
         Line::styled(
-            status.text.clone(),
-            if status.error {
+            status.text(),
+            if status.is_error() {
                 Style::new().red().bold()
             } else {
                 Style::new().green()
@@ -859,7 +891,7 @@ fn draw_dialog(app: &App, dialog: &Dialog, frame: &mut Frame<'_>) {
     }
     lines.push(Line::raw(format!("     by: {}", app.operator)));
     if let Some(error) = &dialog.error {
-        lines.push(Line::styled(error.clone(), Style::new().red().bold()));
+        lines.push(Line::styled(error.to_string(), Style::new().red().bold()));
     }
     let confirm = if dialog.focus == Field::Confirm {
         Line::from(vec![

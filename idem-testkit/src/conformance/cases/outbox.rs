@@ -513,7 +513,7 @@ pub async fn outbox_retry_is_audited<DB: ConformanceSql>() {
     ] {
         match outbox.retry(id, now, &by).await {
             Err(StoreError::NotApplicable(reason)) => {
-                assert!(reason.contains(why), "{id}: {reason}");
+                assert!(reason.to_string().contains(why), "{id}: {reason}");
             }
             other => panic!("retry of {id}: expected NotApplicable, got {other:?}"),
         }
