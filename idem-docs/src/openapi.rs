@@ -174,7 +174,12 @@ fn responses(doc: &OperationDoc) -> Map<String, Value> {
         let Value::Object(response) = entry else {
             continue;
         };
-        let line = format!("{} {}", case.when, case.then);
+        // A problem's paragraph names its type: what it says (to retry, say) is for that
+        // type, not for every response of the status.
+        let line = match case.problem {
+            Some(problem) => format!("`{problem}`: {} {}", case.when, case.then),
+            None => format!("{} {}", case.when, case.then),
+        };
         let description = match response.get("description").and_then(Value::as_str) {
             Some("") | None => line,
             Some(before) => format!("{before}\n\n{line}"),

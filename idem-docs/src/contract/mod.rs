@@ -25,6 +25,7 @@ pub use key::{
 };
 pub(crate) use key::{example_key, example_values, key_required, key_word};
 pub use own::own_failure;
+pub use protocol::IN_FLIGHT;
 pub use request::INVALID_BODY;
 pub use webhook::{WEBHOOK_HEADERS, WEBHOOK_UNVERIFIED, webhook_verification};
 pub use words::{

@@ -8,6 +8,10 @@ use super::key::{KEY_HEADER, KEY_MAX_LEN, key_part, key_required, key_source};
 use super::words::REPLAYED_HEADER;
 use crate::{KeyPartDoc, OperationDoc};
 
+/// The problem type of a retry while a request with the same key is still running (`409`),
+/// as the runtime answers it: the one `409` a client retries on idem's advice.
+pub const IN_FLIGHT: &str = "urn:idem:problem:in-flight";
+
 /// The key protocol's cases, in the order they are listed within a status.
 pub(super) fn cases(doc: &OperationDoc) -> Vec<Case> {
     let ttl = describe_duration(doc.ttl);
@@ -167,9 +171,12 @@ fn in_flight(doc: &OperationDoc) -> Case {
     };
     Case::problem(
         409,
-        "urn:idem:problem:in-flight",
+        IN_FLIGHT,
         when.to_owned(),
-        "Wait `Retry-After` seconds, then retry with the same key and the same request.",
+        &format!(
+            "For this `type` only (`{IN_FLIGHT}`): wait `Retry-After` seconds, then retry with \
+             the same key and the same request."
+        ),
     )
     .retry_after()
 }
@@ -178,14 +185,16 @@ fn in_flight(doc: &OperationDoc) -> Case {
 fn taken_over(doc: &OperationDoc) -> Case {
     Case::problem(
         409,
-        "urn:idem:problem:in-flight",
+        IN_FLIGHT,
         format!(
             "This request's attempt stopped renewing its lease of {} and was taken \
              over by a retry or the server's reconciler.",
             describe_duration(doc.lease)
         ),
-        "Retry with the same key and the same request: you get the outcome of the \
-         attempt that took over.",
+        &format!(
+            "For this `type` only (`{IN_FLIGHT}`): retry with the same key and the same \
+             request, and you get the outcome of the attempt that took over."
+        ),
     )
     .retry_after()
 }

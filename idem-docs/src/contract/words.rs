@@ -4,6 +4,7 @@ use idem_spec::{ExpiryPolicy, Mode, ScopeKind, describe_duration};
 
 use super::key::{KEY_HEADER, key_source, key_word};
 use super::own::own_failure;
+use super::protocol::IN_FLIGHT;
 use crate::OperationDoc;
 
 /// Header idem sets on every replayed response.
@@ -59,7 +60,7 @@ pub fn summary(doc: &OperationDoc) -> String {
          {who} and kept for {ttl}.{how} A retry with the same key and the same request replays \
          the stored response (`{REPLAYED_HEADER}: true`); the same key with a different \
          request is refused (422); a retry while the first is still running is answered 409 \
-         with `Retry-After`. {} After {ttl} {expired}.",
+         `{IN_FLIGHT}` with `Retry-After`. {} After {ttl} {expired}.",
         doc.mode,
         key_word(doc),
         own_failure(doc),
@@ -125,6 +126,11 @@ pub fn staged_calls() -> &'static str {
 /// What `Retry-After` says.
 #[must_use]
 pub fn retry_after_header() -> &'static str {
-    "`Retry-After` (whole seconds) comes with 409 and 503: wait that long, then send the same \
-     request with the same key."
+    "`Retry-After` (whole seconds) comes with the problems of idem that a retry resolves: \
+     `urn:idem:problem:in-flight` (409), and `urn:idem:problem:interrupted`, \
+     `urn:idem:problem:store-unavailable`, `urn:idem:problem:store-busy`, \
+     `urn:idem:problem:outcome-unknown` and `urn:idem:problem:storage-key-unknown` (503). For \
+     these `type`s only, wait that long, then send the same request with the same key. A \
+     response of the same status with another `type` is the operation's own: do what the \
+     operation documents for it."
 }
