@@ -611,3 +611,20 @@ fn retry_advice_names_idem_problem_types() {
         "{markdown}"
     );
 }
+
+/// The served `410` row and "When the window lapses" count the window alike, as the runtime
+/// does: an atomic key expires its ttl after the arrival of the request that ran the
+/// operation.
+#[test]
+fn the_window_is_worded_once() {
+    let (markdown, _) = orders_documents();
+    let kept = "kept for 24 hours from the arrival of the request that ran the operation";
+    let gone = markdown.lines().find(|l| l.starts_with("| 410")).unwrap();
+    assert!(gone.contains(kept), "{gone}");
+    assert!(
+        markdown.contains(&format!("A key is {kept}.")),
+        "{markdown}"
+    );
+    assert!(!markdown.contains("stored more than"), "{markdown}");
+    assert!(!markdown.contains("after its first request"), "{markdown}");
+}

@@ -112,3 +112,31 @@ fn in_flight_advice_names_its_type() {
         }
     }
 }
+
+/// The `410` row and "When the window lapses" say when a key's window starts in one wording,
+/// the runtime's: from the arrival of the request that ran the operation (atomic), from the
+/// operation's completion (staged).
+#[test]
+fn the_window_is_worded_once_as_the_runtime_counts_it() {
+    for (mode, start) in [
+        (
+            Mode::Atomic,
+            "from the arrival of the request that ran the operation",
+        ),
+        (Mode::Staged, "after the operation completes"),
+    ] {
+        let doc = with_own_conflict(mode);
+        let kept = format!("kept for 24 hours {start}");
+        let window = contract::window(&doc);
+        assert!(window.contains(&kept), "{window}");
+        let gone = contract::cases(&doc)
+            .into_iter()
+            .find(|c| c.status == "410")
+            .unwrap();
+        assert!(gone.when.contains(&kept), "{}", gone.when);
+        for text in [&window, &gone.when] {
+            assert!(!text.contains("stored more than"), "{text}");
+            assert!(!text.contains("after its first request"), "{text}");
+        }
+    }
+}

@@ -5,7 +5,7 @@ use idem_spec::{ExpiryPolicy, InFlightPolicy, Mode, describe_duration};
 
 use super::case::Case;
 use super::key::{KEY_HEADER, KEY_MAX_LEN, key_part, key_required, key_source};
-use super::words::REPLAYED_HEADER;
+use super::words::{REPLAYED_HEADER, kept_for};
 use crate::{KeyPartDoc, OperationDoc};
 
 /// The problem type of a retry while a request with the same key is still running (`409`),
@@ -28,7 +28,10 @@ pub(super) fn cases(doc: &OperationDoc) -> Vec<Case> {
         cases.push(Case::problem(
             410,
             "urn:idem:problem:key-expired",
-            format!("The key's response was stored more than {ttl} ago; its record is gone."),
+            format!(
+                "The key was {}, and that time is over; its record is gone.",
+                kept_for(doc)
+            ),
             "Do not retry with this key. Check whether the first request took effect before \
              sending the operation again with a new key.",
         ));

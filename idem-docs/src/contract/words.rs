@@ -67,18 +67,31 @@ pub fn summary(doc: &OperationDoc) -> String {
     )
 }
 
+/// How long a key is kept, and from when, as the runtime counts it: the one wording of the
+/// window ([`window`]) and of the `410` of an expired key.
+///
+/// An atomic operation's key expires its TTL after the arrival of the request that ran the
+/// operation (its response is stored with the key when that request ends); a staged one's,
+/// its TTL after the operation completes (while it runs or waits to be resumed it is kept,
+/// whatever the time).
+pub(super) fn kept_for(doc: &OperationDoc) -> String {
+    let ttl = describe_duration(doc.ttl);
+    match doc.mode {
+        Mode::Staged => format!("kept for {ttl} after the operation completes"),
+        _ => format!("kept for {ttl} from the arrival of the request that ran the operation"),
+    }
+}
+
 /// What happens when the key's window lapses.
 #[must_use]
 pub fn window(doc: &OperationDoc) -> String {
     let ttl = describe_duration(doc.ttl);
-    // Staged keys count their TTL from completion: one still running, or waiting to be
-    // resumed, is kept whatever the time.
     let kept = match doc.mode {
         Mode::Staged => format!(
-            "A key is kept for {ttl} after the operation completes (while it runs or waits to \
-             be resumed, whatever the time)."
+            "A key is {} (while it runs or waits to be resumed, whatever the time).",
+            kept_for(doc)
         ),
-        _ => format!("A key is kept for {ttl} after its first request."),
+        _ => format!("A key is {}.", kept_for(doc)),
     };
     match doc.on_expired {
         ExpiryPolicy::Gone => format!(
