@@ -562,3 +562,69 @@ fn ensure_validator() {
          openapi-spec-validator (.ci/run does)"
     );
 }
+
+/// The orders' documents, as the server writes them, without a server.
+fn orders_documents() -> (String, Value) {
+    use utoipa::OpenApi as _;
+    let documents = idem_examples::docs::documents(
+        idem_examples::orders::operations(),
+        idem_examples::orders::OrdersApi::openapi(),
+    )
+    .unwrap();
+    (
+        documents.markdown,
+        serde_json::from_str(&documents.openapi).unwrap(),
+    )
+}
+
+/// A client following the served documents retries a `409` or a `503` only for idem's own
+/// problem types: each paragraph that says to wait `Retry-After` names its type, and the
+/// `Retry-After` header names the types it comes with, never a status alone.
+#[test]
+fn retry_advice_names_idem_problem_types() {
+    let (markdown, openapi) = orders_documents();
+    let retry_after = openapi["components"]["headers"]["RetryAfter"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        retry_after.contains(&format!("`{}` (409)", docs::contract::IN_FLIGHT)),
+        "{retry_after}"
+    );
+    assert!(!retry_after.contains("409 and 503"), "{retry_after}");
+    let responses = &openapi["paths"]["/orders"]["post"]["responses"];
+    for status in ["409", "503"] {
+        let description = responses[status]["description"].as_str().unwrap();
+        for paragraph in description.split("\n\n") {
+            if paragraph.contains("`Retry-After`") {
+                assert!(
+                    paragraph.starts_with("`urn:idem:problem:"),
+                    "{status}: {paragraph}"
+                );
+            }
+        }
+    }
+    for line in markdown.lines().filter(|l| l.starts_with("| 409")) {
+        assert!(line.contains(docs::contract::IN_FLIGHT), "{line}");
+    }
+    assert!(
+        !markdown.contains("still running, `409` with"),
+        "{markdown}"
+    );
+}
+
+/// The served `410` row and "When the window lapses" count the window alike, as the runtime
+/// does: an atomic key expires its ttl after the arrival of the request that ran the
+/// operation.
+#[test]
+fn the_window_is_worded_once() {
+    let (markdown, _) = orders_documents();
+    let kept = "kept for 24 hours from the arrival of the request that ran the operation";
+    let gone = markdown.lines().find(|l| l.starts_with("| 410")).unwrap();
+    assert!(gone.contains(kept), "{gone}");
+    assert!(
+        markdown.contains(&format!("A key is {kept}.")),
+        "{markdown}"
+    );
+    assert!(!markdown.contains("stored more than"), "{markdown}");
+    assert!(!markdown.contains("after its first request"), "{markdown}");
+}

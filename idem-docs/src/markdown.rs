@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use idem_spec::{Mode, describe_duration};
 use serde_json::Value;
 
-use crate::contract::{self, EXAMPLE_KEY, KEY_HEADER, REPLAYED_HEADER, WEBHOOK_HEADERS};
+use crate::contract::{self, EXAMPLE_KEY, IN_FLIGHT, KEY_HEADER, REPLAYED_HEADER, WEBHOOK_HEADERS};
 use crate::{KeyPartDoc, OperationDoc};
 
 /// The client's contract of every operation, as Markdown. Each operation's section names
@@ -217,7 +217,8 @@ fn example(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     writeln!(
         out,
         "If the first request completed, the answer is its stored response with \
-         `{REPLAYED_HEADER}: true`; if it is still running, `409` with `Retry-After`; if it \
+         `{REPLAYED_HEADER}: true`; if it is still running, `409` `{IN_FLIGHT}` with \
+         `Retry-After`; if it \
          never arrived, the operation runs now, once."
     )?;
     if !contract::key_required(doc) {

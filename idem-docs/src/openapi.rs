@@ -142,7 +142,27 @@ fn key_parameters(doc: &OperationDoc) -> Vec<Value> {
     parameters
 }
 
+/// One routed operation: its parameters, its responses, its description and its policy.
 pub(crate) fn operation(doc: &OperationDoc) -> Value {
+    let mut operation = json!({
+        "operationId": doc.id,
+        "summary": format!("Idempotent operation `{}`", doc.id),
+        "description": description(doc),
+        "parameters": parameters(doc),
+        "responses": responses(doc),
+        "x-idempotency": policy(doc),
+    });
+    if let Value::Object(map) = &mut operation
+        && !doc.handler.is_empty()
+    {
+        map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
+    }
+    operation
+}
+
+/// Every response [`contract::cases`] lists, grouped per status: the cases' descriptions,
+/// their headers, and the problem types of the status's `application/problem+json` body.
+fn responses(doc: &OperationDoc) -> Map<String, Value> {
     let mut responses = Map::new();
     let mut problems: Vec<(String, Vec<&'static str>)> = Vec::new();
     for case in contract::cases(doc) {
@@ -154,7 +174,12 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
         let Value::Object(response) = entry else {
             continue;
         };
-        let line = format!("{} {}", case.when, case.then);
+        // A problem's paragraph names its type: what it says (to retry, say) is for that
+        // type, not for every response of the status.
+        let line = match case.problem {
+            Some(problem) => format!("`{problem}`: {} {}", case.when, case.then),
+            None => format!("{} {}", case.when, case.then),
+        };
         let description = match response.get("description").and_then(Value::as_str) {
             Some("") | None => line,
             Some(before) => format!("{before}\n\n{line}"),
@@ -208,6 +233,12 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
             response.remove("headers");
         }
     }
+    responses
+}
+
+/// The operation's parameters: the key's, a verified webhook's headers, and the path's
+/// template segments.
+fn parameters(doc: &OperationDoc) -> Vec<Value> {
     let mut parameters = key_parameters(doc);
     if doc.verified_webhook {
         webhook_parameters(&mut parameters);
@@ -220,20 +251,7 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
             "schema": {"type": "string"},
         }));
     }
-    let mut operation = json!({
-        "operationId": doc.id,
-        "summary": format!("Idempotent operation `{}`", doc.id),
-        "description": description(doc),
-        "parameters": parameters,
-        "responses": responses,
-        "x-idempotency": policy(doc),
-    });
-    if let Value::Object(map) = &mut operation
-        && !doc.handler.is_empty()
-    {
-        map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
-    }
-    operation
+    parameters
 }
 
 /// The Standard Webhooks headers of a verified delivery ([`contract::WEBHOOK_HEADERS`]),

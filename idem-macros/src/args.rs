@@ -198,150 +198,195 @@ impl Args {
                 return None;
             }
         };
-        let mut args = Self {
-            spec: OperationSpec::new(""),
-            state: None,
-            route: None,
+        let mut reading = Reading {
+            args: Self {
+                spec: OperationSpec::new(""),
+                state: None,
+                route: None,
+            },
+            ttl_given: false,
+            lease_span: None,
+            operation: None,
+            version: None,
+            given: Vec::new(),
         };
-        let mut ttl_given = false;
-        let mut lease_span: Option<Span> = None;
-        let mut operation: Option<LitStr> = None;
-        let mut version: Option<(u32, Span)> = None;
-        let mut seen: Vec<String> = Vec::new();
-        let mut spans: Vec<(String, Span)> = Vec::new();
-
         for arg in parsed {
             let name = arg.name.to_string();
-            if seen.contains(&name) {
+            if reading.given(&name) {
                 errors.push(syn::Error::new(
                     arg.name.span(),
                     format!("duplicate argument `{name}`"),
                 ));
                 continue;
             }
-            seen.push(name.clone());
-            spans.push((name.clone(), arg.name.span()));
-            let value = &arg.value;
-            let result = match name.as_str() {
-                "ttl" => ttl(value).map(|t| {
-                    args.spec = args.spec.ttl(t);
-                    ttl_given = true;
-                }),
-                "scope" => word(value, "scope").map(|s| args.spec = args.spec.scope(s)),
-                "on_expired" => {
-                    word(value, "on_expired").map(|p| args.spec = args.spec.on_expired(p))
-                }
-                "key" => key(value).map(|key| {
-                    args.spec = match key {
-                        Key::Requirement(k) => args.spec.key(k),
-                        Key::From(source) => args.spec.key_from(source),
-                    };
-                }),
-                "mode" => word(value, "mode").map(|m| args.spec = args.spec.mode(m)),
-                "lease" => lease(value).map(|(l, span)| {
-                    args.spec = args.spec.lease(l);
-                    lease_span = Some(span);
-                }),
-                "path" => route(value).map(|r| args.route = Some(r)),
-                "on_in_flight" => {
-                    word(value, "on_in_flight").map(|p| args.spec = args.spec.on_in_flight(p))
-                }
-                "operation" => string(value, "operation").map(|lit| operation = Some(lit)),
-                "version" => parse_version(value).map(|v| version = Some(v)),
-                "store_client_errors" => boolean(value, "store_client_errors")
-                    .map(|b| args.spec = args.spec.store_client_errors(b)),
-                "mismatch_detail" => boolean(value, "mismatch_detail")
-                    .map(|b| args.spec = args.spec.mismatch_detail(b)),
-                "exclude" => parse_exclude(value).map(|paths| {
-                    let paths: Vec<&'static str> = paths.into_iter().map(leak).collect();
-                    args.spec = args.spec.fingerprint_exclude(paths.leak());
-                }),
-                "state" => match arg.ty {
-                    Some(ty) => {
-                        args.state = Some(ty);
-                        Ok(())
-                    }
-                    None => Err(syn::Error::new_spanned(
-                        value,
-                        "`state` takes the application state's type, such as `state = AppState`",
-                    )),
-                },
-                _ => Err(syn::Error::new(
-                    arg.name.span(),
-                    format!("unknown argument `{name}`; expected one of: {ARGUMENTS}"),
-                )),
-            };
-            if let Err(error) = result {
+            reading.given.push((name.clone(), arg.name.span()));
+            if let Err(error) = reading.apply(&name, arg) {
                 errors.push(error);
             }
         }
-
-        let span_of = |name: &str| {
-            spans
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or_else(Span::call_site, |(_, span)| *span)
-        };
-        if args.spec.mode == Mode::Staged {
-            let refused = [
-                (
-                    "key",
-                    args.spec.key == KeyRequirement::Optional,
-                    "`key = \"optional\"` does not go with `mode = \"staged\"`: a staged \
-                     operation keeps its progress in its key's row",
-                ),
-                (
-                    "store_client_errors",
-                    args.spec.store_client_errors,
-                    "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
-                     operation stores a failure by returning `StepError::permanent(…)`",
-                ),
-            ];
-            for (name, wrong, message) in refused {
-                if wrong {
-                    errors.push(syn::Error::new(span_of(name), message));
-                }
-            }
-            if let Some(span) = lease_span
-                && args.spec.lease > args.spec.ttl
-            {
-                errors.push(syn::Error::new(
-                    span,
-                    format!(
-                        "`lease` ({}) is longer than `ttl` ({}{}): the key would expire while an \
-                         attempt still holds it; shorten the lease or lengthen the ttl",
-                        describe_duration(args.spec.lease),
-                        describe_duration(args.spec.ttl),
-                        if ttl_given { "" } else { ", the default" },
-                    ),
-                ));
-            }
+        if reading.args.spec.mode == Mode::Staged {
+            reading.check_staged(errors);
         } else {
-            for name in ["lease", "on_in_flight"] {
-                if seen.iter().any(|s| s == name) {
-                    errors.push(syn::Error::new(
-                        span_of(name),
-                        format!("`{name}` applies to `mode = \"staged\"` only"),
-                    ));
-                }
-            }
+            reading.check_atomic(errors);
         }
-        if !seen.iter().any(|s| s == "scope") {
+        if !reading.given("scope") {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `scope`; add `scope = \"tenant\"`, `scope = \"user\"` or \
                  `scope = \"global\"` (keys are unique per scope, operation and key)",
             ));
         }
-        let name = operation
+        reading.identify(fn_name, errors);
+        Some(reading.args)
+    }
+}
+
+/// The arguments as they are read, and what the checks made after the last one need.
+struct Reading {
+    /// The arguments read so far, on top of the defaults.
+    args: Args,
+    /// `ttl` was given (a `lease` longer than the default one says so).
+    ttl_given: bool,
+    /// Where `lease` was given.
+    lease_span: Option<Span>,
+    /// `operation = "…"`.
+    operation: Option<LitStr>,
+    /// `version = N`, and where.
+    version: Option<(u32, Span)>,
+    /// Each argument's name, where it was given, in order; once each.
+    given: Vec<(String, Span)>,
+}
+
+impl Reading {
+    /// Whether the argument `name` was given.
+    fn given(&self, name: &str) -> bool {
+        self.given.iter().any(|(n, _)| n == name)
+    }
+
+    /// Where the argument `name` was given, or the attribute's place.
+    fn span_of(&self, name: &str) -> Span {
+        self.given
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or_else(Span::call_site, |(_, span)| *span)
+    }
+
+    /// Reads one argument, `name = value`, into the arguments.
+    fn apply(&mut self, name: &str, arg: Arg) -> syn::Result<()> {
+        let spec = &mut self.args.spec;
+        let value = &arg.value;
+        match name {
+            "ttl" => ttl(value).map(|t| {
+                *spec = spec.ttl(t);
+                self.ttl_given = true;
+            }),
+            "scope" => word(value, "scope").map(|s| *spec = spec.scope(s)),
+            "on_expired" => word(value, "on_expired").map(|p| *spec = spec.on_expired(p)),
+            "key" => key(value).map(|key| {
+                *spec = match key {
+                    Key::Requirement(k) => spec.key(k),
+                    Key::From(source) => spec.key_from(source),
+                };
+            }),
+            "mode" => word(value, "mode").map(|m| *spec = spec.mode(m)),
+            "lease" => lease(value).map(|(l, span)| {
+                *spec = spec.lease(l);
+                self.lease_span = Some(span);
+            }),
+            "path" => route(value).map(|r| self.args.route = Some(r)),
+            "on_in_flight" => word(value, "on_in_flight").map(|p| *spec = spec.on_in_flight(p)),
+            "operation" => string(value, "operation").map(|lit| self.operation = Some(lit)),
+            "version" => parse_version(value).map(|v| self.version = Some(v)),
+            "store_client_errors" => {
+                boolean(value, "store_client_errors").map(|b| *spec = spec.store_client_errors(b))
+            }
+            "mismatch_detail" => {
+                boolean(value, "mismatch_detail").map(|b| *spec = spec.mismatch_detail(b))
+            }
+            "exclude" => parse_exclude(value).map(|paths| {
+                let paths: Vec<&'static str> = paths.into_iter().map(leak).collect();
+                *spec = spec.fingerprint_exclude(paths.leak());
+            }),
+            "state" => match arg.ty {
+                Some(ty) => {
+                    self.args.state = Some(ty);
+                    Ok(())
+                }
+                None => Err(syn::Error::new_spanned(
+                    value,
+                    "`state` takes the application state's type, such as `state = AppState`",
+                )),
+            },
+            _ => Err(syn::Error::new(
+                arg.name.span(),
+                format!("unknown argument `{name}`; expected one of: {ARGUMENTS}"),
+            )),
+        }
+    }
+
+    /// `mode = "staged"`: no optional key, no stored client errors, a lease within the ttl.
+    fn check_staged(&self, errors: &mut Errors) {
+        let spec = &self.args.spec;
+        let refused = [
+            (
+                "key",
+                spec.key == KeyRequirement::Optional,
+                "`key = \"optional\"` does not go with `mode = \"staged\"`: a staged \
+                 operation keeps its progress in its key's row",
+            ),
+            (
+                "store_client_errors",
+                spec.store_client_errors,
+                "`store_client_errors` does not go with `mode = \"staged\"`: a staged \
+                 operation stores a failure by returning `StepError::permanent(…)`",
+            ),
+        ];
+        for (name, wrong, message) in refused {
+            if wrong {
+                errors.push(syn::Error::new(self.span_of(name), message));
+            }
+        }
+        if let Some(span) = self.lease_span
+            && spec.lease > spec.ttl
+        {
+            errors.push(syn::Error::new(
+                span,
+                format!(
+                    "`lease` ({}) is longer than `ttl` ({}{}): the key would expire while an \
+                     attempt still holds it; shorten the lease or lengthen the ttl",
+                    describe_duration(spec.lease),
+                    describe_duration(spec.ttl),
+                    if self.ttl_given { "" } else { ", the default" },
+                ),
+            ));
+        }
+    }
+
+    /// An atomic operation: staged mode's arguments do not apply.
+    fn check_atomic(&self, errors: &mut Errors) {
+        for name in ["lease", "on_in_flight"] {
+            if self.given(name) {
+                errors.push(syn::Error::new(
+                    self.span_of(name),
+                    format!("`{name}` applies to `mode = \"staged\"` only"),
+                ));
+            }
+        }
+    }
+
+    /// The operation's id, `<operation>:v<version>`: the handler's name unless `operation`
+    /// names it, version 1 unless `version` says otherwise.
+    fn identify(&mut self, fn_name: &Ident, errors: &mut Errors) {
+        let name = self
+            .operation
             .as_ref()
             .map_or_else(|| fn_name.to_string(), LitStr::value);
-        let span = operation.as_ref().map_or(fn_name.span(), LitStr::span);
-        let version_number = version.map_or(1, |(v, _)| v);
+        let span = self.operation.as_ref().map_or(fn_name.span(), LitStr::span);
+        let version_number = self.version.map_or(1, |(v, _)| v);
         match operation_id(&name, version_number) {
-            Ok(id) => args.spec.id = leak(id),
+            Ok(id) => self.args.spec.id = leak(id),
             Err(reason) => {
-                let span = match (reason, version) {
+                let span = match (reason, self.version) {
                     (idem_spec::OperationIdError::VersionZero, Some((_, span))) => span,
                     _ => span,
                 };
@@ -354,7 +399,6 @@ impl Args {
                 ));
             }
         }
-        Some(args)
     }
 }
 

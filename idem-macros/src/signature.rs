@@ -5,7 +5,10 @@
 //! look alike). The expansion asks the compiler instead, through the runtime's `Input` trait.
 
 use syn::visit_mut::VisitMut;
-use syn::{FnArg, GenericArgument, ItemFn, Lifetime, Pat, PathArguments, Type, TypeReference};
+use syn::{
+    Attribute, FnArg, GenericArgument, ItemFn, Lifetime, Pat, PatType, PathArguments, Type,
+    TypeReference,
+};
 
 use crate::args::Errors;
 
@@ -90,88 +93,16 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors, staged: bool) -> O
             }
             FnArg::Typed(arg) => arg,
         };
-        let mut not_input = None;
-        let mut kept = Vec::new();
-        for attr in std::mem::take(&mut arg.attrs) {
-            if attr.path().is_ident(NOT_INPUT) {
-                not_input = Some(attr);
-            } else if attr.path().is_ident("input") {
-                errors.push(syn::Error::new_spanned(
-                    &attr,
-                    "`#[input]` is not needed: an extractor is part of the fingerprint when \
-                     its type implements `idem_runtime::Input`",
-                ));
-            } else {
-                kept.push(attr);
-            }
-        }
-        arg.attrs = kept;
-        let role = match &*arg.ty {
-            ty if staged && is_attempt(ty) => {
-                if transaction.is_some() {
-                    errors.push(syn::Error::new_spanned(
-                        &arg.ty,
-                        "only one argument may be the `Attempt`",
-                    ));
-                }
-                transaction = Some(ty.clone());
-                Role::Transaction
-            }
-            Type::Reference(reference) if staged => {
-                errors.push(syn::Error::new_spanned(
-                    reference,
-                    "a staged handler takes `attempt: Attempt<DB>` instead of a transaction: \
-                     its steps open their own (`attempt.db_step`, `attempt.finish`)",
-                ));
-                // (Standing in for the `Attempt`, so that this is the only error.)
-                transaction.get_or_insert_with(|| (*reference.elem).clone());
-                Role::Transaction
-            }
-            Type::Reference(TypeReference {
-                mutability: Some(_),
-                elem,
-                ..
-            }) => {
-                if transaction.is_some() {
-                    errors.push(syn::Error::new_spanned(
-                        &arg.ty,
-                        "only one argument may be the transaction (`&mut`); \
-                         extractors are taken by value",
-                    ));
-                }
-                let mut ty = (**elem).clone();
-                StaticLifetimes.visit_type_mut(&mut ty);
-                transaction = Some(ty);
-                Role::Transaction
-            }
-            Type::Reference(reference) => {
-                // Most likely the transaction with `&` for `&mut`: say so, and count it as
-                // the transaction so that no "missing transaction" error follows.
-                errors.push(syn::Error::new_spanned(
-                    reference,
-                    "the transaction is taken by `&mut` (`tx: &mut Transaction<'_, DB>`); \
-                     extractors are taken by value",
-                ));
-                transaction.get_or_insert_with(|| (*reference.elem).clone());
-                Role::Transaction
-            }
-            _ => Role::Extractor {
-                ignored: not_input.is_some(),
-            },
-        };
+        let not_input = take_argument_attributes(arg, errors);
+        let role = role(
+            &arg.ty,
+            staged,
+            not_input.is_some(),
+            &mut transaction,
+            errors,
+        );
         if matches!(role, Role::Transaction) {
-            if let Some(attr) = &not_input {
-                errors.push(syn::Error::new_spanned(
-                    attr,
-                    "`#[not_input]` goes on extractors; the transaction is never an input",
-                ));
-            }
-            if !matches!(&*arg.pat, Pat::Ident(_) | Pat::Wild(_)) {
-                errors.push(syn::Error::new_spanned(
-                    &arg.pat,
-                    "bind the transaction to a name, such as `tx: &mut Transaction<'_, DB>`",
-                ));
-            }
+            check_transaction_argument(arg, not_input.as_ref(), errors);
         }
         arguments.push(Argument {
             role,
@@ -199,6 +130,107 @@ pub(crate) fn analyse(item: &mut ItemFn, errors: &mut Errors, staged: bool) -> O
         arguments,
         transaction,
     })
+}
+
+/// Removes idem's attributes from an argument: returns its `#[not_input]`, and refuses
+/// `#[input]`, which is not needed.
+fn take_argument_attributes(arg: &mut PatType, errors: &mut Errors) -> Option<Attribute> {
+    let mut not_input = None;
+    let mut kept = Vec::new();
+    for attr in std::mem::take(&mut arg.attrs) {
+        if attr.path().is_ident(NOT_INPUT) {
+            not_input = Some(attr);
+        } else if attr.path().is_ident("input") {
+            errors.push(syn::Error::new_spanned(
+                &attr,
+                "`#[input]` is not needed: an extractor is part of the fingerprint when \
+                 its type implements `idem_runtime::Input`",
+            ));
+        } else {
+            kept.push(attr);
+        }
+    }
+    arg.attrs = kept;
+    not_input
+}
+
+/// What an argument of type `ty` is: the transaction (the `Attempt`, staged), recorded in
+/// `transaction`, or an extractor. A reference that cannot be the transaction is reported,
+/// and counted as it, so that no "missing transaction" error follows.
+fn role(
+    ty: &Type,
+    staged: bool,
+    not_input: bool,
+    transaction: &mut Option<Type>,
+    errors: &mut Errors,
+) -> Role {
+    match ty {
+        ty if staged && is_attempt(ty) => {
+            if transaction.is_some() {
+                errors.push(syn::Error::new_spanned(
+                    ty,
+                    "only one argument may be the `Attempt`",
+                ));
+            }
+            *transaction = Some(ty.clone());
+            Role::Transaction
+        }
+        Type::Reference(reference) if staged => {
+            errors.push(syn::Error::new_spanned(
+                reference,
+                "a staged handler takes `attempt: Attempt<DB>` instead of a transaction: \
+                 its steps open their own (`attempt.db_step`, `attempt.finish`)",
+            ));
+            // (Standing in for the `Attempt`, so that this is the only error.)
+            transaction.get_or_insert_with(|| (*reference.elem).clone());
+            Role::Transaction
+        }
+        Type::Reference(TypeReference {
+            mutability: Some(_),
+            elem,
+            ..
+        }) => {
+            if transaction.is_some() {
+                errors.push(syn::Error::new_spanned(
+                    ty,
+                    "only one argument may be the transaction (`&mut`); \
+                     extractors are taken by value",
+                ));
+            }
+            let mut ty = (**elem).clone();
+            StaticLifetimes.visit_type_mut(&mut ty);
+            *transaction = Some(ty);
+            Role::Transaction
+        }
+        Type::Reference(reference) => {
+            // Most likely the transaction with `&` for `&mut`: say so, and count it as
+            // the transaction so that no "missing transaction" error follows.
+            errors.push(syn::Error::new_spanned(
+                reference,
+                "the transaction is taken by `&mut` (`tx: &mut Transaction<'_, DB>`); \
+                 extractors are taken by value",
+            ));
+            transaction.get_or_insert_with(|| (*reference.elem).clone());
+            Role::Transaction
+        }
+        _ => Role::Extractor { ignored: not_input },
+    }
+}
+
+/// The transaction's argument: never `#[not_input]`, and bound to a name.
+fn check_transaction_argument(arg: &PatType, not_input: Option<&Attribute>, errors: &mut Errors) {
+    if let Some(attr) = not_input {
+        errors.push(syn::Error::new_spanned(
+            attr,
+            "`#[not_input]` goes on extractors; the transaction is never an input",
+        ));
+    }
+    if !matches!(&*arg.pat, Pat::Ident(_) | Pat::Wild(_)) {
+        errors.push(syn::Error::new_spanned(
+            &arg.pat,
+            "bind the transaction to a name, such as `tx: &mut Transaction<'_, DB>`",
+        ));
+    }
 }
 
 struct StaticLifetimes;
