@@ -200,7 +200,7 @@ impl Backend for Sqlite {
             .code()
             .and_then(|c| c.parse::<i32>().ok())
             .is_some_and(|c| matches!(c & 0xff, 5 | 6));
-        if busy || db.message().contains("database is locked") {
+        if busy {
             Failure::LockTimeout
         } else {
             Failure::Other

@@ -390,7 +390,9 @@ pub(crate) fn key_row<DB: Glue>(
 async fn table_bytes<DB: Backend>(conn: &mut DB::Connection) -> Result<Option<i64>, sqlx::Error> {
     match DB::fetch_optional(conn, DB::SQL.tools.table_bytes, &[]).await {
         Ok(row) => Ok(row.map(|row| DB::opt_int(&row, 0)).transpose()?.flatten()),
-        Err(sqlx::Error::Database(e)) if e.message().contains("no such table") => Ok(None),
+        // SQLite built without `dbstat`: its one statement fails as SQLITE_ERROR (1), the
+        // code of a table it does not know (no other store answers a bare `1`).
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("1") => Ok(None),
         Err(error) => Err(error),
     }
 }
