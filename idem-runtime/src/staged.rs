@@ -872,7 +872,7 @@ impl<DB: Backend> Idem<DB> {
                     let Some(reserved) = reserved else {
                         // Another request is reserving it.
                         drop(session);
-                        self.held_off(spec, started, &mut pause).await?;
+                        self.held_off(spec, started, &mut pause, None).await?;
                         continue;
                     };
                     if !reserved {
@@ -900,7 +900,7 @@ impl<DB: Backend> Idem<DB> {
                     };
                     if !gone {
                         drop(session);
-                        self.held_off(spec, started, &mut pause).await?;
+                        self.held_off(spec, started, &mut pause, until).await?;
                         continue;
                     }
                     telemetry::owner_gone(attempt.attempt);
@@ -913,7 +913,7 @@ impl<DB: Backend> Idem<DB> {
             {
                 // Another request is taking it over.
                 drop(session);
-                self.held_off(spec, started, &mut pause).await?;
+                self.held_off(spec, started, &mut pause, None).await?;
                 continue;
             }
             let until = now.saturating_add(millis(spec.lease));
@@ -943,17 +943,27 @@ impl<DB: Backend> Idem<DB> {
     /// Another attempt holds the key: `409`, or, with [`InFlightPolicy::Wait`] and time left
     /// of [`crate::Config::in_flight_wait`] since `started`, a pause (growing up to
     /// [`POLL_MAX`]) before the next look. Called without a connection: a waiting retry
-    /// holds none while it sleeps.
+    /// holds none while it sleeps. The `409`'s `Retry-After` says when a retry can succeed:
+    /// the end of the attempt's lease, `until_ms` when known, rounded up to whole seconds
+    /// (never less than [`crate::Config::retry_after`]); a running attempt that completes
+    /// sooner is replayed to a retry that comes sooner.
     async fn held_off(
         &self,
         spec: &OperationSpec,
         started: Instant,
         pause: &mut Duration,
+        until_ms: Option<i64>,
     ) -> Result<(), Error> {
         let wait = self.config().in_flight_wait;
         let waited = started.elapsed();
         if spec.on_in_flight != InFlightPolicy::Wait || waited >= wait {
-            return Err(self.in_flight());
+            let pause = self.config().retry_after;
+            let left = until_ms.map(|until| until.saturating_sub(self.now_millis()));
+            let retry_after = match left.and_then(|ms| u64::try_from(ms).ok()) {
+                Some(ms) => Duration::from_secs(ms.div_ceil(1000)).max(pause),
+                None => pause,
+            };
+            return Err(Error::InFlight { retry_after });
         }
         tokio::time::sleep((*pause).min(wait.saturating_sub(waited))).await;
         *pause = (*pause * 2).min(POLL_MAX);

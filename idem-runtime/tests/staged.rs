@@ -346,6 +346,40 @@ async fn takeover_fences_the_old_attempt<DB: TestDb, H: Holding>() {
     );
 }
 
+/// A duplicate of an attempt that holds the key is told to come back when the attempt's lease
+/// ends (rounded up to whole seconds), not after the configured pause: a retry any sooner
+/// would be refused too. The attempt's process dies (its task aborted, its lease left
+/// running); a retry at the time said takes the key over and succeeds.
+async fn in_flight_says_when_the_lease_ends<DB: TestDb, H: Holding>() {
+    let h = Harness::<DB>::with_config(H::config()).await;
+    let work = Work::new(After::Wait);
+    let k = key("p-lease");
+    let first = {
+        let (idem, work, k) = (h.idem.clone(), Arc::clone(&work), k.clone());
+        tokio::spawn(async move { run(&idem, &SPEC, &work, &k, 100).await })
+    };
+    recorded(&h, "p-lease").await;
+    let row = h.idem.lookup(key_ref("p-lease")).await.unwrap().unwrap();
+    let left = row.locked_until_ms.unwrap() - h.idem.now_millis();
+    let duplicate = run(&h.idem, &SPEC, &work, &k, 100).await;
+    let Err(Error::InFlight { retry_after }) = duplicate else {
+        panic!("{duplicate:?}");
+    };
+    let said = i64::try_from(retry_after.as_millis()).unwrap();
+    assert!(
+        said >= left && said < left + 1000,
+        "{said} ms for {left} ms left"
+    );
+    first.abort();
+    let _ = first.await;
+    h.advance(retry_after);
+    let fresh = Work::new(After::Finish);
+    let retry = run(&h.idem, &SPEC, &fresh, &k, 100).await.unwrap();
+    assert_eq!(retry.kind, OutcomeKind::Executed);
+    assert_eq!(fresh.provider.calls(), 0, "the recorded charge was reused");
+    assert_eq!(h.effects().await, 1);
+}
+
 /// Two processes race to take over one expired lease: one wins and runs, the other gets
 /// 409 and runs nothing.
 async fn one_of_two_racing_takeovers_wins<DB: TestDb, H: Holding>() {
@@ -772,6 +806,7 @@ idem_testkit::on_every_store!(
     unrecorded_step_runs_again_with_the_same_provider_key,
     permanent_failure_is_stored_and_replayed,
     takeover_fences_the_old_attempt,
+    in_flight_says_when_the_lease_ends,
     one_of_two_racing_takeovers_wins,
     reconciler_resumes_stuck_keys,
     reconciler_resumes_a_sealed_request,
