@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use idem_store::{Hazard, InboxStatus, KeyRow, KeyStatus, NotApplicable, OutboxStatus, StoreError};
 
-use super::app::{ActKind, KeyId};
+use super::act::{ActKind, KeyId};
 use crate::refusal::{self, Forcing};
 
 /// Why the database did not answer: the store's error, or the task that ran the work died.
