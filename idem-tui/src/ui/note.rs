@@ -203,7 +203,7 @@ pub enum Note {
         id: i64,
         /// Its dedup id.
         dedup_id: String,
-        /// How it stands ([`super::format::message_state`]).
+        /// How it stands ([`crate::message::state`]).
         state: &'static str,
     },
     /// A key action's key (`c`) pressed where no key is shown; `inbox` when on the inbox.
