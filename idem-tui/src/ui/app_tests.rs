@@ -1190,3 +1190,72 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
         assert!(app.status.as_ref().unwrap().text().contains("read-only"));
     }
 }
+
+/// The dialog warns of the store's refusals in the words the refusal will have
+/// (`refusal.rs`): a live lease, a completed staged key's delete, the expiry of a key that is
+/// not final.
+#[test]
+fn the_dialog_warns_in_the_refusals_words() {
+    use crate::refusal;
+    let mut running = fixtures::stuck("tenant:acme", "create_order:v1", "order-2");
+    running.status = KeyStatus::Processing;
+    running.locked_until_ms = Some(NOW + 30_000);
+    let mut rows = rows();
+    rows[3] = running;
+    let mut app = loaded_app();
+    let _ = update(&mut app, refreshed(rows, None));
+    for _ in 0..3 {
+        update(&mut app, key(KeyCode::Down));
+    }
+    assert_eq!(app.keys.selected_row().unwrap().key, "order-2");
+    let effect = |app: &mut App, c: char| {
+        assert_eq!(update(app, ch(c)), None);
+        let effect = app.dialog.as_ref().unwrap().effect(&app.session.tz);
+        update(app, key(KeyCode::Esc));
+        effect
+    };
+    let live = Hazard::LeaseLive {
+        locked_until_ms: Some(NOW + 30_000),
+    };
+    let release = effect(&mut app, 'r');
+    assert_eq!(
+        release.last().unwrap(),
+        &refusal::warning("release", &live),
+        "{release:?}"
+    );
+    assert!(
+        release
+            .last()
+            .unwrap()
+            .contains(&refusal::hazard_text(&live))
+    );
+    let expire = effect(&mut app, 'e');
+    assert_eq!(
+        expire,
+        [refusal::not_applicable(&NotApplicable::NotFinal {
+            status: KeyStatus::Processing
+        })]
+    );
+
+    // A completed staged key: its delete needs force, its expiry does not.
+    let mut staged = fixtures::stuck("tenant:acme", "create_order:v1", "order-2");
+    staged.status = KeyStatus::Completed;
+    staged.locked_until_ms = None;
+    let mut rows = fixtures::rows();
+    rows[3] = staged;
+    let _ = update(&mut app, refreshed(rows, None));
+    let effects = Hazard::EffectsExist {
+        attempt: 2,
+        recovery_point: Some("charge".into()),
+    };
+    let delete = effect(&mut app, 'd');
+    assert_eq!(
+        delete.last().unwrap(),
+        &refusal::warning("delete", &effects)
+    );
+    let expire = effect(&mut app, 'e');
+    assert!(
+        expire.iter().all(|l| !l.contains("unless forced")),
+        "{expire:?}"
+    );
+}

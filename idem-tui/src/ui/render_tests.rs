@@ -678,3 +678,33 @@ fn inbox_reasons_get_the_room() {
         "{line}"
     );
 }
+
+/// The message pane shows the message as `idem outbox show` does: the same fields, the same
+/// values, `-` where it has none.
+#[test]
+fn the_message_pane_is_the_outbox_show_detail() {
+    use crate::message;
+    for row in fixtures::messages() {
+        let when = |ms: i64| super::format::when(ms, fixtures::NOW, &TimeZone::UTC);
+        let text = text_of(&super::detail::message_lines(
+            Some(&row),
+            Some(&Ok(Vec::new())),
+            fixtures::NOW,
+            &TimeZone::UTC,
+        ));
+        for (name, value) in message::fields(&row, fixtures::NOW, when) {
+            let line = format!("{name:<15}{value}");
+            assert!(text.contains(&line), "{line:?} in\n{text}");
+        }
+        assert!(
+            text.contains(&format!("Last error\n{}", message::last_error(&row))),
+            "{text}"
+        );
+        if row.delivered_at_ms.is_none() {
+            assert!(
+                text.contains(&format!("delivered      {}\n", message::NONE)),
+                "{text}"
+            );
+        }
+    }
+}
