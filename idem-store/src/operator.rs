@@ -1,6 +1,6 @@
 //! [Operator actions](crate#operator-actions) on keys ([`KeyTable::act`]), the audit trail
-//! ([`KeyTable::audit`], in [`audit`]), a staged key's journal ([`KeyTable::journal`]) and a key's field
-//! digests ([`KeyTable::field_digests`]).
+//! ([`KeyTable::audit`], in [`audit`]), a staged key's journal ([`KeyTable::journal`]) and a
+//! key's field digests ([`KeyTable::field_digests`]).
 
 use serde_json::{Map, Value, json};
 

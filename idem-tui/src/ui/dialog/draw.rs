@@ -1,5 +1,5 @@
-//! Drawing a dialog: what it acts on, what will change in words ([`effect`]; a refusal the
-//! store will answer said in [`refusal`]'s words), its fields and its buttons.
+//! Drawing a dialog: what it acts on, what will change in words ([`Dialog::effect`]; a
+//! refusal the store will answer said in [`refusal`]'s words), its fields and its buttons.
 //!
 //! [`refusal`]: crate::refusal
 

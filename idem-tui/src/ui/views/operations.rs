@@ -7,9 +7,9 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
 use ratatui::text::Span;
-use ratatui::widgets::{Block, Cell, Row, Table, TableState};
+use ratatui::widgets::{Cell, Row, TableState};
 
-use super::list::delta;
+use super::list::{self, delta};
 use super::{Action, Component, Context, Input};
 use crate::ui::act::ActKind;
 use crate::ui::dialog::Dialog;
@@ -104,8 +104,7 @@ impl Component for OperationsView {
             "stuck",
             "expd",
             "total",
-        ])
-        .style(Style::new().bold().underlined());
+        ]);
         let widths = [
             Constraint::Fill(1),
             Constraint::Length(8),
@@ -123,18 +122,10 @@ impl Component for OperationsView {
         } else {
             " operations with keys (none registered: ttl, scope, mode unknown) "
         };
+        let table = list::table(header, self.lines.iter().map(row), widths, title.to_owned());
         let mut state =
             TableState::new().with_selected((!self.lines.is_empty()).then_some(self.selected));
-        frame.render_stateful_widget(
-            Table::new(self.lines.iter().map(row), widths)
-                .header(header)
-                .block(Block::bordered().title(title))
-                .row_highlight_style(Style::new().reversed())
-                .highlight_symbol("▸")
-                .column_spacing(1),
-            area,
-            &mut state,
-        );
+        frame.render_stateful_widget(table, area, &mut state);
     }
 
     fn close_detail(&mut self) {}
