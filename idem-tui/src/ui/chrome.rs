@@ -13,7 +13,6 @@ use super::app::{App, View};
 use super::dialog::draw::centered;
 use super::format;
 use super::keymap;
-use super::views::keys::table as keys_table;
 
 /// Draws the whole screen.
 pub fn draw(app: &App, frame: &mut Frame<'_>) {
@@ -67,7 +66,7 @@ fn refresh_line(app: &App) -> Line<'static> {
 fn counts_line(app: &App) -> Line<'static> {
     let mut spans = vec![Span::raw(" ")];
     spans.extend(match app.view {
-        View::Keys | View::Operations => keys_table::summary(&app.keys, app.now_ms),
+        View::Keys | View::Operations => app.keys.summary(app.now_ms),
         View::Outbox => app.outbox.summary(app.now_ms),
         View::Inbox => app.inbox.summary(),
     });
@@ -103,9 +102,9 @@ fn tabs_line(app: &App) -> Line<'static> {
     spans.push(tab("Inbox", View::Inbox));
     spans.push(Span::raw("  "));
     spans.extend(match app.view {
-        View::Keys | View::Operations => keys_table::filters(&app.keys),
-        View::Outbox => app.outbox.filters(),
-        View::Inbox => app.inbox.filters(),
+        View::Keys | View::Operations => app.keys.filter_spans(),
+        View::Outbox => app.outbox.filter_spans(),
+        View::Inbox => app.inbox.filter_spans(),
     });
     Line::from(spans)
 }

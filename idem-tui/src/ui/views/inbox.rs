@@ -146,7 +146,7 @@ impl InboxView {
 
     /// The header's filter: the status.
     #[must_use]
-    pub fn filters(&self) -> Vec<Span<'static>> {
+    pub fn filter_spans(&self) -> Vec<Span<'static>> {
         vec![filter_span("status", self.status.map(InboxStatus::as_str))]
     }
 

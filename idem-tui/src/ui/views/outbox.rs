@@ -199,7 +199,7 @@ impl OutboxView {
 
     /// The header's filter: the status.
     #[must_use]
-    pub fn filters(&self) -> Vec<Span<'static>> {
+    pub fn filter_spans(&self) -> Vec<Span<'static>> {
         vec![filter_span("status", self.status.map(OutboxStatus::as_str))]
     }
 

@@ -499,8 +499,8 @@ impl Component for KeysView {
 
     fn draw(&self, frame: &mut Frame<'_>, area: Rect, ctx: &Context<'_>) {
         match &self.detail {
-            Some(detail) => table::draw_detail(detail, frame, area, ctx),
-            None => table::draw_keys(self, frame, area, ctx),
+            Some(detail) => detail.draw(frame, area, ctx),
+            None => self.draw_list(frame, area, ctx),
         }
     }
 

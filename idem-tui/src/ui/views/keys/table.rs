@@ -1,7 +1,7 @@
 //! Drawing the key table's view: the table of the loaded keys (its name columns as wide as
 //! their names, within the room: [`key_columns`]), a key's detail pane, and the header's
-//! parts it owns: the counts by status ([`summary`]) and the filters in force
-//! ([`filters`]).
+//! parts it owns: the counts by status ([`KeysView::summary`]) and the filters in force
+//! ([`KeysView::filter_spans`]).
 
 use idem_store::{KeyRow, KeyStatus, StatusCounts};
 use ratatui::Frame;
@@ -114,53 +114,57 @@ fn title(view: &KeysView) -> String {
     format!(" {loaded} {keys} loaded{more} ")
 }
 
-/// Draws the table of the loaded keys.
-pub fn draw_keys(view: &KeysView, frame: &mut Frame<'_>, area: Rect, ctx: &Context<'_>) {
-    let titles = titles(view);
-    let [scope_width, operation_width, key_width] = name_widths(view, &titles, area.width);
-    let cut = crate::format::one_line;
-    let header = Row::new(titles.into_iter().map(Cell::from));
-    let rows = view.shown_rows().map(|row| {
-        Row::new(vec![
-            Cell::from(cut(&row.scope, scope_width)),
-            Cell::from(cut(&row.operation, operation_width)),
-            Cell::from(cut(&row.key, key_width)),
-            Cell::from(Span::styled(row.status.as_str(), status_style(row.status))),
-            Cell::from(format::span(ctx.now_ms - row.created_at_ms)),
-            Cell::from(format::expires_in(row, ctx.now_ms)),
-            Cell::from(response_status(row)),
-        ])
-    });
-    let widths = [
-        length(scope_width),
-        length(operation_width),
-        // (The key takes what is left, `key_width` as computed.)
-        Constraint::Fill(1),
-        Constraint::Length(KEY_TABLE_FIXED[0]),
-        Constraint::Length(KEY_TABLE_FIXED[1]),
-        Constraint::Length(KEY_TABLE_FIXED[2]),
-        Constraint::Length(KEY_TABLE_FIXED[3]),
-    ];
-    let table = list::table(header, rows, widths, title(view));
-    let empty = view.order.is_empty().then(|| {
-        if ctx.refreshing {
-            "loading…"
-        } else if view.filters == Filters::default() {
-            "no keys"
-        } else {
-            "no keys match the filters (x clears them)"
-        }
-        .to_owned()
-    });
-    list::draw_table(frame, area, table, view.selected, empty);
+impl KeysView {
+    /// Draws the table of the loaded keys.
+    pub(super) fn draw_list(&self, frame: &mut Frame<'_>, area: Rect, ctx: &Context<'_>) {
+        let titles = titles(self);
+        let [scope_width, operation_width, key_width] = name_widths(self, &titles, area.width);
+        let cut = crate::format::one_line;
+        let header = Row::new(titles.into_iter().map(Cell::from));
+        let rows = self.shown_rows().map(|row| {
+            Row::new(vec![
+                Cell::from(cut(&row.scope, scope_width)),
+                Cell::from(cut(&row.operation, operation_width)),
+                Cell::from(cut(&row.key, key_width)),
+                Cell::from(Span::styled(row.status.as_str(), status_style(row.status))),
+                Cell::from(format::span(ctx.now_ms - row.created_at_ms)),
+                Cell::from(format::expires_in(row, ctx.now_ms)),
+                Cell::from(response_status(row)),
+            ])
+        });
+        let widths = [
+            length(scope_width),
+            length(operation_width),
+            // (The key takes what is left, `key_width` as computed.)
+            Constraint::Fill(1),
+            Constraint::Length(KEY_TABLE_FIXED[0]),
+            Constraint::Length(KEY_TABLE_FIXED[1]),
+            Constraint::Length(KEY_TABLE_FIXED[2]),
+            Constraint::Length(KEY_TABLE_FIXED[3]),
+        ];
+        let table = list::table(header, rows, widths, title(self));
+        let empty = self.order.is_empty().then(|| {
+            if ctx.refreshing {
+                "loading…"
+            } else if self.filters == Filters::default() {
+                "no keys"
+            } else {
+                "no keys match the filters (x clears them)"
+            }
+            .to_owned()
+        });
+        list::draw_table(frame, area, table, self.selected, empty);
+    }
 }
 
-/// Draws a key's detail pane.
-pub fn draw_detail(detail: &Detail, frame: &mut Frame<'_>, area: Rect, ctx: &Context<'_>) {
-    let loading = if detail.loading { " (reading…)" } else { "" };
-    let title = format!(" {}{loading} — Esc back ", detail.key);
-    let lines = detail.lines(ctx.now_ms, ctx.tz);
-    list::draw_pane(frame, area, title, lines, detail.scroll);
+impl Detail {
+    /// Draws the pane.
+    pub(super) fn draw(&self, frame: &mut Frame<'_>, area: Rect, ctx: &Context<'_>) {
+        let loading = if self.loading { " (reading…)" } else { "" };
+        let title = format!(" {}{loading} — Esc back ", self.key);
+        let lines = self.lines(ctx.now_ms, ctx.tz);
+        list::draw_pane(frame, area, title, lines, self.scroll);
+    }
 }
 
 fn counts_spans(counts: &StatusCounts) -> Vec<Span<'static>> {
@@ -179,42 +183,44 @@ fn counts_spans(counts: &StatusCounts) -> Vec<Span<'static>> {
     spans
 }
 
-/// The header's counts: the keys by status and the oldest stuck one, once counted.
-#[must_use]
-pub fn summary(view: &KeysView, now_ms: i64) -> Vec<Span<'static>> {
-    let Some(counts) = &view.counts else {
-        return vec![Span::raw("counting…")];
-    };
-    let mut spans = counts_spans(&counts.by_status);
-    if let Some(oldest) = counts.oldest_stuck_created_at_ms {
-        spans.push(Span::styled(
-            format!("  oldest stuck {}", format::relative(oldest, now_ms)),
-            Style::new().red(),
-        ));
+impl KeysView {
+    /// The header's counts: the keys by status and the oldest stuck one, once counted.
+    #[must_use]
+    pub fn summary(&self, now_ms: i64) -> Vec<Span<'static>> {
+        let Some(counts) = &self.counts else {
+            return vec![Span::raw("counting…")];
+        };
+        let mut spans = counts_spans(&counts.by_status);
+        if let Some(oldest) = counts.oldest_stuck_created_at_ms {
+            spans.push(Span::styled(
+                format!("  oldest stuck {}", format::relative(oldest, now_ms)),
+                Style::new().red(),
+            ));
+        }
+        spans
     }
-    spans
-}
 
-/// The header's filters: each filter's value (`*`: none), and the sort.
-#[must_use]
-pub fn filters(view: &KeysView) -> Vec<Span<'static>> {
-    let f = &view.filters;
-    let prefix = f.key_prefix.as_deref().map(|p| p.to_owned() + "*");
-    let mut spans = vec![
-        filter_span("status", f.status.map(KeyStatus::as_str)),
-        filter_span("scope", f.scope.as_deref()),
-        filter_span("op", f.operation.as_deref()),
-        filter_span("key", prefix.as_deref()),
-    ];
-    if let Some((column, descending)) = view.sort {
-        spans.push(Span::styled(
-            format!(
-                "sort={}{}",
-                column.title(),
-                if descending { "↓" } else { "↑" }
-            ),
-            Style::new().cyan(),
-        ));
+    /// The header's filters: each filter's value (`*`: none), and the sort.
+    #[must_use]
+    pub fn filter_spans(&self) -> Vec<Span<'static>> {
+        let f = &self.filters;
+        let prefix = f.key_prefix.as_deref().map(|p| p.to_owned() + "*");
+        let mut spans = vec![
+            filter_span("status", f.status.map(KeyStatus::as_str)),
+            filter_span("scope", f.scope.as_deref()),
+            filter_span("op", f.operation.as_deref()),
+            filter_span("key", prefix.as_deref()),
+        ];
+        if let Some((column, descending)) = self.sort {
+            spans.push(Span::styled(
+                format!(
+                    "sort={}{}",
+                    column.title(),
+                    if descending { "↓" } else { "↑" }
+                ),
+                Style::new().cyan(),
+            ));
+        }
+        spans
     }
-    spans
 }
