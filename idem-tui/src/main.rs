@@ -38,6 +38,7 @@ mod commands;
 mod db;
 mod error;
 mod format;
+mod message;
 mod output;
 mod refusal;
 mod ui;

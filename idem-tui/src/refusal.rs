@@ -41,7 +41,26 @@ pub fn not_applicable(why: &NotApplicable) -> String {
 /// Why an action is refused unless forced, what to do instead, and how to force it:
 /// `refused: release: the key's lease is live until 2027-01-15T08:00:30.000Z: …`.
 pub fn needs_force(action: &str, hazard: &Hazard, forcing: Forcing) -> String {
-    let force = match forcing {
+    format!(
+        "refused: {action}: {}; {}",
+        hazard_text(hazard),
+        force_text(action, hazard, forcing)
+    )
+}
+
+/// What the terminal UI's dialog says before `y` of an action the store will refuse unless
+/// forced: the refusal's words ([`needs_force`]), as a warning.
+pub fn warning(action: &str, hazard: &Hazard) -> String {
+    format!(
+        "the store refuses to {action} it unless forced: {}; {}",
+        hazard_text(hazard),
+        force_text(action, hazard, Forcing::CommandLine)
+    )
+}
+
+/// How to force `action` over `hazard` from `forcing`: a refusal's last words.
+fn force_text(action: &str, hazard: &Hazard, forcing: Forcing) -> String {
+    match forcing {
         Forcing::Flag => format!(
             "or pass --force to {action} it now{} (recorded as forced in the audit trail)",
             match hazard {
@@ -54,8 +73,7 @@ pub fn needs_force(action: &str, hazard: &Hazard, forcing: Forcing) -> String {
                 "or force it (fenced, audited) on the command line: idem keys {action} … --force"
             )
         }
-    };
-    format!("refused: {action}: {}; {force}", hazard_text(hazard))
+    }
 }
 
 /// What a [`Hazard`] is, and what to do instead of forcing: the words of a refusal and of

@@ -4,12 +4,14 @@
 use std::path::Path;
 
 use idem_runtime::fields::{FieldDigests, MAX_REPORTED, Mismatch};
-use idem_store::{AuditEntry, AuditFilter, Cursor, KeyFilter, KeyRow, KeyStatus, StoreError};
+use idem_store::{
+    AuditEntry, AuditFilter, Cursor, Journal, KeyFilter, KeyRow, KeyStatus, StoreError,
+};
 use serde_json::{Value, json};
 
 use super::context::Context;
 use super::input::read_body;
-use crate::cli::{ListArgs, ShowArgs};
+use crate::cli::{KeyArgs, ListArgs, ShowArgs};
 use crate::error::CommandError;
 use crate::format::{self, Expiry, row_text, short_time};
 use crate::output::{Report, Table};
@@ -108,14 +110,20 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
         .db
         .audit(&AuditFilter::new().key(key.key_ref()))
         .await?;
+    let mut report = shown_key(&row, journal.as_ref(), &audit, now);
+    if let Some(body) = &body {
+        compare_body(context, key, body, &mut report).await?;
+    }
+    Ok(report)
+}
 
-    let mut json = format::row_json(&row, now);
+/// A key's row, its journal and request, and its audit trail, as `keys show` reports them.
+fn shown_key(row: &KeyRow, journal: Option<&Journal>, audit: &[AuditEntry], now: i64) -> Report {
+    let mut json = format::row_json(row, now);
     let steps = journal
-        .as_ref()
         .filter(|j| !j.steps.is_empty())
         .map_or(Value::Null, |j| Value::Object(j.steps.clone()));
     let request = journal
-        .as_ref()
         .and_then(|j| j.request.clone())
         .unwrap_or(Value::Null);
     if let Value::Object(object) = &mut json {
@@ -126,10 +134,8 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
             Value::Array(audit.iter().map(format::audit_json).collect()),
         );
     }
-
-    let mut text = row_text(&row, now);
-    let journal_sealed = format::unopened(journal.as_ref().and_then(|j| j.sealed.as_ref()));
-    if let Some(key) = journal_sealed {
+    let mut text = row_text(row, now);
+    if let Some(key) = format::unopened(journal.and_then(|j| j.sealed.as_ref())) {
         text.push_str(&format!("\njournal and request: {}\n", format::sealed(key)));
     }
     if let Value::Object(steps) = &steps {
@@ -142,44 +148,54 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
         text.push_str(&format!("\nrequest: {request}\n"));
     }
     text.push('\n');
-    text.push_str(&audit_text(&audit));
+    text.push_str(&audit_text(audit));
+    Report { json, text }
+}
 
-    if let Some(body) = &body {
-        let stored = (context.db.field_digests(key.key_ref()).await).map_err(|error| {
-            let sealed = matches!(error, StoreError::NeedsStorageKeys(_));
-            let mut error = CommandError::from(error);
-            if sealed {
-                error.message = format!("--body: {}", error.message);
-            }
-            error
-        })?;
-        let stored = stored
-            .map(|bytes| {
-                FieldDigests::from_bytes(&bytes).ok_or_else(|| {
-                    CommandError::error(format!(
-                        "unreadable row: the field digests of key {:?} are not in a form this \
-                         tool reads (written by another version of idem?)",
-                        key.key
-                    ))
-                })
-            })
-            .transpose()?;
-        let exclude = registered_exclusions(context, &key.operation).await?;
-        let exclude: Vec<&str> = exclude.iter().map(String::as_str).collect();
-        let mismatch = stored
-            .as_ref()
-            .map(|stored| stored.compare_body(body, &exclude));
-        if let Value::Object(object) = &mut json {
-            let value = mismatch
-                .as_ref()
-                .map_or(Ok(Value::Null), serde_json::to_value)
-                .map_err(|e| CommandError::error(format!("cannot write the mismatch: {e}")))?;
-            object.insert("mismatch".into(), value);
+/// `--body`: how `body` differs from `key`'s first request's body, added to `report`
+/// (`mismatch` in its JSON).
+async fn compare_body(
+    context: &Context,
+    key: &KeyArgs,
+    body: &Value,
+    report: &mut Report,
+) -> Result<(), CommandError> {
+    let stored = (context.db.field_digests(key.key_ref()).await).map_err(|error| {
+        let sealed = matches!(error, StoreError::NeedsStorageKeys(_));
+        let mut error = CommandError::from(error);
+        if sealed {
+            error.message = format!("--body: {}", error.message);
         }
-        text.push('\n');
-        text.push_str(&mismatch_text(stored.as_ref(), mismatch.as_ref()));
+        error
+    })?;
+    let stored = stored
+        .map(|bytes| {
+            FieldDigests::from_bytes(&bytes).ok_or_else(|| {
+                CommandError::error(format!(
+                    "unreadable row: the field digests of key {:?} are not in a form this \
+                     tool reads (written by another version of idem?)",
+                    key.key
+                ))
+            })
+        })
+        .transpose()?;
+    let exclude = registered_exclusions(context, &key.operation).await?;
+    let exclude: Vec<&str> = exclude.iter().map(String::as_str).collect();
+    let mismatch = stored
+        .as_ref()
+        .map(|stored| stored.compare_body(body, &exclude));
+    if let Value::Object(object) = &mut report.json {
+        let value = mismatch
+            .as_ref()
+            .map_or(Ok(Value::Null), serde_json::to_value)
+            .map_err(|e| CommandError::error(format!("cannot write the mismatch: {e}")))?;
+        object.insert("mismatch".into(), value);
     }
-    Ok(Report { json, text })
+    report.text.push('\n');
+    report
+        .text
+        .push_str(&mismatch_text(stored.as_ref(), mismatch.as_ref()));
+    Ok(())
 }
 
 /// The paths `operation`'s registered document leaves out of the fingerprint

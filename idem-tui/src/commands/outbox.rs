@@ -9,6 +9,7 @@ use super::keys::audit_text;
 use crate::cli::{OutboxListArgs, OutboxRetryArgs, OutboxShowArgs};
 use crate::error::CommandError;
 use crate::format::{self, relative, span};
+use crate::message::{self, Payload};
 use crate::output::{Report, Table, fields};
 
 /// The longest last error a listing shows (`outbox show` shows all of it).
@@ -125,13 +126,8 @@ pub(super) async fn show(context: &Context, args: &OutboxShowArgs) -> Result<Rep
         );
     }
     let mut text = message_text(&row, now);
-    let payload = match format::unopened(row.sealed.as_ref()) {
-        Some(key) => format::sealed(key),
-        None => {
-            serde_json::to_string_pretty(&row.payload).unwrap_or_else(|_| row.payload.to_string())
-        }
-    };
-    text.push_str(&format!("\npayload:\n{payload}\n\n"));
+    let payload = Payload::of(&row);
+    text.push_str(&format!("\npayload:\n{}\n\n", payload.text()));
     text.push_str(&audit_text(&audit));
     Ok(Report { json, text })
 }
@@ -189,33 +185,10 @@ pub(super) async fn retry(
     Ok(Report { json, text })
 }
 
-/// A message's columns, but its payload, as `name: value` lines.
+/// A message's columns and its last error, but its payload, as `name: value` lines.
 fn message_text(row: &OutboxRow, now: i64) -> String {
     let at = |ms: i64| format!("{} ({})", format::rfc3339(ms), relative(ms, now));
-    let status = if row.in_flight(now) {
-        format!("{} (in flight)", row.status)
-    } else {
-        row.status.to_string()
-    };
-    let next = match row.status {
-        OutboxStatus::Pending => at(row.next_attempt_at_ms),
-        // For dead and delivered messages the column records when they were given up on or
-        // last attempted: no attempt follows.
-        OutboxStatus::Dead | OutboxStatus::Delivered => "none".to_owned(),
-    };
-    fields(&[
-        ("id", row.id.to_string()),
-        ("dedup id", row.dedup_id.clone()),
-        ("topic", row.topic.clone()),
-        ("status", status),
-        ("attempts", row.attempts.to_string()),
-        ("next attempt", next),
-        (
-            "locked until",
-            row.locked_until_ms.map(at).unwrap_or_default(),
-        ),
-        ("last error", row.last_error.clone().unwrap_or_default()),
-        ("created", at(row.created_at_ms)),
-        ("delivered", row.delivered_at_ms.map(at).unwrap_or_default()),
-    ])
+    let mut pairs = message::fields(row, now, at);
+    pairs.push(("last error", message::last_error(row).to_owned()));
+    fields(&pairs)
 }

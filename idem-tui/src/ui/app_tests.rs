@@ -1,11 +1,20 @@
 //! [`update`]'s transitions.
 
-use idem_store::{Action, Cursor, Hazard, KeyFilter, KeyRef, KeyStatus, NotApplicable, StoreError};
+use idem_store::{
+    Action, Cursor, Hazard, InboxStatus, KeyFilter, KeyRef, KeyStatus, NotApplicable, OutboxRow,
+    OutboxStatus, Page, StoreError,
+};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::*;
+use crate::ui::act::ActKind;
+use crate::ui::dialog::{Field, Target};
 use crate::ui::fixtures::{self, NOW, loaded_app, refreshed, rows};
 use crate::ui::note::Refusal;
+use crate::ui::views::inbox::EVENTS;
+use crate::ui::views::keys::{Column, PAGE};
+use crate::ui::views::outbox::MESSAGES;
+use crate::ui::work::{InboxQuery, OutboxQuery};
 
 fn key(code: KeyCode) -> Msg {
     Msg::Key(KeyEvent::new(code, KeyModifiers::NONE))
@@ -57,10 +66,10 @@ fn the_keys_come_first_and_the_counts_less_often() {
     assert!(!counts(update(&mut app, Msg::Tick { now_ms: NOW })));
     // The keys are on screen; counting follows.
     assert!(counts(update(&mut app, uncounted())));
-    assert_eq!(app.order.len(), 6);
-    assert!(app.counts.is_none());
+    assert_eq!(app.keys.order.len(), 6);
+    assert!(app.keys.counts.is_none());
     assert_eq!(update(&mut app, refreshed(rows(), None)), None);
-    assert!(app.counts.is_some());
+    assert!(app.keys.counts.is_some());
     // Every refresh re-reads the keys; only every COUNT_EVERY_MS the counts.
     let mut now = NOW;
     while now + REFRESH_EVERY_MS < NOW + COUNT_EVERY_MS {
@@ -90,12 +99,12 @@ fn the_clock_drives_the_refresh_unless_paused() {
     let mut app = App::new("db".into(), "alice".into(), false, TimeZone::UTC);
     let first = update(&mut app, Msg::Tick { now_ms: NOW });
     assert_eq!(refresh_filter(first).limit, PAGE);
-    assert!(app.refreshing);
+    assert!(app.live.refreshing);
     // Nothing new while the first is under way, nor before the interval.
     assert_eq!(update(&mut app, Msg::Tick { now_ms: NOW + 100 }), None);
     assert_eq!(update(&mut app, refreshed(rows(), None)), None);
-    assert_eq!(app.refreshed_at_ms, Some(NOW + 100));
-    assert_eq!(app.order.len(), 6);
+    assert_eq!(app.live.refreshed_at_ms, Some(NOW + 100));
+    assert_eq!(app.keys.order.len(), 6);
     assert_eq!(
         update(
             &mut app,
@@ -117,7 +126,7 @@ fn the_clock_drives_the_refresh_unless_paused() {
     let _ = update(&mut app, refreshed(rows(), None));
     // Paused: no refresh however late.
     assert_eq!(update(&mut app, ch('p')), None);
-    assert!(app.paused);
+    assert!(app.live.paused);
     assert_eq!(
         update(
             &mut app,
@@ -129,7 +138,7 @@ fn the_clock_drives_the_refresh_unless_paused() {
     );
     // Resumed: at once.
     assert!(update(&mut app, ch('p')).is_some());
-    assert!(!app.paused);
+    assert!(!app.live.paused);
 }
 
 #[test]
@@ -155,28 +164,28 @@ fn a_failed_refresh_goes_to_the_status_line() {
         "refresh failed: invalid argument: connection refused"
     );
     // The keys already shown stay.
-    assert_eq!(app.order.len(), 6);
-    assert!(!app.refreshing);
+    assert_eq!(app.keys.order.len(), 6);
+    assert!(!app.live.refreshing);
 }
 
 #[test]
 fn navigation_stays_within_the_rows() {
     let mut app = loaded_app();
-    assert_eq!(app.selected, 0);
+    assert_eq!(app.keys.selected, 0);
     let _ = update(&mut app, key(KeyCode::Up));
-    assert_eq!(app.selected, 0);
+    assert_eq!(app.keys.selected, 0);
     let _ = update(&mut app, ch('j'));
     let _ = update(&mut app, key(KeyCode::Down));
-    assert_eq!(app.selected, 2);
+    assert_eq!(app.keys.selected, 2);
     let _ = update(&mut app, ch('k'));
-    assert_eq!(app.selected, 1);
+    assert_eq!(app.keys.selected, 1);
     let _ = update(&mut app, ch('G'));
-    assert_eq!(app.selected, 5);
+    assert_eq!(app.keys.selected, 5);
     let _ = update(&mut app, key(KeyCode::PageDown));
-    assert_eq!(app.selected, 5);
+    assert_eq!(app.keys.selected, 5);
     let _ = update(&mut app, ch('g'));
-    assert_eq!(app.selected, 0);
-    assert_eq!(app.selected_row().unwrap().key, "msg-0001");
+    assert_eq!(app.keys.selected, 0);
+    assert_eq!(app.keys.selected_row().unwrap().key, "msg-0001");
 }
 
 #[test]
@@ -195,7 +204,7 @@ fn pages_load_as_the_selection_nears_the_end() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(app.loading_more);
+    assert!(app.keys.loading_more);
     // Once under way, moving does not ask again.
     assert_eq!(update(&mut app, ch('j')), None);
     let rest: Vec<_> = rows().into_iter().skip(3).collect();
@@ -209,9 +218,9 @@ fn pages_load_as_the_selection_nears_the_end() {
             }),
         },
     );
-    assert_eq!(app.order.len(), 6);
-    assert!(!app.loading_more);
-    assert_eq!(app.next, None);
+    assert_eq!(app.keys.order.len(), 6);
+    assert!(!app.keys.loading_more);
+    assert_eq!(app.keys.next, None);
     // The next refresh reads as many keys as are loaded (at least a page).
     let _ = update(
         &mut app,
@@ -219,7 +228,7 @@ fn pages_load_as_the_selection_nears_the_end() {
             now_ms: NOW + REFRESH_EVERY_MS,
         },
     );
-    assert_eq!(app.selected, 1);
+    assert_eq!(app.keys.selected, 1);
     // A page of an older listing is dropped.
     let _ = update(&mut app, ch('s'));
     let stale = Msg::MoreLoaded {
@@ -230,7 +239,7 @@ fn pages_load_as_the_selection_nears_the_end() {
         }),
     };
     assert_eq!(update(&mut app, stale), None);
-    assert!(app.rows.is_empty());
+    assert!(app.keys.rows.is_empty());
 }
 
 #[test]
@@ -239,7 +248,7 @@ fn the_status_filter_cycles_and_relists() {
     let mut seen = Vec::new();
     for _ in 0..5 {
         let filter = refresh_filter(update(&mut app, ch('s')));
-        assert_eq!(filter.status, app.filters.status);
+        assert_eq!(filter.status, app.keys.filters.status);
         assert_eq!(filter.after, None);
         seen.push(filter.status);
     }
@@ -253,33 +262,33 @@ fn the_status_filter_cycles_and_relists() {
             None
         ]
     );
-    assert_eq!(app.generation, 5);
-    assert!(app.rows.is_empty(), "a new listing starts empty");
+    assert_eq!(app.keys.generation, 5);
+    assert!(app.keys.rows.is_empty(), "a new listing starts empty");
     // A refresh of an older listing is dropped.
     assert_eq!(update(&mut app, refreshed(rows(), None)), None);
-    assert!(app.rows.is_empty());
+    assert!(app.keys.rows.is_empty());
 }
 
 #[test]
 fn search_by_prefix() {
     let mut app = loaded_app();
     assert_eq!(update(&mut app, ch('/')), None);
-    assert!(app.prompt.is_some());
+    assert!(app.keys.prompt.is_some());
     // Typing in the prompt: `q` and `s` are text here.
     typed(&mut app, "orqs");
     let _ = update(&mut app, key(KeyCode::Backspace));
     let _ = update(&mut app, key(KeyCode::Backspace));
     typed(&mut app, "der-");
-    assert_eq!(app.prompt.as_ref().unwrap().text, "order-");
+    assert_eq!(app.keys.prompt.as_ref().unwrap().text, "order-");
     assert!(!app.quit);
     let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));
     assert_eq!(filter.key_prefix.as_deref(), Some("order-"));
-    assert!(app.prompt.is_none());
+    assert!(app.keys.prompt.is_none());
     // Esc leaves the filter as it was.
     let _ = update(&mut app, ch('/'));
     typed(&mut app, "x");
     assert_eq!(update(&mut app, key(KeyCode::Esc)), None);
-    assert_eq!(app.filters.key_prefix.as_deref(), Some("order-"));
+    assert_eq!(app.keys.filters.key_prefix.as_deref(), Some("order-"));
     // An empty prefix clears it.
     let _ = update(&mut app, ch('/'));
     for _ in 0..6 {
@@ -298,7 +307,7 @@ fn scope_and_operation_filters_from_the_selection() {
     assert_eq!(filter.operation.as_deref(), Some("create_order:v1"));
     let mut msg = refreshed(rows(), None);
     if let Msg::Refreshed { generation, .. } = &mut msg {
-        *generation = app.generation;
+        *generation = app.keys.generation;
     }
     let _ = update(&mut app, msg);
     let filter = refresh_filter(update(&mut app, ch('S')));
@@ -312,10 +321,10 @@ fn scope_and_operation_filters_from_the_selection() {
 fn sorting_the_loaded_rows_keeps_the_selection() {
     let mut app = loaded_app();
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+    assert_eq!(app.keys.selected_row().unwrap().key, "msg-0002");
     assert_eq!(update(&mut app, ch('4')), None, "sorting reads nothing");
-    assert_eq!(app.sort, Some((Column::Status, false)));
-    let statuses: Vec<_> = app.shown_rows().map(|r| r.status.as_str()).collect();
+    assert_eq!(app.keys.sort, Some((Column::Status, false)));
+    let statuses: Vec<_> = app.keys.shown_rows().map(|r| r.status.as_str()).collect();
     assert_eq!(
         statuses,
         [
@@ -327,14 +336,17 @@ fn sorting_the_loaded_rows_keeps_the_selection() {
             "stuck"
         ]
     );
-    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+    assert_eq!(app.keys.selected_row().unwrap().key, "msg-0002");
     let _ = update(&mut app, ch('4'));
-    assert_eq!(app.sort, Some((Column::Status, true)));
-    assert_eq!(app.shown_rows().next().unwrap().status, KeyStatus::Stuck);
+    assert_eq!(app.keys.sort, Some((Column::Status, true)));
+    assert_eq!(
+        app.keys.shown_rows().next().unwrap().status,
+        KeyStatus::Stuck
+    );
     let _ = update(&mut app, ch('0'));
-    assert_eq!(app.sort, None);
-    assert_eq!(app.shown_rows().next().unwrap().key, "msg-0001");
-    assert_eq!(app.selected_row().unwrap().key, "msg-0002");
+    assert_eq!(app.keys.sort, None);
+    assert_eq!(app.keys.shown_rows().next().unwrap().key, "msg-0001");
+    assert_eq!(app.keys.selected_row().unwrap().key, "msg-0002");
 }
 
 #[test]
@@ -342,7 +354,7 @@ fn views_detail_and_help() {
     let mut app = loaded_app();
     let _ = update(&mut app, key(KeyCode::Tab));
     assert_eq!(app.view, View::Operations);
-    assert_eq!(app.operations.len(), 4);
+    assert_eq!(app.operations.lines.len(), 4);
     let _ = update(&mut app, ch('j'));
     // Enter on an operation lists its keys.
     let filter = refresh_filter(update(&mut app, key(KeyCode::Enter)));
@@ -352,13 +364,13 @@ fn views_detail_and_help() {
     let _ = update(&mut app, ch('j'));
     let _ = update(&mut app, ch('j'));
     let _ = update(&mut app, ch('j'));
-    let stuck = app.selected_row().unwrap().clone();
+    let stuck = app.keys.selected_row().unwrap().clone();
     let id = KeyId::of(&stuck);
     assert_eq!(
         update(&mut app, key(KeyCode::Enter)),
         Some(Command::LoadDetail { key: id.clone() })
     );
-    let detail = app.detail.as_ref().unwrap();
+    let detail = app.keys.detail.as_ref().unwrap();
     assert!(detail.loading);
     assert_eq!(
         detail.row.as_ref(),
@@ -372,7 +384,7 @@ fn views_detail_and_help() {
             result: Ok(Box::new(fixtures::detail_data(&stuck))),
         },
     );
-    let detail = app.detail.as_ref().unwrap();
+    let detail = app.keys.detail.as_ref().unwrap();
     assert!(!detail.loading);
     assert_eq!(detail.audit.as_ref().unwrap().as_ref().unwrap().len(), 1);
     // A refresh reads the open detail too.
@@ -386,18 +398,18 @@ fn views_detail_and_help() {
         other => panic!("{other:?}"),
     }
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.detail.as_ref().unwrap().scroll, 1);
+    assert_eq!(app.keys.detail.as_ref().unwrap().scroll, 1);
     let _ = update(&mut app, ch('?'));
     assert!(app.help);
     let _ = update(&mut app, ch('j'));
     assert!(!app.help, "any key closes the help");
     assert_eq!(
-        app.detail.as_ref().unwrap().scroll,
+        app.keys.detail.as_ref().unwrap().scroll,
         1,
         "and does nothing else"
     );
     let _ = update(&mut app, key(KeyCode::Esc));
-    assert!(app.detail.is_none());
+    assert!(app.keys.detail.is_none());
     let _ = update(&mut app, ch('q'));
     assert!(app.quit);
 }
@@ -417,7 +429,7 @@ fn ctrl_c_quits_even_in_a_dialog() {
 #[test]
 fn expire_asks_for_a_reason_then_confirmation() {
     let mut app = loaded_app();
-    let shown = app.selected_row().unwrap().clone();
+    let shown = app.keys.selected_row().unwrap().clone();
     assert_eq!(update(&mut app, ch('e')), None);
     let dialog = app.dialog.as_ref().unwrap();
     assert_eq!(dialog.kind, ActKind::Expire);
@@ -477,7 +489,7 @@ fn complete_and_fail_ask_for_a_response() {
     for _ in 0..3 {
         let _ = update(&mut app, ch('j'));
     }
-    assert_eq!(app.selected_row().unwrap().status, KeyStatus::Stuck);
+    assert_eq!(app.keys.selected_row().unwrap().status, KeyStatus::Stuck);
     let _ = update(&mut app, ch('f'));
     assert_eq!(app.dialog.as_ref().unwrap().status, "500");
     typed(&mut app, "card declined");
@@ -549,7 +561,7 @@ fn actions_that_do_not_apply_are_refused_before_the_dialog() {
 #[test]
 fn read_only_refuses_every_action() {
     let mut app = loaded_app();
-    app.read_only = true;
+    app.session.read_only = true;
     for c in ['e', 'r', 'c', 'f', 'd'] {
         assert_eq!(update(&mut app, ch(c)), None);
         assert!(app.dialog.is_none());
@@ -565,7 +577,7 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
     for _ in 0..3 {
         let _ = update(&mut app, ch('j'));
     }
-    let shown = app.selected_row().unwrap().clone();
+    let shown = app.keys.selected_row().unwrap().clone();
     let id = KeyId::of(&shown);
     let _ = update(&mut app, key(KeyCode::Enter));
     let mut now = shown.clone();
@@ -588,8 +600,8 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
         "release refused: tenant:acme create_order:v1 order-2 changed since it was shown \
          (it is processing now, attempt 3); nothing was changed: look at it again"
     );
-    assert_eq!(app.selected_row(), Some(&now));
-    assert_eq!(app.detail.as_ref().unwrap().row.as_ref(), Some(&now));
+    assert_eq!(app.keys.selected_row(), Some(&now));
+    assert_eq!(app.keys.detail.as_ref().unwrap().row.as_ref(), Some(&now));
     // Deleted meanwhile.
     let _ = update(
         &mut app,
@@ -606,14 +618,14 @@ fn a_changed_row_is_refused_and_shown_as_it_is_now() {
             .text()
             .contains("it is gone now")
     );
-    assert_eq!(app.order.len(), 5);
-    assert_eq!(app.detail.as_ref().unwrap().row, None);
+    assert_eq!(app.keys.order.len(), 5);
+    assert_eq!(app.keys.detail.as_ref().unwrap().row, None);
 }
 
 #[test]
 fn a_done_action_is_reported_and_refreshes() {
     let mut app = loaded_app();
-    let id = KeyId::of(app.selected_row().unwrap());
+    let id = KeyId::of(app.keys.selected_row().unwrap());
     let command = update(
         &mut app,
         Msg::Acted {
@@ -643,7 +655,7 @@ fn a_done_action_is_reported_and_refreshes() {
 #[test]
 fn a_refused_action_says_why() {
     let mut app = loaded_app();
-    let id = KeyId::of(app.selected_row().unwrap());
+    let id = KeyId::of(app.keys.selected_row().unwrap());
     let command = update(
         &mut app,
         Msg::Acted {
@@ -689,7 +701,7 @@ fn key_ids_borrow_as_key_refs() {
 fn the_detail_scrolls_within_its_lines() {
     let mut app = loaded_app();
     let _ = update(&mut app, key(KeyCode::Enter));
-    let row = app.selected_row().unwrap().clone();
+    let row = app.keys.selected_row().unwrap().clone();
     let _ = update(
         &mut app,
         Msg::DetailLoaded {
@@ -698,21 +710,22 @@ fn the_detail_scrolls_within_its_lines() {
         },
     );
     let lines = app
+        .keys
         .detail
         .as_ref()
         .unwrap()
-        .lines(app.now_ms, &app.tz)
+        .lines(app.now_ms, &app.session.tz)
         .len();
     let _ = update(&mut app, ch('G'));
     let last = u16::try_from(lines - 1).unwrap();
-    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    assert_eq!(app.keys.detail.as_ref().unwrap().scroll, last);
     let _ = update(&mut app, ch('j'));
     let _ = update(&mut app, key(KeyCode::PageDown));
-    assert_eq!(app.detail.as_ref().unwrap().scroll, last);
+    assert_eq!(app.keys.detail.as_ref().unwrap().scroll, last);
     let _ = update(&mut app, ch('k'));
-    assert_eq!(app.detail.as_ref().unwrap().scroll, last - 1);
+    assert_eq!(app.keys.detail.as_ref().unwrap().scroll, last - 1);
     let _ = update(&mut app, ch('g'));
-    assert_eq!(app.detail.as_ref().unwrap().scroll, 0);
+    assert_eq!(app.keys.detail.as_ref().unwrap().scroll, 0);
 }
 
 /// Tab goes round the four views, BackTab the other way; entering the outbox or the inbox
@@ -793,22 +806,28 @@ fn event_refreshed(event_id: &str, events: Vec<InboxEvent>) -> Msg {
 #[test]
 fn the_inbox_view_lists_filters_and_opens_events() {
     let mut app = fixtures::inbox_app();
-    assert!(app.inbox.loaded);
-    assert_eq!(app.inbox.rows, fixtures::events());
+    assert!(app.inbox.list.loaded);
+    assert_eq!(app.inbox.list.rows, fixtures::events());
     // Moving stays within the events.
     let _ = update(&mut app, ch('G'));
-    assert_eq!(app.inbox.selected, 2);
+    assert_eq!(app.inbox.list.selected, 2);
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.inbox.selected, 2);
+    assert_eq!(app.inbox.list.selected, 2);
     let _ = update(&mut app, ch('g'));
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.inbox.selected_row().unwrap().event_id, "evt_orphan");
+    assert_eq!(
+        app.inbox.list.selected_row().unwrap().event_id,
+        "evt_orphan"
+    );
     // A refresh keeps the selected event, wherever it moved.
     let mut reordered = fixtures::events();
     reordered.rotate_left(1);
     let _ = update(&mut app, fixtures::inbox_refreshed(reordered));
-    assert_eq!(app.inbox.selected, 0);
-    assert_eq!(app.inbox.selected_row().unwrap().event_id, "evt_orphan");
+    assert_eq!(app.inbox.list.selected, 0);
+    assert_eq!(
+        app.inbox.list.selected_row().unwrap().event_id,
+        "evt_orphan"
+    );
 
     // `s` cycles the status filter: a new listing, the old one's results dropped.
     let query = |command: Option<Command>| match command {
@@ -816,10 +835,10 @@ fn the_inbox_view_lists_filters_and_opens_events() {
         other => panic!("{other:?}"),
     };
     assert_eq!(query(update(&mut app, ch('s'))), Some(InboxStatus::Waiting));
-    assert!(!app.inbox.loaded && app.inbox.rows.is_empty());
+    assert!(!app.inbox.list.loaded && app.inbox.list.rows.is_empty());
     let _ = update(&mut app, fixtures::inbox_refreshed(fixtures::events()));
     assert!(
-        !app.inbox.loaded,
+        !app.inbox.list.loaded,
         "a listing of every status is not this one"
     );
     assert_eq!(
@@ -831,15 +850,15 @@ fn the_inbox_view_lists_filters_and_opens_events() {
     assert_eq!(query(update(&mut app, ch('x'))), None);
     assert_eq!(app.inbox.status, None);
     let _ = update(&mut app, fixtures::inbox_refreshed(fixtures::events()));
-    assert!(app.inbox.loaded);
+    assert!(app.inbox.list.loaded);
 
     // Enter shows the event as listed, at once; refreshes read it again by its event id.
     let _ = update(&mut app, ch('j'));
-    let row = app.inbox.selected_row().unwrap().clone();
+    let row = app.inbox.list.selected_row().unwrap().clone();
     assert_eq!(row.event_id, "evt_orphan");
     assert_eq!(update(&mut app, key(KeyCode::Enter)), None);
     assert_eq!(app.page(), Screen::Event);
-    assert_eq!(app.event.as_ref().unwrap().row.as_ref(), Some(&row));
+    assert_eq!(app.inbox.detail.as_ref().unwrap().row.as_ref(), Some(&row));
     match update(&mut app, ch('R')) {
         Some(Command::Refresh { inbox, event, .. }) => {
             assert_eq!(inbox.unwrap().status, None);
@@ -861,13 +880,28 @@ fn the_inbox_view_lists_filters_and_opens_events() {
         &mut app,
         event_refreshed("evt_orphan", vec![other_source, again.clone()]),
     );
-    assert_eq!(app.event.as_ref().unwrap().row.as_ref(), Some(&again));
+    assert_eq!(
+        app.inbox.detail.as_ref().unwrap().row.as_ref(),
+        Some(&again)
+    );
     // It scrolls within its lines.
-    let lines = app.event.as_ref().unwrap().lines(app.now_ms, &app.tz).len();
+    let lines = app
+        .inbox
+        .detail
+        .as_ref()
+        .unwrap()
+        .lines(app.now_ms, &app.session.tz)
+        .len();
     let _ = update(&mut app, ch('G'));
-    assert_eq!(usize::from(app.event.as_ref().unwrap().scroll), lines - 1);
+    assert_eq!(
+        usize::from(app.inbox.detail.as_ref().unwrap().scroll),
+        lines - 1
+    );
     let _ = update(&mut app, ch('k'));
-    assert_eq!(usize::from(app.event.as_ref().unwrap().scroll), lines - 2);
+    assert_eq!(
+        usize::from(app.inbox.detail.as_ref().unwrap().scroll),
+        lines - 2
+    );
     // Nothing acts on the inbox: key actions say so.
     assert_eq!(update(&mut app, ch('d')), None);
     assert!(app.dialog.is_none());
@@ -875,15 +909,15 @@ fn the_inbox_view_lists_filters_and_opens_events() {
     assert!(said.contains("the inbox is read-only"), "{said}");
     // Applied after all: it left the inbox.
     let _ = update(&mut app, event_refreshed("evt_orphan", Vec::new()));
-    let detail = app.event.as_ref().unwrap();
+    let detail = app.inbox.detail.as_ref().unwrap();
     assert_eq!(detail.row, None);
     assert!(
-        detail.lines(app.now_ms, &app.tz)[0]
+        detail.lines(app.now_ms, &app.session.tz)[0]
             .to_string()
             .contains("not in the inbox any more")
     );
     let _ = update(&mut app, key(KeyCode::Esc));
-    assert!(app.event.is_none());
+    assert!(app.inbox.detail.is_none());
     assert_eq!(app.page(), Screen::Inbox);
     match update(&mut app, ch('R')) {
         Some(Command::Refresh { event, .. }) => assert_eq!(event, None),
@@ -894,22 +928,28 @@ fn the_inbox_view_lists_filters_and_opens_events() {
 #[test]
 fn the_outbox_view_lists_filters_and_opens_messages() {
     let mut app = fixtures::outbox_app();
-    assert!(app.outbox.loaded);
-    assert_eq!(app.outbox.rows.len(), 6);
-    assert_eq!(app.outbox_counts, Some(fixtures::outbox_counts()));
+    assert!(app.outbox.list.loaded);
+    assert_eq!(app.outbox.list.rows.len(), 6);
+    assert_eq!(app.outbox.counts, Some(fixtures::outbox_counts()));
     // Moving stays within the messages.
     let _ = update(&mut app, ch('G'));
-    assert_eq!(app.outbox.selected, 5);
+    assert_eq!(app.outbox.list.selected, 5);
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.outbox.selected, 5);
+    assert_eq!(app.outbox.list.selected, 5);
     let _ = update(&mut app, ch('g'));
     let _ = update(&mut app, ch('j'));
-    assert_eq!(app.outbox.selected_row().unwrap().dedup_id, "order-8/paid");
+    assert_eq!(
+        app.outbox.list.selected_row().unwrap().dedup_id,
+        "order-8/paid"
+    );
     // A refresh keeps the selected message, wherever it moved.
     let mut reordered = fixtures::messages();
     reordered.reverse();
     let _ = update(&mut app, fixtures::outbox_refreshed(reordered));
-    assert_eq!(app.outbox.selected_row().unwrap().dedup_id, "order-8/paid");
+    assert_eq!(
+        app.outbox.list.selected_row().unwrap().dedup_id,
+        "order-8/paid"
+    );
     let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
 
     // `s` cycles the status filter: a new listing, the old one's results dropped.
@@ -921,10 +961,10 @@ fn the_outbox_view_lists_filters_and_opens_messages() {
         query(update(&mut app, ch('s'))),
         Some(OutboxStatus::Pending)
     );
-    assert!(!app.outbox.loaded && app.outbox.rows.is_empty());
+    assert!(!app.outbox.list.loaded && app.outbox.list.rows.is_empty());
     let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
     assert!(
-        !app.outbox.loaded,
+        !app.outbox.list.loaded,
         "a listing of every status is not this one"
     );
     assert_eq!(
@@ -944,12 +984,12 @@ fn the_outbox_view_lists_filters_and_opens_messages() {
     let _ = update(&mut app, fixtures::outbox_refreshed(fixtures::messages()));
 
     // Enter opens a message's detail, shown at once, read with its audit.
-    let row = app.outbox.selected_row().unwrap().clone();
+    let row = app.outbox.list.selected_row().unwrap().clone();
     assert_eq!(
         update(&mut app, key(KeyCode::Enter)),
         Some(Command::LoadMessage { id: row.id })
     );
-    let detail = app.message.as_ref().unwrap();
+    let detail = app.outbox.detail.as_ref().unwrap();
     assert!(detail.loading);
     assert_eq!(detail.row.as_ref(), Some(&row));
     let _ = update(
@@ -959,7 +999,7 @@ fn the_outbox_view_lists_filters_and_opens_messages() {
             result: Ok(Box::new(fixtures::message_data(&row))),
         },
     );
-    let detail = app.message.as_ref().unwrap();
+    let detail = app.outbox.detail.as_ref().unwrap();
     assert!(!detail.loading);
     assert_eq!(detail.audit.as_ref().unwrap().as_ref().unwrap().len(), 1);
     // Refreshes read the open message too.
@@ -969,17 +1009,24 @@ fn the_outbox_view_lists_filters_and_opens_messages() {
     }
     // It scrolls within its lines.
     let lines = app
-        .message
+        .outbox
+        .detail
         .as_ref()
         .unwrap()
-        .lines(app.now_ms, &app.tz)
+        .lines(app.now_ms, &app.session.tz)
         .len();
     let _ = update(&mut app, ch('G'));
-    assert_eq!(usize::from(app.message.as_ref().unwrap().scroll), lines - 1);
+    assert_eq!(
+        usize::from(app.outbox.detail.as_ref().unwrap().scroll),
+        lines - 1
+    );
     let _ = update(&mut app, ch('k'));
-    assert_eq!(usize::from(app.message.as_ref().unwrap().scroll), lines - 2);
+    assert_eq!(
+        usize::from(app.outbox.detail.as_ref().unwrap().scroll),
+        lines - 2
+    );
     let _ = update(&mut app, key(KeyCode::Esc));
-    assert!(app.message.is_none());
+    assert!(app.outbox.detail.is_none());
     assert_eq!(app.view, View::Outbox);
     // Key actions are the keys view's.
     assert_eq!(update(&mut app, ch('e')), None);
@@ -1042,7 +1089,7 @@ fn a_retry_asks_for_a_reason_then_confirmation() {
         Some(Command::Refresh { count: true, .. })
     ));
     assert!(!app.acting);
-    assert_eq!(app.outbox.rows[0], after);
+    assert_eq!(app.outbox.list.rows[0], after);
     let status = app.status.clone().unwrap();
     assert!(!status.is_error());
     assert_eq!(
@@ -1086,7 +1133,7 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
         (3, "due (the next claim takes it)"),
         (4, "it is delivered"),
     ] {
-        app.outbox.selected = line;
+        app.outbox.list.selected = line;
         assert_eq!(update(&mut app, ch('r')), None);
         assert!(app.dialog.is_none(), "line {line}");
         let status = app.status.clone().unwrap();
@@ -1097,7 +1144,7 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
         );
     }
     // From a message's detail: its message.
-    app.outbox.selected = 5;
+    app.outbox.list.selected = 5;
     let _ = update(&mut app, key(KeyCode::Enter));
     let _ = update(&mut app, ch('r'));
     assert_eq!(
@@ -1136,10 +1183,79 @@ fn retries_apply_to_dead_and_waiting_messages_only() {
     );
 
     // Read-only: no dialog.
-    app.read_only = true;
+    app.session.read_only = true;
     for c in ['r', 'A'] {
         let _ = update(&mut app, ch(c));
         assert!(app.dialog.is_none());
         assert!(app.status.as_ref().unwrap().text().contains("read-only"));
     }
+}
+
+/// The dialog warns of the store's refusals in the words the refusal will have
+/// (`refusal.rs`): a live lease, a completed staged key's delete, the expiry of a key that is
+/// not final.
+#[test]
+fn the_dialog_warns_in_the_refusals_words() {
+    use crate::refusal;
+    let mut running = fixtures::stuck("tenant:acme", "create_order:v1", "order-2");
+    running.status = KeyStatus::Processing;
+    running.locked_until_ms = Some(NOW + 30_000);
+    let mut rows = rows();
+    rows[3] = running;
+    let mut app = loaded_app();
+    let _ = update(&mut app, refreshed(rows, None));
+    for _ in 0..3 {
+        update(&mut app, key(KeyCode::Down));
+    }
+    assert_eq!(app.keys.selected_row().unwrap().key, "order-2");
+    let effect = |app: &mut App, c: char| {
+        assert_eq!(update(app, ch(c)), None);
+        let effect = app.dialog.as_ref().unwrap().effect(&app.session.tz);
+        update(app, key(KeyCode::Esc));
+        effect
+    };
+    let live = Hazard::LeaseLive {
+        locked_until_ms: Some(NOW + 30_000),
+    };
+    let release = effect(&mut app, 'r');
+    assert_eq!(
+        release.last().unwrap(),
+        &refusal::warning("release", &live),
+        "{release:?}"
+    );
+    assert!(
+        release
+            .last()
+            .unwrap()
+            .contains(&refusal::hazard_text(&live))
+    );
+    let expire = effect(&mut app, 'e');
+    assert_eq!(
+        expire,
+        [refusal::not_applicable(&NotApplicable::NotFinal {
+            status: KeyStatus::Processing
+        })]
+    );
+
+    // A completed staged key: its delete needs force, its expiry does not.
+    let mut staged = fixtures::stuck("tenant:acme", "create_order:v1", "order-2");
+    staged.status = KeyStatus::Completed;
+    staged.locked_until_ms = None;
+    let mut rows = fixtures::rows();
+    rows[3] = staged;
+    let _ = update(&mut app, refreshed(rows, None));
+    let effects = Hazard::EffectsExist {
+        attempt: 2,
+        recovery_point: Some("charge".into()),
+    };
+    let delete = effect(&mut app, 'd');
+    assert_eq!(
+        delete.last().unwrap(),
+        &refusal::warning("delete", &effects)
+    );
+    let expire = effect(&mut app, 'e');
+    assert!(
+        expire.iter().all(|l| !l.contains("unless forced")),
+        "{expire:?}"
+    );
 }

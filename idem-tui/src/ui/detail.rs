@@ -2,14 +2,15 @@
 //! an outbox message's row, its payload and its audit history; an inbox event's row, its
 //! reason and its body. The view draws them; the key handler scrolls within them.
 
-use idem_store::{AuditEntry, InboxEvent, InboxStatus, Journal, KeyRow, OutboxRow, OutboxStatus};
+use idem_store::{AuditEntry, InboxEvent, InboxStatus, Journal, KeyRow, OutboxRow};
 use jiff::tz::TimeZone;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
-use super::format::{self, Body, Expiry, event_style, message_state, message_style, status_style};
+use super::format::{self, Body, Expiry, event_style, message_style, status_style};
 use super::note::Failure;
 use crate::format::{sealed, unopened};
+use crate::message::{self, Payload};
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())
@@ -111,26 +112,10 @@ fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
     }
 }
 
-/// The lines of the detail pane of a key: its `row` (`None`: it has none any more), its
-/// `journal` and its `audit` history (`None`: not read yet), times shown in `tz` and
-/// relative to `now_ms`.
-#[must_use]
-pub fn lines(
-    row: Option<&KeyRow>,
-    journal: Option<&Result<Option<Journal>, Failure>>,
-    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
-    now_ms: i64,
-    tz: &TimeZone,
-) -> Vec<Line<'static>> {
+/// A key's columns: its identity, status, fingerprint (and what sealed it), times, lease,
+/// attempt and recovery point.
+fn key_fields(lines: &mut Vec<Line<'static>>, row: &KeyRow, now_ms: i64, tz: &TimeZone) {
     let when = |ms: i64| format::when(ms, now_ms, tz);
-    let mut lines = Vec::new();
-    let Some(row) = row else {
-        lines.push(Line::from(Span::styled(
-            "this key has no row (any more): deleted or swept",
-            Style::new().yellow(),
-        )));
-        return lines;
-    };
     lines.push(field("scope", row.scope.clone()));
     lines.push(field("operation", row.operation.clone()));
     lines.push(field("key", row.key.clone()));
@@ -146,10 +131,9 @@ pub fn lines(
         Span::styled(row.status.as_str(), status_style(row.status)),
         Span::raw(column),
     ]));
-    let unopened_by = unopened(row.sealed.as_ref());
     lines.push(field(
         "fingerprint",
-        unopened_by.map_or_else(|| format::hex(&row.fingerprint), sealed),
+        unopened(row.sealed.as_ref()).map_or_else(|| format::hex(&row.fingerprint), sealed),
     ));
     if let Some(sealing) = &row.sealed {
         let opened = if sealing.opened {
@@ -170,15 +154,20 @@ pub fn lines(
             .at_ms()
             .map_or_else(|| Expiry::NOT_FINAL.to_owned(), when),
     ));
+    lease_fields(lines, row, now_ms, tz);
+}
+
+/// A key's lease, attempt and recovery point.
+fn lease_fields(lines: &mut Vec<Line<'static>>, row: &KeyRow, now_ms: i64, tz: &TimeZone) {
+    let lease = |until: i64| {
+        let state = if until <= now_ms { "ran out" } else { "held" };
+        let at = format::when(until, now_ms, tz);
+        format!("{at} (attempt {}'s lease, {state})", row.attempt)
+    };
     lines.push(field(
         "locked until",
-        row.locked_until_ms.map_or_else(
-            || "- (no lease)".to_owned(),
-            |until| {
-                let state = if until <= now_ms { "ran out" } else { "held" };
-                format!("{} (attempt {}'s lease, {state})", when(until), row.attempt)
-            },
-        ),
+        row.locked_until_ms
+            .map_or_else(|| "- (no lease)".to_owned(), lease),
     ));
     lines.push(field(
         "attempt",
@@ -192,9 +181,13 @@ pub fn lines(
         "recovery point",
         row.recovery_point.clone().unwrap_or_else(|| "-".to_owned()),
     ));
-    lines.push(Line::raw(""));
+}
+
+/// A key's response section: none, its status and that its body is sealed, or its status,
+/// headers and body.
+fn response_section(lines: &mut Vec<Line<'static>>, row: &KeyRow) {
     lines.push(section("Response"));
-    match (&row.response, unopened_by) {
+    match (&row.response, unopened(row.sealed.as_ref())) {
         (None, _) => lines.push(Line::raw("none stored")),
         (Some(response), Some(key)) => {
             lines.push(field("status", response.status.to_string()));
@@ -212,9 +205,32 @@ pub fn lines(
                     Span::raw(value.clone()),
                 ]));
             }
-            body_lines(&mut lines, &response.body);
+            body_lines(lines, &response.body);
         }
     }
+}
+
+/// The lines of the detail pane of a key: its `row` (`None`: it has none any more), its
+/// `journal` and its `audit` history (`None`: not read yet), times shown in `tz` and
+/// relative to `now_ms`.
+#[must_use]
+pub fn lines(
+    row: Option<&KeyRow>,
+    journal: Option<&Result<Option<Journal>, Failure>>,
+    audit: Option<&Result<Vec<AuditEntry>, Failure>>,
+    now_ms: i64,
+    tz: &TimeZone,
+) -> Vec<Line<'static>> {
+    let Some(row) = row else {
+        return vec![Line::from(Span::styled(
+            "this key has no row (any more): deleted or swept",
+            Style::new().yellow(),
+        ))];
+    };
+    let mut lines = Vec::new();
+    key_fields(&mut lines, row, now_ms, tz);
+    lines.push(Line::raw(""));
+    response_section(&mut lines, row);
     lines.push(Line::raw(""));
     lines.push(section("Journal"));
     match journal {
@@ -236,7 +252,8 @@ pub fn lines(
 
 /// The lines of the detail pane of an outbox message: its `row` (`None`: it has none any
 /// more) and its `audit` history (`None`: not read yet), times shown in `tz` and relative
-/// to `now_ms`.
+/// to `now_ms`. The columns, the last error and the payload as [`message`] words them for
+/// `idem outbox show` too.
 #[must_use]
 pub fn message_lines(
     row: Option<&OutboxRow>,
@@ -244,69 +261,40 @@ pub fn message_lines(
     now_ms: i64,
     tz: &TimeZone,
 ) -> Vec<Line<'static>> {
-    let when = |ms: i64| format::when(ms, now_ms, tz);
-    let mut lines = Vec::new();
     let Some(row) = row else {
-        lines.push(Line::from(Span::styled(
+        return vec![Line::from(Span::styled(
             "this message has no row (any more): delivered and swept",
             Style::new().yellow(),
-        )));
-        return lines;
+        ))];
     };
-    lines.push(field("id", row.id.to_string()));
-    lines.push(field("dedup id", row.dedup_id.clone()));
-    lines.push(field("topic", row.topic.clone()));
-    lines.push(Line::from(vec![
-        label("status"),
-        Span::styled(row.status.as_str(), message_style(row, now_ms)),
-        Span::raw(match row.status {
-            OutboxStatus::Pending => format!(": {}", message_state(row, now_ms)),
-            OutboxStatus::Dead => " (given up on; r retries it)".to_owned(),
-            OutboxStatus::Delivered => String::new(),
-        }),
-    ]));
-    lines.push(field("attempts", row.attempts.to_string()));
-    lines.push(field(
-        "next attempt",
-        match row.status {
-            OutboxStatus::Pending => when(row.next_attempt_at_ms),
-            OutboxStatus::Dead | OutboxStatus::Delivered => "-".to_owned(),
-        },
-    ));
-    lines.push(field(
-        "locked until",
-        row.locked_until_ms.map_or_else(
-            || "- (no lease)".to_owned(),
-            |until| {
-                let state = if until <= now_ms { "ran out" } else { "held" };
-                format!("{} (lease {state})", when(until))
-            },
-        ),
-    ));
-    lines.push(field("created", when(row.created_at_ms)));
-    lines.push(field(
-        "delivered",
-        row.delivered_at_ms.map_or_else(|| "-".to_owned(), when),
-    ));
+    let mut lines: Vec<Line<'static>> =
+        message::fields(row, now_ms, |ms| format::when(ms, now_ms, tz))
+            .into_iter()
+            .map(|(name, value)| {
+                if name != message::STATUS {
+                    return field(name, value);
+                }
+                // The status word coloured, how it stands after it.
+                let (status, rest) = value.split_at(row.status.as_str().len().min(value.len()));
+                Line::from(vec![
+                    label(name),
+                    Span::styled(status.to_owned(), message_style(row, now_ms)),
+                    Span::raw(rest.to_owned()),
+                ])
+            })
+            .collect();
     lines.push(Line::raw(""));
     lines.push(section("Last error"));
+    let error = Style::new().red();
     match &row.last_error {
-        None => lines.push(Line::raw("none")),
-        Some(error) => lines.extend(
-            error
-                .lines()
-                .map(|l| Line::styled(l.to_owned(), Style::new().red())),
-        ),
+        None => lines.push(Line::raw(message::NONE)),
+        Some(text) => lines.extend(text.lines().map(|l| Line::styled(l.to_owned(), error))),
     }
     lines.push(Line::raw(""));
     lines.push(section("Payload"));
-    match unopened(row.sealed.as_ref()) {
-        Some(key) => lines.push(Line::raw(sealed(key))),
-        None => {
-            let pretty = serde_json::to_string_pretty(&row.payload)
-                .unwrap_or_else(|_| row.payload.to_string());
-            lines.extend(format::highlight_json(&pretty));
-        }
+    match Payload::of(row) {
+        Payload::Sealed(text) => lines.push(Line::raw(text)),
+        Payload::Json(pretty) => lines.extend(format::highlight_json(&pretty)),
     }
     lines.push(Line::raw(""));
     audit_section(

@@ -9,10 +9,11 @@ use idem_store::{
 use jiff::tz::TimeZone;
 use serde_json::json;
 
-use super::app::{
-    App, DetailData, InboxQuery, MessageData, Msg, OutboxQuery, Refreshed, View,
-    operations_from_counts, update,
-};
+use super::app::{App, View, update};
+use super::views::inbox::EVENTS;
+use super::views::outbox::MESSAGES;
+use super::work::{DetailData, InboxQuery, MessageData, Msg, OutboxQuery, Refreshed};
+use super::worker::operations_from_counts;
 
 /// The fixed "now": 2027-01-15 08:00:00 UTC.
 pub const NOW: i64 = 1_800_000_000_000;
@@ -246,7 +247,7 @@ pub fn outbox_refreshed(messages: Vec<OutboxRow>) -> Msg {
         refreshed.outbox = Some((
             OutboxQuery {
                 status: None,
-                limit: super::app::MESSAGES,
+                limit: MESSAGES,
             },
             Ok(messages),
         ));
@@ -334,7 +335,7 @@ pub fn inbox_refreshed(events: Vec<InboxEvent>) -> Msg {
         refreshed.inbox = Some((
             InboxQuery {
                 status: None,
-                limit: super::app::EVENTS,
+                limit: EVENTS,
             },
             Ok(events),
         ));

@@ -1,6 +1,6 @@
 //! Text for the screen: times (local and relative), stored bodies (JSON highlighted, text,
-//! binary as a hex head), fingerprints, the colours of statuses, how a message stands and
-//! when it is next attempted. Pure functions of their inputs.
+//! binary as a hex head), fingerprints, the colours of statuses, and when a message is
+//! next attempted. Pure functions of their inputs.
 
 use idem_store::{InboxStatus, KeyRow, KeyStatus, OutboxRow, OutboxStatus};
 use jiff::Timestamp;
@@ -273,21 +273,6 @@ pub fn event_style(status: InboxStatus) -> Style {
     match status {
         InboxStatus::Unmatched => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
         InboxStatus::Waiting => Style::new().fg(Color::Yellow),
-    }
-}
-
-/// How a message stands at `now_ms`, in words: `dead`, `delivered`, `being delivered (in
-/// flight)`, `due (the next claim takes it)` or `waiting for its next attempt`.
-#[must_use]
-pub fn message_state(row: &OutboxRow, now_ms: i64) -> &'static str {
-    match row.status {
-        OutboxStatus::Dead => "dead",
-        OutboxStatus::Delivered => "delivered",
-        OutboxStatus::Pending if row.in_flight(now_ms) => "being delivered (in flight)",
-        OutboxStatus::Pending if row.next_attempt_at_ms <= now_ms => {
-            "due (the next claim takes it)"
-        }
-        OutboxStatus::Pending => "waiting for its next attempt",
     }
 }
 

@@ -51,20 +51,30 @@
 //!
 //! # Structure
 //!
-//! Elm-like: [`app::App`] is the state, [`app::update`] applies a [`app::Msg`] (a key, a
-//! tick of the clock, a database result) and returns the [`app::Command`] to run, if any
-//! (a key: what [`keymap::action`] finds for it); [`view::view`] draws the state;
-//! [`detail::lines`] are the detail pane's lines, which the view draws and `update` scrolls
-//! within. [`run`] is the loop: it draws, waits for a terminal event, a tick or a result, and
-//! runs each command on its own task, so drawing never waits for the database. Errors go to
-//! the status line.
+//! Components, Elm-like: [`app::App`] is the state and [`app::update`] applies a
+//! [`work::Msg`] (a key, a tick of the clock, a database result) and returns the
+//! [`work::Command`] to run, if any. The App holds the views ([`views`]: the key table, the
+//! operations, the outbox, the inbox) and what they share — the view shown, the
+//! [`dialog`], the status line ([`note`]), the live refresh — and routes: a key to the
+//! dialog, the prompt or the view shown (what [`keymap::action`] finds for it), a result to
+//! the views it is for. Each view owns its state, its `update` (pure: it answers with a
+//! [`views::Action`]) and its drawing; [`chrome::draw`] draws the screen around the view
+//! shown; [`detail`] words the detail panes. [`run`] is the loop: it draws, waits for a
+//! terminal event, a tick or a result, and runs each command on its own task
+//! ([`worker`], the only I/O), so drawing never waits for the database. Errors go to the
+//! status line.
 
+pub mod act;
 pub mod app;
+pub mod chrome;
 pub mod detail;
+pub mod dialog;
 pub mod format;
 pub mod keymap;
 pub mod note;
-pub mod view;
+pub mod views;
+pub mod work;
+pub mod worker;
 
 #[cfg(test)]
 mod fixtures;
@@ -74,14 +84,14 @@ mod render_tests;
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
-use idem_store::{Actor, AuditFilter, OperationInfo};
 use jiff::tz::TimeZone;
 use ratatui::crossterm::event::Event;
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, UnboundedSender};
 
 use crate::db::Db;
-use app::{ActError, App, Command, DetailData, MessageData, Msg, Refreshed, Retried, update};
+use app::{App, update};
 use note::{Failure, Note};
+use work::{Command, Msg};
 
 /// How the UI was started.
 #[derive(Debug, Clone)]
@@ -135,7 +145,7 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
         let size = terminal.size()?;
         // Header 3, footer 1, the table's borders and header row 3.
         app.page_height = usize::from(size.height.saturating_sub(7)).max(1);
-        terminal.draw(|frame| view::view(&app, frame))?;
+        terminal.draw(|frame| chrome::draw(&app, frame))?;
         let msg = tokio::select! {
             _ = tick.tick() => Msg::Tick { now_ms: now_ms() },
             Some(msg) = rx.recv() => msg,
@@ -151,20 +161,7 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
             },
         };
         if let Some(command) = update(&mut app, msg) {
-            let db = db.clone();
-            let operator = options.operator.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let fallback = command.clone();
-                let work = tokio::spawn(async move { execute(&db, &operator, command).await });
-                // A task that failed still answers, so that nothing stays "under way".
-                let msg = match work.await {
-                    Ok(msg) => msg,
-                    Err(e) => failed(fallback, Failure::Task(std::sync::Arc::new(e))),
-                };
-                // The loop is gone when the user quit: nobody is waiting for the result.
-                let _ = tx.send(msg);
-            });
+            spawn(db.clone(), options.operator.clone(), command, tx.clone());
         }
         if app.quit {
             break;
@@ -173,194 +170,18 @@ pub async fn run(db: Db, options: Options) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The answer to `command` when its task died (`why`) before it could answer.
-fn failed(command: Command, why: Failure) -> Msg {
-    match command {
-        Command::Refresh { generation, .. } => Msg::Refreshed {
-            generation,
-            result: Err(why),
-        },
-        Command::LoadMore { generation, .. } => Msg::MoreLoaded {
-            generation,
-            result: Err(why),
-        },
-        Command::LoadDetail { key } => Msg::DetailLoaded {
-            key,
-            result: Err(why),
-        },
-        Command::Act { key, action, .. } => Msg::Acted {
-            key,
-            action: action.name(),
-            result: Err(ActError::Failed(why)),
-        },
-        Command::LoadMessage { id } => Msg::MessageLoaded {
-            id,
-            result: Err(why),
-        },
-        Command::Retry { id, .. } => Msg::Retried {
-            id,
-            result: Err(ActError::Failed(why)),
-        },
-    }
-}
-
-/// Reads an outbox message and its audit history.
-async fn read_message(db: &Db, id: i64) -> Result<MessageData, Failure> {
-    let row = db.outbox_find(id).await.map_err(Failure::from)?;
-    let audit = match &row {
-        Some(row) => db
-            .audit(&AuditFilter::new().key(row.audit_key()).limit(app::PAGE))
-            .await
-            .map_err(Failure::from),
-        None => Ok(Vec::new()),
-    };
-    Ok(MessageData { row, audit })
-}
-
-/// Reads a key, its audit history and its journal.
-async fn read_detail(db: &Db, key: &app::KeyId, now_ms: i64) -> Result<DetailData, Failure> {
-    let row = db.get(key.as_ref(), now_ms).await.map_err(Failure::from)?;
-    let audit = db
-        .audit(&AuditFilter::new().key(key.as_ref()).limit(app::PAGE))
-        .await
-        .map_err(Failure::from);
-    let journal = db.journal(key.as_ref()).await.map_err(Failure::from);
-    Ok(DetailData {
-        row,
-        audit,
-        journal,
-    })
-}
-
-/// Runs `command` on the database; its result as a message.
-async fn execute(db: &Db, operator: &str, command: Command) -> Msg {
-    let now = now_ms();
-    match command {
-        Command::Refresh {
-            generation,
-            count,
-            filter,
-            detail,
-            outbox,
-            message,
-            inbox,
-            event,
-        } => {
-            let result = async {
-                let page = db.list(&filter, now).await.map_err(Failure::from)?;
-                let detail = match detail {
-                    Some(key) => {
-                        let data = read_detail(db, &key, now).await;
-                        Some((key, data))
-                    }
-                    None => None,
-                };
-                let (counts, operations) = if count {
-                    let counts = db.counts(now).await.map_err(Failure::from)?;
-                    let operations = operations(db, &counts).await;
-                    (Some(counts), Some(operations))
-                } else {
-                    (None, None)
-                };
-                let outbox = match outbox {
-                    Some(query) => {
-                        let messages = db.outbox_list(query.status, query.limit).await;
-                        Some((query, messages.map_err(Failure::from)))
-                    }
-                    None => None,
-                };
-                let message = match message {
-                    Some(id) => Some((id, read_message(db, id).await)),
-                    None => None,
-                };
-                let inbox = match inbox {
-                    Some(query) => {
-                        let events = db.inbox_list(query.status, query.limit).await;
-                        Some((query, events.map_err(Failure::from)))
-                    }
-                    None => None,
-                };
-                let event = match event {
-                    Some(event_id) => {
-                        let events = db.inbox_get(&event_id).await;
-                        Some((event_id, events.map_err(Failure::from)))
-                    }
-                    None => None,
-                };
-                // A database without the outbox's table still shows its keys.
-                let outbox_counts = if count {
-                    db.outbox_counts(now).await.ok()
-                } else {
-                    None
-                };
-                Ok(Box::new(Refreshed {
-                    counts,
-                    operations,
-                    page,
-                    detail,
-                    outbox_counts,
-                    outbox,
-                    message,
-                    inbox,
-                    event,
-                }))
-            }
-            .await;
-            Msg::Refreshed { generation, result }
-        }
-        Command::LoadMore { generation, filter } => Msg::MoreLoaded {
-            generation,
-            result: db.list(&filter, now).await.map_err(Failure::from),
-        },
-        Command::LoadDetail { key } => {
-            let result = read_detail(db, &key, now).await.map(Box::new);
-            Msg::DetailLoaded { key, result }
-        }
-        Command::Act {
-            key,
-            expected,
-            action,
-            reason,
-        } => {
-            let by = Actor::new(operator).reason(reason);
-            let result = db
-                .act(key.as_ref(), &expected, &action, &by, now)
-                .await
-                .map(|acted| acted.audit_id)
-                .map_err(ActError::from);
-            Msg::Acted {
-                key,
-                action: action.name(),
-                result,
-            }
-        }
-        Command::LoadMessage { id } => {
-            let result = read_message(db, id).await.map(Box::new);
-            Msg::MessageLoaded { id, result }
-        }
-        Command::Retry { id, reason } => {
-            let by = Actor::new(operator).reason(reason);
-            let result = match id {
-                Some(id) => db
-                    .outbox_retry(id, now, &by)
-                    .await
-                    .map(|row| Retried::One(Box::new(row))),
-                None => db.outbox_retry_all(now, &by).await.map(Retried::All),
-            };
-            Msg::Retried {
-                id,
-                result: result.map_err(ActError::from),
-            }
-        }
-    }
-}
-
-/// The operations view's lines: every registered operation and every operation with keys;
-/// when the registry cannot be read (a database not migrated to it yet), the operations of
-/// `counts`.
-async fn operations(db: &Db, counts: &idem_store::Counts) -> Vec<OperationInfo> {
-    match db.registrations().await {
-        Ok(registrations) => OperationInfo::merge(counts, registrations),
-        Err(_) => app::operations_from_counts(counts),
-    }
+/// Runs `command` on its own task, as `operator`; its answer goes to `tx`.
+fn spawn(db: Db, operator: String, command: Command, tx: UnboundedSender<Msg>) {
+    tokio::spawn(async move {
+        let fallback = command.clone();
+        let work =
+            tokio::spawn(async move { worker::execute(&db, &operator, command, now_ms()).await });
+        // A task that failed still answers, so that nothing stays "under way".
+        let msg = match work.await {
+            Ok(msg) => msg,
+            Err(e) => worker::failed(fallback, Failure::Task(std::sync::Arc::new(e))),
+        };
+        // The loop is gone when the user quit: nobody is waiting for the result.
+        let _ = tx.send(msg);
+    });
 }

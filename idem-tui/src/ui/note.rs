@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use idem_store::{Hazard, InboxStatus, KeyRow, KeyStatus, NotApplicable, OutboxStatus, StoreError};
 
-use super::app::{ActKind, KeyId};
+use super::act::{ActKind, KeyId};
 use crate::refusal::{self, Forcing};
 
 /// Why the database did not answer: the store's error, or the task that ran the work died.
@@ -203,7 +203,7 @@ pub enum Note {
         id: i64,
         /// Its dedup id.
         dedup_id: String,
-        /// How it stands ([`super::format::message_state`]).
+        /// How it stands ([`crate::message::state`]).
         state: &'static str,
     },
     /// A key action's key (`c`) pressed where no key is shown; `inbox` when on the inbox.

@@ -1,4 +1,4 @@
-//! Full-screen snapshots of [`view`] with a fixed clock and fixed rows, in
+//! Full-screen snapshots of [`draw`] with a fixed clock and fixed rows, in
 //! `tests/snapshots/`.
 
 use jiff::tz::TimeZone;
@@ -6,13 +6,15 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use super::app::{App, KeyId, Msg, update};
+use super::act::KeyId;
+use super::app::{App, update};
+use super::chrome::draw;
 use super::fixtures::{self, loaded_app};
-use super::view::view;
+use super::work::Msg;
 
 fn render(app: &App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal.draw(|frame| view(app, frame)).unwrap();
+    terminal.draw(|frame| draw(app, frame)).unwrap();
     terminal.backend().to_string()
 }
 
@@ -37,7 +39,7 @@ fn open_detail(app: &mut App, index: usize) {
         press(app, KeyCode::Down);
     }
     press(app, KeyCode::Enter);
-    let row = app.selected_row().unwrap().clone();
+    let row = app.keys.selected_row().unwrap().clone();
     let _ = update(
         app,
         Msg::DetailLoaded {
@@ -57,9 +59,9 @@ fn key_list() {
 #[test]
 fn key_list_wide_sorted_and_filtered() {
     let mut app = loaded_app();
-    app.filters.scope = Some("tenant:acme".into());
-    app.filters.key_prefix = Some("order-".into());
-    app.paused = true;
+    app.keys.filters.scope = Some("tenant:acme".into());
+    app.keys.filters.key_prefix = Some("order-".into());
+    app.live.paused = true;
     press(&mut app, KeyCode::Char('5'));
     snapshot!("ui_keys_120x30", render(&app, 120, 30));
 }
@@ -133,7 +135,7 @@ fn help() {
 #[test]
 fn errors_and_the_search_prompt() {
     let mut app = loaded_app();
-    app.read_only = true;
+    app.session.read_only = true;
     press(&mut app, KeyCode::Char('d'));
     snapshot!("ui_read_only_80x24", render(&app, 80, 24));
     press(&mut app, KeyCode::Char('/'));
@@ -146,8 +148,8 @@ fn errors_and_the_search_prompt() {
 #[test]
 fn a_refusal_says_why_and_how_to_force() {
     let mut app = loaded_app();
-    let key = KeyId::of(app.selected_row().unwrap());
-    let refused = super::app::ActError::from(idem_store::StoreError::NeedsForce {
+    let key = KeyId::of(app.keys.selected_row().unwrap());
+    let refused = super::note::ActError::from(idem_store::StoreError::NeedsForce {
         action: "complete",
         hazard: idem_store::Hazard::LeaseLive {
             locked_until_ms: Some(fixtures::NOW + 30_000),
@@ -240,7 +242,7 @@ fn the_inbox() {
         &mut empty,
         Msg::Refreshed {
             generation: 0,
-            result: Ok(Box::new(super::app::Refreshed {
+            result: Ok(Box::new(super::work::Refreshed {
                 inbox: Some((query, Ok(Vec::new()))),
                 ..refreshed_parts()
             })),
@@ -286,7 +288,7 @@ fn the_outbox() {
         &mut empty,
         Msg::Refreshed {
             generation: 0,
-            result: Ok(Box::new(super::app::Refreshed {
+            result: Ok(Box::new(super::work::Refreshed {
                 outbox: Some((query, Ok(Vec::new()))),
                 ..refreshed_parts()
             })),
@@ -296,7 +298,7 @@ fn the_outbox() {
 }
 
 /// The parts of a refresh of [`fixtures::rows`], for a test to change some.
-fn refreshed_parts() -> super::app::Refreshed {
+fn refreshed_parts() -> super::work::Refreshed {
     match fixtures::outbox_refreshed(fixtures::messages()) {
         Msg::Refreshed {
             result: Ok(refreshed),
@@ -310,7 +312,7 @@ fn refreshed_parts() -> super::app::Refreshed {
 fn a_message_detail() {
     let mut app = fixtures::outbox_app();
     press(&mut app, KeyCode::Enter);
-    let row = app.outbox.selected_row().unwrap().clone();
+    let row = app.outbox.list.selected_row().unwrap().clone();
     let _ = update(
         &mut app,
         Msg::MessageLoaded {
@@ -320,14 +322,14 @@ fn a_message_detail() {
     );
     snapshot!("ui_message_dead_80x24", render(&app, 80, 24));
     let mut app = fixtures::outbox_app();
-    app.outbox.selected = 2;
+    app.outbox.list.selected = 2;
     press(&mut app, KeyCode::Enter);
-    let row = app.outbox.selected_row().unwrap().clone();
+    let row = app.outbox.list.selected_row().unwrap().clone();
     let _ = update(
         &mut app,
         Msg::MessageLoaded {
             id: row.id,
-            result: Ok(Box::new(super::app::MessageData {
+            result: Ok(Box::new(super::work::MessageData {
                 row: Some(row),
                 audit: Ok(Vec::new()),
             })),
@@ -357,7 +359,7 @@ fn retry_dialogs() {
 
     // Not retryable: the status line says why.
     let mut app = fixtures::outbox_app();
-    app.outbox.selected = 2;
+    app.outbox.list.selected = 2;
     press(&mut app, KeyCode::Char('r'));
     snapshot!("ui_retry_in_flight_80x24", render(&app, 80, 24));
 }
@@ -400,7 +402,7 @@ fn keys_that_are_not_final_do_not_expire() {
 
     // Sorted by `exp in`: expired, then completed by expiry, then the keys that never do.
     press(&mut app, KeyCode::Char('6'));
-    let order: Vec<&str> = app.shown_rows().map(|r| r.key.as_str()).collect();
+    let order: Vec<&str> = app.keys.shown_rows().map(|r| r.key.as_str()).collect();
     assert_eq!(order[0], "msg-0002", "{order:?}");
     assert_eq!(
         order[order.len() - 2..]
@@ -411,7 +413,11 @@ fn keys_that_are_not_final_do_not_expire() {
     );
 
     // The detail says why.
-    let at = app.shown_rows().position(|r| r.key == "order-5").unwrap();
+    let at = app
+        .keys
+        .shown_rows()
+        .position(|r| r.key == "order-5")
+        .unwrap();
     open_detail(&mut app, at);
     let screen = render(&app, 80, 24);
     assert!(
@@ -425,9 +431,9 @@ fn keys_that_are_not_final_do_not_expire() {
 #[test]
 fn a_refusal_gives_times_not_epochs() {
     let mut app = loaded_app();
-    let key = KeyId::of(app.selected_row().unwrap());
+    let key = KeyId::of(app.keys.selected_row().unwrap());
     let expired_at = fixtures::NOW - 10 * fixtures::MIN;
-    let refused = super::app::ActError::from(idem_store::StoreError::NotApplicable(
+    let refused = super::note::ActError::from(idem_store::StoreError::NotApplicable(
         idem_store::NotApplicable::ExpiredAlready {
             expired_at_ms: expired_at,
         },
@@ -491,7 +497,7 @@ fn names_that_fit_show_whole() {
 
 #[test]
 fn name_columns_share_the_room_the_key_leaves() {
-    use super::view::key_columns;
+    use super::views::keys::table::key_columns;
     // 80 columns leave 43 for scope, operation and key.
     // Everything fits: a space after each name, the key the rest.
     assert_eq!(key_columns(43, [13, 15, 7]), [14, 16, 13]);
@@ -663,11 +669,42 @@ fn inbox_reasons_get_the_room() {
     let line = table_line(&screen, "evt_orphan");
     assert!(line.contains("no payment names the charge ch_1"), "{line}");
     assert!(line.contains("provider_…"), "{line}");
-    app.inbox.rows[0].reason = "the charge names no payment this receiver knows of, ".repeat(3);
+    app.inbox.list.rows[0].reason =
+        "the charge names no payment this receiver knows of, ".repeat(3);
     let screen = render(&app, 80, 24);
     let line = table_line(&screen, "evt_old");
     assert!(
         line.contains("the charge names no payment this…│"),
         "{line}"
     );
+}
+
+/// The message pane shows the message as `idem outbox show` does: the same fields, the same
+/// values, `-` where it has none.
+#[test]
+fn the_message_pane_is_the_outbox_show_detail() {
+    use crate::message;
+    for row in fixtures::messages() {
+        let when = |ms: i64| super::format::when(ms, fixtures::NOW, &TimeZone::UTC);
+        let text = text_of(&super::detail::message_lines(
+            Some(&row),
+            Some(&Ok(Vec::new())),
+            fixtures::NOW,
+            &TimeZone::UTC,
+        ));
+        for (name, value) in message::fields(&row, fixtures::NOW, when) {
+            let line = format!("{name:<15}{value}");
+            assert!(text.contains(&line), "{line:?} in\n{text}");
+        }
+        assert!(
+            text.contains(&format!("Last error\n{}", message::last_error(&row))),
+            "{text}"
+        );
+        if row.delivered_at_ms.is_none() {
+            assert!(
+                text.contains(&format!("delivered      {}\n", message::NONE)),
+                "{text}"
+            );
+        }
+    }
 }
