@@ -140,3 +140,31 @@ fn the_window_is_worded_once_as_the_runtime_counts_it() {
         }
     }
 }
+
+/// The spec's own description (rustdoc, the operator tool) names the problem type of its
+/// `409` as the documents do, in every mode and in-flight policy.
+#[test]
+fn the_specs_description_names_the_in_flight_type() {
+    use idem_spec::InFlightPolicy;
+
+    let specs = [
+        OperationSpec::new("x:v1"),
+        OperationSpec::new("x:v1").mode(Mode::Staged),
+        OperationSpec::new("x:v1")
+            .mode(Mode::Staged)
+            .on_in_flight(InFlightPolicy::Wait),
+    ];
+    for spec in specs {
+        let text = spec.describe();
+        assert!(
+            text.contains(&format!("409 `{}` with `Retry-After`", contract::IN_FLIGHT)),
+            "{text}"
+        );
+        assert!(!text.contains("409 with"), "{text}");
+    }
+    let staged = OperationSpec::new("x:v1").mode(Mode::Staged).describe();
+    assert!(
+        staged.contains("503 `urn:idem:problem:interrupted` with `Retry-After`"),
+        "{staged}"
+    );
+}
