@@ -538,7 +538,13 @@ fn variants() -> Vec<OperationDoc> {
         OperationDoc::from_spec(&staged)
             .path("POST", "/receipts/{id}/lines/{line}")
             .responds(201, "Paid")
-            .responds(402, "Declined"),
+            .responds(402, "Declined")
+            .problem(docs::ProblemDoc::new(
+                402,
+                "urn:example:declined",
+                "declined",
+            ))
+            .problem(docs::ProblemDoc::new(503, "urn:example:busy", "busy").retry_after()),
         OperationDoc::from_spec(&OperationSpec::new("nightly:v1")),
     ]
 }
@@ -627,4 +633,79 @@ fn the_window_is_worded_once() {
     );
     assert!(!markdown.contains("stored more than"), "{markdown}");
     assert!(!markdown.contains("after its first request"), "{markdown}");
+}
+
+/// The payments' documents, as the server writes them, without a server.
+fn payments_documents() -> (String, Value) {
+    use utoipa::OpenApi as _;
+    let documents = idem_examples::docs::documents(
+        idem_examples::payments::operations(),
+        idem_examples::payments::PaymentsApi::openapi(),
+    )
+    .unwrap();
+    (
+        documents.markdown,
+        serde_json::from_str(&documents.openapi).unwrap(),
+    )
+}
+
+/// The examples declare their own problems on the attribute (`problems = […]`): each is
+/// listed under its status with its type, so that a client tells it from idem's problems of
+/// that status, and only the one that carries `Retry-After` is retried on its advice.
+#[test]
+fn the_examples_own_problems_are_listed_with_their_types() {
+    let (markdown, openapi) = orders_documents();
+    let row = markdown
+        .lines()
+        .find(|l| l.contains("`urn:idem:example:invalid-order`"))
+        .unwrap_or_else(|| panic!("{markdown}"));
+    assert!(
+        row.starts_with("| 422 `urn:idem:example:invalid-order` | `sku` or `quantity`"),
+        "{row}"
+    );
+    let types = |api: &Value, path: &str, status: &str| {
+        api["paths"][path]["post"]["responses"][status]["content"]["application/problem+json"]
+            ["x-problem-types"]
+            .clone()
+    };
+    assert!(
+        types(&openapi, "/orders", "422")
+            .as_array()
+            .unwrap()
+            .contains(&"urn:idem:example:invalid-order".into())
+    );
+
+    let (markdown, openapi) = payments_documents();
+    for (status, problem) in [
+        ("402", "urn:idem:example:payment-declined"),
+        ("422", "urn:idem:example:invalid-payment"),
+    ] {
+        assert!(
+            types(&openapi, "/payments", status)
+                .as_array()
+                .unwrap()
+                .contains(&problem.into()),
+            "{status} {problem}"
+        );
+        let row = markdown
+            .lines()
+            .find(|l| l.starts_with(&format!("| {status} `{problem}` |")))
+            .unwrap_or_else(|| panic!("{problem}: {markdown}"));
+        assert!(!row.contains("Retry-After"), "{row}");
+    }
+    let not_yet = "urn:idem:example:charge-not-recorded-yet";
+    assert!(
+        types(&openapi, "/webhooks/provider", "503")
+            .as_array()
+            .unwrap()
+            .contains(&not_yet.into())
+    );
+    let row = markdown
+        .lines()
+        .find(|l| l.starts_with(&format!("| 503 `{not_yet}` + `Retry-After` |")))
+        .unwrap_or_else(|| panic!("{markdown}"));
+    assert!(
+        row.contains(&format!("For this `type` only (`{not_yet}`)")),
+        "{row}"
+    );
 }

@@ -68,6 +68,12 @@
 //!   runtime's `Operations::publish_sources` sets it on every operation).
 //! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
 //!   2xx of its own, success is documented as OpenAPI's `2XX`.
+//! - **The operation's own problems** ([`ProblemDoc`], added with [`OperationDoc::problem`]
+//!   or declared with the attribute's `problems = [problem(409, "urn:…", "…")]`) are listed
+//!   under their status with their `type`, beside idem's problems of that status, so that a
+//!   client tells them apart; retry advice for one only when it carries `Retry-After`, and
+//!   then for its type only (with a new key when the answer is stored with the key). A
+//!   response the application describes that names a problem's type is that problem's row.
 //! - **The key's syntax** is the IETF draft's structured-field string; the length limits are
 //!   the runtime's (1 to 8192 visible ASCII characters; one longer than 255 is kept as its
 //!   digest, `sha256:` and 64 hexadecimal digits, which the documents say). Its schema is
@@ -117,7 +123,7 @@ mod openapi;
 mod utoipa;
 
 pub use crate::markdown::markdown;
-pub use crate::model::{KeyPartDoc, OperationDoc};
+pub use crate::model::{KeyPartDoc, OperationDoc, ProblemDoc};
 pub use crate::openapi::{openapi, problem_schema};
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]

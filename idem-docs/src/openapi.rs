@@ -164,8 +164,9 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
 /// their headers, and the problem types of the status's `application/problem+json` body.
 fn responses(doc: &OperationDoc) -> Map<String, Value> {
     let mut responses = Map::new();
-    let mut problems: Vec<(String, Vec<&'static str>)> = Vec::new();
-    for case in contract::cases(doc) {
+    let cases = contract::cases(doc);
+    let mut problems: Vec<(&str, Vec<&str>)> = Vec::new();
+    for case in &cases {
         let entry = responses.entry(case.status.clone()).or_insert_with(|| {
             json!({
                 "description": "",
@@ -176,7 +177,7 @@ fn responses(doc: &OperationDoc) -> Map<String, Value> {
         };
         // A problem's paragraph names its type: what it says (to retry, say) is for that
         // type, not for every response of the status.
-        let line = match case.problem {
+        let line = match case.problem_type() {
             Some(problem) => format!("`{problem}`: {} {}", case.when, case.then),
             None => format!("{} {}", case.when, case.then),
         };
@@ -202,16 +203,16 @@ fn responses(doc: &OperationDoc) -> Map<String, Value> {
                 );
             }
         }
-        if let Some(problem) = case.problem {
+        if let Some(problem) = case.problem_type() {
             match problems.iter_mut().find(|(s, _)| *s == case.status) {
                 Some((_, types)) if types.contains(&problem) => {}
                 Some((_, types)) => types.push(problem),
-                None => problems.push((case.status.clone(), vec![problem])),
+                None => problems.push((&case.status, vec![problem])),
             }
         }
     }
     for (status, types) in problems {
-        if let Some(Value::Object(response)) = responses.get_mut(&status) {
+        if let Some(Value::Object(response)) = responses.get_mut(status) {
             response.insert(
                 "content".to_owned(),
                 json!({

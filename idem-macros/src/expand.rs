@@ -15,7 +15,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token, Type};
 
-use idem_docs::{OperationDoc, contract};
+use idem_docs::{OperationDoc, ProblemDoc, contract};
 use idem_spec::{KeyPart, Mode, OperationSpec, ScopeKind};
 
 use crate::args::{Args, Errors};
@@ -490,6 +490,23 @@ fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> Token
             quote!(::core::option::Option::None),
         ),
     };
+    let problems = args.problems.iter().map(|problem| {
+        let ProblemDoc {
+            status,
+            type_uri,
+            title,
+            retry_after,
+            ..
+        } = problem;
+        quote! {
+            #rt::AnnotatedProblem {
+                status: #status,
+                type_uri: #type_uri,
+                title: #title,
+                retry_after: #retry_after,
+            }
+        }
+    });
     quote! {
         #rt::inventory::submit! {
             #rt::AnnotatedHandler {
@@ -498,6 +515,7 @@ fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> Token
                 path: #path,
                 handler: #handler_name,
                 verified_webhook: #verified_webhook,
+                problems: &[#(#problems),*],
                 file: ::core::file!(),
                 line: ::core::line!(),
             }
@@ -525,6 +543,9 @@ fn rustdoc(args: &Args, verified_webhook: bool) -> String {
     }
     if verified_webhook {
         operation = operation.verified_webhook();
+    }
+    for problem in &args.problems {
+        operation = operation.problem(problem.clone());
     }
     let route = operation
         .route()

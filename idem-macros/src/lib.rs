@@ -12,6 +12,7 @@
 
 mod args;
 mod expand;
+mod problems;
 mod signature;
 #[cfg(test)]
 mod tests;

@@ -59,7 +59,7 @@ pub const MARKDOWN_TYPE: &str = "text/markdown; charset=utf-8";
 /// `utoipa::openapi::OpenApi` ([`merge_into`]).
 #[cfg(feature = "utoipa")]
 pub use idem_docs::{MergeError, merge_into, responses_from};
-pub use idem_docs::{OperationDoc, contract, markdown, openapi, problem_schema};
+pub use idem_docs::{OperationDoc, ProblemDoc, contract, markdown, openapi, problem_schema};
 
 /// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
 #[doc(hidden)]
@@ -75,10 +75,39 @@ pub struct AnnotatedHandler {
     pub handler: &'static str,
     /// The handler takes a `webhooks::Verified` extractor ([`OperationDoc::verified_webhook`]).
     pub verified_webhook: bool,
+    /// `problems = [problem(409, "urn:…", "Title")]`: the operation's own problems
+    /// ([`OperationDoc::problem`]).
+    pub problems: &'static [AnnotatedProblem],
     /// `file!()` at the attribute.
     pub file: &'static str,
     /// `line!()` at the attribute.
     pub line: u32,
+}
+
+/// One of the operation's own problems, as the attribute's `problems` declares it
+/// ([`ProblemDoc`]). Emitted by the attribute; not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct AnnotatedProblem {
+    /// Its status, 400 to 599.
+    pub status: u16,
+    /// Its problem `type`.
+    pub type_uri: &'static str,
+    /// Its `title`.
+    pub title: &'static str,
+    /// It carries `Retry-After`.
+    pub retry_after: bool,
+}
+
+impl AnnotatedProblem {
+    fn doc(&self) -> ProblemDoc {
+        let problem = ProblemDoc::new(self.status, self.type_uri, self.title);
+        if self.retry_after {
+            problem.retry_after()
+        } else {
+            problem
+        }
+    }
 }
 
 inventory::collect!(AnnotatedHandler);
@@ -93,6 +122,9 @@ impl AnnotatedHandler {
         }
         if self.verified_webhook {
             doc = doc.verified_webhook();
+        }
+        for problem in self.problems {
+            doc = doc.problem(problem.doc());
         }
         doc
     }
