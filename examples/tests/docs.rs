@@ -506,20 +506,51 @@ async fn openapi_documents_pass_the_validator() {
         );
     }
     // Every shape the generator has: optional keys, path templates, store_client_errors,
-    // excluded paths, staged waits, an operation without a route.
-    let file = db.dir.join("variants-openapi.json");
-    std::fs::write(
-        &file,
-        serde_json::to_string(&docs::openapi(&variants())).unwrap(),
-    )
-    .unwrap();
-    let output = validator().arg(&file).output().unwrap();
-    assert!(
-        output.status.success(),
-        "variants: the OpenAPI document is invalid:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    // excluded paths, staged waits, an operation without a route, request bodies; and the
+    // examples' operations as idem alone documents them, their bodies' schemas from their
+    // types.
+    let standalone = [
+        ("variants", docs::openapi(&variants())),
+        (
+            "orders-standalone",
+            idem_examples::orders::operations().unwrap().openapi(),
+        ),
+        (
+            "payments-standalone",
+            idem_examples::payments::operations().unwrap().openapi(),
+        ),
+    ];
+    for (name, document) in standalone {
+        let file = db.dir.join(format!("{name}-openapi.json"));
+        std::fs::write(&file, serde_json::to_string(&document).unwrap()).unwrap();
+        let output = validator().arg(&file).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{name}: the OpenAPI document is invalid:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// Without the application's own document, idem's documents the operations' request bodies
+/// from their handlers' extractors: the media type and, the types being `utoipa::ToSchema`,
+/// their schemas, with the components they refer to.
+#[test]
+fn idem_alone_documents_the_request_bodies() {
+    let orders = idem_examples::orders::operations().unwrap().openapi();
+    let body = &orders["paths"]["/orders"]["post"]["requestBody"];
+    assert_eq!(body["required"], true);
+    let schema = &body["content"]["application/json"]["schema"];
+    assert_eq!(schema["properties"]["quantity"]["maximum"], 20, "{schema}");
+    let payments = idem_examples::payments::operations().unwrap().openapi();
+    let event = &payments["paths"]["/webhooks/provider"]["post"]["requestBody"];
+    let schema = &event["content"]["application/json"]["schema"];
+    assert_eq!(
+        schema["properties"]["data"]["$ref"], "#/components/schemas/ChargeEvent",
+        "{schema}"
     );
+    assert!(payments["components"]["schemas"]["ChargeEvent"].is_object());
 }
 
 fn variants() -> Vec<OperationDoc> {
@@ -534,7 +565,18 @@ fn variants() -> Vec<OperationDoc> {
         .mode(Mode::Staged)
         .on_in_flight(InFlightPolicy::Wait);
     vec![
-        OperationDoc::from_spec(&atomic).path("PUT", "/receipts/{id}/lines/{line}"),
+        OperationDoc::from_spec(&atomic)
+            .path("PUT", "/receipts/{id}/lines/{line}")
+            .request_body(
+                docs::RequestBodyDoc::new("application/json").schema(
+                    serde_json::json!({"$ref": "#/components/schemas/Receipt"}),
+                    [(
+                        "Receipt".to_owned(),
+                        serde_json::json!({"type": "object", "properties": {"note": {"type": "string"}}}),
+                    )]
+                    .into(),
+                ),
+            ),
         OperationDoc::from_spec(&staged)
             .path("POST", "/receipts/{id}/lines/{line}")
             .responds(201, "Paid")
@@ -544,7 +586,8 @@ fn variants() -> Vec<OperationDoc> {
                 "urn:example:declined",
                 "declined",
             ))
-            .problem(docs::ProblemDoc::new(503, "urn:example:busy", "busy").retry_after()),
+            .problem(docs::ProblemDoc::new(503, "urn:example:busy", "busy").retry_after())
+            .request_body(docs::RequestBodyDoc::new("application/x-www-form-urlencoded").optional()),
         OperationDoc::from_spec(&OperationSpec::new("nightly:v1")),
     ]
 }

@@ -83,9 +83,15 @@
 //!   integers, decimals, strings, tokens, booleans), [`contract::LENIENT_KEY_PATTERN`] by
 //!   default (also a bare key without `"` or `\`). The runtime's property tests hold the
 //!   pattern and the parser to each other.
-//! - **A complete document is the application's.** Request and response bodies, path
-//!   parameters and security schemes are the application's to describe, with `utoipa`;
-//!   [`merge_into`] adds the contract to them. A status both describe keeps the application's
+//! - **The request's body, as far as it is known.** The attribute records the handler's body
+//!   extractor ([`RequestBodyDoc`]): the OpenAPI document has its `requestBody` with its
+//!   media type (`application/json` for idem's JSON extractors and axum's `Json`), and with
+//!   the schema of its type when the type provides one (a `utoipa::ToSchema` type, with the
+//!   runtime's `utoipa` feature; its component schemas go into `components.schemas`, so that
+//!   no `$ref` dangles), else the empty schema `{}`.
+//! - **A complete document is the application's.** Response bodies, path parameters and
+//!   security schemes are the application's to describe, with `utoipa`, and so is a request
+//!   body it describes itself; [`merge_into`] adds the contract to them. A status both describe keeps the application's
 //!   schema and gains idem's description, headers and problem types; idem's replay joins
 //!   every 2xx the application documents. [`responses_from`] reads the application's
 //!   statuses back for the Markdown document, so they are written once, in
@@ -123,7 +129,7 @@ mod openapi;
 mod utoipa;
 
 pub use crate::markdown::markdown;
-pub use crate::model::{KeyPartDoc, OperationDoc, ProblemDoc};
+pub use crate::model::{KeyPartDoc, OperationDoc, ProblemDoc, RequestBodyDoc};
 pub use crate::openapi::{openapi, problem_schema};
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]

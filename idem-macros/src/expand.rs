@@ -19,6 +19,7 @@ use idem_docs::{OperationDoc, ProblemDoc, contract};
 use idem_spec::{KeyPart, Mode, OperationSpec, ScopeKind};
 
 use crate::args::{Args, Errors};
+use crate::body;
 use crate::signature::{self, Role};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -145,7 +146,8 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         .any(|a| matches!(a.role, Role::Extractor { .. }) && signature::is_verified(&a.ty));
     let doc = rustdoc(args, verified_webhook);
     let spec = spec_static(&args.spec);
-    let registration = registration(args, name, verified_webhook);
+    let request_body = body::request_body(signature, &sig.generics);
+    let registration = registration(args, name, verified_webhook, &request_body);
 
     quote! {
         #(#attrs)*
@@ -476,8 +478,14 @@ fn run(output: &ReturnType, call: &[TokenStream], staged: bool) -> TokenStream {
 }
 
 /// The operation's registration at link time (`inventory`), for the generated
-/// documentation: its spec, its route, its handler and where it is written.
-fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> TokenStream {
+/// documentation: its spec, its route, its handler, its own problems, the body it reads
+/// (`request_body`, [`body::request_body`]) and where it is written.
+fn registration(
+    args: &Args,
+    name: &syn::Ident,
+    verified_webhook: bool,
+    request_body: &TokenStream,
+) -> TokenStream {
     let rt = rt();
     let handler_name = LitStr::new(&name.to_string(), Span::call_site());
     let (method, path) = match &args.route {
@@ -516,6 +524,7 @@ fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> Token
                 handler: #handler_name,
                 verified_webhook: #verified_webhook,
                 problems: &[#(#problems),*],
+                request_body: #request_body,
                 file: ::core::file!(),
                 line: ::core::line!(),
             }

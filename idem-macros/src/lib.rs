@@ -11,6 +11,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod args;
+mod body;
 mod expand;
 mod problems;
 mod signature;

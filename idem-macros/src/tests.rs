@@ -286,3 +286,41 @@ fn invalid_problems_are_reported_each_at_its_token() {
     }
     assert!(!out.contains("AnnotatedProblem"), "{out}");
 }
+
+#[test]
+fn the_last_extractor_is_probed_for_its_body_unless_generic() {
+    let probe = |item: TokenStream| {
+        let out = expanded(quote!(scope = "global"), item);
+        assert_eq!(out.matches("compile_error").count(), 0, "{out}");
+        out
+    };
+    let concrete = probe(quote!(
+        async fn h<DB: Db>(a: Path<u32>, tx: &mut Transaction<'_, DB>, b: Checked<NewOrder>) {}
+    ));
+    assert!(
+        concrete.contains("BodyProbe :: < Checked < NewOrder > > :: NEW) . request_body ()"),
+        "{concrete}"
+    );
+    assert!(!concrete.contains("BodyProbe :: < Path"), "{concrete}");
+    for generic in [
+        quote!(
+            async fn h<T>(tx: &mut Transaction<'_, Sqlite>, b: JsonBody<T>) {}
+        ),
+        quote!(
+            async fn h<'a>(tx: &mut Transaction<'a, Sqlite>, b: Body<'a>) {}
+        ),
+        quote!(
+            async fn h(tx: &mut Transaction<'_, Sqlite>, b: impl Extractor) {}
+        ),
+        quote!(
+            async fn h(tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    ] {
+        let out = probe(generic);
+        assert!(!out.contains("BodyProbe"), "{out}");
+        assert!(
+            out.contains("request_body : || :: core :: option :: Option :: None"),
+            "{out}"
+        );
+    }
+}

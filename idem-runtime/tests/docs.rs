@@ -69,10 +69,28 @@ pub async fn provider_event(
 )]
 pub async fn update_order(
     tx: &mut Transaction<'_, Sqlite>,
-    JsonBody(body): JsonBody<serde_json::Value>,
+    JsonBody(body): JsonBody<OrderUpdate>,
 ) -> String {
     let _ = tx;
-    body.to_string()
+    format!("{} x {}", body.line.quantity, body.line.sku)
+}
+
+/// `PUT /orders/{id}`'s body: with `utoipa`, its schema is in the documents.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct OrderUpdate {
+    /// The order's new line.
+    pub line: OrderLine,
+}
+
+/// A line of an order.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct OrderLine {
+    /// What.
+    pub sku: String,
+    /// How many.
+    pub quantity: u32,
 }
 
 /// The ids of the operations registered in this file, sorted.
@@ -177,6 +195,45 @@ fn declared_problems_reach_the_documents() {
         &serde_json::json!([contract::IN_FLIGHT, "urn:example:version-conflict"])
     );
     assert!(responses["503"]["headers"]["Retry-After"].is_object());
+}
+
+/// Each registered operation's `requestBody` is the body its last extractor reads: its
+/// media type, and with `utoipa` its type's schema, whose components are in the document.
+#[test]
+fn the_body_extractor_reaches_the_documents() {
+    let operations = docs::operations().unwrap();
+    let short = find(&operations, "short_window:v1");
+    let body = short.request_body.as_ref().unwrap();
+    assert_eq!(
+        (body.media_type.as_str(), body.required),
+        ("application/json", true)
+    );
+    assert!(find(&operations, "nightly:v2").request_body.is_none());
+
+    let openapi = docs::openapi(&operations);
+    let put = &openapi["paths"]["/orders/{id}"]["put"]["requestBody"];
+    assert_eq!(put["required"], true);
+    let schema = &put["content"]["application/json"]["schema"];
+    #[cfg(feature = "utoipa")]
+    {
+        assert_eq!(
+            schema["properties"]["line"]["$ref"],
+            "#/components/schemas/OrderLine"
+        );
+        let line = &openapi["components"]["schemas"]["OrderLine"];
+        assert_eq!(
+            line["properties"]["quantity"]["type"], "integer",
+            "{openapi}"
+        );
+    }
+    #[cfg(not(feature = "utoipa"))]
+    assert_eq!(schema, &serde_json::json!({}));
+    // Every `$ref` points into the document.
+    let text = openapi.to_string();
+    for target in text.split("\"$ref\":\"#").skip(1) {
+        let pointer = target.split('"').next().unwrap();
+        assert!(openapi.pointer(pointer).is_some(), "dangling #{pointer}");
+    }
 }
 
 /// A handler that takes `webhooks::Verified` is documented with the Standard Webhooks

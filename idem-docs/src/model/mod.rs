@@ -1,6 +1,7 @@
 //! [`OperationDoc`]: what the documents say about one operation, as plain data; the
-//! application's own problems ([`ProblemDoc`]).
+//! application's own problems ([`ProblemDoc`]) and the request's body ([`RequestBodyDoc`]).
 
+mod body;
 mod problem;
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use idem_spec::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use self::body::RequestBodyDoc;
 pub use self::problem::ProblemDoc;
 
 /// One idempotent operation as the documents describe it: its [`OperationSpec`], and where it
@@ -121,6 +123,11 @@ pub struct OperationDoc {
     /// stored before them read back unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<ProblemDoc>,
+    /// The body the operation reads, when known ([`RequestBodyDoc`]: the attribute records
+    /// it from the handler's body extractor): the OpenAPI document's `requestBody`.
+    /// Serialised only when known, so that documents stored before it read back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body: Option<RequestBodyDoc>,
     /// The handler takes the runtime's `webhooks::Verified`: requests are Standard Webhooks
     /// deliveries, whose `webhook-id`, `webhook-timestamp` and `webhook-signature` headers
     /// the documents list, with the `401` of a signature that does not verify
@@ -194,6 +201,7 @@ impl OperationDoc {
             publish_source: false,
             responses: Vec::new(),
             problems: Vec::new(),
+            request_body: None,
             verified_webhook: false,
         }
     }
@@ -343,6 +351,14 @@ impl OperationDoc {
         self.problems.retain(|p| p.type_uri != problem.type_uri);
         self.problems.push(problem);
         self.problems.sort_by_key(|p| p.status);
+        self
+    }
+
+    /// Sets the body the operation reads ([`RequestBodyDoc`]): the OpenAPI document's
+    /// `requestBody`, and its component schemas in `components.schemas`.
+    #[must_use]
+    pub fn request_body(mut self, body: RequestBodyDoc) -> Self {
+        self.request_body = Some(body);
         self
     }
 
