@@ -272,7 +272,13 @@ fn internal(error: &sqlx::Error) -> Problem {
     ),
     security(("bearer" = [])),
 )]
-#[idempotent(ttl = "24h", scope = "tenant", path = "POST /orders", exclude = ["body.sent_at"])]
+#[idempotent(
+    ttl = "24h",
+    scope = "tenant",
+    path = "POST /orders",
+    exclude = ["body.sent_at"],
+    problems = [problem(422, "urn:idem:example:invalid-order", "invalid order")]
+)]
 pub async fn create_order<DB: OrdersDb>(
     BearerTenant(tenant): BearerTenant,
     tx: &mut Transaction<'_, DB>,

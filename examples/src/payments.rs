@@ -553,7 +553,11 @@ fn declined() -> Problem {
     ttl = "24h",
     lease = "30s",
     path = "POST /payments",
-    exclude = ["body.sent_at"]
+    exclude = ["body.sent_at"],
+    problems = [
+        problem(402, "urn:idem:example:payment-declined", "payment declined"),
+        problem(422, "urn:idem:example:invalid-payment", "invalid payment"),
+    ]
 )]
 pub async fn create_payment<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,
@@ -650,7 +654,13 @@ pub struct Applied {
     scope = "global",
     key = header("webhook-id"),
     ttl = "7d",
-    path = "POST /webhooks/provider"
+    path = "POST /webhooks/provider",
+    problems = [problem(
+        503,
+        "urn:idem:example:charge-not-recorded-yet",
+        "charge not recorded yet",
+        retry_after
+    )]
 )]
 pub async fn provider_event<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,

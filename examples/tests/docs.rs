@@ -506,20 +506,51 @@ async fn openapi_documents_pass_the_validator() {
         );
     }
     // Every shape the generator has: optional keys, path templates, store_client_errors,
-    // excluded paths, staged waits, an operation without a route.
-    let file = db.dir.join("variants-openapi.json");
-    std::fs::write(
-        &file,
-        serde_json::to_string(&docs::openapi(&variants())).unwrap(),
-    )
-    .unwrap();
-    let output = validator().arg(&file).output().unwrap();
-    assert!(
-        output.status.success(),
-        "variants: the OpenAPI document is invalid:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+    // excluded paths, staged waits, an operation without a route, request bodies; and the
+    // examples' operations as idem alone documents them, their bodies' schemas from their
+    // types.
+    let standalone = [
+        ("variants", docs::openapi(&variants())),
+        (
+            "orders-standalone",
+            idem_examples::orders::operations().unwrap().openapi(),
+        ),
+        (
+            "payments-standalone",
+            idem_examples::payments::operations().unwrap().openapi(),
+        ),
+    ];
+    for (name, document) in standalone {
+        let file = db.dir.join(format!("{name}-openapi.json"));
+        std::fs::write(&file, serde_json::to_string(&document).unwrap()).unwrap();
+        let output = validator().arg(&file).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{name}: the OpenAPI document is invalid:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// Without the application's own document, idem's documents the operations' request bodies
+/// from their handlers' extractors: the media type and, the types being `utoipa::ToSchema`,
+/// their schemas, with the components they refer to.
+#[test]
+fn idem_alone_documents_the_request_bodies() {
+    let orders = idem_examples::orders::operations().unwrap().openapi();
+    let body = &orders["paths"]["/orders"]["post"]["requestBody"];
+    assert_eq!(body["required"], true);
+    let schema = &body["content"]["application/json"]["schema"];
+    assert_eq!(schema["properties"]["quantity"]["maximum"], 20, "{schema}");
+    let payments = idem_examples::payments::operations().unwrap().openapi();
+    let event = &payments["paths"]["/webhooks/provider"]["post"]["requestBody"];
+    let schema = &event["content"]["application/json"]["schema"];
+    assert_eq!(
+        schema["properties"]["data"]["$ref"], "#/components/schemas/ChargeEvent",
+        "{schema}"
     );
+    assert!(payments["components"]["schemas"]["ChargeEvent"].is_object());
 }
 
 fn variants() -> Vec<OperationDoc> {
@@ -534,11 +565,29 @@ fn variants() -> Vec<OperationDoc> {
         .mode(Mode::Staged)
         .on_in_flight(InFlightPolicy::Wait);
     vec![
-        OperationDoc::from_spec(&atomic).path("PUT", "/receipts/{id}/lines/{line}"),
+        OperationDoc::from_spec(&atomic)
+            .path("PUT", "/receipts/{id}/lines/{line}")
+            .request_body(
+                docs::RequestBodyDoc::new("application/json").schema(
+                    serde_json::json!({"$ref": "#/components/schemas/Receipt"}),
+                    [(
+                        "Receipt".to_owned(),
+                        serde_json::json!({"type": "object", "properties": {"note": {"type": "string"}}}),
+                    )]
+                    .into(),
+                ),
+            ),
         OperationDoc::from_spec(&staged)
             .path("POST", "/receipts/{id}/lines/{line}")
             .responds(201, "Paid")
-            .responds(402, "Declined"),
+            .responds(402, "Declined")
+            .problem(docs::ProblemDoc::new(
+                402,
+                "urn:example:declined",
+                "declined",
+            ))
+            .problem(docs::ProblemDoc::new(503, "urn:example:busy", "busy").retry_after())
+            .request_body(docs::RequestBodyDoc::new("application/x-www-form-urlencoded").optional()),
         OperationDoc::from_spec(&OperationSpec::new("nightly:v1")),
     ]
 }
@@ -627,4 +676,79 @@ fn the_window_is_worded_once() {
     );
     assert!(!markdown.contains("stored more than"), "{markdown}");
     assert!(!markdown.contains("after its first request"), "{markdown}");
+}
+
+/// The payments' documents, as the server writes them, without a server.
+fn payments_documents() -> (String, Value) {
+    use utoipa::OpenApi as _;
+    let documents = idem_examples::docs::documents(
+        idem_examples::payments::operations(),
+        idem_examples::payments::PaymentsApi::openapi(),
+    )
+    .unwrap();
+    (
+        documents.markdown,
+        serde_json::from_str(&documents.openapi).unwrap(),
+    )
+}
+
+/// The examples declare their own problems on the attribute (`problems = […]`): each is
+/// listed under its status with its type, so that a client tells it from idem's problems of
+/// that status, and only the one that carries `Retry-After` is retried on its advice.
+#[test]
+fn the_examples_own_problems_are_listed_with_their_types() {
+    let (markdown, openapi) = orders_documents();
+    let row = markdown
+        .lines()
+        .find(|l| l.contains("`urn:idem:example:invalid-order`"))
+        .unwrap_or_else(|| panic!("{markdown}"));
+    assert!(
+        row.starts_with("| 422 `urn:idem:example:invalid-order` | `sku` or `quantity`"),
+        "{row}"
+    );
+    let types = |api: &Value, path: &str, status: &str| {
+        api["paths"][path]["post"]["responses"][status]["content"]["application/problem+json"]
+            ["x-problem-types"]
+            .clone()
+    };
+    assert!(
+        types(&openapi, "/orders", "422")
+            .as_array()
+            .unwrap()
+            .contains(&"urn:idem:example:invalid-order".into())
+    );
+
+    let (markdown, openapi) = payments_documents();
+    for (status, problem) in [
+        ("402", "urn:idem:example:payment-declined"),
+        ("422", "urn:idem:example:invalid-payment"),
+    ] {
+        assert!(
+            types(&openapi, "/payments", status)
+                .as_array()
+                .unwrap()
+                .contains(&problem.into()),
+            "{status} {problem}"
+        );
+        let row = markdown
+            .lines()
+            .find(|l| l.starts_with(&format!("| {status} `{problem}` |")))
+            .unwrap_or_else(|| panic!("{problem}: {markdown}"));
+        assert!(!row.contains("Retry-After"), "{row}");
+    }
+    let not_yet = "urn:idem:example:charge-not-recorded-yet";
+    assert!(
+        types(&openapi, "/webhooks/provider", "503")
+            .as_array()
+            .unwrap()
+            .contains(&not_yet.into())
+    );
+    let row = markdown
+        .lines()
+        .find(|l| l.starts_with(&format!("| 503 `{not_yet}` + `Retry-After` |")))
+        .unwrap_or_else(|| panic!("{markdown}"));
+    assert!(
+        row.contains(&format!("For this `type` only (`{not_yet}`)")),
+        "{row}"
+    );
 }

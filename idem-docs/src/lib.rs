@@ -68,6 +68,12 @@
 //!   runtime's `Operations::publish_sources` sets it on every operation).
 //! - **The operation's own responses** are added with [`OperationDoc::responds`]; without a
 //!   2xx of its own, success is documented as OpenAPI's `2XX`.
+//! - **The operation's own problems** ([`ProblemDoc`], added with [`OperationDoc::problem`]
+//!   or declared with the attribute's `problems = [problem(409, "urn:…", "…")]`) are listed
+//!   under their status with their `type`, beside idem's problems of that status, so that a
+//!   client tells them apart; retry advice for one only when it carries `Retry-After`, and
+//!   then for its type only (with a new key when the answer is stored with the key). A
+//!   response the application describes that names a problem's type is that problem's row.
 //! - **The key's syntax** is the IETF draft's structured-field string; the length limits are
 //!   the runtime's (1 to 8192 visible ASCII characters; one longer than 255 is kept as its
 //!   digest, `sha256:` and 64 hexadecimal digits, which the documents say). Its schema is
@@ -77,9 +83,15 @@
 //!   integers, decimals, strings, tokens, booleans), [`contract::LENIENT_KEY_PATTERN`] by
 //!   default (also a bare key without `"` or `\`). The runtime's property tests hold the
 //!   pattern and the parser to each other.
-//! - **A complete document is the application's.** Request and response bodies, path
-//!   parameters and security schemes are the application's to describe, with `utoipa`;
-//!   [`merge_into`] adds the contract to them. A status both describe keeps the application's
+//! - **The request's body, as far as it is known.** The attribute records the handler's body
+//!   extractor ([`RequestBodyDoc`]): the OpenAPI document has its `requestBody` with its
+//!   media type (`application/json` for idem's JSON extractors and axum's `Json`), and with
+//!   the schema of its type when the type provides one (a `utoipa::ToSchema` type, with the
+//!   runtime's `utoipa` feature; its component schemas go into `components.schemas`, so that
+//!   no `$ref` dangles), else the empty schema `{}`.
+//! - **A complete document is the application's.** Response bodies, path parameters and
+//!   security schemes are the application's to describe, with `utoipa`, and so is a request
+//!   body it describes itself; [`merge_into`] adds the contract to them. A status both describe keeps the application's
 //!   schema and gains idem's description, headers and problem types; idem's replay joins
 //!   every 2xx the application documents. [`responses_from`] reads the application's
 //!   statuses back for the Markdown document, so they are written once, in
@@ -117,7 +129,7 @@ mod openapi;
 mod utoipa;
 
 pub use crate::markdown::markdown;
-pub use crate::model::{KeyPartDoc, OperationDoc};
+pub use crate::model::{KeyPartDoc, OperationDoc, ProblemDoc, RequestBodyDoc};
 pub use crate::openapi::{openapi, problem_schema};
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]

@@ -121,7 +121,7 @@ fn section(out: &mut String, doc: &OperationDoc) -> std::fmt::Result {
     writeln!(out, "|---|---|---|")?;
     for case in contract::cases(doc) {
         let mut status = case.status.clone();
-        if let Some(problem) = case.problem {
+        if let Some(problem) = case.problem_type() {
             let _ = write!(status, " `{problem}`");
         }
         if case.retry_after {

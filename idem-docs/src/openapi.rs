@@ -7,14 +7,15 @@ use crate::contract::{
     self, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, PROBLEM_MEDIA_TYPE, REPLAYED_HEADER,
     WEBHOOK_HEADERS, key_pattern,
 };
-use crate::{KeyPartDoc, OperationDoc};
+use crate::{KeyPartDoc, OperationDoc, RequestBodyDoc};
 
 /// The operations as an OpenAPI 3.1 document.
 ///
 /// Each operation with a route is under `paths` with the `Idempotency-Key` header parameter,
 /// every response [`contract::cases`] lists (grouped per status, problems as
-/// `application/problem+json` with the `Problem` schema of `components`), and an
-/// `x-idempotency` object with its policy (`mismatchDetail: false` when its `422` names no
+/// `application/problem+json` with the `Problem` schema of `components`), its `requestBody`
+/// when known ([`OperationDoc::request_body`]; the schemas it refers to in `components`), and
+/// an `x-idempotency` object with its policy (`mismatchDetail: false` when its `422` names no
 /// field; the handler's `source`, `file:line`, only when [`OperationDoc::publish_source`] is
 /// set). Operations without a route have no place in
 /// `paths`: they are listed under the document's top-level `x-idempotency-operations` only.
@@ -65,7 +66,7 @@ pub fn openapi(docs: &[OperationDoc]) -> Value {
             "description": introduction(docs),
         },
         "paths": paths,
-        "components": components(),
+        "components": components(docs),
     });
     if !unrouted.is_empty()
         && let Value::Object(map) = &mut document
@@ -152,20 +153,35 @@ pub(crate) fn operation(doc: &OperationDoc) -> Value {
         "responses": responses(doc),
         "x-idempotency": policy(doc),
     });
-    if let Value::Object(map) = &mut operation
-        && !doc.handler.is_empty()
-    {
-        map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
+    if let Value::Object(map) = &mut operation {
+        if let Some(body) = &doc.request_body {
+            map.insert("requestBody".to_owned(), request_body(body));
+        }
+        if !doc.handler.is_empty() {
+            map.insert("x-handler".to_owned(), Value::String(doc.handler.clone()));
+        }
     }
     operation
+}
+
+/// The operation's `requestBody`: its media type with its schema (`{}` unless its type
+/// provides one).
+fn request_body(body: &RequestBodyDoc) -> Value {
+    json!({
+        "required": body.required,
+        "content": {
+            body.media_type.clone(): {"schema": body.schema},
+        },
+    })
 }
 
 /// Every response [`contract::cases`] lists, grouped per status: the cases' descriptions,
 /// their headers, and the problem types of the status's `application/problem+json` body.
 fn responses(doc: &OperationDoc) -> Map<String, Value> {
     let mut responses = Map::new();
-    let mut problems: Vec<(String, Vec<&'static str>)> = Vec::new();
-    for case in contract::cases(doc) {
+    let cases = contract::cases(doc);
+    let mut problems: Vec<(&str, Vec<&str>)> = Vec::new();
+    for case in &cases {
         let entry = responses.entry(case.status.clone()).or_insert_with(|| {
             json!({
                 "description": "",
@@ -176,7 +192,7 @@ fn responses(doc: &OperationDoc) -> Map<String, Value> {
         };
         // A problem's paragraph names its type: what it says (to retry, say) is for that
         // type, not for every response of the status.
-        let line = match case.problem {
+        let line = match case.problem_type() {
             Some(problem) => format!("`{problem}`: {} {}", case.when, case.then),
             None => format!("{} {}", case.when, case.then),
         };
@@ -202,16 +218,16 @@ fn responses(doc: &OperationDoc) -> Map<String, Value> {
                 );
             }
         }
-        if let Some(problem) = case.problem {
+        if let Some(problem) = case.problem_type() {
             match problems.iter_mut().find(|(s, _)| *s == case.status) {
                 Some((_, types)) if types.contains(&problem) => {}
                 Some((_, types)) => types.push(problem),
-                None => problems.push((case.status.clone(), vec![problem])),
+                None => problems.push((&case.status, vec![problem])),
             }
         }
     }
     for (status, types) in problems {
-        if let Some(Value::Object(response)) = responses.get_mut(&status) {
+        if let Some(Value::Object(response)) = responses.get_mut(status) {
             response.insert(
                 "content".to_owned(),
                 json!({
@@ -375,11 +391,25 @@ pub fn problem_schema() -> Value {
     })
 }
 
-pub(crate) fn components() -> Value {
+/// The document's `components`: the `Problem` schema, the schemas the routed operations'
+/// bodies refer to ([`RequestBodyDoc::components`]; the first of a name is kept), and the
+/// headers.
+pub(crate) fn components(docs: &[OperationDoc]) -> Value {
+    let mut schemas = Map::new();
+    schemas.insert("Problem".to_owned(), problem_schema());
+    let bodies = docs
+        .iter()
+        .filter(|doc| doc.route().is_some())
+        .filter_map(|doc| doc.request_body.as_ref());
+    for body in bodies {
+        for (name, schema) in &body.components {
+            schemas
+                .entry(name.clone())
+                .or_insert_with(|| schema.clone());
+        }
+    }
     json!({
-        "schemas": {
-            "Problem": problem_schema(),
-        },
+        "schemas": schemas,
         "headers": {
             "RetryAfter": {
                 "description": contract::retry_after_header(),

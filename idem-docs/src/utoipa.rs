@@ -33,9 +33,11 @@ impl std::error::Error for MergeError {
 /// method (created when the document lacks it) gains what [`openapi`](crate::openapi) says of
 /// it: the key's header parameter (`Idempotency-Key`, or the headers a key taken from the
 /// request is made of) and the path's template parameters it does not list, the responses
-/// idem can answer, and the `x-idempotency` extension. `components` gains the `Problem`
-/// schema and the `RetryAfter` and `IdempotentReplayed` headers, unless it has components of
-/// those names. Operations without a route are not merged.
+/// idem can answer, the `requestBody` idem knows of ([`OperationDoc::request_body`]) when the
+/// application's operation has none, and the `x-idempotency` extension. `components` gains
+/// the `Problem` schema, the schemas those bodies refer to, and the `RetryAfter` and
+/// `IdempotentReplayed` headers, unless it has components of those names. Operations without
+/// a route are not merged.
 ///
 /// The application's document describes its own responses; idem adds to them:
 /// - a status the application does not document is added as idem documents it;
@@ -134,7 +136,7 @@ fn merge_value(document: &mut Value, operations: &[OperationDoc]) {
         };
         merge_operation(existing, generated);
     }
-    if merged_any && let Value::Object(generated) = components() {
+    if merged_any && let Value::Object(generated) = components(operations) {
         let target = object(root, "components");
         for (kind, entries) in generated {
             let Value::Object(entries) = entries else {
@@ -196,6 +198,7 @@ fn merge_operation(existing: &mut Map<String, Value>, mut generated: Map<String,
         }
     }
     for key in [
+        "requestBody",
         "x-idempotency",
         "x-handler",
         "operationId",

@@ -6,6 +6,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use idem_docs::ProblemDoc;
 use idem_spec::{
     KeyPart, KeyRequirement, KeySource, MAX_TTL, Mode, OperationSpec, UnknownWord,
     check_header_name, check_pointer, describe_duration, operation_id, parse_duration,
@@ -16,9 +17,11 @@ use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Token, Type};
 
+use crate::problems;
+
 const ARGUMENTS: &str = "`ttl`, `scope`, `operation`, `version`, `on_expired`, `key`, `mode`, \
                          `lease`, `on_in_flight`, `store_client_errors`, `mismatch_detail`, \
-                         `exclude`, `state`, `path`";
+                         `exclude`, `state`, `path`, `problems`";
 
 /// The parsed arguments, with the defaults filled in.
 pub(crate) struct Args {
@@ -32,6 +35,9 @@ pub(crate) struct Args {
     pub state: Option<Type>,
     /// `path = "POST /orders"`: the route, for the generated documentation.
     pub route: Option<(String, String)>,
+    /// `problems = [problem(409, "urn:…", "Title")]`: the operation's own problems, for the
+    /// generated documentation.
+    pub problems: Vec<ProblemDoc>,
 }
 
 struct Arg {
@@ -203,6 +209,7 @@ impl Args {
                 spec: OperationSpec::new(""),
                 state: None,
                 route: None,
+                problems: Vec::new(),
             },
             ttl_given: false,
             lease_span: None,
@@ -294,6 +301,7 @@ impl Reading {
                 self.lease_span = Some(span);
             }),
             "path" => route(value).map(|r| self.args.route = Some(r)),
+            "problems" => problems::parse(value).map(|p| self.args.problems = p),
             "on_in_flight" => word(value, "on_in_flight").map(|p| *spec = spec.on_in_flight(p)),
             "operation" => string(value, "operation").map(|lit| self.operation = Some(lit)),
             "version" => parse_version(value).map(|v| self.version = Some(v)),

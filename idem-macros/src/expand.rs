@@ -15,10 +15,11 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned as _;
 use syn::{FnArg, GenericParam, Generics, ItemFn, LitStr, ReturnType, Token, Type};
 
-use idem_docs::{OperationDoc, contract};
+use idem_docs::{OperationDoc, ProblemDoc, contract};
 use idem_spec::{KeyPart, Mode, OperationSpec, ScopeKind};
 
 use crate::args::{Args, Errors};
+use crate::body;
 use crate::signature::{self, Role};
 
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -145,7 +146,8 @@ fn emit(args: &Args, signature: &signature::Signature, item: ItemFn) -> TokenStr
         .any(|a| matches!(a.role, Role::Extractor { .. }) && signature::is_verified(&a.ty));
     let doc = rustdoc(args, verified_webhook);
     let spec = spec_static(&args.spec);
-    let registration = registration(args, name, verified_webhook);
+    let request_body = body::request_body(signature, &sig.generics);
+    let registration = registration(args, name, verified_webhook, &request_body);
 
     quote! {
         #(#attrs)*
@@ -476,8 +478,14 @@ fn run(output: &ReturnType, call: &[TokenStream], staged: bool) -> TokenStream {
 }
 
 /// The operation's registration at link time (`inventory`), for the generated
-/// documentation: its spec, its route, its handler and where it is written.
-fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> TokenStream {
+/// documentation: its spec, its route, its handler, its own problems, the body it reads
+/// (`request_body`, [`body::request_body`]) and where it is written.
+fn registration(
+    args: &Args,
+    name: &syn::Ident,
+    verified_webhook: bool,
+    request_body: &TokenStream,
+) -> TokenStream {
     let rt = rt();
     let handler_name = LitStr::new(&name.to_string(), Span::call_site());
     let (method, path) = match &args.route {
@@ -490,6 +498,23 @@ fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> Token
             quote!(::core::option::Option::None),
         ),
     };
+    let problems = args.problems.iter().map(|problem| {
+        let ProblemDoc {
+            status,
+            type_uri,
+            title,
+            retry_after,
+            ..
+        } = problem;
+        quote! {
+            #rt::AnnotatedProblem {
+                status: #status,
+                type_uri: #type_uri,
+                title: #title,
+                retry_after: #retry_after,
+            }
+        }
+    });
     quote! {
         #rt::inventory::submit! {
             #rt::AnnotatedHandler {
@@ -498,6 +523,8 @@ fn registration(args: &Args, name: &syn::Ident, verified_webhook: bool) -> Token
                 path: #path,
                 handler: #handler_name,
                 verified_webhook: #verified_webhook,
+                problems: &[#(#problems),*],
+                request_body: #request_body,
                 file: ::core::file!(),
                 line: ::core::line!(),
             }
@@ -525,6 +552,9 @@ fn rustdoc(args: &Args, verified_webhook: bool) -> String {
     }
     if verified_webhook {
         operation = operation.verified_webhook();
+    }
+    for problem in &args.problems {
+        operation = operation.problem(problem.clone());
     }
     let route = operation
         .route()

@@ -11,7 +11,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod args;
+mod body;
 mod expand;
+mod problems;
 mod signature;
 #[cfg(test)]
 mod tests;

@@ -217,3 +217,110 @@ fn a_verified_extractor_is_registered_for_the_documents() {
     assert!(plain.contains("verified_webhook : false"), "{plain}");
     assert!(!plain.contains("`401`"), "{plain}");
 }
+
+#[test]
+fn declared_problems_are_registered_and_documented() {
+    let out = expanded(
+        quote!(
+            scope = "global",
+            path = "PUT /orders/{id}",
+            problems = [
+                problem(409, "urn:example:version-conflict", "version conflict"),
+                problem(
+                    503,
+                    "urn:example:stock-down",
+                    "stock service down",
+                    retry_after
+                ),
+            ]
+        ),
+        quote!(
+            async fn update(tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    );
+    assert_eq!(out.matches("compile_error").count(), 0, "{out}");
+    assert!(
+        out.contains(
+            "AnnotatedProblem { status : 409u16 , type_uri : \"urn:example:version-conflict\" , \
+             title : \"version conflict\" , retry_after : false , }"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("type_uri : \"urn:example:stock-down\" , title : \"stock service down\" , retry_after : true"),
+        "{out}"
+    );
+    // The rustdoc lists their statuses.
+    assert!(out.contains("`503`"), "{out}");
+}
+
+#[test]
+fn invalid_problems_are_reported_each_at_its_token() {
+    let out = expanded(
+        quote!(
+            scope = "global",
+            problems = [
+                problem(200, "urn:example:a", "a"),
+                problem(409, "", "b"),
+                problem(409, "urn:example:c", "c"),
+                problem(422, "urn:example:c", "c again"),
+                problem(409, "urn:idem:problem:in-flight", "in flight"),
+                problem(503, "urn:example:d", " ", later),
+                problem(409),
+            ]
+        ),
+        quote!(
+            async fn update(tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    );
+    for expected in [
+        "invalid problem status `200`",
+        "a problem's type is empty",
+        "duplicate problem type `urn:example:c`",
+        "is one of idem's own problem types",
+        "a problem's title is empty",
+        "a problem takes only `retry_after`",
+        "`problems` takes a list of the operation's own problems",
+    ] {
+        assert!(out.contains(expected), "{expected}: {out}");
+    }
+    assert!(!out.contains("AnnotatedProblem"), "{out}");
+}
+
+#[test]
+fn the_last_extractor_is_probed_for_its_body_unless_generic() {
+    let probe = |item: TokenStream| {
+        let out = expanded(quote!(scope = "global"), item);
+        assert_eq!(out.matches("compile_error").count(), 0, "{out}");
+        out
+    };
+    let concrete = probe(quote!(
+        async fn h<DB: Db>(a: Path<u32>, tx: &mut Transaction<'_, DB>, b: Checked<NewOrder>) {}
+    ));
+    assert!(
+        concrete.contains("BodyProbe :: < Checked < NewOrder > > :: NEW) . request_body ()"),
+        "{concrete}"
+    );
+    assert!(!concrete.contains("BodyProbe :: < Path"), "{concrete}");
+    for generic in [
+        quote!(
+            async fn h<T>(tx: &mut Transaction<'_, Sqlite>, b: JsonBody<T>) {}
+        ),
+        quote!(
+            async fn h<'a>(tx: &mut Transaction<'a, Sqlite>, b: Body<'a>) {}
+        ),
+        quote!(
+            async fn h(tx: &mut Transaction<'_, Sqlite>, b: impl Extractor) {}
+        ),
+        quote!(
+            async fn h(tx: &mut Transaction<'_, Sqlite>) {}
+        ),
+    ] {
+        let out = probe(generic);
+        assert!(!out.contains("BodyProbe"), "{out}");
+        assert!(
+            out.contains("request_body : || :: core :: option :: Option :: None"),
+            "{out}"
+        );
+    }
+}

@@ -59,7 +59,9 @@ pub const MARKDOWN_TYPE: &str = "text/markdown; charset=utf-8";
 /// `utoipa::openapi::OpenApi` ([`merge_into`]).
 #[cfg(feature = "utoipa")]
 pub use idem_docs::{MergeError, merge_into, responses_from};
-pub use idem_docs::{OperationDoc, contract, markdown, openapi, problem_schema};
+pub use idem_docs::{
+    OperationDoc, ProblemDoc, RequestBodyDoc, contract, markdown, openapi, problem_schema,
+};
 
 /// What an `#[idempotent]` handler registers. Emitted by the attribute; not a public API.
 #[doc(hidden)]
@@ -75,13 +77,203 @@ pub struct AnnotatedHandler {
     pub handler: &'static str,
     /// The handler takes a `webhooks::Verified` extractor ([`OperationDoc::verified_webhook`]).
     pub verified_webhook: bool,
+    /// `problems = [problem(409, "urn:…", "Title")]`: the operation's own problems
+    /// ([`OperationDoc::problem`]).
+    pub problems: &'static [AnnotatedProblem],
+    /// The body the handler's last extractor reads, when it reads one
+    /// ([`OperationDoc::request_body`]): a probe of its type ([`BodyProbe`]).
+    pub request_body: fn() -> Option<RequestBodyDoc>,
     /// `file!()` at the attribute.
     pub file: &'static str,
     /// `line!()` at the attribute.
     pub line: u32,
 }
 
+/// One of the operation's own problems, as the attribute's `problems` declares it
+/// ([`ProblemDoc`]). Emitted by the attribute; not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct AnnotatedProblem {
+    /// Its status, 400 to 599.
+    pub status: u16,
+    /// Its problem `type`.
+    pub type_uri: &'static str,
+    /// Its `title`.
+    pub title: &'static str,
+    /// It carries `Retry-After`.
+    pub retry_after: bool,
+}
+
+impl AnnotatedProblem {
+    fn doc(&self) -> ProblemDoc {
+        let problem = ProblemDoc::new(self.status, self.type_uri, self.title);
+        if self.retry_after {
+            problem.retry_after()
+        } else {
+            problem
+        }
+    }
+}
+
 inventory::collect!(AnnotatedHandler);
+
+/// The body an extractor reads, for the documents' `requestBody`: its media type, whether a
+/// request must have it, and the type it deserialises into (whose schema the documents give
+/// when it has one). Implemented for idem's body extractors, axum's `Json`, `Form`, `Bytes`
+/// and `String`, and `Option` of them. Not a public API.
+#[doc(hidden)]
+pub trait BodyExtractor {
+    /// The type the body deserialises into.
+    type Body;
+    /// The body's media type.
+    const MEDIA_TYPE: &'static str;
+    /// A request must have it.
+    const REQUIRED: bool = true;
+}
+
+/// `JSON` bodies of `T`.
+macro_rules! json_bodies {
+    ($($(#[$meta:meta])* $ty:ty;)*) => {$(
+        $(#[$meta])*
+        impl<T> BodyExtractor for $ty {
+            type Body = T;
+            const MEDIA_TYPE: &'static str = "application/json";
+        }
+    )*};
+}
+
+json_bodies! {
+    crate::JsonBody<T>;
+    crate::Checked<T>;
+    #[cfg(feature = "validator")]
+    crate::extract::Validated<T>;
+    #[cfg(feature = "garde")]
+    crate::extract::Garde<T>;
+    axum::Json<T>;
+}
+
+impl<T> BodyExtractor for axum::Form<T> {
+    type Body = T;
+    const MEDIA_TYPE: &'static str = "application/x-www-form-urlencoded";
+}
+
+impl BodyExtractor for axum::body::Bytes {
+    type Body = Self;
+    const MEDIA_TYPE: &'static str = "application/octet-stream";
+}
+
+impl BodyExtractor for String {
+    type Body = Self;
+    const MEDIA_TYPE: &'static str = "text/plain";
+}
+
+impl<E: BodyExtractor> BodyExtractor for Option<E> {
+    type Body = E::Body;
+    const MEDIA_TYPE: &'static str = E::MEDIA_TYPE;
+    const REQUIRED: bool = false;
+}
+
+#[cfg(feature = "standard-webhooks")]
+impl<E: BodyExtractor> BodyExtractor for crate::webhooks::Verified<E> {
+    type Body = E::Body;
+    const MEDIA_TYPE: &'static str = E::MEDIA_TYPE;
+    const REQUIRED: bool = E::REQUIRED;
+}
+
+/// The probe of the handler's last extractor `T`, for [`AnnotatedHandler::request_body`]:
+/// `(&&&BodyProbe::<T>::NEW).request_body()` is [`SchemaBody::request_body`] when `T` is a
+/// [`BodyExtractor`] whose body is a `utoipa::ToSchema` (with the `utoipa` feature),
+/// [`ExtractorBody::request_body`] when it is another [`BodyExtractor`] (the media type, any
+/// schema), and [`NoBody::request_body`], `None`, otherwise. Decided by trait (autoref), so
+/// aliases are seen through. Not a public API.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct BodyProbe<T>(core::marker::PhantomData<fn() -> T>);
+
+impl<T> BodyProbe<T> {
+    /// The probe.
+    pub const NEW: Self = Self(core::marker::PhantomData);
+}
+
+/// See [`BodyProbe`]: a body with a schema.
+#[doc(hidden)]
+pub trait SchemaBody {
+    /// The body, with its schema and the component schemas it refers to.
+    fn request_body(&self) -> Option<RequestBodyDoc>;
+}
+
+#[cfg(feature = "utoipa")]
+impl<T> SchemaBody for &&BodyProbe<T>
+where
+    T: BodyExtractor,
+    T::Body: utoipa::ToSchema,
+{
+    fn request_body(&self) -> Option<RequestBodyDoc> {
+        Some(with_schema::<T::Body>(extracted::<T>()))
+    }
+}
+
+/// See [`BodyProbe`]: a body without a schema.
+#[doc(hidden)]
+pub trait ExtractorBody {
+    /// The body, of any content (`{}`).
+    fn request_body(&self) -> Option<RequestBodyDoc>;
+}
+
+impl<T: BodyExtractor> ExtractorBody for &BodyProbe<T> {
+    fn request_body(&self) -> Option<RequestBodyDoc> {
+        Some(extracted::<T>())
+    }
+}
+
+/// See [`BodyProbe`]: not a body the documents know.
+#[doc(hidden)]
+pub trait NoBody {
+    /// None.
+    fn request_body(&self) -> Option<RequestBodyDoc> {
+        None
+    }
+}
+
+impl<T> NoBody for BodyProbe<T> {}
+
+/// The body `T` reads: its media type, required or not, of any content.
+fn extracted<T: BodyExtractor>() -> RequestBodyDoc {
+    let body = RequestBodyDoc::new(T::MEDIA_TYPE);
+    if T::REQUIRED { body } else { body.optional() }
+}
+
+/// `body` with the schema of `T`, as `utoipa` gives it, and the component schemas it refers
+/// to (with `T`'s own when it refers to itself).
+#[cfg(feature = "utoipa")]
+fn with_schema<T: utoipa::ToSchema>(body: RequestBodyDoc) -> RequestBodyDoc {
+    use std::collections::BTreeMap;
+
+    // utoipa's schemas always serialise.
+    let json = |schema| serde_json::to_value(schema).ok();
+    let Some(schema) = json(T::schema()) else {
+        return body;
+    };
+    let mut referred = Vec::new();
+    T::schemas(&mut referred);
+    let mut components = BTreeMap::new();
+    for (name, referred) in referred {
+        if let Some(referred) = json(referred) {
+            components.entry(name).or_insert(referred);
+        }
+    }
+    let name = T::name();
+    let own = format!("\"#/components/schemas/{name}\"");
+    let refers_to_itself = std::iter::once(&schema)
+        .chain(components.values())
+        .any(|s| s.to_string().contains(&own));
+    if refers_to_itself {
+        components
+            .entry(name.into_owned())
+            .or_insert_with(|| schema.clone());
+    }
+    body.schema(schema, components)
+}
 
 impl AnnotatedHandler {
     fn doc(&self) -> OperationDoc {
@@ -93,6 +285,12 @@ impl AnnotatedHandler {
         }
         if self.verified_webhook {
             doc = doc.verified_webhook();
+        }
+        for problem in self.problems {
+            doc = doc.problem(problem.doc());
+        }
+        if let Some(body) = (self.request_body)() {
+            doc = doc.request_body(body);
         }
         doc
     }

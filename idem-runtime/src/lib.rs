@@ -93,7 +93,9 @@ pub mod __fuzz {
 /// What the `#[idempotent]` expansion names. Not a public API: it changes between versions.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::docs::AnnotatedHandler;
+    pub use crate::docs::{
+        AnnotatedHandler, AnnotatedProblem, BodyProbe, ExtractorBody, NoBody, SchemaBody,
+    };
     pub use crate::fingerprint::DynInput;
     pub use crate::handler::{
         AnyCtx, Ctx, GlobalScope, Handler, KeyParts, Last, ResumablePrincipal, Reuse, StagedCtx,

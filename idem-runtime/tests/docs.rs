@@ -57,6 +57,42 @@ pub async fn provider_event(
     event.to_string()
 }
 
+/// An operation that declares its own problems: a version conflict, and a dependency down
+/// that carries `Retry-After`.
+#[idempotent(
+    scope = "tenant",
+    path = "PUT /orders/{id}",
+    problems = [
+        problem(409, "urn:example:version-conflict", "version conflict"),
+        problem(503, "urn:example:stock-down", "stock service down", retry_after),
+    ]
+)]
+pub async fn update_order(
+    tx: &mut Transaction<'_, Sqlite>,
+    JsonBody(body): JsonBody<OrderUpdate>,
+) -> String {
+    let _ = tx;
+    format!("{} x {}", body.line.quantity, body.line.sku)
+}
+
+/// `PUT /orders/{id}`'s body: with `utoipa`, its schema is in the documents.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct OrderUpdate {
+    /// The order's new line.
+    pub line: OrderLine,
+}
+
+/// A line of an order.
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct OrderLine {
+    /// What.
+    pub sku: String,
+    /// How many.
+    pub quantity: u32,
+}
+
 /// The ids of the operations registered in this file, sorted.
 const REGISTERED: &[&str] = &[
     "long_window:v1",
@@ -64,6 +100,7 @@ const REGISTERED: &[&str] = &[
     #[cfg(feature = "standard-webhooks")]
     "provider_event:v1",
     "short_window:v1",
+    "update_order:v1",
 ];
 
 fn find<'a>(operations: &'a [OperationDoc], id: &str) -> &'a OperationDoc {
@@ -123,6 +160,80 @@ fn the_attributes_arguments_reach_the_documents() {
     );
     assert!(openapi["paths"]["/short"]["post"]["responses"]["410"].is_object());
     assert!(openapi["paths"]["/long"]["post"]["responses"]["410"].is_null());
+}
+
+/// The attribute's `problems` reach the registry, and the documents list each under its
+/// status with its type: a client tells the operation's `409` from idem's.
+#[test]
+fn declared_problems_reach_the_documents() {
+    let operations = docs::operations().unwrap();
+    let update = find(&operations, "update_order:v1");
+    assert_eq!(
+        update.problems,
+        [
+            docs::ProblemDoc::new(409, "urn:example:version-conflict", "version conflict"),
+            docs::ProblemDoc::new(503, "urn:example:stock-down", "stock service down")
+                .retry_after(),
+        ]
+    );
+    assert!(find(&operations, "short_window:v1").problems.is_empty());
+
+    let markdown = docs::markdown(&operations);
+    assert!(
+        markdown.contains("| 409 `urn:example:version-conflict` |"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("| 503 `urn:example:stock-down` + `Retry-After` |"),
+        "{markdown}"
+    );
+    let openapi = docs::openapi(&operations);
+    let responses = &openapi["paths"]["/orders/{id}"]["put"]["responses"];
+    let types = &responses["409"]["content"]["application/problem+json"]["x-problem-types"];
+    assert_eq!(
+        types,
+        &serde_json::json!([contract::IN_FLIGHT, "urn:example:version-conflict"])
+    );
+    assert!(responses["503"]["headers"]["Retry-After"].is_object());
+}
+
+/// Each registered operation's `requestBody` is the body its last extractor reads: its
+/// media type, and with `utoipa` its type's schema, whose components are in the document.
+#[test]
+fn the_body_extractor_reaches_the_documents() {
+    let operations = docs::operations().unwrap();
+    let short = find(&operations, "short_window:v1");
+    let body = short.request_body.as_ref().unwrap();
+    assert_eq!(
+        (body.media_type.as_str(), body.required),
+        ("application/json", true)
+    );
+    assert!(find(&operations, "nightly:v2").request_body.is_none());
+
+    let openapi = docs::openapi(&operations);
+    let put = &openapi["paths"]["/orders/{id}"]["put"]["requestBody"];
+    assert_eq!(put["required"], true);
+    let schema = &put["content"]["application/json"]["schema"];
+    #[cfg(feature = "utoipa")]
+    {
+        assert_eq!(
+            schema["properties"]["line"]["$ref"],
+            "#/components/schemas/OrderLine"
+        );
+        let line = &openapi["components"]["schemas"]["OrderLine"];
+        assert_eq!(
+            line["properties"]["quantity"]["type"], "integer",
+            "{openapi}"
+        );
+    }
+    #[cfg(not(feature = "utoipa"))]
+    assert_eq!(schema, &serde_json::json!({}));
+    // Every `$ref` points into the document.
+    let text = openapi.to_string();
+    for target in text.split("\"$ref\":\"#").skip(1) {
+        let pointer = target.split('"').next().unwrap();
+        assert!(openapi.pointer(pointer).is_some(), "dangling #{pointer}");
+    }
 }
 
 /// A handler that takes `webhooks::Verified` is documented with the Standard Webhooks

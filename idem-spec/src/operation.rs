@@ -255,8 +255,8 @@ impl OperationSpec {
     ///      `Idempotency-Key` is refused (400). A retry with the same key and the same request \
     ///      replays the stored response (`Idempotent-Replayed: true`); the same key with a \
     ///      different request is refused (422); a retry while the first request is still \
-    ///      running waits for it, then replays its response, or is answered 409 with \
-    ///      `Retry-After`. Failed responses (4xx, 5xx) are not stored: retrying with the same \
+    ///      running waits for it, then replays its response, or is answered 409 \
+    ///      `urn:idem:problem:in-flight` with `Retry-After`. Failed responses (4xx, 5xx) are not stored: retrying with the same \
     ///      key runs the operation again. After 24 hours the key is gone (410) and nothing runs."
     /// );
     /// ```
@@ -293,10 +293,12 @@ impl OperationSpec {
         };
         if self.mode == Mode::Staged {
             let in_flight = match self.on_in_flight {
-                InFlightPolicy::Reject => "is answered 409 with `Retry-After`",
+                InFlightPolicy::Reject => {
+                    "is answered 409 `urn:idem:problem:in-flight` with `Retry-After`"
+                }
                 InFlightPolicy::Wait => {
-                    "waits for it and replays its response (409 with `Retry-After` if it takes \
-                     too long)"
+                    "waits for it and replays its response (409 `urn:idem:problem:in-flight` \
+                     with `Retry-After` if it takes too long)"
                 }
             };
             return format!(
@@ -308,10 +310,10 @@ impl OperationSpec {
                  and the same request replays the stored response \
                  (`Idempotent-Replayed: true`); the same key with a different request is \
                  refused (422); a retry while the first request is still running {in_flight}. \
-                 A request interrupted midway (503 with `Retry-After`) is resumed from its last \
-                 recorded step by a retry with the same key. A definitive failure (such as a \
-                 declined payment) is stored and replayed like a success. After {ttl} \
-                 {expired}."
+                 A request interrupted midway (503 `urn:idem:problem:interrupted` with \
+                 `Retry-After`) is resumed from its last recorded step by a retry with the \
+                 same key. A definitive failure (such as a declined payment) is stored and \
+                 replayed like a success. After {ttl} {expired}."
             );
         }
         format!(
@@ -319,8 +321,8 @@ impl OperationSpec {
              same key and the same request replays the stored response \
              (`Idempotent-Replayed: true`); the same key with a different request is refused \
              (422); a retry while the first request is still running waits for it, then \
-             replays its response, or is answered 409 with `Retry-After`. {failures} After \
-             {ttl} {expired}."
+             replays its response, or is answered 409 `urn:idem:problem:in-flight` with \
+             `Retry-After`. {failures} After {ttl} {expired}."
         )
     }
 }

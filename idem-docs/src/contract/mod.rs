@@ -17,7 +17,7 @@ mod request;
 mod webhook;
 mod words;
 
-pub use case::{Case, PROBLEM_MEDIA_TYPE};
+pub use case::{Case, IDEM_PROBLEM_PREFIX, PROBLEM_MEDIA_TYPE};
 pub use key::{
     EXAMPLE_KEY, KEY_DIGEST_PREFIX, KEY_HEADER, KEY_MAX_LEN, KEY_MIN_LEN, KEY_PATTERN,
     KEY_STORED_MAX_LEN, LENIENT_KEY_PATTERN, key_format, key_parameter, key_part, key_pattern,

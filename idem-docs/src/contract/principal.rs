@@ -17,6 +17,7 @@ pub(super) fn cases(doc: &OperationDoc) -> Vec<Case> {
         Case {
             status: "401".to_owned(),
             problem: None,
+            own_problem: None,
             when: format!(
                 "The application's authentication refused the request, before any key was \
                  looked at (keys are unique per {who})."

@@ -61,6 +61,7 @@ fn success(doc: &OperationDoc, ttl: &str) -> Vec<Case> {
         cases.push(Case {
             status: status.clone(),
             problem: None,
+            own_problem: None,
             when: format!("{description}{first}"),
             then: format!("Done. Retries with the same key within {ttl} replay this response."),
             retry_after: false,
@@ -69,6 +70,7 @@ fn success(doc: &OperationDoc, ttl: &str) -> Vec<Case> {
         cases.push(Case {
             status,
             problem: None,
+            own_problem: None,
             when: format!(
                 "A retry with the same key and the same request, after the first completed: \
                  the stored response, with `{REPLAYED_HEADER}: true`; nothing runs again."

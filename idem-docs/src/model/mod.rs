@@ -1,4 +1,8 @@
-//! [`OperationDoc`]: what the documents say about one operation, as plain data.
+//! [`OperationDoc`]: what the documents say about one operation, as plain data; the
+//! application's own problems ([`ProblemDoc`]) and the request's body ([`RequestBodyDoc`]).
+
+mod body;
+mod problem;
 
 use std::time::Duration;
 
@@ -7,6 +11,9 @@ use idem_spec::{
     ScopeKind, check_header_name, check_pointer,
 };
 use serde::{Deserialize, Serialize};
+
+pub use self::body::RequestBodyDoc;
+pub use self::problem::ProblemDoc;
 
 /// One idempotent operation as the documents describe it: its [`OperationSpec`], and where it
 /// is served (method and path), which handler runs it and where that handler is written.
@@ -110,6 +117,17 @@ pub struct OperationDoc {
     /// Responses of the operation itself, besides idem's (its success, say), as
     /// `(status, description)`, sorted by status.
     pub responses: Vec<(u16, String)>,
+    /// Problems the operation itself answers ([`ProblemDoc`]: a version conflict, say), each
+    /// listed under its status with its type, sorted by status, each type once
+    /// ([`OperationDoc::problem`]). Serialised only when there are some, so that documents
+    /// stored before them read back unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<ProblemDoc>,
+    /// The body the operation reads, when known ([`RequestBodyDoc`]: the attribute records
+    /// it from the handler's body extractor): the OpenAPI document's `requestBody`.
+    /// Serialised only when known, so that documents stored before it read back unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body: Option<RequestBodyDoc>,
     /// The handler takes the runtime's `webhooks::Verified`: requests are Standard Webhooks
     /// deliveries, whose `webhook-id`, `webhook-timestamp` and `webhook-signature` headers
     /// the documents list, with the `401` of a signature that does not verify
@@ -182,6 +200,8 @@ impl OperationDoc {
             source: None,
             publish_source: false,
             responses: Vec::new(),
+            problems: Vec::new(),
+            request_body: None,
             verified_webhook: false,
         }
     }
@@ -306,6 +326,39 @@ impl OperationDoc {
         self.responses.retain(|(s, _)| *s != status);
         self.responses.push((status, description.to_owned()));
         self.responses.sort_by_key(|(s, _)| *s);
+        self
+    }
+
+    /// Adds a problem the operation itself answers ([`ProblemDoc`]), listed under its status
+    /// with its type, beside idem's problems of that status; with retry advice only when it
+    /// carries `Retry-After`. A type given twice keeps the last.
+    ///
+    /// ```
+    /// use idem_docs::{OperationDoc, ProblemDoc, markdown, openapi};
+    /// use idem_spec::OperationSpec;
+    ///
+    /// let doc = OperationDoc::from_spec(&OperationSpec::new("update_order:v1"))
+    ///     .path("PUT", "/orders/{id}")
+    ///     .problem(ProblemDoc::new(409, "urn:example:version-conflict", "version conflict"));
+    /// assert!(markdown(std::slice::from_ref(&doc)).contains("| 409 `urn:example:version-conflict` |"));
+    /// let api = openapi(&[doc]);
+    /// let conflict = &api["paths"]["/orders/{id}"]["put"]["responses"]["409"];
+    /// let types = &conflict["content"]["application/problem+json"]["x-problem-types"];
+    /// assert_eq!(types[1], "urn:example:version-conflict");
+    /// ```
+    #[must_use]
+    pub fn problem(mut self, problem: ProblemDoc) -> Self {
+        self.problems.retain(|p| p.type_uri != problem.type_uri);
+        self.problems.push(problem);
+        self.problems.sort_by_key(|p| p.status);
+        self
+    }
+
+    /// Sets the body the operation reads ([`RequestBodyDoc`]): the OpenAPI document's
+    /// `requestBody`, and its component schemas in `components.schemas`.
+    #[must_use]
+    pub fn request_body(mut self, body: RequestBodyDoc) -> Self {
+        self.request_body = Some(body);
         self
     }
 
