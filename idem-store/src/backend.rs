@@ -7,7 +7,7 @@ use sqlx::{Database, Pool, Transaction};
 use sqlx::Connection;
 use sqlx::pool::PoolOptions;
 
-use crate::glue::{Arg, Glue, like_prefix};
+use crate::glue::{Glue, like_prefix};
 use crate::key::KeyRef;
 use crate::migration::Migration;
 use crate::protocol::{Begun, Failure, KeyLock, NewRow, TxSettings};
@@ -202,7 +202,8 @@ pub(crate) async fn look_again<'c, DB: Backend>(
     mut tx: Transaction<'c, DB>,
     lock: KeyLock<'_>,
 ) -> Result<Begun<'c, DB>, sqlx::Error> {
-    let row = DB::fetch_optional(&mut tx, DB::SQL.keys.expires_at, &Arg::key(lock.key)).await?;
+    let key = crate::glue::Arg::key(lock.key);
+    let row = DB::fetch_optional(&mut tx, DB::SQL.keys.expires_at, &key).await?;
     let expires = row.map(|row| DB::int(&row, 0)).transpose()?;
     match (expires, lock.expired_by_ms) {
         (None, _) => Ok(Begun::Free(tx)),
