@@ -221,8 +221,8 @@ fn is_transient(error: &sqlx::Error) -> bool {
                 || code.starts_with("08")
                 || code.starts_with("57P");
             // SQLite: SQLITE_BUSY (5), SQLITE_LOCKED (6) and their extended codes.
-            let sqlite = code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
-                || db.message().contains("database is locked");
+            // ("database is locked" is SQLITE_BUSY's text: its code says so.)
+            let sqlite = code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
             postgres || sqlite
         }
         _ => false,
