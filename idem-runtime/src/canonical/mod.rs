@@ -60,6 +60,7 @@ macro_rules! ints {
 }
 
 mod key;
+mod maps;
 mod scalars;
 mod serializer;
 #[cfg(test)]
@@ -163,6 +164,24 @@ pub(crate) fn write<T: Serialize + ?Sized, S: Feed>(
     let ctx = &mut Serialisation::default();
     ctx.exclude = *exclude;
     value.serialize(ctx.ser(sink, exclude.below(&[])))
+}
+
+/// [`write()`], and the JSON pointers (from the root of `value`) of the outermost objects
+/// serde wrote as maps: their member names are data, not names a type declares
+/// ([`crate::fields`] names the map, never its members).
+///
+/// # Errors
+/// As [`write()`].
+pub(crate) fn write_noting_maps<T: Serialize + ?Sized, S: Feed>(
+    value: &T,
+    exclude: &Exclude<'_>,
+    sink: &mut S,
+) -> Result<Vec<String>, CanonicalError> {
+    let ctx = &mut Serialisation::default();
+    ctx.exclude = *exclude;
+    ctx.maps = Some(maps::Maps::default());
+    value.serialize(ctx.ser(sink, exclude.below(&[])))?;
+    Ok(ctx.maps.take().map(|maps| maps.found).unwrap_or_default())
 }
 
 /// Writes `s` as a JSON string literal, escaped canonically.

@@ -4,6 +4,7 @@
 use serde::ser::{self, Serialize};
 
 use super::key::KeySer;
+use super::maps::Maps;
 use super::scalars::{
     NUMBER_TOKEN, cmp_utf16, write_escaped, write_f64, write_int, write_number_text,
 };
@@ -17,6 +18,8 @@ pub(super) struct Serialisation<'e> {
     path: Vec<u8>,
     /// Member buffers of finished objects, for reuse.
     pool: Vec<Members>,
+    /// Where the maps are, when asked ([`super::write_noting_maps`]).
+    pub(super) maps: Option<Maps>,
 }
 
 impl<'e> Serialisation<'e> {
@@ -27,6 +30,11 @@ impl<'e> Serialisation<'e> {
             ctx: self,
             live,
         }
+    }
+
+    /// Where the current value is, for [`Maps`]: a mark to come back to.
+    fn mark(&self) -> usize {
+        self.maps.as_ref().map_or(0, Maps::mark)
     }
 
     /// Enters member `name` of an object at `path[..base]`, which is addressable when
@@ -68,6 +76,10 @@ impl<'a, 'e, S: Feed> Ser<'a, 'e, S> {
     fn variant(&mut self, variant: &str) -> Option<bool> {
         let base = self.ctx.path.len();
         let live = self.ctx.enter(self.live, base, variant.as_bytes())?;
+        let mark = self.ctx.mark();
+        if let Some(maps) = &mut self.ctx.maps {
+            maps.enter(mark, variant.as_bytes());
+        }
         self.out.write(b"{");
         write_str(variant, self.out);
         self.out.write(b":");
@@ -77,6 +89,7 @@ impl<'a, 'e, S: Feed> Ser<'a, 'e, S> {
     /// Opens an array, or a tuple variant's `{"variant":[`.
     fn array(mut self, variant: Option<&str>) -> Array<'a, 'e, S> {
         let restore = self.ctx.path.len();
+        let back = self.ctx.mark();
         let skip = variant.is_some_and(|v| self.variant(v).is_none());
         self.ctx.path.truncate(restore); // elements are not addressable
         self.out.write(if skip { b"" } else { b"[" });
@@ -86,27 +99,35 @@ impl<'a, 'e, S: Feed> Ser<'a, 'e, S> {
             (false, None) => b"]",
         };
         Array {
+            base: self.ctx.mark(),
+            back,
             out: self.out,
             ctx: self.ctx,
-            first: true,
+            index: 0,
             skip,
             close,
         }
     }
 
     /// Opens an object, or a struct variant's `{"variant":{`; `number` for the struct that
-    /// stands for a `serde_json::Number` under `arbitrary_precision`.
-    fn object(mut self, variant: Option<&str>, number: bool) -> Object<'a, 'e, S> {
+    /// stands for a `serde_json::Number` under `arbitrary_precision`, `map` for a map.
+    fn object(mut self, variant: Option<&str>, number: bool, map: bool) -> Object<'a, 'e, S> {
         let restore = self.ctx.path.len();
+        let back = self.ctx.mark();
         let (kind, live) = match variant.map(|v| self.variant(v)) {
             None if number => (Kind::Number, false),
             None => (Kind::Plain, self.live),
             Some(None) => (Kind::Skip, false),
             Some(Some(live)) => (Kind::Variant, live),
         };
+        if let Some(maps) = self.ctx.maps.as_mut().filter(|_| map) {
+            maps.open_map();
+        }
         Object {
             members: self.ctx.pool.pop().unwrap_or_default(),
             base: self.ctx.path.len(),
+            pointer: (self.ctx.mark(), back),
+            map,
             out: self.out,
             ctx: self.ctx,
             kind,
@@ -182,13 +203,16 @@ impl<'a, 'e, S: Feed> ser::Serializer for Ser<'a, 'e, S> {
         variant: &str,
         value: &T,
     ) -> R {
-        let base = self.ctx.path.len();
+        let (base, back) = (self.ctx.path.len(), self.ctx.mark());
         let Some(live) = self.variant(variant) else {
             self.out.write(b"{}");
             return Ok(());
         };
         value.serialize(self.ctx.ser(&mut *self.out, live))?;
         self.ctx.path.truncate(base);
+        if let Some(maps) = &mut self.ctx.maps {
+            maps.leave(back);
+        }
         self.out.write(b"}");
         Ok(())
     }
@@ -211,10 +235,10 @@ impl<'a, 'e, S: Feed> ser::Serializer for Ser<'a, 'e, S> {
         Ok(self.array(Some(variant)))
     }
     fn serialize_map(self, _: Option<usize>) -> R<Self::SerializeMap> {
-        Ok(self.object(None, false))
+        Ok(self.object(None, false, true))
     }
     fn serialize_struct(self, name: &str, _: usize) -> R<Self::SerializeStruct> {
-        Ok(self.object(None, name == NUMBER_TOKEN))
+        Ok(self.object(None, name == NUMBER_TOKEN, false))
     }
     fn serialize_struct_variant(
         self,
@@ -223,7 +247,7 @@ impl<'a, 'e, S: Feed> ser::Serializer for Ser<'a, 'e, S> {
         variant: &str,
         _: usize,
     ) -> R<Self::SerializeStructVariant> {
-        Ok(self.object(Some(variant), false))
+        Ok(self.object(Some(variant), false, false))
     }
 }
 
@@ -231,7 +255,11 @@ impl<'a, 'e, S: Feed> ser::Serializer for Ser<'a, 'e, S> {
 pub(super) struct Array<'a, 'e, S> {
     out: &'a mut S,
     ctx: &'a mut Serialisation<'e>,
-    first: bool,
+    /// The next element's index.
+    index: usize,
+    /// The array's mark, and the mark to come back to at the end ([`Maps`]).
+    base: usize,
+    back: usize,
     skip: bool,
     close: &'static [u8],
 }
@@ -246,12 +274,18 @@ macro_rules! array_impls {
                 if self.skip {
                     return Ok(());
                 }
-                self.out.write(if self.first { b"" } else { b"," });
-                self.first = false;
+                self.out.write(if self.index == 0 { b"" } else { b"," });
+                if let Some(maps) = &mut self.ctx.maps {
+                    maps.enter_index(self.base, self.index);
+                }
+                self.index += 1;
                 value.serialize(self.ctx.ser(&mut *self.out, false))
             }
             fn end(self) -> R {
                 self.out.write(self.close);
+                if let Some(maps) = &mut self.ctx.maps {
+                    maps.leave(self.back);
+                }
                 Ok(())
             }
         }
@@ -288,6 +322,10 @@ pub(super) struct Object<'a, 'e, S> {
     base: usize,
     /// Path length to restore at the end (before a variant's name).
     restore: usize,
+    /// The object's mark, and the mark to come back to at the end ([`Maps`]).
+    pointer: (usize, usize),
+    /// A map (`serialize_map`), whose member names are data.
+    map: bool,
     /// The pending member: start of its name, and whether its value is addressable (`None`:
     /// excluded).
     key: Option<(usize, Option<bool>)>,
@@ -298,6 +336,9 @@ impl<S: Feed> Object<'_, '_, S> {
     fn key(&mut self, name: impl FnOnce(KeySer<'_>) -> R) -> R {
         let (start, buf) = (self.members.buf.len(), &mut self.members.buf);
         name(KeySer(buf))?;
+        if let Some(maps) = &mut self.ctx.maps {
+            maps.enter(self.pointer.0, &buf[start..]);
+        }
         let live = self.ctx.enter(self.live, self.base, &buf[start..]);
         if live.is_none() {
             buf.truncate(start);
@@ -355,6 +396,12 @@ impl<S: Feed> Object<'_, '_, S> {
         entries.clear();
         self.ctx.pool.push(self.members);
         self.ctx.path.truncate(self.restore);
+        if let Some(maps) = &mut self.ctx.maps {
+            if self.map {
+                maps.close_map();
+            }
+            maps.leave(self.pointer.1);
+        }
         Ok(())
     }
 }
