@@ -8,7 +8,7 @@ use super::{DIGEST_LEN, Field, FieldDigests, Read, VERSION};
 impl FieldDigests {
     /// As stored: a version byte, the level, the salt, the count (`u16`, little-endian),
     /// then each field's name length (`u16`), name and digest, and (version 3) a byte that is
-    /// 1 for `null`; then (version 3) the count of arrays and each one's name length, name
+    /// 1 for a member's `null`, 2 for an empty object, else 0; then (version 3) the count of arrays and each one's name length, name
     /// and length (`u32`), and the count of maps and each one's name length and name.
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -23,7 +23,7 @@ impl FieldDigests {
             push_name(&mut out, name);
             out.extend_from_slice(&field.digest);
             if self.version >= 3 {
-                out.push(u8::from(field.null));
+                out.push(u8::from(field.null) | u8::from(field.empty) << 1);
             }
         }
         if self.version >= 3 {
@@ -54,19 +54,27 @@ impl FieldDigests {
             let name = take_name(&mut rest)?;
             let (digest, after) = rest.split_first_chunk::<DIGEST_LEN>()?;
             rest = after;
-            let null = if version >= 3 {
-                let (&null, after) = rest.split_first()?;
+            let (null, empty) = if version >= 3 {
+                let (&flags, after) = rest.split_first()?;
                 rest = after;
-                match null {
-                    0 => false,
-                    1 => true,
+                match flags {
+                    0 => (false, false),
+                    1 => (true, false),
+                    2 => (false, true),
                     _ => return None,
                 }
             } else {
-                false
+                (false, false)
             };
             let digest = *digest;
-            read.fields.insert(name, Field { digest, null });
+            read.fields.insert(
+                name,
+                Field {
+                    digest,
+                    null,
+                    empty,
+                },
+            );
         }
         if version >= 3 {
             read.arrays = take_arrays(&mut rest)?;

@@ -100,11 +100,13 @@ pub struct FieldDigests {
     read: Read,
 }
 
-/// One field as kept: its digest, and whether its value is `null`.
+/// One field as kept: its digest, whether its value is a member's `null`, and whether it is
+/// an empty object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Field {
     digest: [u8; DIGEST_LEN],
     null: bool,
+    empty: bool,
 }
 
 /// What one read of a request found: its fields by name, the arrays above the cut with
@@ -205,6 +207,7 @@ impl FieldDigests {
                             name,
                             Field {
                                 null: false,
+                                empty: false,
                                 ..field
                             },
                         )

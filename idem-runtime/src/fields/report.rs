@@ -42,7 +42,7 @@ pub(super) fn differences(old: &Read, new: &Read, as_: Compared) -> Mismatch {
             lists.list(which).insert(name);
         }
     }
-    absent_containers(old, new, &mut lists);
+    absent_containers(old, new, as_, &mut lists);
     if as_ == Compared::BodyAsJson {
         unknown_members(old, &mut lists);
     }
@@ -92,13 +92,13 @@ fn arrays(old: &Read, new: &Read, lists: &mut Lists) {
     for (array, length) in &old.arrays {
         match new.arrays.get(array) {
             Some(l) if l != length => changed.push(array),
-            None if has_below(new, array) => changed.push(array),
+            None if is_object(new, array) => changed.push(array),
             _ => {}
         }
     }
     // (Digests of the earlier formats keep no arrays.)
     for array in new.arrays.keys().filter(|_| old.shapes) {
-        if !old.arrays.contains_key(array) && has_below(old, array) {
+        if !old.arrays.contains_key(array) && is_object(old, array) {
             changed.push(array);
         }
     }
@@ -108,6 +108,12 @@ fn arrays(old: &Read, new: &Read, lists: &mut Lists) {
         lists.removed.remove(array);
         lists.changed.insert(array.clone());
     }
+}
+
+/// Whether `read` has an object at `pointer` (not an array): fields below it, or an empty one.
+fn is_object(read: &Read, pointer: &str) -> bool {
+    !read.arrays.contains_key(pointer)
+        && (has_below(read, pointer) || read.fields.get(pointer).is_some_and(|f| f.empty))
 }
 
 /// Whether `read` has fields strictly below `pointer`.
@@ -120,7 +126,8 @@ fn has_below(read: &Read, pointer: &str) -> bool {
 }
 
 /// A value in one request where the other has fields below its pointer is named once, at
-/// its pointer: `removed` or `added` when it is `null`, `changed` otherwise.
+/// its pointer: `removed` or `added` when it is `null`, `changed` otherwise. An empty object
+/// is not named: the members the other has are.
 fn values_over_containers(old: &Read, new: &Read, lists: &mut Lists) {
     let absent = lists.absent.iter().map(|(name, _)| name);
     let named: Vec<String> = lists.all().chain(absent).cloned().collect();
@@ -132,9 +139,12 @@ fn values_over_containers(old: &Read, new: &Read, lists: &mut Lists) {
                 (None, None) => continue,
             };
             let pointer = pointer.to_owned();
-            lists.drop_below(&pointer);
             lists.added.remove(&pointer);
             lists.removed.remove(&pointer);
+            if field.empty {
+                break;
+            }
+            lists.drop_below(&pointer);
             let which = if field.null {
                 null_list
             } else {
@@ -147,7 +157,7 @@ fn values_over_containers(old: &Read, new: &Read, lists: &mut Lists) {
 }
 
 /// One of the three lists.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Which {
     Changed,
     Added,
@@ -155,18 +165,28 @@ enum Which {
 }
 
 /// A field whose object or array the other request does not have at all is named by the
-/// outermost such object or array: a member left out whole is one name.
-fn absent_containers(old: &Read, new: &Read, lists: &mut Lists) {
+/// outermost such object or array: a member left out whole is one name. (A body compared
+/// with a first request that had none — an input of `Idem::once` — keeps its fields' names.)
+///
+/// A member's `null` left out of the lists still tells that its object is there: an object
+/// the other request does not have is named for it too.
+fn absent_containers(old: &Read, new: &Read, as_: Compared, lists: &mut Lists) {
     for (which, other) in [(Which::Removed, new), (Which::Added, old)] {
-        let names: Vec<String> = lists.list(which).iter().cloned().collect();
-        for name in names {
+        let mut names: Vec<(String, bool)> = Vec::new();
+        names.extend(lists.list(which).iter().map(|name| (name.clone(), true)));
+        let absent = lists.absent.iter().filter(|(_, w)| *w == which);
+        names.extend(absent.map(|(name, _)| (name.clone(), false)));
+        for (name, listed) in names {
             let outermost = ancestors(&name)
                 .map(|(pointer, _)| pointer)
                 .take_while(|pointer| !present(other, pointer))
+                .filter(|pointer| as_ == Compared::Request || *pointer != "/body")
                 .last();
             if let Some(pointer) = outermost {
                 let list = lists.list(which);
-                list.remove(&name);
+                if listed {
+                    list.remove(&name);
+                }
                 list.insert(pointer.to_owned());
             }
         }

@@ -109,8 +109,8 @@ proptest! {
     }
 
     /// Every name reported differs between the two requests, and every field whose value
-    /// differs (an absent member reading as `null`) is reported, at its pointer or at one
-    /// above it.
+    /// differs (an absent member reading as `null`) is reported, at its pointer, at one above
+    /// it, or (an object emptied) at its members.
     #[test]
     fn reports_the_fields_that_differ(a in request(), b in request(), salt in any::<[u8; 8]>()) {
         let stored = FieldDigests::of_canonical(&canonical(&a), salt).unwrap();
@@ -118,7 +118,20 @@ proptest! {
         prop_assume!(stored.depth == MAX_DEPTH);
         let mismatch = stored.compare(&canonical(&b)).unwrap();
         prop_assume!(mismatch.omitted == 0);
-        let at = |v: &Value, name: &str| v.pointer(name).cloned().unwrap_or(Value::Null);
+        // An absent member and a member's `null` read alike.
+        fn without_nulls(value: Value) -> Value {
+            match value {
+                Value::Object(map) => Value::Object(
+                    map.into_iter()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| (k, without_nulls(v)))
+                        .collect(),
+                ),
+                Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+                other => other,
+            }
+        }
+        let at = |v: &Value, name: &str| without_nulls(v.pointer(name).cloned().unwrap_or(Value::Null));
         let reported: Vec<&String> =
             mismatch.changed.iter().chain(&mismatch.added).chain(&mismatch.removed).collect();
         for name in &reported {
@@ -127,11 +140,11 @@ proptest! {
         let want = expected(&a, &b, stored.depth);
         for name in want.changed.iter().chain(&want.added).chain(&want.removed) {
             if at(&a, name) == at(&b, name) {
-                continue; // `null` against an absent member
+                continue;
             }
-            let covered = reported
-                .iter()
-                .any(|r| name == *r || name.starts_with(&format!("{r}/")));
+            let covered = reported.iter().any(|r| {
+                name == *r || name.starts_with(&format!("{r}/")) || r.starts_with(&format!("{name}/"))
+            });
             prop_assert!(covered, "{} in {:?}", name, mismatch);
         }
     }
@@ -370,7 +383,12 @@ fn a_map_is_named_never_its_members() {
     // A map is one field: stored bytes keep where the maps are, never a member's name.
     assert_eq!(
         stored.names().collect::<Vec<_>>(),
-        ["/body/amount", "/body/lines", "/body/metadata", "/body/note"]
+        [
+            "/body/amount",
+            "/body/lines",
+            "/body/metadata",
+            "/body/note"
+        ]
     );
     let bytes = stored.to_bytes();
     assert!(!bytes.windows(4).any(|w| w == b"4111"));
@@ -388,4 +406,23 @@ fn digests_of_the_second_format_are_still_read() {
     let retry = canonical(&json!({"body": {"amount": 101, "items": [1, 2]}}));
     assert_eq!(stored.compare(&retry).unwrap().changed, ["/body/amount"]);
     assert!(stored.compare(&first).unwrap().is_empty());
+}
+
+#[test]
+fn a_member_left_out_whole_is_one_name_and_an_emptied_object_names_its_members() {
+    let a = json!({"body": {"a": 1, "meta": {"x": 1, "y": [1]}}});
+    let stored = FieldDigests::of_canonical(&canonical(&a), [7; 8]).unwrap();
+    let mismatch = stored
+        .compare(&canonical(&json!({"body": {"a": 1}})))
+        .unwrap();
+    assert_eq!(names(&mismatch), [vec![], vec![], vec!["/body/meta"]]);
+    let mismatch = stored.compare(&canonical(&json!({"body": {}}))).unwrap();
+    assert_eq!(
+        names(&mismatch),
+        [vec![], vec![], vec!["/body/a", "/body/meta"]]
+    );
+    let mismatch = stored
+        .compare(&canonical(&json!({"body": {"a": 1, "meta": "x"}})))
+        .unwrap();
+    assert_eq!(names(&mismatch), [vec!["/body/meta"], vec![], vec![]]);
 }

@@ -279,6 +279,7 @@ impl<'a> Walk<'a> {
         let field = Field {
             digest: short,
             null: self.member && value == b"null",
+            empty: value == b"{}",
         };
         self.read.fields.insert(self.name.clone(), field);
     }
