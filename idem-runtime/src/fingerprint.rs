@@ -71,8 +71,10 @@ impl Fingerprint {
         Ok(Self(hasher.finalize().into()))
     }
 
-    /// [`Self::of`], and the canonical input it hashed, with where its maps are (for
-    /// [`crate::fields`]).
+    /// [`Self::of`], and the canonical input it hashed (for [`crate::fields`]). The input is
+    /// the application's value ([`crate::Idem::once`], [`crate::Idem::staged`]), not a
+    /// client's request: its maps are not noted, and their members are named like any
+    /// field.
     pub(crate) fn of_kept(
         operation_id: &str,
         input: &(impl Serialize + ?Sized),
@@ -83,7 +85,7 @@ impl Fingerprint {
             kept: Some(Vec::with_capacity(256)),
             maps: Vec::new(),
         };
-        sink.maps = canonical::write_noting_maps(input, &Exclude::new(exclude), &mut sink)?;
+        canonical::write(input, &Exclude::new(exclude), &mut sink)?;
         Ok(sink.finish())
     }
 

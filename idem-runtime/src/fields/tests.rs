@@ -267,14 +267,11 @@ fn names_are_json_pointers_and_values_never_kept() {
     assert!(FieldDigests::of_canonical(b"{\"body\":", [0; 8]).is_err());
 }
 
-/// The canonical request of a typed body `value`, as the runtime keeps it: with its maps
-/// noted.
+/// The canonical request of a handler with a typed body `value`, as the runtime keeps it:
+/// with its maps noted.
 fn kept<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Request<'a, T> {
-        body: &'a T,
-    }
-    crate::fingerprint::Fingerprint::of_kept("op:v1", &Request { body: value }, &[])
+    let body = axum::Json(value);
+    crate::fingerprint::of_parts_kept("op:v1", &[&body], &[])
         .unwrap()
         .1
 }
