@@ -148,7 +148,23 @@ impl Error {
         if let Some(sealed) = self.sealed() {
             return sealed_problem(self.status(), sealed);
         }
-        let (type_uri, title) = match self {
+        let (type_uri, title) = self.kind();
+        let problem = Problem::new(self.status(), type_uri, title).with_detail(self.detail());
+        match self {
+            Self::InFlight { retry_after } | Self::Interrupted { retry_after, .. } => {
+                problem.with_retry_after(*retry_after)
+            }
+            Self::CommitUnknown(_) | Self::Store(_) | Self::StoreBusy(_) => {
+                problem.with_retry_after(RETRY_SOON)
+            }
+            Self::Mismatch(Some(mismatch)) => problem.with_mismatch((**mismatch).clone()),
+            _ => problem,
+        }
+    }
+
+    /// The problem type URI and title of an error that is not a sealed value's.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
             Self::MissingKey => ("urn:idem:problem:missing-key", "Idempotency-Key required"),
             Self::InvalidKey(_) => ("urn:idem:problem:invalid-key", "invalid Idempotency-Key"),
             Self::KeyFromRequest { missing: true, .. } => {
@@ -188,9 +204,12 @@ impl Error {
                 "idempotency store unavailable",
             ),
             Self::StoreBusy(_) => ("urn:idem:problem:store-busy", "idempotency store busy"),
-        };
-        let detail = match self {
-            // Do not leak database error text to clients; it is logged instead.
+        }
+    }
+
+    /// The problem's detail: never a database's text (that is logged instead).
+    fn detail(&self) -> String {
+        match self {
             Self::CommitUnknown(_) => {
                 "the commit may or may not have happened; retry with the same Idempotency-Key \
                  and you get the stored response or a single new execution"
@@ -216,17 +235,6 @@ impl Error {
                     .to_owned()
             }
             other => other.to_string(),
-        };
-        let problem = Problem::new(self.status(), type_uri, title).with_detail(detail);
-        match self {
-            Self::InFlight { retry_after } | Self::Interrupted { retry_after, .. } => {
-                problem.with_retry_after(*retry_after)
-            }
-            Self::CommitUnknown(_) | Self::Store(_) | Self::StoreBusy(_) => {
-                problem.with_retry_after(RETRY_SOON)
-            }
-            Self::Mismatch(Some(mismatch)) => problem.with_mismatch((**mismatch).clone()),
-            _ => problem,
         }
     }
 }

@@ -71,7 +71,10 @@ impl Fingerprint {
         Ok(Self(hasher.finalize().into()))
     }
 
-    /// [`Self::of`], and the canonical input it hashed (for [`crate::fields`]).
+    /// [`Self::of`], and the canonical input it hashed (for [`crate::fields`]). The input is
+    /// the application's value ([`crate::Idem::once`], [`crate::Idem::staged`]), not a
+    /// client's request: its maps are not noted, and their members are named like any
+    /// field.
     pub(crate) fn of_kept(
         operation_id: &str,
         input: &(impl Serialize + ?Sized),
@@ -80,12 +83,10 @@ impl Fingerprint {
         let mut sink = Sink {
             hasher: begin(operation_id),
             kept: Some(Vec::with_capacity(256)),
+            maps: Vec::new(),
         };
         canonical::write(input, &Exclude::new(exclude), &mut sink)?;
-        Ok((
-            Self(sink.hasher.finalize().into()),
-            sink.kept.unwrap_or_default(),
-        ))
+        Ok(sink.finish())
     }
 
     /// Rebuilds a fingerprint read from the store.
@@ -225,6 +226,8 @@ pub trait Input {
 #[derive(Debug)]
 pub struct InputWriter<'a> {
     sink: &'a mut Sink,
+    /// The part's JSON pointer in the canonical request (`/body`).
+    part: &'a str,
     exclude: Exclude<'a>,
     written: &'a mut bool,
 }
@@ -236,7 +239,15 @@ impl InputWriter<'_> {
     /// When `value` cannot be written canonically.
     pub fn value<T: Serialize + ?Sized>(self, value: &T) -> Result<(), FingerprintError> {
         *self.written = true;
-        canonical::write(value, &self.exclude, self.sink)?;
+        if self.sink.kept.is_none() {
+            canonical::write(value, &self.exclude, self.sink)?;
+            return Ok(());
+        }
+        let maps = canonical::write_noting_maps(value, &self.exclude, self.sink)?;
+        let part = self.part;
+        self.sink
+            .maps
+            .extend(maps.into_iter().map(|map| format!("{part}{map}")));
         Ok(())
     }
 
@@ -288,8 +299,8 @@ impl<T: Input> DynInput for T {
 const MAX_PARTS: usize = 16;
 
 /// Fingerprints the input parts of one request — `{"<part>": <value>, …}` with the members
-/// sorted, each value streamed into the hash — and keeps the canonical request it hashed (for
-/// [`crate::fields`]).
+/// sorted, each value streamed into the hash — and keeps the canonical request it hashed, with
+/// where its maps are (for [`crate::fields`]).
 pub(crate) fn of_parts_kept(
     operation_id: &str,
     parts: &[&dyn DynInput],
@@ -309,9 +320,14 @@ fn of_parts_into(
     let mut sink = Sink {
         hasher: begin(operation_id),
         kept,
+        maps: Vec::new(),
     };
     write_parts(parts, exclude, &mut sink)?;
-    Ok((Fingerprint(sink.hasher.finalize().into()), sink.kept))
+    if sink.kept.is_none() {
+        return Ok((Fingerprint(sink.hasher.finalize().into()), None));
+    }
+    let (fingerprint, kept) = sink.finish();
+    Ok((fingerprint, Some(kept)))
 }
 
 /// Where the input parts are written: the hash, and a copy of what it hashed when kept.
@@ -319,6 +335,19 @@ fn of_parts_into(
 struct Sink {
     hasher: Sha256,
     kept: Option<Vec<u8>>,
+    /// Where the maps of what is kept are ([`canonical::write_noting_maps`]), by pointer
+    /// from the root of the canonical request.
+    maps: Vec<String>,
+}
+
+impl Sink {
+    /// The fingerprint, and the canonical request kept with its maps noted after it
+    /// ([`crate::fields::note_maps`]).
+    fn finish(self) -> (Fingerprint, Vec<u8>) {
+        let mut kept = self.kept.unwrap_or_default();
+        crate::fields::note_maps(&mut kept, &self.maps);
+        (Fingerprint(self.hasher.finalize().into()), kept)
+    }
 }
 
 impl Feed for Sink {
@@ -386,7 +415,12 @@ fn write_parts(
         canonical::write_str(&member, hasher);
         hasher.write(b":");
         let mut written = false;
+        let pointer = match hasher.kept {
+            Some(_) => format!("/{member}"),
+            None => String::new(),
+        };
         let out = InputWriter {
+            part: &pointer,
             sink: hasher,
             exclude: Exclude::new(&sub_paths),
             written: &mut written,
@@ -482,10 +516,11 @@ mod tests {
         parts: &[&dyn DynInput],
         exclude: &[&str],
     ) -> Result<Fingerprint, FingerprintError> {
-        let (fingerprint, canonical) = of_parts_kept(operation_id, parts, exclude)?;
-        // What is kept is what was hashed.
+        let (fingerprint, kept) = of_parts_kept(operation_id, parts, exclude)?;
+        // What is kept is what was hashed, and where its maps are after a line feed.
+        let canonical = kept.split(|&b| b == b'\n').next().unwrap_or_default();
         let mut hasher = begin(operation_id);
-        hasher.update(&canonical);
+        hasher.update(canonical);
         assert_eq!(fingerprint.as_bytes(), &<[u8; 32]>::from(hasher.finalize()));
         Ok(fingerprint)
     }
@@ -581,6 +616,34 @@ mod tests {
         let mut expected = Sha256::new();
         expected.update(b"op:v1\0{\"body\":{\"to\":\"bob\"},\"body#2\":{\"to\":\"mallory\"}}");
         assert_eq!(digest.as_bytes()[..], expected.finalize()[..]);
+    }
+
+    #[derive(Serialize)]
+    struct Order {
+        sku: &'static str,
+        lines: Vec<std::collections::BTreeMap<&'static str, u8>>,
+        meta:
+            std::collections::BTreeMap<&'static str, std::collections::BTreeMap<&'static str, u8>>,
+    }
+
+    #[test]
+    fn the_kept_request_notes_where_its_maps_are() {
+        let order = axum::Json(Order {
+            sku: "A",
+            lines: vec![[("a/b", 1)].into(), [].into()],
+            meta: [("k", [("x", 1)].into())].into(),
+        });
+        let query = axum::extract::Query(json!({"page": 1}));
+        let (_, kept) = of_parts_kept("op:v1", &[&query, &order], &[]).unwrap();
+        let kept = String::from_utf8(kept).unwrap();
+        assert_eq!(
+            kept,
+            "{\"body\":{\"lines\":[{\"a/b\":1},{}],\"meta\":{\"k\":{\"x\":1}},\"sku\":\"A\"},\
+             \"query\":{\"page\":1}}\n[\"/body/lines/0\",\"/body/lines/1\",\"/body/meta\",\"/query\"]"
+        );
+        // A typed value alone: none.
+        let (_, kept) = Fingerprint::of_kept("op:v1", &[1, 2], &[]).unwrap();
+        assert_eq!(kept, b"[1,2]");
     }
 
     #[test]

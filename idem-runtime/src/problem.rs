@@ -1,6 +1,5 @@
 //! RFC 9457 problem details: every error idem answers is `application/problem+json`.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +29,8 @@ pub(crate) const CONTENT_TYPE: &str = "application/problem+json";
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
     #[serde(rename = "type")]
-    type_uri: Cow<'static, str>,
-    title: Cow<'static, str>,
+    type_uri: String,
+    title: String,
     status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
@@ -52,13 +51,19 @@ pub struct Problem {
 pub(crate) struct RefusedBody(pub(crate) Arc<serde_json::Value>);
 
 impl Problem {
-    /// A problem with a type URI and a short, fixed title.
+    /// A problem with a type URI and a short, fixed title: any string, a literal or one made
+    /// for the occasion (`&format!(…)`).
+    ///
+    /// ```
+    /// use axum::http::StatusCode;
+    /// use idem_runtime::Problem;
+    ///
+    /// let shop = "shop";
+    /// let problem = Problem::new(StatusCode::CONFLICT, &format!("urn:{shop}:problem:sold-out"), "sold out");
+    /// assert_eq!(problem.type_uri(), "urn:shop:problem:sold-out");
+    /// ```
     #[must_use]
-    pub fn new(
-        status: StatusCode,
-        type_uri: impl Into<Cow<'static, str>>,
-        title: impl Into<Cow<'static, str>>,
-    ) -> Self {
+    pub fn new(status: StatusCode, type_uri: impl Into<String>, title: impl Into<String>) -> Self {
         Self {
             type_uri: type_uri.into(),
             title: title.into(),
@@ -221,8 +226,8 @@ fn is_transient(error: &sqlx::Error) -> bool {
                 || code.starts_with("08")
                 || code.starts_with("57P");
             // SQLite: SQLITE_BUSY (5), SQLITE_LOCKED (6) and their extended codes.
-            let sqlite = code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
-                || db.message().contains("database is locked");
+            // ("database is locked" is SQLITE_BUSY's text: its code says so.)
+            let sqlite = code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
             postgres || sqlite
         }
         _ => false,
@@ -253,7 +258,36 @@ impl utoipa::PartialSchema for Problem {
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 impl utoipa::ToSchema for Problem {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("Problem")
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("Problem")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    /// A type URI or a title made for the occasion is taken as well as a literal.
+    #[test]
+    #[allow(
+        clippy::needless_borrows_for_generic_args,
+        reason = "the call as applications write it"
+    )]
+    fn any_string_makes_a_problem() {
+        let shop = String::from("shop");
+        let made = Problem::new(
+            StatusCode::CONFLICT,
+            &format!("urn:{shop}:problem:sold-out"),
+            &format!("{shop}: sold out"),
+        );
+        assert_eq!(made.type_uri(), "urn:shop:problem:sold-out");
+        assert_eq!(made.to_string(), "409 shop: sold out");
+        let owned = Problem::new(StatusCode::GONE, shop.clone(), Cow::Borrowed("gone"));
+        let borrowed = Problem::new(StatusCode::GONE, shop.as_str(), String::from("gone"))
+            .with_detail(&format!("{shop} left"));
+        assert_eq!(owned.type_uri(), borrowed.type_uri());
+        assert_eq!(borrowed.detail(), Some("shop left"));
     }
 }

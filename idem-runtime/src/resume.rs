@@ -96,19 +96,25 @@ impl StoredRequest {
 
     /// The request to send through the router, carrying `resumption`.
     ///
+    /// The error is any type an [`UnreadableRequest`] converts into (the reconciler's
+    /// reason, in words).
+    ///
     /// # Errors
     /// When the stored method, URI, content type or body do not read back.
-    pub(crate) fn into_request(self, resumption: Resumption) -> Result<Request, String> {
+    pub(crate) fn into_request<E: From<UnreadableRequest>>(
+        self,
+        resumption: Resumption,
+    ) -> Result<Request, E> {
         let method = Method::from_bytes(self.method.as_bytes())
-            .map_err(|_| format!("stored method {:?} is not a method", self.method))?;
+            .map_err(|_| UnreadableRequest::Method(self.method.clone()))?;
         let uri: Uri = self
             .uri
             .parse()
-            .map_err(|_| format!("stored URI {:?} is not a URI", self.uri))?;
+            .map_err(|_| UnreadableRequest::Uri(self.uri.clone()))?;
         let body = match (self.body, self.body_hex) {
             (Some(text), _) => Bytes::from(text),
             (None, Some(hex)) => {
-                Bytes::from(crate::hex::decode(&hex).ok_or("the stored body is not hexadecimal")?)
+                Bytes::from(crate::hex::decode(&hex).ok_or(UnreadableRequest::Body)?)
             }
             (None, None) => Bytes::new(),
         };
@@ -117,13 +123,40 @@ impl StoredRequest {
             .uri(uri)
             .extension(resumption);
         if let Some(content_type) = &self.content_type {
-            let value = HeaderValue::from_str(content_type)
-                .map_err(|_| "the stored content type is not a header value".to_owned())?;
+            let value =
+                HeaderValue::from_str(content_type).map_err(|_| UnreadableRequest::ContentType)?;
             builder = builder.header(header::CONTENT_TYPE, value);
         }
-        builder
+        Ok(builder
             .body(Body::from(body))
-            .map_err(|error| error.to_string())
+            .map_err(UnreadableRequest::Request)?)
+    }
+}
+
+/// Why a stored request does not read back as a request ([`StoredRequest::into_request`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UnreadableRequest {
+    /// The stored method is not a method.
+    #[error("stored method {0:?} is not a method")]
+    Method(String),
+    /// The stored URI is not a URI.
+    #[error("stored URI {0:?} is not a URI")]
+    Uri(String),
+    /// The stored body is neither text nor hexadecimal.
+    #[error("the stored body is not hexadecimal")]
+    Body,
+    /// The stored content type is not a header value.
+    #[error("the stored content type is not a header value")]
+    ContentType,
+    /// The parts do not make a request.
+    #[error("{0}")]
+    Request(#[source] http::Error),
+}
+
+/// The reason in words, as the reconciler reports a key it cannot resume.
+impl From<UnreadableRequest> for String {
+    fn from(error: UnreadableRequest) -> Self {
+        error.to_string()
     }
 }
 

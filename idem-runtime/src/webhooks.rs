@@ -151,17 +151,66 @@ impl WebhookSecret {
     /// and `webhook-signature` headers against `body`.
     ///
     /// # Errors
-    /// What is wrong, in words (a header missing, the timestamp too old or too far in the
-    /// future, no signature matching).
-    pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
-        let mut last = String::from("no secret");
+    /// What is wrong, as the last secret tried found it (a header missing, the timestamp too
+    /// old or too far in the future, no signature matching).
+    pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        let mut last = VerifyError::NoSecret;
         for key in self.0.iter() {
             match key.verify(body, headers) {
                 Ok(()) => return Ok(()),
-                Err(error) => last = error.to_string(),
+                Err(error) => last = VerifyError::from(error),
             }
         }
         Err(last)
+    }
+}
+
+/// Why a delivery does not verify ([`WebhookSecret::verify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// No secret to verify with.
+    #[error("no secret")]
+    NoSecret,
+    /// A header the delivery needs is missing.
+    #[error("missing header {0}")]
+    MissingHeader(&'static str),
+    /// A header does not read.
+    #[error("invalid header {0}")]
+    InvalidHeader(&'static str),
+    /// `webhook-timestamp` is not a number of seconds.
+    #[error("failed to parse timestamp")]
+    InvalidTimestamp,
+    /// `webhook-timestamp` is more than 5 minutes old.
+    #[error("signature timestamp too old")]
+    TimestampTooOld,
+    /// `webhook-timestamp` is more than 5 minutes ahead.
+    #[error("signature timestamp too far in future")]
+    TimestampInFuture,
+    /// No signature matches the body.
+    #[error("signature invalid")]
+    InvalidSignature,
+    /// The body is not what Standard Webhooks signs (text).
+    #[error("payload invalid")]
+    InvalidPayload,
+    /// The secret is not a key.
+    #[error("invalid secret")]
+    InvalidSecret,
+}
+
+impl From<standardwebhooks::WebhookError> for VerifyError {
+    fn from(error: standardwebhooks::WebhookError) -> Self {
+        use standardwebhooks::WebhookError as E;
+        match error {
+            E::InvalidTimestamp => Self::InvalidTimestamp,
+            E::InvalidSecret(_) => Self::InvalidSecret,
+            E::InvalidHeader(name) => Self::InvalidHeader(name),
+            E::TimestampTooOldError => Self::TimestampTooOld,
+            E::FutureTimestampError => Self::TimestampInFuture,
+            E::MissingHeader(name) => Self::MissingHeader(name),
+            E::InvalidSignature => Self::InvalidSignature,
+            E::InvalidPayload => Self::InvalidPayload,
+        }
     }
 }
 
@@ -276,11 +325,17 @@ mod tests {
         // Several signatures: one matching is enough.
         let both = format!("v1,AAAA {good}");
         assert_eq!(secret.verify(&headers(now, &both), body), Ok(()));
-        assert!(secret.verify(&headers(now, &good), b"{}").is_err());
+        let tampered = secret.verify(&headers(now, &good), b"{}");
+        assert_eq!(tampered, Err(VerifyError::InvalidSignature));
+        assert_eq!(tampered.unwrap_err().to_string(), "signature invalid");
         let old = secret.sign("evt_1", now - 600, body).unwrap();
-        assert!(secret.verify(&headers(now - 600, &old), body).is_err());
+        let late = secret.verify(&headers(now - 600, &old), body).unwrap_err();
+        assert_eq!(late, VerifyError::TimestampTooOld);
+        assert_eq!(late.to_string(), "signature timestamp too old");
         let other = WebhookSecret::new("whsec_b3RoZXI=").unwrap();
         assert!(other.verify(&headers(now, &good), body).is_err());
+        let missing = secret.verify(&HeaderMap::new(), body).unwrap_err();
+        assert_eq!(missing, VerifyError::MissingHeader("id"));
         // Rotation: the old secret still verifies.
         let rotated = other.or("whsec_aWRlbS1leGFtcGxlLXNlY3JldA==").unwrap();
         assert_eq!(rotated.verify(&headers(now, &good), body), Ok(()));

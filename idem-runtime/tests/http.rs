@@ -119,6 +119,29 @@ async fn hook_by_header<DB: TestDb>(
     created(format!("{}:{}", event["type"], uuid::Uuid::new_v4()))
 }
 
+#[derive(Debug, Deserialize, Serialize)]
+struct Cart {
+    items: Vec<Line>,
+    note: Option<String>,
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+struct Line {
+    sku: String,
+    qty: u32,
+}
+
+#[idempotent(scope = "global")]
+async fn carts<DB: TestDb>(
+    tx: &mut Transaction<'_, DB>,
+    JsonBody(cart): JsonBody<Cart>,
+) -> Response {
+    effect(tx, "cart").await;
+    created(format!("{}:{}", cart.items.len(), uuid::Uuid::new_v4()))
+}
+
 /// The key is the body's `id`.
 #[idempotent(scope = "global", key = body("/id"))]
 async fn hook_by_body<DB: TestDb>(
@@ -146,6 +169,7 @@ async fn app<DB: TestDb>(config: Config) -> (Harness<DB>, Router) {
             .route("/users/{id}", post(by_user::<DB>))
             .route("/optional", post(optional_key::<DB>))
             .route("/discreet", post(discreet::<DB>))
+            .route("/carts", post(carts::<DB>))
             .route("/declines", post(declines::<DB>))
             .route("/panics", post(panics::<DB>))
             .route("/huge", post(huge::<DB>))
@@ -225,9 +249,11 @@ async fn mismatch_detail_and_refused_bodies<DB: TestDb>() {
             r#"{"name": 5, "note": "y"}"#,
             r#"{"changed": ["/body/name"], "added": [], "removed": []}"#,
         ),
+        // A member the item does not declare is a name the client chose: never named, the
+        // body is.
         (
             r#"{"title": "a"}"#,
-            r#"{"changed": [], "added": ["/body/title"], "removed": ["/body/name"]}"#,
+            r#"{"changed": ["/body"], "added": [], "removed": ["/body/name"]}"#,
         ),
     ];
     for (body, expected) in cases {
@@ -640,9 +666,57 @@ async fn custom_input_extractor<DB: TestDb>() {
     assert_eq!(stored.unwrap().fingerprint, expected.unwrap().as_bytes());
 }
 
+/// A `422` names what differs as the client reads its own request: an emptied or longer
+/// array at the array, a member left out as removed (not as a `null` that changed), and a
+/// map — whose member names the client chose, values like any other — at the map.
+async fn mismatch_reads_as_the_client_wrote_it<DB: TestDb>() {
+    let (h, app) = app::<DB>(Config::default()).await;
+    let key = [("idempotency-key", "k-cart")];
+    let lines = r#"[{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}]"#;
+    let first = format!(r#"{{"items": {lines}, "note": "n", "tags": {{"4111111111111111": 1}}}}"#);
+    send(&app, "/carts", &key, &first).await.created();
+    let cases = [
+        (
+            r#"{"items": [], "note": "n", "tags": {"4111111111111111": 1}}"#.to_owned(),
+            r#"{"changed": ["/body/items"], "added": [], "removed": []}"#,
+        ),
+        (
+            format!(r#"{{"items": {lines}, "tags": {{"4111111111111111": 1}}}}"#),
+            r#"{"changed": [], "added": [], "removed": ["/body/note"]}"#,
+        ),
+        (
+            format!(r#"{{"items": {lines}, "note": "n", "tags": {{"4111111111111111": 2}}}}"#),
+            r#"{"changed": ["/body/tags"], "added": [], "removed": []}"#,
+        ),
+        (
+            format!(r#"{{"items": {lines}, "note": "n", "tags": {{"5500000000000004": 1}}}}"#),
+            r#"{"changed": ["/body/tags"], "added": [], "removed": []}"#,
+        ),
+        // Refused by the extractor: the first request's map still names the map.
+        (
+            r#"{"items": [{"sku": "a", "qty": "x"}, {"sku": "b", "qty": 2}], "note": "n", "tags": {"5500000000000004": 1}}"#.to_owned(),
+            r#"{"changed": ["/body/items/0/qty", "/body/tags"], "added": [], "removed": []}"#,
+        ),
+    ];
+    for (body, expected) in cases {
+        let reply = send(&app, "/carts", &key, &body).await;
+        let problem = reply.problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "urn:idem:problem:key-reused",
+        );
+        let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
+        assert_eq!(problem["mismatch"], expected, "{body}: {problem}");
+        for value in ["4111", "5500"] {
+            assert!(!reply.body.contains(value), "{}", reply.body);
+        }
+    }
+    assert_eq!(h.effects().await, 1);
+}
+
 idem_testkit::on_every_store!(
     inputs_are_path_query_and_body,
     mismatch_detail_and_refused_bodies,
+    mismatch_reads_as_the_client_wrote_it,
     principal_rules,
     key_rules,
     keys_from_the_request,

@@ -158,8 +158,11 @@ impl validator::Validate for Order {
         if self.valid() {
             return Ok(());
         }
+        // As `#[validate(range(…))]` makes it: the value among the params.
+        let mut range = validator::ValidationError::new("range");
+        range.add_param("value".into(), &self.quantity);
         let mut errors = validator::ValidationErrors::new();
-        errors.add("quantity", validator::ValidationError::new("range"));
+        errors.add("quantity", range);
         Err(errors)
     }
 }
@@ -772,15 +775,25 @@ async fn assert_refused_before_the_store<DB: TestDb>(s: &Setup<DB>, uri: &str, t
     send(&app, uri, &k, r#"{"quantity":0}"#)
         .await
         .problem(StatusCode::UNPROCESSABLE_ENTITY, type_uri);
-    send(&app, uri, &k, r#"{"quantity":99}"#)
+    let refused = send(&app, uri, &k, r#"{"quantity":4111111}"#)
         .await
         .problem(StatusCode::UNPROCESSABLE_ENTITY, type_uri);
     assert_eq!(s.effects_and_keys().await, (0, 0), "{uri}: nothing stored");
-    // A body of the wrong shape is idem's `invalid-body`.
-    send(&app, uri, &k, r#"{"quantity":"many"}"#).await.problem(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "urn:idem:problem:invalid-body",
+    // A body of the wrong shape is idem's `invalid-body`. No answer holds a value sent:
+    // where, and what was expected.
+    let wrong = send(&app, uri, &k, r#"{"quantity":"4111111111111111"}"#)
+        .await
+        .problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "urn:idem:problem:invalid-body",
+        );
+    assert_eq!(
+        wrong["detail"],
+        "invalid type, expected u32 at line 1 column 30"
     );
+    for problem in [&refused, &wrong] {
+        assert!(!problem.to_string().contains("4111"), "{uri}: {problem}");
+    }
     let ok = send(&app, uri, &k, r#"{"quantity":3}"#).await;
     ok.created();
     send(&app, uri, &k, r#"{"quantity":3}"#)

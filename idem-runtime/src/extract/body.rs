@@ -9,6 +9,7 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::invalid::{invalid_body, shape_detail};
 use crate::fingerprint::{FingerprintError, Input, InputWriter, part};
 use crate::problem::Problem;
 
@@ -32,7 +33,8 @@ const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 /// - `400 urn:idem:problem:body-unreadable` when the body cannot be read (the connection
 ///   broke);
 /// - `400 urn:idem:problem:malformed-json` for JSON syntax errors, `422
-///   urn:idem:problem:invalid-body` for JSON of the wrong shape.
+///   urn:idem:problem:invalid-body` for JSON of the wrong shape: its detail says where and
+///   what was expected, never what was sent.
 ///
 /// A number written with a zero fraction (`9.0`, `1e2`) is the integer it equals, for an
 /// integer field too: JSON Schema's `integer` counts it as one (so the OpenAPI documents of
@@ -95,15 +97,6 @@ pub struct Validated<T>(pub T);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Garde<T>(pub T);
 
-fn invalid_body(detail: String) -> Problem {
-    Problem::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "urn:idem:problem:invalid-body",
-        "invalid request body",
-    )
-    .with_detail(detail)
-}
-
 macro_rules! json_extractor {
     ($($(#[$meta:meta])* $name:ident [$($bound:tt)*] |$value:ident| $check:expr;)*) => {$(
         $(#[$meta])*
@@ -146,7 +139,8 @@ json_extractor! {
     Checked [Check] |value| value.check();
     #[cfg(feature = "validator")]
     Validated [validator::Validate] |value| {
-        validator::Validate::validate(&value).map_err(|errors| invalid_body(errors.to_string()))
+        validator::Validate::validate(&value)
+            .map_err(|errors| invalid_body(super::invalid::validator_detail(&errors)))
     };
     #[cfg(feature = "garde")]
     Garde [garde::Validate<Context: Default>] |value| {
@@ -171,7 +165,7 @@ async fn read_json(req: Request) -> Result<Bytes, Problem> {
 /// Deserialises a JSON body: `422` for JSON of the wrong shape, `400` for the rest.
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     parse_json(bytes).map_err(|error| match error.classify() {
-        serde_json::error::Category::Data => invalid_body(error.to_string()),
+        serde_json::error::Category::Data => invalid_body(shape_detail(&error)),
         _ => Problem::new(
             StatusCode::BAD_REQUEST,
             "urn:idem:problem:malformed-json",

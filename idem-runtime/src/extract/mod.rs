@@ -15,6 +15,7 @@
 //! an input as well).
 
 mod body;
+mod invalid;
 mod key;
 
 #[cfg(feature = "garde")]
