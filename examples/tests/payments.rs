@@ -124,7 +124,7 @@ async fn contract<DB: Store>() {
     assert_eq!(problem["type"], "urn:idem:problem:key-reused");
     assert_eq!(
         problem["mismatch"],
-        json!({"changed": [], "added": ["/body/payer"], "removed": ["/body/customer"]}),
+        json!({"changed": ["/body"], "added": [], "removed": ["/body/customer"]}),
         "{problem}"
     );
 

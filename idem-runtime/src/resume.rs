@@ -96,15 +96,9 @@ impl StoredRequest {
 
     /// The request to send through the router, carrying `resumption`.
     ///
-    /// The error is any type an [`UnreadableRequest`] converts into (the reconciler's
-    /// reason, in words).
-    ///
     /// # Errors
     /// When the stored method, URI, content type or body do not read back.
-    pub(crate) fn into_request<E: From<UnreadableRequest>>(
-        self,
-        resumption: Resumption,
-    ) -> Result<Request, E> {
+    pub(crate) fn into_request(self, resumption: Resumption) -> Result<Request, UnreadableRequest> {
         let method = Method::from_bytes(self.method.as_bytes())
             .map_err(|_| UnreadableRequest::Method(self.method.clone()))?;
         let uri: Uri = self
@@ -127,9 +121,9 @@ impl StoredRequest {
                 HeaderValue::from_str(content_type).map_err(|_| UnreadableRequest::ContentType)?;
             builder = builder.header(header::CONTENT_TYPE, value);
         }
-        Ok(builder
+        builder
             .body(Body::from(body))
-            .map_err(UnreadableRequest::Request)?)
+            .map_err(UnreadableRequest::Request)
     }
 }
 
@@ -151,13 +145,9 @@ pub(crate) enum UnreadableRequest {
     /// The parts do not make a request.
     #[error("{0}")]
     Request(#[source] http::Error),
-}
-
-/// The reason in words, as the reconciler reports a key it cannot resume.
-impl From<UnreadableRequest> for String {
-    fn from(error: UnreadableRequest) -> Self {
-        error.to_string()
-    }
+    /// The stored request is not the JSON the runtime writes.
+    #[error("its stored request does not read back: {0}")]
+    Json(#[source] serde_json::Error),
 }
 
 /// What the reconciler hands the handler it resumes through the router: the key, the lease

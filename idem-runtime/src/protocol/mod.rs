@@ -75,7 +75,10 @@ pub struct Call<'a> {
     pub fingerprint: Fingerprint,
     /// The canonical request the fingerprint is of, where the caller kept it: its field
     /// digests are stored with the key, and a `422` for another request under the key names
-    /// the fields that differ ([`crate::fields`]). `None`: a `422` names no field.
+    /// the fields that differ ([`crate::fields`]). `None`: a `422` names no field. The
+    /// attribute's handlers add, after a line feed, where the request's maps are (so that
+    /// their keys, the client's words, are compared whole and never named); plain canonical
+    /// bytes are read as they are.
     pub request: Option<&'a [u8]>,
 }
 

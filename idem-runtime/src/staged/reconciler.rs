@@ -16,7 +16,7 @@ use super::*;
 use crate::clock::millis;
 use crate::error::Error;
 use crate::protocol::{Idem, Outcome};
-use crate::resume::{Resumption, StoredRequest};
+use crate::resume::{Resumption, StoredRequest, UnreadableRequest};
 use crate::spec::OperationSpec;
 use crate::store::Backend;
 use crate::store::staged::{Lease, StuckKey};
@@ -294,7 +294,7 @@ impl<DB: Backend> Reconciler<DB> {
             retry_after: self.idem.config().retry_after,
         };
         let prepared = StoredRequest::deserialize(request)
-            .map_err(|error| format!("its stored request does not read back: {error}"))
+            .map_err(UnreadableRequest::Json)
             .and_then(|stored| {
                 let principal = stored.principal.clone();
                 let resumption = Resumption::new(
@@ -321,7 +321,7 @@ impl<DB: Backend> Reconciler<DB> {
                 )
                 .await
                 .map_err(Error::Store)?;
-                return Err(unresumable(reason));
+                return Err(unresumable(reason.to_string()));
             }
         };
         let response = router
