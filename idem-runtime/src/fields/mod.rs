@@ -38,7 +38,7 @@
 //!   (`/body/metadata`, never `/body/metadata/4111111111111111`). A map is kept as one field,
 //!   its digest over all of it, so no member name is stored either. Where the maps are is
 //!   noted after the canonical request the runtime keeps for an `#[idempotent]` handler
-//!   ([`note_maps`]; the input of `Idem::once` or `Idem::staged` is the application's value,
+//!   (`note_maps`; the input of `Idem::once` or `Idem::staged` is the application's value,
 //!   whose maps are not noted); another request is
 //!   read with the first one's maps too, so a request body read as JSON
 //!   ([`FieldDigests::compare_body`]) is;

@@ -14,6 +14,7 @@ use sqlx::Transaction;
 use super::*;
 use crate::clock::millis;
 use crate::protocol::{Idem, Record};
+use crate::spec::OperationSpec;
 use crate::store::staged::{Ending, Fence};
 use crate::store::{Backend, KeyRef};
 use crate::telemetry;
@@ -60,6 +61,29 @@ pub(super) struct AttemptState<DB: Backend> {
 }
 
 impl<DB: Backend> AttemptState<DB> {
+    /// Attempt `fence` of `key`, run by `idem` under `spec`, its recorded steps `journal`.
+    pub(super) fn new(
+        idem: &Idem<DB>,
+        spec: &OperationSpec,
+        key: KeyRef<'_>,
+        fence: Fence,
+        resumed: bool,
+        journal: Map<String, Value>,
+    ) -> Self {
+        Self {
+            idem: idem.clone(),
+            scope: key.scope.to_owned(),
+            operation: key.operation.to_owned(),
+            key: key.key.to_owned(),
+            fence,
+            lease: spec.lease,
+            ttl: spec.ttl,
+            journal: Mutex::new(journal),
+            resumed,
+            lost: AtomicBool::new(false),
+        }
+    }
+
     fn key(&self) -> KeyRef<'_> {
         KeyRef {
             scope: &self.scope,

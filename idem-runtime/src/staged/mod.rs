@@ -100,6 +100,7 @@ mod attempt;
 mod error;
 mod reconciler;
 mod run;
+mod start;
 
 pub use attempt::Attempt;
 #[cfg(test)]

@@ -1,24 +1,24 @@
-//! Running a staged operation: the key reserved or taken over ([`Idem::staged`]), one attempt run, and how it ended.
+//! Running a staged operation: the key reserved or taken over ([`Idem::staged`]), one
+//! attempt run, and how it ended.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
 use serde::Serialize;
 use serde_json::Map;
 
+use super::start::{Look, Starting};
 use super::*;
-use crate::clock::millis;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::hold::Hold;
 use crate::key::IdempotencyKey;
-use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record, Settled};
+use crate::protocol::{Call, Idem, Outcome, OutcomeKind, Record};
 use crate::spec::{InFlightPolicy, OperationSpec, Scope};
-use crate::store::staged::{Fence, Lease, Reservation};
+use crate::store::staged::{Fence, Lease};
 use crate::store::{Backend, KeyRef, StoredKey};
 use crate::telemetry;
 
@@ -145,7 +145,8 @@ impl<DB: Backend> Idem<DB> {
     /// Reserves the key, takes it over, replays, or refuses: the lookup and its meaning are
     /// the atomic protocol's ([`Idem::settle`]), with its stale-connection retry and lookup
     /// deadline. Where attempts hold their number ([`crate::hold`]), a key held by a live
-    /// lease whose owner is provably gone is taken over at once.
+    /// lease whose owner is provably gone is taken over at once. Each look is
+    /// [`Starting::look`]; between looks a waiting retry holds no connection.
     async fn start(
         &self,
         spec: &OperationSpec,
@@ -160,131 +161,29 @@ impl<DB: Backend> Idem<DB> {
         }
         let started = Instant::now();
         let mut pause = Duration::from_millis(10);
-        let digests = self.field_digests(call);
-        // Before the lookup's connection: see `Idem::hold_for`.
-        let mut hold = self.hold_for(key).await?;
+        let mut starting = Starting {
+            idem: self,
+            spec,
+            call,
+            key,
+            request,
+            digests: self.field_digests(call),
+            // Before the lookup's connection: see `Idem::hold_for`.
+            hold: self.hold_for(key).await?,
+        };
         loop {
-            let now = self.now_millis();
-            let (mut session, stored) = self.first_lookup(key, None).await?;
-            telemetry::looked_up(stored.as_ref(), now);
-            let conn: &mut DB::Connection = session.conn();
-            // The attempt to take over, and the end of its lease as seen.
-            let settled = match self.settle(spec, call, stored, now) {
-                Err(Error::Mismatch(_)) => {
-                    return Err(self.mismatch(session.conn(), call, key).await);
-                }
-                settled => settled?,
-            };
-            let (seen, seen_until) = match settled {
-                Settled::Answer(outcome) => return Ok(Start::Answer(outcome)),
-                Settled::Run { replace_expired } => {
-                    let reservation = Reservation {
-                        key,
-                        fingerprint: call.fingerprint.as_bytes(),
-                        request,
-                        created_ms: now,
-                        expires_ms: now.saturating_add(millis(spec.ttl)),
-                        locked_until_ms: now.saturating_add(millis(spec.lease)),
-                        replace_expired,
-                        id: reservation_id(key, call.fingerprint.as_bytes(), replace_expired),
-                        field_digests: digests.as_deref(),
-                    };
-                    let first = Fence {
-                        reservation: reservation.id,
-                        attempt: 1,
-                    };
-                    // The first attempt is held before the reservation shows it, where
-                    // attempts hold theirs. `None`: another request holds it.
-                    let reserved = match hold.as_mut().filter(|_| !replace_expired) {
-                        // A new key: reserved in the hold's own round trip.
-                        Some(hold) => hold.reserve(self, reservation).await?,
-                        // A replaced row: held first, then reserved.
-                        None => {
-                            let free = match &mut hold {
-                                Some(hold) => hold.take(self, first).await?,
-                                None => true,
-                            };
-                            if free {
-                                let reserved = crate::store::staged::reserve::<DB>(
-                                    &mut *conn,
-                                    reservation,
-                                    self.ring(),
-                                )
-                                .await;
-                                Some(reserved.map_err(Error::Store)?)
-                            } else {
-                                None
-                            }
-                        }
-                    };
-                    let Some(reserved) = reserved else {
-                        // Another request is reserving it.
-                        drop(session);
-                        self.held_off(spec, started, &mut pause, None).await?;
-                        continue;
-                    };
-                    if !reserved {
-                        // Someone reserved it first: look again.
-                        continue;
-                    }
-                    telemetry::reserved(1, false);
+            match starting.look().await? {
+                Look::Answer(outcome) => return Ok(Start::Answer(outcome)),
+                Look::Run { lease, resumed } => {
                     return Ok(Start::Run {
-                        lease: Lease {
-                            fence: first,
-                            journal: None,
-                            request: Some(request.to_owned()),
-                            fingerprint: call.fingerprint.as_bytes().to_vec(),
-                        },
-                        resumed: false,
-                        hold,
+                        lease,
+                        resumed,
+                        hold: starting.hold,
                     });
                 }
-                // The lease ran out: the lease alone decides.
-                Settled::Stuck { attempt } => (attempt, now),
-                Settled::Held { attempt, until } => {
-                    let gone = match &mut hold {
-                        Some(hold) => hold.owner_gone(self, attempt).await?,
-                        None => false,
-                    };
-                    if !gone {
-                        drop(session);
-                        self.held_off(spec, started, &mut pause, until).await?;
-                        continue;
-                    }
-                    telemetry::owner_gone(attempt.attempt);
-                    (attempt, until.unwrap_or(now))
-                }
-            };
-            // Hold the next number before the takeover shows it.
-            if let Some(hold) = &mut hold
-                && !hold.take(self, next(seen)).await?
-            {
-                // Another request is taking it over.
-                drop(session);
-                self.held_off(spec, started, &mut pause, None).await?;
-                continue;
+                Look::Wait { until } => self.held_off(spec, started, &mut pause, until).await?,
+                Look::Again => {}
             }
-            let until = now.saturating_add(millis(spec.lease));
-            if let Some(lease) = crate::store::staged::take_over::<DB>(
-                &mut *conn,
-                key,
-                seen,
-                seen_until,
-                until,
-                self.ring(),
-            )
-            .await
-            .map_err(Error::Store)?
-            {
-                telemetry::reserved(lease.fence.attempt, true);
-                return Ok(Start::Run {
-                    lease,
-                    resumed: true,
-                    hold,
-                });
-            }
-            // Someone else took it over (or it completed) meanwhile: look again (the next
-            // hold or probe lets go of the number held for nothing).
         }
     }
 
@@ -336,25 +235,34 @@ impl<DB: Backend> Idem<DB> {
             None => Map::new(),
             Some(text) => serde_json::from_str(text).map_err(Error::Journal)?,
         };
-        let state = Arc::new(AttemptState {
-            idem: self.clone(),
-            scope: key.scope.to_owned(),
-            operation: key.operation.to_owned(),
-            key: key.key.to_owned(),
-            fence: lease.fence,
-            lease: spec.lease,
-            ttl: spec.ttl,
-            journal: Mutex::new(journal),
+        let state = Arc::new(AttemptState::new(
+            self,
+            spec,
+            key,
+            lease.fence,
             resumed,
-            lost: AtomicBool::new(false),
-        });
+            journal,
+        ));
         let beat = heartbeat(Arc::clone(&state));
         let attempt = Attempt {
             inner: Arc::clone(&state),
         };
         let ended = AssertUnwindSafe(work(attempt)).catch_unwind().await;
         drop(beat);
-        let number = state.fence;
+        self.attempt_ended(spec, key, state.fence, &fingerprint, ended)
+            .await
+    }
+
+    /// How attempt `number` of `key` ended, settled: its response, a stored permanent
+    /// failure, or its lease released for a retry (`Interrupted`, a store failure, a panic).
+    async fn attempt_ended(
+        &self,
+        spec: &OperationSpec,
+        key: KeyRef<'_>,
+        number: Fence,
+        fingerprint: &[u8],
+        ended: std::thread::Result<Result<Finished, StepError>>,
+    ) -> Result<Outcome, Error> {
         let release = || async {
             let released = async {
                 let mut conn = self.acquire_bounded().await?;
@@ -366,51 +274,42 @@ impl<DB: Backend> Idem<DB> {
                 tracing::warn!(%error, "could not release a staged lease");
             }
         };
-        match ended {
-            Ok(Ok(Finished(record))) => Ok(Outcome {
-                kind: OutcomeKind::Executed,
-                record,
-            }),
+        let error = match ended {
+            Ok(Ok(Finished(record))) => {
+                return Ok(Outcome {
+                    kind: OutcomeKind::Executed,
+                    record,
+                });
+            }
             Ok(Err(StepError::Permanent(record))) => {
                 let record = *record;
                 let mut conn = self.acquire_bounded().await.map_err(Error::Store)?;
-                if store_record(self, &mut conn, key, number, spec.ttl, &record)
+                let stored = store_record(self, &mut conn, key, number, spec.ttl, &record)
                     .await
-                    .map_err(Error::Store)?
-                {
-                    Ok(Outcome {
-                        kind: OutcomeKind::Executed,
-                        record,
-                    })
-                } else {
+                    .map_err(Error::Store)?;
+                if !stored {
                     drop(conn);
-                    self.fenced(key, &fingerprint).await
+                    return self.fenced(key, fingerprint).await;
                 }
+                return Ok(Outcome {
+                    kind: OutcomeKind::Executed,
+                    record,
+                });
             }
+            Ok(Err(StepError::LeaseLost)) => return self.fenced(key, fingerprint).await,
             Ok(Err(StepError::Retryable {
                 reason,
                 retry_after,
-            })) => {
-                release().await;
-                Err(Error::Interrupted {
-                    reason,
-                    retry_after: retry_after.unwrap_or(self.config().retry_after),
-                })
-            }
-            Ok(Err(StepError::LeaseLost)) => self.fenced(key, &fingerprint).await,
-            Ok(Err(StepError::Store(error))) => {
-                release().await;
-                Err(Error::Store(error))
-            }
-            Ok(Err(StepError::Journal(error))) => {
-                release().await;
-                Err(Error::Journal(error))
-            }
-            Err(_panic) => {
-                release().await;
-                Err(Error::Panicked)
-            }
-        }
+            })) => Error::Interrupted {
+                reason,
+                retry_after: retry_after.unwrap_or(self.config().retry_after),
+            },
+            Ok(Err(StepError::Store(error))) => Error::Store(error),
+            Ok(Err(StepError::Journal(error))) => Error::Journal(error),
+            Err(_panic) => Error::Panicked,
+        };
+        release().await;
+        Err(error)
     }
 
     /// The answer for an attempt that was fenced out (another attempt took the key over, or

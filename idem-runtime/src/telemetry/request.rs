@@ -73,7 +73,7 @@ impl fmt::Debug for KeyHash {
 /// What logs write for a key: the first 12 hexadecimal digits (48 bits) of SHA-256 over
 /// `scope` (the stored form: `global`, `tenant:<id>`, `user:<id>`), a line feed, and `key`
 /// (unquoted, as the key table stores it). A key never has a line feed, so no two pairs
-/// share their input. See [the module](self) for the shell equivalent.
+/// share their input. See [the module](crate::telemetry) for the shell equivalent.
 #[must_use]
 pub fn key_hash(scope: &str, key: &str) -> KeyHash {
     let digest = Sha256::new()
