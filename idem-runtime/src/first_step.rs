@@ -2,11 +2,11 @@
 //! it.
 //!
 //! An execution looks its key up first: a replay costs that one round trip. Where the key's
-//! lock tells a key whose row exists ([`Backend::LOCK_FIRST`]: PostgreSQL, where `BEGIN`, the
+//! lock tells a key whose row exists ([`Dialect::lock_first`]: PostgreSQL, where `BEGIN`, the
 //! lock and the look at its row again are one round trip that fails; MySQL, where the lock
 //! row's transaction looks again and rolls back), a new key can skip the lookup and begin with
 //! the lock: a first execution saves a round trip. A key that exists costs more then (the
-//! lock's round trips wasted, its `ROLLBACK`, then the lookup: [`Backend::LOCK_FIRST_MISS`],
+//! lock's round trips wasted, its `ROLLBACK`, then the lookup: [`Dialect::lock_first_miss`],
 //! two on PostgreSQL, four on MySQL), so the lock comes first only for an operation whose
 //! recent keys were mostly new: one existing key counts as much as that many new ones, the
 //! break-even of one round trip saved against those lost (more than two keys in three new on
@@ -16,8 +16,8 @@
 //! Either order gives the same answers: the lock's look again refuses a key whose row
 //! exists, and the lookup's path follows (`Idem::execute`).
 //!
-//! [`Backend::LOCK_FIRST`]: crate::store::Backend::LOCK_FIRST
-//! [`Backend::LOCK_FIRST_MISS`]: crate::store::Backend::LOCK_FIRST_MISS
+//! [`Dialect::lock_first`]: crate::store::Dialect::lock_first
+//! [`Dialect::lock_first_miss`]: crate::store::Dialect::lock_first_miss
 
 use std::hash::{DefaultHasher, Hasher as _};
 use std::sync::atomic::{AtomicI8, Ordering};
@@ -38,7 +38,7 @@ pub(crate) struct FirstStep {
 impl FirstStep {
     /// Scores where a key found to exist after the lock came first cost `miss` round trips
     /// more than the lookup would have
-    /// ([`Backend::LOCK_FIRST_MISS`](crate::store::Backend::LOCK_FIRST_MISS)).
+    /// ([`Dialect::lock_first_miss`](crate::store::Dialect::lock_first_miss)).
     pub(crate) fn new(miss: i8) -> Self {
         Self {
             scores: std::array::from_fn(|_| AtomicI8::new(0)),

@@ -274,13 +274,17 @@ impl Hazard {
             Self::LeaseLive { .. } => "an attempt is running: work it has under way (a call to a \
                  provider, say) goes on, and can take effect with no record of it in the key (a \
                  charge that no payment names); forced, the attempt is fenced out and commits \
-                 nothing more, and a new request under the key is a new reservation, never \
-                 answered with the old attempt's result"
+                 nothing more to this row. After a forced delete, a request with the same body \
+                 reserves the key again under the same reservation id and provider keys, and an \
+                 old attempt still running could then write to that new row: stop it first"
                 .to_owned(),
             Self::EffectsExist { attempt, .. } => format!(
                 "the key completed in staged mode (attempt {attempt}) and its steps' effects \
-                 exist: a request under the key after the delete is a new reservation, whose \
-                 steps run again as new effects (new provider keys: a second charge)"
+                 exist: a request under the key after the delete is a new reservation whose \
+                 steps run again. With the same body they run under the same provider keys (a \
+                 provider that deduplicates by key answers with the first effect; one that does \
+                 not makes a second charge); with another body, under new provider keys: a \
+                 second charge"
             ),
         }
     }

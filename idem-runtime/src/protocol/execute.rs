@@ -154,7 +154,8 @@ impl<DB: Backend> Idem<DB> {
 
     /// Step 1's read: a connection and the key's row. A pooled connection found dead (the
     /// database restarted since it was last used) is closed and the lookup tried again on
-    /// another, until the pool opens a fresh one: a restart costs no request. The lookup
+    /// another, until the pool opens a fresh one: a restart met by idle connections costs no
+    /// request (one under way at the restart fails with `503`, retry with the same key). The lookup
     /// waits at most [`Config::in_flight_wait`] (a table locked from outside): `503`
     /// `store-busy` then, and the connection is closed, not pooled. `session`, if given, is
     /// tried first.

@@ -35,9 +35,11 @@
 //! resumes the key.
 //!
 //! Every write of an attempt is fenced by its reservation and its attempt number: an attempt
-//! whose lease was taken over, or whose key an operator completed, failed or deleted (and a
-//! new request reserved again), can no longer record, finish or release anything
-//! ([`StepError::LeaseLost`]). A reservation is one life of a key's row for one request: a
+//! whose lease was taken over, or whose key an operator completed, failed or deleted, can no
+//! longer record, finish or release anything ([`StepError::LeaseLost`]) — with one gap: after
+//! a forced delete, the same request reserved again is the same reservation (below) and
+//! counts its attempts from 1 again, so an old attempt 1 still running could write to the
+//! new row. The operator tool says so before a forced delete of a running key. A reservation is one life of a key's row for one request: a
 //! key deleted and reserved again by another request, or expired and executed again, is a
 //! new reservation, with new provider keys, whose attempts count from 1 again. The same
 //! request reserved again after its row was lost (a promoted standby that had not received
