@@ -44,6 +44,7 @@ pub fn completed(scope: &str, operation: &str, key: &str) -> KeyRow {
         expires_at_ms: NOW + 22 * HOUR,
         locked_until_ms: None,
         attempt: 0,
+        reservation: None,
         recovery_point: None,
     }
 }
