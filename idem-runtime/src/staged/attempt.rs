@@ -107,7 +107,7 @@ impl<DB: Backend> Attempt<DB> {
     /// received it, an operator's forced delete) sends the same provider keys, and another
     /// request under a deleted key, or a key re-executed after it expired, new ones: its
     /// effects are new. (Rows reserved before idem had reservations, reservation 0, leave it
-    /// out.)
+    /// out.) [`provider_key`] derives the same outside an attempt, for tools.
     #[must_use]
     pub fn provider_key(&self, step: &str) -> String {
         provider_key(self.inner.key(), self.inner.fence.reservation, step)

@@ -58,6 +58,7 @@ pub fn stuck(scope: &str, operation: &str, key: &str) -> KeyRow {
         created_at_ms: NOW - 30 * MIN,
         locked_until_ms: Some(NOW - 5 * MIN),
         attempt: 2,
+        reservation: Some(7),
         recovery_point: Some("charge".into()),
         ..completed(scope, operation, key)
     }
