@@ -310,7 +310,9 @@ impl FromStr for KeyStatus {
     }
 }
 
-/// A key row's columns as every backend reads them, before they are checked.
+/// A key row's columns as every backend reads them, before they are checked: those every
+/// reader of a key row reads, a reseal's too. The tools' reads add the reservation
+/// ([`ToolRow`]).
 pub(crate) struct RawRow {
     pub(crate) scope: String,
     pub(crate) operation: String,
@@ -330,7 +332,8 @@ pub(crate) struct RawRow {
 
 impl RawRow {
     /// The row at `now_ms`, its sealed values opened with `ring` ([`KeyRow`]), or
-    /// [`StoreError::Corrupt`] naming the key.
+    /// [`StoreError::Corrupt`] naming the key; without its reservation, which these columns
+    /// leave out ([`ToolRow::into_row`] adds it).
     pub(crate) fn into_row(
         mut self,
         now_ms: i64,
@@ -369,6 +372,7 @@ impl RawRow {
             expires_at_ms: self.expires_at_ms,
             locked_until_ms: self.locked_until_ms,
             attempt: self.attempt,
+            reservation: None,
             recovery_point: self.recovery_point,
         })
     }
@@ -425,6 +429,31 @@ impl RawRow {
     }
 }
 
+/// A key row as the tools' statements read it ([`crate::KeyTable::get`],
+/// [`crate::KeyTable::list`], the operator's actions): [`RawRow`]'s columns, then
+/// `reservation`.
+pub(crate) struct ToolRow {
+    /// The columns every reader of a key row reads.
+    pub(crate) columns: RawRow,
+    /// The `reservation` column: `None` for atomic-mode rows.
+    pub(crate) reservation: Option<i64>,
+}
+
+impl ToolRow {
+    /// [`RawRow::into_row`], with the reservation.
+    pub(crate) fn into_row(
+        self,
+        now_ms: i64,
+        ring: Option<&Keyring>,
+    ) -> Result<KeyRow, StoreError> {
+        let row = self.columns.into_row(now_ms, ring)?;
+        Ok(KeyRow {
+            reservation: self.reservation,
+            ..row
+        })
+    }
+}
+
 /// [`StoreError::Corrupt`] naming `key` and saying `what`.
 pub(crate) fn corrupt(key: KeyRef<'_>, what: &str) -> StoreError {
     StoreError::Corrupt(format!(
@@ -450,7 +479,7 @@ pub(crate) fn unopened(key: KeyRef<'_>, what: &str, error: &SealError) -> StoreE
 /// A page from up to `limit + 1` rows read in listing order, opened with `ring`: the extra
 /// row only tells that there is a next page.
 pub(crate) fn page_of(
-    mut rows: Vec<RawRow>,
+    mut rows: Vec<ToolRow>,
     limit: u32,
     now_ms: i64,
     ring: Option<&Keyring>,

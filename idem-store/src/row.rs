@@ -310,6 +310,10 @@ pub struct KeyRow {
     pub locked_until_ms: Option<i64>,
     /// Staged mode: the fencing number (0 for atomic-mode rows).
     pub attempt: i64,
+    /// Staged mode: the reservation, one life of the key's row for one request, from which
+    /// each step's provider key is derived (`idem_runtime::staged::provider_key`); `None` for
+    /// atomic-mode rows, `Some(0)` for staged rows reserved before idem had reservations.
+    pub reservation: Option<i64>,
     /// Staged mode: the last step journaled.
     pub recovery_point: Option<String>,
 }

@@ -8,8 +8,8 @@ use crate::backend::{Backend, begin_write};
 use crate::error::StoreError;
 use crate::glue::{Arg, Glue};
 use crate::key::KeyRef;
-use crate::list::RawRow;
 use crate::list::{self, Counts, KeyFilter, Page};
+use crate::list::{RawRow, ToolRow};
 use crate::row::{KeyRow, KeyStatus};
 use crate::seal::Keyring;
 use crate::sql::Statement;
@@ -330,7 +330,7 @@ impl<DB: Backend> KeyTable<DB> {
         let rows = DB::fetch_all(&mut conn, &query.sql, &query.args).await?;
         let rows = rows
             .iter()
-            .map(raw_row::<DB>)
+            .map(tool_row::<DB>)
             .collect::<Result<Vec<_>, _>>()?;
         list::page_of(rows, limit, now_ms, self.keyring())
     }
@@ -353,6 +353,14 @@ pub(crate) fn raw_row<DB: Glue>(row: &DB::Row) -> Result<RawRow, sqlx::Error> {
         locked_until_ms: DB::opt_int(row, 11)?,
         attempt: DB::int(row, 12)?,
         recovery_point: DB::opt_text(row, 13)?,
+    })
+}
+
+/// A key row as the tools' statements read it: [`RawRow`]'s columns, then `reservation`.
+fn tool_row<DB: Glue>(row: &DB::Row) -> Result<ToolRow, sqlx::Error> {
+    Ok(ToolRow {
+        columns: raw_row::<DB>(row)?,
+        reservation: DB::opt_int(row, 14)?,
     })
 }
 
@@ -382,7 +390,7 @@ pub(crate) fn key_row<DB: Glue>(
     now_ms: i64,
     ring: Option<&Keyring>,
 ) -> Result<KeyRow, StoreError> {
-    raw_row::<DB>(row)?.into_row(now_ms, ring)
+    tool_row::<DB>(row)?.into_row(now_ms, ring)
 }
 
 /// The key table's size on disk with its indexes, where the database can tell (SQLite:

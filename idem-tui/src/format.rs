@@ -491,6 +491,7 @@ mod tests {
             expires_at_ms: 100_000_000,
             locked_until_ms: None,
             attempt: 0,
+            reservation: None,
             recovery_point: None,
         };
         let now = 100_000_000 - 86_340_000;

@@ -7,7 +7,7 @@
 //! | command | what it does |
 //! |---|---|
 //! | `keys list [--status S] [--operation OP] [--scope S] [--key-prefix P] [--limit N] [--after CURSOR]` | one page of keys; `next` is the cursor of the following page |
-//! | `keys show --scope S --operation OP --key K [--body FILE\|-]` | every column, the stored response, the journal and request, the audit history; `--body`: the fields a JSON body changes, adds and removes against the key's first request's body (names only) |
+//! | `keys show --scope S --operation OP --key K [--body FILE\|-]` | every column, the stored response, the journal and request, each recorded step's provider key, the audit history; `--body`: the fields a JSON body changes, adds and removes against the key's first request's body (names only) |
 //! | `keys expire\|release\|delete … [--reason R] [--force]` | an operator action, fenced by the row as read, audited |
 //! | `keys complete\|fail … --status N [--body FILE\|-] [--header 'Name: value']… [--reason R] [--force]` | completes a processing or stuck key with a response |
 //! | `keys reseal [--batch N] [--after CURSOR] [--reason R]` | every key's sealed values written again under the first storage key, batch by batch, audited, then the outbox's payloads and the inbox's bodies; needs `--storage-keys` |
@@ -40,6 +40,7 @@ mod error;
 mod format;
 mod message;
 mod output;
+mod provider;
 mod refusal;
 mod ui;
 

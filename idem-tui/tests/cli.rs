@@ -2090,8 +2090,95 @@ async fn reseal_reports_a_changed_marker<DB: TestBackend>() {
     assert!(text.stdout.contains("sealed-2"), "{}", text.stdout);
 }
 
+/// The provider key the staged seeding's work received for its `charge` step: its result,
+/// `ch_` and that key, as the journal of `doc` (`keys show --json`) records it.
+fn charge_key_sent(doc: &Value) -> String {
+    let recorded = doc["journal"]["charge"].as_str().unwrap();
+    recorded.strip_prefix("ch_").unwrap().to_owned()
+}
+
+/// `keys show` gives each recorded step's provider key, the one the runtime sent, to search
+/// the provider's dashboard with: `provider_keys` in JSON (`null` for an atomic key), a
+/// `provider keys:` block in text (nothing for an atomic key).
+async fn show_gives_each_steps_provider_key<DB: TestBackend>() {
+    let s = Seeded::<DB>::new().await;
+    for key in ["s-done", "s-stuck-1"] {
+        let pay = key_args("tenant:acme", "pay:v1", key);
+        let doc = s
+            .run(&with(&["keys", "show", "--json"], pay.to_vec(), &[]))
+            .code(0)
+            .json();
+        let sent = charge_key_sent(&doc);
+        assert!(sent.starts_with("idem_"), "{doc:#}");
+        assert_eq!(doc["provider_keys"], json!({"charge": sent}), "{key}");
+        assert_eq!(doc["provider_keys_sealed"], Value::Null, "{key}");
+        let text = s.run(&with(&["keys", "show"], pay.to_vec(), &[])).exited(0);
+        let block = format!("\nprovider keys:\n  charge: {sent}\n");
+        assert!(
+            text.stdout.contains(&block),
+            "{block:?} in\n{}",
+            text.stdout
+        );
+    }
+    // Another key of the operation was reserved apart: its own provider key.
+    let stuck = |key| {
+        let pay = key_args("tenant:acme", "pay:v1", key);
+        s.run(&with(&["keys", "show", "--json"], pay.to_vec(), &[]))
+            .code(0)
+            .json()
+    };
+    assert_ne!(
+        stuck("s-stuck-1")["provider_keys"],
+        stuck("s-stuck-2")["provider_keys"]
+    );
+
+    let a1 = key_args("global", "orders:v1", "a-1");
+    let atomic = s
+        .run(&with(&["keys", "show", "--json"], a1.to_vec(), &[]))
+        .code(0)
+        .json();
+    assert_eq!(atomic["provider_keys"], Value::Null);
+    let text = s.run(&with(&["keys", "show"], a1.to_vec(), &[])).exited(0);
+    assert!(!text.stdout.contains("provider keys"), "{}", text.stdout);
+}
+
+/// A staged key whose journal is sealed under a storage key the tool was not given: its
+/// steps, and so their provider keys, are said to be sealed; with the keys, shown.
+async fn sealed_steps_hide_their_provider_keys<DB: TestBackend>() {
+    let s = SealedSeeded::<DB>::new().await;
+    let s_1 = key_args("tenant:acme", "pay:v1", "s-1");
+    let text = s.run(&with(&["keys", "show"], s_1.to_vec(), &[])).exited(0);
+    assert!(
+        text.stdout
+            .contains("\nprovider keys: steps sealed (key k1)\n"),
+        "{}",
+        text.stdout
+    );
+    let doc = s
+        .run(&with(&["keys", "show", "--json"], s_1.to_vec(), &[]))
+        .code(0)
+        .json();
+    assert_eq!(
+        (&doc["provider_keys"], &doc["provider_keys_sealed"]),
+        (&Value::Null, &json!("k1"))
+    );
+    let opened = with(
+        &["keys", "show", "--json"],
+        s_1.to_vec(),
+        &["--storage-keys", K1],
+    );
+    let doc = s.run(&opened).code(0).json();
+    assert_eq!(
+        doc["provider_keys"],
+        json!({"charge": charge_key_sent(&doc)})
+    );
+    assert_eq!(doc["provider_keys_sealed"], Value::Null);
+}
+
 // The tool reads and acts on every store's key table.
 idem_testkit::on_every_store!(
+    show_gives_each_steps_provider_key,
+    sealed_steps_hide_their_provider_keys,
     sealed_keys_are_shown_as_sealed,
     reseal_moves_keys_to_the_new_key,
     reseal_reports_a_changed_marker,

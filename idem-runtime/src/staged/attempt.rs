@@ -131,7 +131,7 @@ impl<DB: Backend> Attempt<DB> {
     /// received it, an operator's forced delete) sends the same provider keys, and another
     /// request under a deleted key, or a key re-executed after it expired, new ones: its
     /// effects are new. (Rows reserved before idem had reservations, reservation 0, leave it
-    /// out.)
+    /// out.) [`provider_key`] derives the same outside an attempt, for tools.
     #[must_use]
     pub fn provider_key(&self, step: &str) -> String {
         provider_key(self.inner.key(), self.inner.fence.reservation, step)
@@ -290,8 +290,27 @@ impl<DB: Backend> Attempt<DB> {
     }
 }
 
-/// [`Attempt::provider_key`].
-pub(super) fn provider_key(key: KeyRef<'_>, reservation: i64, step: &str) -> String {
+/// The provider key of `step` in the reservation `reservation` of `key`: what
+/// [`Attempt::provider_key`] gives an attempt, and what a tool shows an operator for a
+/// recorded step (the key row's `reservation` column: [`KeyRow::reservation`]), to search a
+/// provider's dashboard with. `idem_` and 32 hexadecimal digits of SHA-256 over the
+/// length-prefixed scope, operation, key, reservation and step name; reservation 0 (a row
+/// reserved before idem had reservations) is left out.
+///
+/// ```
+/// use idem_runtime::staged::provider_key;
+/// use idem_runtime::store::KeyRef;
+///
+/// let key = KeyRef { scope: "tenant:a", operation: "pay:v1", key: "k1" };
+/// assert_eq!(provider_key(key, 0, "charge"), "idem_35afa7339cf564f691b21a71699f293d");
+/// // The same on every attempt at one reservation; another step, another key.
+/// assert_eq!(provider_key(key, 7, "charge"), provider_key(key, 7, "charge"));
+/// assert_ne!(provider_key(key, 7, "charge"), provider_key(key, 7, "refund"));
+/// ```
+///
+/// [`KeyRow::reservation`]: crate::store::KeyRow::reservation
+#[must_use]
+pub fn provider_key(key: KeyRef<'_>, reservation: i64, step: &str) -> String {
     let reservation = (reservation != 0).then(|| reservation.to_string());
     let parts = [key.scope, key.operation, key.key]
         .into_iter()

@@ -44,7 +44,7 @@
 //! new reservation, with new provider keys, whose attempts count from 1 again. The same
 //! request reserved again after its row was lost (a promoted standby that had not received
 //! it, an operator's forced delete) is the same reservation: its provider keys are the ones
-//! its first attempts sent ([`Attempt::provider_key`]).
+//! its first attempts sent ([`Attempt::provider_key`], [`provider_key`]).
 //!
 //! # Outcomes
 //!
@@ -104,9 +104,7 @@ mod reconciler;
 mod run;
 mod start;
 
-pub use attempt::Attempt;
-#[cfg(test)]
-use attempt::provider_key;
+pub use attempt::{Attempt, provider_key};
 use attempt::{AttemptState, heartbeat, next, reservation_id, store_record};
 pub use error::{Finished, StepError};
 pub use reconciler::{Reconciled, Reconciler, ReconcilerHandle};

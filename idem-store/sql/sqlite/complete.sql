@@ -11,4 +11,4 @@ RETURNING scope, operation, idempotency_key, fingerprint, status, response_statu
     CAST(round(unixepoch(completed_at, 'auto', 'subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch(expires_at, 'auto', 'subsec') * 1000) AS INTEGER),
     CAST(round(unixepoch(locked_until, 'auto', 'subsec') * 1000) AS INTEGER), attempt,
-    recovery_point
+    recovery_point, reservation

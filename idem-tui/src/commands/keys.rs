@@ -15,6 +15,7 @@ use crate::cli::{KeyArgs, ListArgs, ShowArgs};
 use crate::error::CommandError;
 use crate::format::{self, Expiry, row_text, short_time};
 use crate::output::{Report, Table};
+use crate::provider::ProviderKeys;
 
 /// One page of keys.
 pub(super) async fn list(context: &Context, args: ListArgs) -> Result<Report, CommandError> {
@@ -117,9 +118,11 @@ pub(super) async fn show(context: &Context, args: &ShowArgs) -> Result<Report, C
     Ok(report)
 }
 
-/// A key's row, its journal and request, and its audit trail, as `keys show` reports them.
+/// A key's row, its journal and request, each recorded step's provider key, and its audit
+/// trail, as `keys show` reports them.
 fn shown_key(row: &KeyRow, journal: Option<&Journal>, audit: &[AuditEntry], now: i64) -> Report {
     let mut json = format::row_json(row, now);
+    let provider_keys = ProviderKeys::of(row, journal);
     let steps = journal
         .filter(|j| !j.steps.is_empty())
         .map_or(Value::Null, |j| Value::Object(j.steps.clone()));
@@ -129,6 +132,11 @@ fn shown_key(row: &KeyRow, journal: Option<&Journal>, audit: &[AuditEntry], now:
     if let Value::Object(object) = &mut json {
         object.insert("journal".into(), steps.clone());
         object.insert("request".into(), request.clone());
+        object.insert("provider_keys".into(), provider_keys.json());
+        object.insert(
+            "provider_keys_sealed".into(),
+            provider_keys.sealed_by().into(),
+        );
         object.insert(
             "audit".into(),
             Value::Array(audit.iter().map(format::audit_json).collect()),
@@ -144,6 +152,7 @@ fn shown_key(row: &KeyRow, journal: Option<&Journal>, audit: &[AuditEntry], now:
             text.push_str(&format!("  {step}: {result}\n"));
         }
     }
+    text.push_str(&provider_keys.text());
     if !request.is_null() {
         text.push_str(&format!("\nrequest: {request}\n"));
     }

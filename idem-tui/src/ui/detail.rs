@@ -1,6 +1,7 @@
-//! The detail panes' lines: a key's row, its response, its journal and its audit history;
-//! an outbox message's row, its payload and its audit history; an inbox event's row, its
-//! reason and its body. The view draws them; the key handler scrolls within them.
+//! The detail panes' lines: a key's row, its response, its journal, its provider keys and
+//! its audit history; an outbox message's row, its payload and its audit history; an inbox
+//! event's row, its reason and its body. The view draws them; the key handler scrolls
+//! within them.
 
 use idem_store::{AuditEntry, InboxEvent, InboxStatus, Journal, KeyRow, OutboxRow};
 use jiff::tz::TimeZone;
@@ -11,6 +12,7 @@ use super::format::{self, Body, Expiry, event_style, message_style, status_style
 use super::note::Failure;
 use crate::format::{sealed, unopened};
 use crate::message::{self, Payload};
+use crate::provider::ProviderKeys;
 
 fn label(name: &str) -> Span<'static> {
     Span::styled(format!("{name:<15}"), Style::new().bold())
@@ -84,7 +86,7 @@ fn body_lines(lines: &mut Vec<Line<'static>>, body: &[u8]) {
     }
 }
 
-/// A staged key's journal, its recovery point marked, and its request; or that they are
+/// A staged key's journal, its recovery point marked; or that it and the request are
 /// sealed under a key the tool was not given.
 fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
     if let Some(key) = unopened(journal.sealed.as_ref()) {
@@ -104,6 +106,40 @@ fn journal_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
             Span::raw(value.to_string()),
         ]));
     }
+}
+
+/// A staged key's provider keys, as `idem keys show` lists them: each recorded step's, to
+/// search the provider's dashboard with; or that there is none yet, or that the steps are
+/// sealed. Nothing for an atomic key; the journal as read (`None`: not read yet).
+fn provider_section(
+    lines: &mut Vec<Line<'static>>,
+    row: &KeyRow,
+    journal: Option<&Result<Option<Journal>, Failure>>,
+) {
+    if row.reservation.is_none() {
+        return;
+    }
+    lines.push(Line::raw(""));
+    lines.push(section("Provider keys"));
+    let journal = match journal {
+        None => return lines.push(Line::raw("loading…")),
+        Some(Err(_)) => return lines.push(Line::raw("unknown: the journal did not read")),
+        Some(Ok(journal)) => journal.as_ref(),
+    };
+    let keys = ProviderKeys::of(row, journal);
+    if let Some(instead) = keys.instead() {
+        return lines.push(Line::raw(instead));
+    }
+    for (step, key) in keys.steps() {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {step}: "), Style::new().cyan()),
+            Span::raw(key.clone()),
+        ]));
+    }
+}
+
+/// A staged key's request, when it was read (clear, or opened).
+fn request_lines(lines: &mut Vec<Line<'static>>, journal: &Journal) {
     if let Some(request) = &journal.request {
         lines.push(Line::raw(""));
         lines.push(section("Request"));
@@ -211,8 +247,8 @@ fn response_section(lines: &mut Vec<Line<'static>>, row: &KeyRow) {
 }
 
 /// The lines of the detail pane of a key: its `row` (`None`: it has none any more), its
-/// `journal` and its `audit` history (`None`: not read yet), times shown in `tz` and
-/// relative to `now_ms`.
+/// `journal` (and from it, a staged key's provider keys) and its `audit` history (`None`:
+/// not read yet), times shown in `tz` and relative to `now_ms`.
 #[must_use]
 pub fn lines(
     row: Option<&KeyRow>,
@@ -238,6 +274,10 @@ pub fn lines(
         Some(Err(e)) => lines.push(Line::styled(format!("unreadable: {e}"), Style::new().red())),
         Some(Ok(None)) => lines.push(Line::raw("none (atomic mode)")),
         Some(Ok(Some(journal))) => journal_lines(&mut lines, journal),
+    }
+    provider_section(&mut lines, row, journal);
+    if let Some(Ok(Some(journal))) = journal {
+        request_lines(&mut lines, journal);
     }
     lines.push(Line::raw(""));
     audit_section(

@@ -44,6 +44,7 @@ pub fn completed(scope: &str, operation: &str, key: &str) -> KeyRow {
         expires_at_ms: NOW + 22 * HOUR,
         locked_until_ms: None,
         attempt: 0,
+        reservation: None,
         recovery_point: None,
     }
 }
@@ -57,6 +58,7 @@ pub fn stuck(scope: &str, operation: &str, key: &str) -> KeyRow {
         created_at_ms: NOW - 30 * MIN,
         locked_until_ms: Some(NOW - 5 * MIN),
         attempt: 2,
+        reservation: Some(7),
         recovery_point: Some("charge".into()),
         ..completed(scope, operation, key)
     }

@@ -5,14 +5,15 @@
 //! age, expires in, response status), filtered in the database and loaded a page at a time
 //! as the selection moves down (keyset pagination: the whole table is never read); a detail
 //! pane with every column of a key, its response (JSON highlighted, binary bodies as their
-//! size and a hex head), its journal and its audit history; an operations view with each
-//! operation's counts by status (and its ttl, scope and mode when registered); an outbox
-//! view with the transactional outbox's messages (status, attempts, next attempt, age, last
-//! error) and a message's detail (its columns, payload and audit history); an inbox view
-//! with the incoming events a receiver could not apply (event id, source, status, age,
-//! deliveries, reason) and an event's detail (its columns, reason and body), read-only; and
-//! the operator actions, each behind a confirmation dialog that says what will change and
-//! asks for a reason recorded in the audit trail: on keys, and the outbox's retries.
+//! size and a hex head), its journal, the provider key each recorded step of a staged key
+//! sent, and its audit history; an operations view with each operation's counts by status
+//! (and its ttl, scope and mode when registered); an outbox view with the transactional
+//! outbox's messages (status, attempts, next attempt, age, last error) and a message's
+//! detail (its columns, payload and audit history); an inbox view with the incoming events
+//! a receiver could not apply (event id, source, status, age, deliveries, reason) and an
+//! event's detail (its columns, reason and body), read-only; and the operator actions,
+//! each behind a confirmation dialog that says what will change and asks for a reason
+//! recorded in the audit trail: on keys, and the outbox's retries.
 //!
 //! # Key bindings
 //!

@@ -566,6 +566,7 @@ fn sealed_keys_show_their_storage_key() {
         "status         201",
         "body           sealed (key k1)",
         "journal and request sealed (key k1)",
+        "Provider keys\nsteps sealed (key k1)",
     ] {
         assert!(text.contains(line), "{line:?} in\n{text}");
     }
@@ -579,6 +580,51 @@ fn sealed_keys_show_their_storage_key() {
     assert!(text.contains("sealed         key k1 (opened)"), "{text}");
     assert!(text.contains("body           JSON, "), "{text}");
     assert!(!text.contains("sealed (key k1)"), "{text}");
+}
+
+/// A staged key's detail lists the provider key sent for each recorded step, as the runtime
+/// derives it (to search the provider's dashboard with); none yet, or while the journal
+/// loads, is said; an atomic key's detail has no such section.
+#[test]
+fn a_staged_keys_detail_shows_each_steps_provider_key() {
+    let row = fixtures::stuck("tenant:acme", "pay:v1", "order-9");
+    let data = fixtures::detail_data(&row);
+    let shown = |journal| {
+        text_of(&super::detail::lines(
+            Some(&row),
+            journal,
+            Some(&Ok(Vec::new())),
+            fixtures::NOW,
+            &TimeZone::UTC,
+        ))
+    };
+    let text = shown(Some(&data.journal));
+    let sent = |step| idem_runtime::staged::provider_key(row.key_ref(), 7, step);
+    let section = format!(
+        "\nProvider keys\n  charge: {}\n  reserve: {}\n\nRequest\n",
+        sent("charge"),
+        sent("reserve")
+    );
+    assert!(text.contains(&section), "{section:?} in\n{text}");
+    assert!(shown(None).contains("\nProvider keys\nloading…\n"));
+    let mut journal = data.journal.clone().unwrap().unwrap();
+    journal.steps.clear();
+    let text = shown(Some(&Ok(Some(journal))));
+    assert!(
+        text.contains("\nProvider keys\nnone (no step recorded yet)\n"),
+        "{text}"
+    );
+
+    let atomic = fixtures::completed("global", "sync:v1", "msg-0001");
+    let data = fixtures::detail_data(&atomic);
+    let text = text_of(&super::detail::lines(
+        Some(&atomic),
+        Some(&data.journal),
+        Some(&data.audit),
+        fixtures::NOW,
+        &TimeZone::UTC,
+    ));
+    assert!(!text.contains("Provider keys"), "{text}");
 }
 
 /// A key's detail shows what is stored as stored: the response body's members in their

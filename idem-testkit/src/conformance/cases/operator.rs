@@ -200,7 +200,10 @@ pub async fn stuck_keys_are_listed_and_counted<DB: ConformanceSql>() {
     assert_eq!(s1.locked_until_ms, Some(NOW - 1_000));
     assert_eq!(s1.attempt, 1);
     assert_eq!(s1.recovery_point.as_deref(), Some("charge"));
+    assert_eq!(s1.reservation, Some(RESERVATION));
     assert_eq!(s1.response, None);
+    let c1 = row(&table, key("c-1"), NOW).await;
+    assert_eq!(c1.reservation, None, "an atomic row has no reservation");
 
     let counts = table.counts(NOW).await.must("counts");
     assert_eq!(
@@ -237,6 +240,7 @@ pub async fn act_release<DB: ConformanceSql>() {
     let after = acted.after.clone().must("the row after the action");
     assert_eq!(after, row(&table, stuck, NOW).await);
     assert_eq!(after.attempt, 2);
+    assert_eq!(after.reservation, Some(RESERVATION), "the same reservation");
     assert_eq!(after.locked_until_ms, Some(NOW));
     // Takeable: its lease has run out, and it resumes from where it was.
     assert_eq!(after.status, KeyStatus::Stuck);

@@ -109,6 +109,16 @@ pub async fn reserve_once<DB: ConformanceSql>() {
         "no response"
     );
     assert_eq!(row.recovery_point, None, "no recovery point");
+    assert_eq!(row.reservation, Some(RESERVATION), "the reservation");
+    let listed = table
+        .list(&idem_store::KeyFilter::new(), NOW)
+        .await
+        .must("list");
+    assert_eq!(
+        listed.keys,
+        std::slice::from_ref(&row),
+        "the listed row, its reservation too"
+    );
     let journal = table
         .journal(k)
         .await
@@ -608,6 +618,11 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         "the new reservation's status"
     );
     assert_eq!(row.fingerprint, [0x0c], "the new reservation's fingerprint");
+    assert_eq!(
+        row.reservation,
+        Some(RESERVATION + 1),
+        "the new reservation"
+    );
     assert_eq!(row.recovery_point, None, "the new reservation's journal");
     assert_eq!(
         row.locked_until_ms,
@@ -626,6 +641,11 @@ pub async fn a_deleted_reservation_writes_nothing_into_the_next<DB: ConformanceS
         "the new reservation finishes"
     );
     let row = table.get(k, NOW + 5).await.must("get").must("the key");
+    assert_eq!(
+        row.reservation,
+        Some(RESERVATION + 1),
+        "a completed staged key keeps its reservation"
+    );
     assert_eq!(
         row.response.map(|r| r.body),
         Some(bytes::Bytes::from_static(b"new")),
