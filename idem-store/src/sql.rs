@@ -55,16 +55,10 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// Every statement of the store on one database. A key row's columns are read in the order
-/// of [`crate::list::RawRow`]'s fields (times in milliseconds), an outbox row's in the order
-/// of `OutboxRow`'s; "the key" is the first three parameters ([`Arg::key`]), unless a
-/// statement says where.
-///
-/// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
 /// Every statement of the store on one database, by concern. A key row's columns are read in
-/// the order of [`crate::list::RawRow`]'s fields (times in milliseconds), an outbox row's in
-/// the order of `OutboxRow`'s; "the key" is the first three parameters ([`Arg::key`]), unless
-/// a statement says where.
+/// the order of [`crate::list::RawRow`]'s fields (times in milliseconds), the tools' with the
+/// row's `reservation` after them; an outbox row's in the order of `OutboxRow`'s; "the key" is
+/// the first three parameters ([`Arg::key`]), unless a statement says where.
 ///
 /// Public only as the sealed [`crate::Backend`]'s vocabulary: not nameable outside the crate.
 #[derive(Debug, Clone, Copy)]
