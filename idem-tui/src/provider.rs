@@ -1,7 +1,7 @@
 //! The provider key each recorded step of a staged key sent to another system, as
 //! `keys show` and the terminal UI's key detail show it: what an operator searches a
 //! provider's dashboard with. Derived by the runtime's own
-//! [`provider_key`](idem_runtime::staged::provider_key) from the row's reservation and the
+//! [`provider_key`] from the row's reservation and the
 //! journal's step names, never written out a second time here.
 
 use idem_runtime::staged::provider_key;
