@@ -68,8 +68,17 @@ pub const DIGEST_PREFIX: &str = "sha256:";
 
 /// `id` as idem stores it: itself up to [`MAX_LEN`] characters, else its digest
 /// ([`DIGEST_PREFIX`] and the 64 lowercase hexadecimal digits of its SHA-256): the rule of
-/// keys ([long keys](self#long-keys)), and of the inbox's event ids.
-pub(crate) fn stored(id: &str) -> Cow<'_, str> {
+/// keys ([long keys](self#long-keys)), and of the inbox's event ids. Tools take either form
+/// through it.
+///
+/// ```
+/// use idem_runtime::key::stored;
+///
+/// assert_eq!(stored("order-1"), "order-1");
+/// assert!(stored(&"k".repeat(300)).starts_with("sha256:"));
+/// ```
+#[must_use]
+pub fn stored(id: &str) -> Cow<'_, str> {
     if id.len() <= MAX_LEN {
         return Cow::Borrowed(id);
     }

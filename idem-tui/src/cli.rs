@@ -300,9 +300,9 @@ pub struct KeyArgs {
     pub key: String,
 }
 
-/// `--key` as idem stores it ([`crate::format::as_stored`]).
+/// `--key` as idem stores it ([`idem_runtime::key::stored`]).
 fn stored_key(key: &str) -> Result<String, std::convert::Infallible> {
-    Ok(crate::format::as_stored(key).into_owned())
+    Ok(idem_runtime::key::stored(key).into_owned())
 }
 
 impl KeyArgs {

@@ -147,23 +147,6 @@ impl Expiry {
     }
 }
 
-/// A key or an inbox event id as idem stores it: itself up to
-/// [`MAX_LEN`](idem_runtime::key::MAX_LEN) bytes, else `sha256:` and the 64 hexadecimal
-/// digits of its SHA-256 ([long keys](idem_runtime::key#long-keys)), so that an operator may
-/// give either form.
-pub fn as_stored(id: &str) -> std::borrow::Cow<'_, str> {
-    use sha2::Digest as _;
-    if id.len() <= idem_runtime::key::MAX_LEN {
-        return std::borrow::Cow::Borrowed(id);
-    }
-    let digest = sha2::Sha256::digest(id.as_bytes());
-    std::borrow::Cow::Owned(format!(
-        "{}{}",
-        idem_runtime::key::DIGEST_PREFIX,
-        hex(&digest)
-    ))
-}
-
 /// Bytes as lowercase hexadecimal.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -589,17 +572,6 @@ mod tests {
             ..event
         };
         assert_eq!(inbox_event_json(&text, now)["body"], "charge=ch_1");
-    }
-
-    #[test]
-    fn long_ids_as_stored() {
-        let long = "k".repeat(300);
-        let runtime = idem_runtime::IdempotencyKey::new(long.as_str()).unwrap();
-        assert_eq!(as_stored(&long), runtime.as_str());
-        assert!(as_stored(&long).starts_with("sha256:"));
-        let short = "k".repeat(255);
-        assert_eq!(as_stored(&short), short);
-        assert_eq!(as_stored(runtime.as_str()), runtime.as_str());
     }
 
     #[test]

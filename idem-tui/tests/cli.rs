@@ -1512,6 +1512,23 @@ async fn long_ids_are_found_raw<DB: TestBackend>() {
     run.code(EXIT_NOT_FOUND);
     let digest = IdempotencyKey::new("k".repeat(300)).unwrap();
     assert!(run.stderr.contains(digest.as_str()), "{}", run.stderr);
+    // Stored through the runtime, the long key is found by its raw form.
+    let call = idem_runtime::protocol::Call {
+        scope: "global",
+        key: &digest,
+        fingerprint: idem_runtime::fingerprint::Fingerprint::of(ORDERS.id, &json!({}), &[])
+            .unwrap(),
+        request: None,
+    };
+    let record =
+        idem_runtime::protocol::Record::json(http::StatusCode::CREATED, &json!({"order": 1}))
+            .unwrap();
+    let work = idem_runtime::protocol::work_fn::<DB, _>(move |_tx| Box::pin(async move { record }));
+    s.idem.execute(&ORDERS, call, work).await.unwrap();
+    let long = "k".repeat(300);
+    let args = key_args("global", ORDERS.id, &long);
+    let doc = s.run(&with(&["keys", "show", "--json"], args.to_vec(), &[]));
+    assert_eq!(doc.code(0).json()["key"], digest.as_str());
 }
 
 /// `ms` as the tool writes times: RFC 3339 UTC with milliseconds.

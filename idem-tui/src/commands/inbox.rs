@@ -80,7 +80,10 @@ fn events_table(events: &[InboxEvent], now: i64) -> String {
 pub(super) async fn show(context: &Context, args: &InboxShowArgs) -> Result<Report, CommandError> {
     let now = format::now_ms();
     // A long id is kept as its digest, as a key is: either form finds it.
-    let events = context.db.inbox_get(&format::as_stored(&args.id)).await?;
+    let events = context
+        .db
+        .inbox_get(&idem_runtime::key::stored(&args.id))
+        .await?;
     if events.is_empty() {
         return Err(CommandError::new(
             CommandError::NOT_FOUND,
