@@ -192,4 +192,55 @@ mod tests {
             "the body does not read as the receiver's event: 400"
         );
     }
+
+    /// A refusal `4xx` is kept, once per event, and answered as it was; a `5xx` is not the
+    /// body's and is not kept; a delivery that cannot be kept is answered `503`.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn refusals_are_kept_or_redelivered() {
+        use crate::store::InboxStatus;
+        use sqlx::Sqlite;
+
+        let dir = idem_testkit::harness::new_dir("unparseable");
+        let url = format!("sqlite://{}", dir.join("inbox.db").display());
+        let idem = Idem::<Sqlite>::connect(&url, crate::Config::default())
+            .await
+            .unwrap();
+        idem.migrate().await.unwrap();
+        let keeper = Keeper::new(&idem, "provider_event:v1");
+        let mut headers = HeaderMap::new();
+        headers.insert(super::super::HEADER_WEBHOOK_ID, "evt_1".parse().unwrap());
+        let body = br#"{"id":"evt_1","data":{"charge":"ch_1"}}"#;
+        let refusal = || {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "urn:idem:problem:invalid-body",
+                "invalid request body",
+            )
+            .with_detail("missing field `charge_id` at line 1 column 38")
+            .into_response()
+        };
+        for deliveries in 1..=2 {
+            let answer = refused(Some(&keeper), &headers, body, refusal()).await;
+            assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            let events = idem.inbox().list(None, 10).await.unwrap();
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert_eq!(events[0].status, InboxStatus::Unparseable);
+            assert_eq!(events[0].event_id, "evt_1");
+            assert_eq!(events[0].body.as_bytes(), body);
+            assert_eq!(events[0].deliveries, deliveries);
+        }
+
+        let failed = (StatusCode::SERVICE_UNAVAILABLE, "busy").into_response();
+        let mut other = headers.clone();
+        other.insert(super::super::HEADER_WEBHOOK_ID, "evt_2".parse().unwrap());
+        let answer = refused(Some(&keeper), &other, body, failed).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(idem.inbox().list(None, 10).await.unwrap().len(), 1);
+
+        idem.pool().close().await;
+        let answer = refused(Some(&keeper), &other, body, refusal()).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(answer.headers().contains_key(http::header::RETRY_AFTER));
+    }
 }
