@@ -72,17 +72,15 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use idem_runtime::docs::{DuplicateOperation, Operations};
-use idem_runtime::inbox::Unapplied;
 use idem_runtime::key;
 use idem_runtime::outbox::OutboxMessage;
 use idem_runtime::protocol::Record;
 use idem_runtime::staged::{Attempt, Finished, Reconciler, StepError};
 use idem_runtime::store::Backend;
-use idem_runtime::store::Delivery;
 use idem_runtime::webhooks::{Verified, WebhookSecret};
 use idem_runtime::{Check, Checked, Idem, IdemState, JsonBody, Problem, idempotent};
 use serde::{Deserialize, Serialize};
@@ -95,6 +93,12 @@ use crate::docs::{BearerScheme, ReadProblems, UNAUTHENTICATED};
 use crate::extract::ProblemPath;
 pub use crate::orders::BearerTenant;
 use crate::orders::{OrdersDb, prepared};
+
+mod events;
+pub use events::{
+    Applied, ChargeEvent, DEFAULT_PROVIDER_WEBHOOK_SECRET, EVENT_ID_MISMATCH,
+    PROVIDER_EVENT_OPERATION, ProviderEvent,
+};
 
 /// The operation's stored id.
 pub const OPERATION: &str = "create_payment:v1";
@@ -187,9 +191,12 @@ impl<DB: Backend> Clone for AppState<DB> {
     }
 }
 
+/// What [`provider_event`] verifies with: the provider's secret, keeping a signed delivery
+/// that does not read as a [`ProviderEvent`] in the inbox as `unparseable`, from
+/// [`PROVIDER_EVENT_OPERATION`].
 impl<DB: Backend> axum::extract::FromRef<AppState<DB>> for WebhookSecret {
     fn from_ref(state: &AppState<DB>) -> Self {
-        state.provider_webhooks.clone()
+        (state.provider_webhooks.clone()).keep_unparseable(&state.idem, PROVIDER_EVENT_OPERATION)
     }
 }
 
@@ -567,59 +574,21 @@ pub async fn create_payment<DB: PaymentsDb>(
     pay(state.ctx, attempt, new).await
 }
 
-/// The operation id of `POST /webhooks/provider`.
-pub const PROVIDER_EVENT_OPERATION: &str = "provider_event:v1";
-
-/// `PROVIDER_WEBHOOK_SECRET`'s default, the `fake-provider` example's.
-pub const DEFAULT_PROVIDER_WEBHOOK_SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXNlY3JldA==";
-
-/// The provider's event of a charge, as `POST /webhooks/provider` takes it:
-/// `{"id": "evt_…", "type": "charge.succeeded", "data": {"charge_id", "amount", "currency"}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-pub struct ProviderEvent {
-    /// The event's id (also its `webhook-id`).
-    pub id: String,
-    /// `charge.succeeded`; other types are acknowledged and ignored.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The charge.
-    pub data: ChargeEvent,
-}
-
-/// What a `charge.succeeded` event says.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-pub struct ChargeEvent {
-    /// The provider's charge, `ch_…`: the payment it paid names it.
-    pub charge_id: String,
-    /// As charged.
-    #[serde(default)]
-    pub amount: i64,
-    /// As charged.
-    #[serde(default)]
-    pub currency: String,
-}
-
-/// The answer to an applied event, stored with its key and replayed to every repeat.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-pub struct Applied {
-    /// The event.
-    pub event_id: String,
-    /// The payment it was applied to; `None` for an event type this service ignores.
-    pub payment_id: Option<String>,
-    /// The payment's settlements after it.
-    pub settlements: Option<i64>,
-    /// `true` when no payment names the event's charge and it is kept as unmatched for an
-    /// operator (`idem inbox list`) instead of being applied.
-    #[serde(default)]
-    pub unmatched: bool,
-}
-
 /// `POST /webhooks/provider`: the provider's events, applied once each.
 ///
 /// The delivery is verified first ([`Verified`], Standard Webhooks with
 /// `PROVIDER_WEBHOOK_SECRET`): a missing, forged or stale signature answers `401` and
-/// nothing is applied. The event's `webhook-id` is its idempotency key: a repeated delivery
-/// of an event replays the stored `200` and applies nothing.
+/// nothing is applied. The event's `webhook-id` is its idempotency key, and its one
+/// identity: a repeated delivery of an event replays the stored `200` and applies nothing,
+/// and a delivery whose body `id` is not its `webhook-id` is refused (`422`
+/// `urn:idem:example:event-id-mismatch`, naming neither) and applies nothing, so that an
+/// event sent again under another `webhook-id` is not applied twice.
+///
+/// A signed delivery whose body does not read as an event (a field missing or renamed) is
+/// answered `422` `urn:idem:problem:invalid-body` (its detail says where, never what was
+/// sent) and kept first in the inbox as unparseable, with its `webhook-id` and its body as
+/// sent, for an operator (`idem inbox list --status unparseable`): nothing is lost if the
+/// provider gives up on it. A redelivery counts on the same row.
 ///
 /// A `charge.succeeded` adds one to the settlements of the payment naming its charge. The
 /// provider sends it as soon as it charges, so it can arrive before the payment that names
@@ -641,6 +610,11 @@ pub struct Applied {
             ignores, acknowledged); `settlements` is the payment's count after it. \
             `unmatched`: no payment named its charge for `PAYMENTS_UNMATCHED_AFTER` after its \
             first delivery, and it is kept for an operator", body = Applied),
+        (status = 422, description = "The body's `id` is not the delivery's `webhook-id` \
+            (`urn:idem:example:event-id-mismatch`): nothing was applied or stored. A body that \
+            does not read as an event (`urn:idem:problem:invalid-body`) is kept in the inbox as \
+            unparseable, for an operator", body = Problem,
+            content_type = "application/problem+json"),
         (status = 503, description = "No payment names the event's charge yet \
             (`urn:idem:example:charge-not-recorded-yet`); nothing was applied or stored: \
             deliver the event again after `Retry-After` (for `PAYMENTS_UNMATCHED_AFTER` after \
@@ -655,77 +629,24 @@ pub struct Applied {
     key = header("webhook-id"),
     ttl = "7d",
     path = "POST /webhooks/provider",
-    problems = [problem(
-        503,
-        "urn:idem:example:charge-not-recorded-yet",
-        "charge not recorded yet",
-        retry_after
-    )]
+    problems = [
+        problem(422, "urn:idem:example:event-id-mismatch", "event id is not its webhook-id"),
+        problem(
+            503,
+            "urn:idem:example:charge-not-recorded-yet",
+            "charge not recorded yet",
+            retry_after
+        ),
+    ]
 )]
 pub async fn provider_event<DB: PaymentsDb>(
     State(state): State<AppState<DB>>,
+    #[not_input] headers: HeaderMap,
     tx: &mut Transaction<'_, DB>,
     Verified(JsonBody(event)): Verified<JsonBody<ProviderEvent>>,
 ) -> Result<axum::Json<Applied>, Problem> {
-    let database = |error: sqlx::Error| {
-        tracing::error!(%error, "database error");
-        Problem::from_database(&error)
-    };
-    let mut applied = Applied {
-        event_id: event.id.clone(),
-        payment_id: None,
-        settlements: None,
-        unmatched: false,
-    };
-    if event.kind != "charge.succeeded" {
-        tracing::info!(event = %event.id, kind = %event.kind, "provider event ignored");
-        return Ok(axum::Json(applied));
-    }
-    if let Some((payment_id, settlements)) = DB::settle(&mut **tx, &event.data.charge_id)
-        .await
-        .map_err(database)?
-    {
-        state
-            .idem
-            .applied(&mut **tx, PROVIDER_EVENT_OPERATION, &event.id)
-            .await
-            .map_err(database)?;
-        applied.payment_id = Some(payment_id);
-        applied.settlements = Some(settlements);
-        return Ok(axum::Json(applied));
-    }
-    let body = serde_json::to_string(&event).unwrap_or_default();
-    let delivery = Delivery {
-        source: PROVIDER_EVENT_OPERATION,
-        event_id: &event.id,
-        reason: "no payment names the event's charge",
-        body: &body,
-    };
-    let after = state.ctx.unmatched_after;
-    match state.idem.unapplied(&mut **tx, delivery, after).await {
-        Ok(Unapplied::Kept) => {
-            applied.unmatched = true;
-            Ok(axum::Json(applied))
-        }
-        Ok(Unapplied::Retry) => {
-            tracing::info!(
-                event = %event.id,
-                charge = %event.data.charge_id,
-                "provider event before its payment; the provider delivers it again"
-            );
-            Err(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "urn:idem:example:charge-not-recorded-yet",
-                "charge not recorded yet",
-            )
-            .with_detail(
-                "no payment names this charge yet (it may still be committing); nothing was \
-                 applied: deliver the event again",
-            )
-            .with_retry_after(RETRY_AFTER))
-        }
-        Err(error) => Err(database(error)),
-    }
+    events::one_identity(&headers, &event)?;
+    events::apply(&state, tx, event).await
 }
 
 /// The reconciler of this process: resumes stuck payments through `router` (the example's

@@ -1,7 +1,8 @@
 //! Webhooks both ways, against real processes on every store: the `fake-provider` sends a
 //! signed `charge.succeeded` for each charge (and sends it again, some copies at once), and
-//! `payments` applies each event once (`POST /webhooks/provider`); `payments`' outbox
-//! delivers its `payment.succeeded` events through a receiver that refuses them for a while.
+//! `payments` applies each event once (`POST /webhooks/provider`), under one identity, and
+//! keeps a signed event that does not read; `payments`' outbox delivers its
+//! `payment.succeeded` events through a receiver that refuses them for a while.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 mod common;
@@ -9,12 +10,21 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Client, Db, Kind, Reply, Server, Store, eventually};
+use common::{Client, Db, Kind, Reply, Server, eventually};
+use idem_runtime::sqlx;
+use idem_runtime::store::{Backend, Inbox, InboxEvent, InboxStatus, Keyring};
+use idem_runtime::telemetry::key_hash;
 use idem_runtime::webhooks::WebhookSecret;
 use serde_json::{Value, json};
 
 /// The secret both examples default to.
 const SECRET: &str = "whsec_aWRlbS1leGFtcGxlLXNlY3JldA==";
+
+/// A storage key (`IDEM_STORAGE_KEYS`), for an inbox whose bodies are sealed.
+const STORAGE_KEYS: &str = "k1:BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSY=";
+
+/// The receiver's source in the inbox.
+const SOURCE: &str = "provider_event:v1";
 
 /// A port nothing listens on yet, for a server whose address another must know first.
 fn free_port() -> u16 {
@@ -37,6 +47,11 @@ impl Pair {
 
     /// [`Pair::start`] with `PAYMENTS_UNMATCHED_AFTER=unmatched_after`.
     fn start_with(db: &Db, unmatched_after: &str) -> Self {
+        Self::start_env(db, unmatched_after, &[])
+    }
+
+    /// [`Pair::start_with`], `payments` with `env` too.
+    fn start_env(db: &Db, unmatched_after: &str, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let provider = Server::spawn(
             env!("CARGO_BIN_EXE_fake-provider"),
@@ -47,18 +62,19 @@ impl Pair {
                 &format!("http://127.0.0.1:{port}/webhooks/provider"),
             )],
         );
-        let payments = Server::spawn(
-            env!("CARGO_BIN_EXE_payments"),
-            "payments",
-            &db.dir,
-            &[
-                ("DATABASE_URL", &db.url),
-                ("LISTEN_ADDR", &format!("127.0.0.1:{port}")),
-                ("PROVIDER_URL", &provider.base),
-                ("WEBHOOK_URL", &format!("{}/webhooks", provider.base)),
-                ("PAYMENTS_UNMATCHED_AFTER", unmatched_after),
-            ],
+        let (listen, hooks) = (
+            format!("127.0.0.1:{port}"),
+            format!("{}/webhooks", provider.base),
         );
+        let mut vars = vec![
+            ("DATABASE_URL", db.url.as_str()),
+            ("LISTEN_ADDR", &listen),
+            ("PROVIDER_URL", &provider.base),
+            ("WEBHOOK_URL", &hooks),
+            ("PAYMENTS_UNMATCHED_AFTER", unmatched_after),
+        ];
+        vars.extend_from_slice(env);
+        let payments = Server::spawn(env!("CARGO_BIN_EXE_payments"), "payments", &db.dir, &vars);
         Self {
             provider,
             payments,
@@ -185,7 +201,7 @@ async fn settled(db: &Db, times: i64) -> i64 {
 
 /// Every event delivered several times, some copies at once, some before the payment
 /// naming their charge is committed: each payment is settled exactly once.
-async fn provider_events_apply_once<DB: Store>() {
+async fn provider_events_apply_once<DB: Backend>() {
     let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
@@ -226,7 +242,7 @@ async fn provider_events_apply_once<DB: Store>() {
 
 /// Only signed, fresh deliveries are applied; a repeated event id replays; an event whose
 /// charge no payment names yet is not recorded, so that it is delivered again.
-async fn signatures_and_repeats<DB: Store>() {
+async fn signatures_and_repeats<DB: Backend>() {
     let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
@@ -351,7 +367,7 @@ async fn signatures_and_repeats<DB: Store>() {
 /// (2 s here) after its first delivery, then acknowledged (`200`, `"unmatched": true`,
 /// stored and replayed like any answer) and kept in the inbox as unmatched, never dropped.
 /// An event that waited there and is applied after all leaves it.
-async fn unmatched_events_are_kept<DB: Store>() {
+async fn unmatched_events_are_kept<DB: Backend>() {
     let db = Db::fresh(Kind::of::<DB>()).await;
     let pair = Pair::start_with(&db, "2s");
     let event = |id: &str, charge: &str| {
@@ -431,9 +447,149 @@ async fn unmatched_events_are_kept<DB: Store>() {
     );
 }
 
+/// The inbox's events in `status` (any: `None`), read through the store as `idem inbox list
+/// --json` reads them, with the storage keys.
+async fn inbox<DB: Backend>(db: &Db, status: Option<InboxStatus>) -> Vec<InboxEvent> {
+    let pool = sqlx::Pool::<DB>::connect(&idem_testkit::harness::direct(&db.url))
+        .await
+        .unwrap();
+    let ring = Keyring::parse(STORAGE_KEYS).unwrap();
+    let events = Inbox::new(pool.clone())
+        .with_keyring(ring)
+        .list(status, 10)
+        .await
+        .unwrap();
+    pool.close().await;
+    events
+}
+
+/// Asserts that `text` (an answer, a reason) holds none of `sent`.
+fn holds_none(text: &str, sent: &[&str]) {
+    for value in sent {
+        assert!(!text.contains(value), "{value:?} in {text}");
+    }
+}
+
+/// A signed event that does not read (`data.charge` in place of `data.charge_id`) is
+/// answered `422 invalid-body` without a value of it, and kept: in the inbox as
+/// `unparseable` with its `webhook-id` and its body as sent (sealed), logged at `WARN`; a
+/// redelivery counts on the same row. Mended under the same `webhook-id`, it is applied and
+/// leaves the inbox.
+async fn unparseable_events_are_kept<DB: Backend>() {
+    let db = Db::fresh(Kind::of::<DB>()).await;
+    let pair = Pair::start_env(&db, "1h", &[("IDEM_STORAGE_KEYS", STORAGE_KEYS)]);
+    let id = "evt_zq7garbled";
+    let garbled = json!({
+        "id": id,
+        "type": "charge.succeeded",
+        "data": { "charge": "ch_zq7garbled", "amount": 424_242, "currency": "EUR" },
+    });
+    let sent = ["ch_zq7garbled", "424242", id];
+    for deliveries in 1..=2 {
+        let reply = pair.deliver(id, &garbled, Some((SECRET, now()))).await;
+        let problem = reply.assert_problem(422);
+        assert_eq!(
+            problem["type"], "urn:idem:problem:invalid-body",
+            "{problem}"
+        );
+        holds_none(&reply.body, &sent);
+        let events = inbox::<DB>(&db, Some(InboxStatus::Unparseable)).await;
+        assert_eq!(events.len(), 1, "one row for every delivery: {events:?}");
+        let event = &events[0];
+        assert_eq!(
+            (event.source.as_str(), event.event_id.as_str()),
+            (SOURCE, id)
+        );
+        assert_eq!(event.status, InboxStatus::Unparseable);
+        assert_eq!(event.deliveries, deliveries);
+        assert_eq!(event.body, garbled.to_string(), "the body as sent");
+        assert!(event.sealed.is_some(), "sealed like other inbox bodies");
+        assert!(event.reason.contains("invalid-body"), "{}", event.reason);
+        assert!(event.reason.contains("charge_id"), "{}", event.reason);
+        holds_none(&event.reason, &sent);
+    }
+    let raw = db.text("SELECT body FROM idempotency_inbox").await;
+    holds_none(&raw, &sent[..2]);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM idempotency_keys WHERE operation = 'provider_event:v1'")
+            .await,
+        0,
+        "nothing is recorded under its key"
+    );
+    let event = key_hash(SOURCE, id).to_string();
+    let logged = pair.payments.logged();
+    assert!(
+        logged.lines().any(|line| line.contains("WARN")
+            && line.contains("kept as unparseable")
+            && line.contains(&event)),
+        "a WARN line with the event's hash {event}:\n{logged}"
+    );
+
+    // Mended, under the same webhook-id: applied once, and it leaves the inbox.
+    pair.pay(1).await;
+    eventually(Duration::from_secs(30), "the payment settled", || async {
+        settled(&db, 1).await == 1
+    })
+    .await;
+    let charge = db.text("SELECT charge_id FROM payments").await;
+    let mended = json!({
+        "id": id,
+        "type": "charge.succeeded",
+        "data": { "charge_id": charge, "amount": 100, "currency": "EUR" },
+    });
+    let reply = pair.deliver(id, &mended, Some((SECRET, now()))).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["settlements"], 2);
+    assert!(inbox::<DB>(&db, None).await.is_empty());
+}
+
+/// One identity per event: the `webhook-id`. A delivery whose body `id` is not its
+/// `webhook-id` is refused (`422 event-id-mismatch`, naming neither) and applies nothing, so
+/// an event sent again under another `webhook-id` settles once.
+async fn one_identity_per_event<DB: Backend>() {
+    let db = Db::fresh(Kind::of::<DB>()).await;
+    let pair = Pair::start(&db);
+    pair.pay(1).await;
+    eventually(Duration::from_secs(30), "the payment settled", || async {
+        settled(&db, 1).await == 1
+    })
+    .await;
+    let charge = db.text("SELECT charge_id FROM payments").await;
+    let event = json!({
+        "id": "evt_zq7one",
+        "type": "charge.succeeded",
+        "data": { "charge_id": charge, "amount": 100, "currency": "EUR" },
+    });
+    let first = pair
+        .deliver("evt_zq7one", &event, Some((SECRET, now())))
+        .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.json()["settlements"], 2);
+    let sent = ["evt_zq7one", "evt_zq7other", charge.as_str()];
+    for _ in 0..2 {
+        let again = pair
+            .deliver("evt_zq7other", &event, Some((SECRET, now())))
+            .await;
+        let problem = again.assert_problem(422);
+        assert_eq!(
+            problem["type"], "urn:idem:example:event-id-mismatch",
+            "{problem}"
+        );
+        holds_none(&again.body, &sent);
+    }
+    assert_eq!(settled(&db, 2).await, 1, "settled once by the event");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'evt_zq7other'")
+            .await,
+        0,
+        "nothing stored under the second webhook-id"
+    );
+    assert!(inbox::<DB>(&db, None).await.is_empty());
+}
+
 /// `payments`' outbox: a receiver answering 404 for a while loses nothing, and `/metrics`
 /// shows the outbox.
-async fn outbox_outlasts_a_refusing_receiver<DB: Store>() {
+async fn outbox_outlasts_a_refusing_receiver<DB: Backend>() {
     let kind = Kind::of::<DB>();
     let db = Db::fresh(kind).await;
     let pair = Pair::start(&db);
@@ -504,5 +660,7 @@ idem_testkit::on_every_store!(
     provider_events_apply_once,
     signatures_and_repeats,
     unmatched_events_are_kept,
+    unparseable_events_are_kept,
+    one_identity_per_event,
     outbox_outlasts_a_refusing_receiver,
 );

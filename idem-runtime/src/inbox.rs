@@ -16,6 +16,12 @@
 //! an operator to settle — `idem inbox list` lists them, `idem inbox show ID` shows one. An
 //! event applied after all leaves the inbox ([`Idem::applied`]).
 //!
+//! A delivery whose signature verified but whose body the receiver's extractor refuses (its
+//! sender renamed a field, say) is kept too, as `unparseable` ([`Idem::unparseable`]): the
+//! `Verified` extractor of a receiver whose secret names the inbox
+//! (`WebhookSecret::keep_unparseable`, feature `standard-webhooks`) notes it before its
+//! refusal is answered, so that a sender which gives up on a `4xx` loses nothing.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use idem_runtime::Idem;
@@ -135,6 +141,35 @@ impl<DB: Backend> Idem<DB> {
             }
         });
         Ok(Unapplied::Retry)
+    }
+
+    /// A delivery whose sender is proven (its signature verified) but whose body does not
+    /// read as the receiver's event: noted as `unparseable` from `delivery.source`, on a
+    /// connection of its own (nothing else of the request is written: it is refused), and
+    /// logged at `WARN`. A redelivery of it counts one more on the same row; one that reads
+    /// takes the row over ([`Inbox::note`]). The event id is kept as [`Idem::unapplied`]
+    /// keeps it; `delivery.reason` must hold no value of the body (the body itself is
+    /// sealed with the storage keys, the reason is not).
+    ///
+    /// # Errors
+    /// Database errors: the delivery is not kept, and its sender should deliver it again.
+    pub async fn unparseable(&self, delivery: Delivery<'_>) -> Result<(), sqlx::Error> {
+        let event_id = stored(delivery.event_id);
+        let delivery = Delivery {
+            event_id: &event_id,
+            ..delivery
+        };
+        let mut conn = self.pool().acquire().await?;
+        let (status, now) = (InboxStatus::Unparseable, self.now_millis());
+        Inbox::<DB>::note(&mut conn, delivery, status, now, self.ring()).await?;
+        tracing::warn!(
+            source = delivery.source,
+            event = %crate::telemetry::key_hash(delivery.source, delivery.event_id),
+            reason = delivery.reason,
+            "a signed event whose body does not read is refused and kept as unparseable \
+             (idem inbox list --status unparseable)"
+        );
+        Ok(())
     }
 
     /// The receiver applied the event: it leaves the inbox, if it waited there, in the

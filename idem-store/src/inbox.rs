@@ -6,6 +6,11 @@
 //! `unmatched`, so that the effect nobody owns (a charge without a payment) stays visible
 //! until an operator settles it (`idem inbox list`). An event applied after all leaves the
 //! inbox ([`Inbox::remove`]). The runtime's `Idem::unapplied` composes these.
+//!
+//! A receiver also keeps here, as `unparseable`, a delivery whose signature verified but
+//! whose body it could not read as its event (a field renamed by the sender, say): refused,
+//! it would be lost to a sender that gives up on a `4xx`. The runtime's `Verified` extractor
+//! notes it so, with `Idem::unparseable`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,15 +32,19 @@ pub enum InboxStatus {
     Waiting,
     /// Acknowledged without being applied, kept for an operator.
     Unmatched,
+    /// Signed by its sender, but its body does not read as the receiver's event: refused
+    /// without being applied, kept for an operator.
+    Unparseable,
 }
 
 impl InboxStatus {
-    /// `waiting` or `unmatched`, as stored.
+    /// `waiting`, `unmatched` or `unparseable`, as stored.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Waiting => "waiting",
             Self::Unmatched => "unmatched",
+            Self::Unparseable => "unparseable",
         }
     }
 }
@@ -53,6 +62,7 @@ impl FromStr for InboxStatus {
         match s {
             "waiting" => Ok(Self::Waiting),
             "unmatched" => Ok(Self::Unmatched),
+            "unparseable" => Ok(Self::Unparseable),
             other => Err(format!("unknown inbox status {other:?}")),
         }
     }
@@ -67,7 +77,8 @@ pub struct Delivery<'a> {
     pub event_id: &'a str,
     /// Why it could not be applied, for the operator.
     pub reason: &'a str,
-    /// The event as received (JSON text); the first delivery's is kept.
+    /// The event as received (JSON text, or whatever an `unparseable` one was); the first
+    /// delivery's is kept, but a delivery that reads replaces an `unparseable` one's.
     pub body: &'a str,
 }
 
@@ -193,7 +204,8 @@ impl<DB: Backend> Inbox<DB> {
 
     /// Notes `delivery` at `now_ms` as `status`: the event's first delivery makes its row,
     /// a later one counts one more and keeps the first's time and body. An event kept as
-    /// `unmatched` stays so. With `ring`, the body is written sealed.
+    /// `unmatched` stays so; an `unparseable` one takes the status, and the body, of a later
+    /// delivery that reads (its sender mended it). With `ring`, the body is written sealed.
     ///
     /// # Errors
     /// Database errors.

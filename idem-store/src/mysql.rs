@@ -17,7 +17,7 @@ use crate::sql::{
 };
 
 /// The migrations of the key table on MySQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 5] = [
+static MIGRATIONS: [Migration; 6] = [
     migration!(1, "mysql/0001_idempotency_keys.sql",
         "idempotency_keys, the audit trail, the outbox and the operation registry",
         present: "SELECT count(k.request) + count(l.taken_at) + count(p.scope) + count(a.forced) \
@@ -39,6 +39,11 @@ static MIGRATIONS: [Migration; 5] = [
         present: "SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() \
                   AND table_name = 'idempotency_keys' AND column_name = 'fingerprint' \
                   AND character_maximum_length >= 255"),
+    migration!(6, "mysql/0006_inbox_unparseable.sql", "unparseable events in the inbox",
+        present: "SELECT 1 FROM information_schema.check_constraints \
+                  WHERE constraint_schema = DATABASE() \
+                  AND constraint_name = 'idempotency_inbox_status' \
+                  AND check_clause LIKE '%unparseable%'"),
 ];
 
 /// Every statement MySQL is sent ([`Sql`] says what each does).

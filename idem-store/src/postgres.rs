@@ -22,7 +22,7 @@ use crate::sql::{
 use crate::staged::Fence;
 
 /// The migrations of the key table on PostgreSQL ([migrations](crate#migrations)).
-static MIGRATIONS: [Migration; 11] = [
+static MIGRATIONS: [Migration; 12] = [
     migration!(1, "postgres/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "postgres/0002_staged.sql", "staged mode and the audit trail",
@@ -50,6 +50,10 @@ static MIGRATIONS: [Migration; 11] = [
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
     migration!(11, "postgres/0011_field_digests.sql", "the digests of a key's request fields",
         present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(12, "postgres/0012_inbox_unparseable.sql", "unparseable events in the inbox",
+        present: "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('idempotency_inbox') \
+                  AND conname = 'idempotency_inbox_status_check' \
+                  AND pg_get_constraintdef(oid) LIKE '%unparseable%'"),
 ];
 
 /// Every statement PostgreSQL is sent ([`Sql`] says what each does).

@@ -16,7 +16,7 @@ use crate::sql::{
 };
 
 /// The migrations of the key table on SQLite ([migrations](crate#migrations): no version 7).
-static MIGRATIONS: [Migration; 10] = [
+static MIGRATIONS: [Migration; 11] = [
     migration!(1, "sqlite/0001_idempotency_keys.sql", "idempotency_keys",
         present: "SELECT count(expires_at) FROM idempotency_keys WHERE 1 = 0"),
     migration!(2, "sqlite/0002_staged.sql", "staged mode and the audit trail",
@@ -40,6 +40,9 @@ static MIGRATIONS: [Migration; 10] = [
         present: "SELECT count(first_seen_at) FROM idempotency_inbox WHERE 1 = 0"),
     migration!(11, "sqlite/0011_field_digests.sql", "the digests of a key's request fields",
         present: "SELECT count(field_digests) FROM idempotency_keys WHERE 1 = 0"),
+    migration!(12, "sqlite/0012_inbox_unparseable.sql", "unparseable events in the inbox",
+        present: "SELECT 1 FROM sqlite_master WHERE type = 'table' \
+                  AND name = 'idempotency_inbox' AND sql LIKE '%unparseable%'"),
 ];
 
 /// Every statement SQLite is sent ([`Sql`] says what each does).

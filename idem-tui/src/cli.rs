@@ -106,9 +106,10 @@ pub enum InboxCommand {
 /// `inbox list`.
 #[derive(Debug, Args)]
 pub struct InboxListArgs {
-    /// Only events in this state: `waiting` (its sender is told to deliver it again) or
-    /// `unmatched` (acknowledged without being applied, kept for an operator).
-    #[arg(long, value_parser = ["waiting", "unmatched"])]
+    /// Only events in this state: `waiting` (its sender is told to deliver it again),
+    /// `unmatched` (acknowledged without being applied, kept for an operator) or
+    /// `unparseable` (signed, but its body does not read: refused, kept for an operator).
+    #[arg(long, value_parser = ["waiting", "unmatched", "unparseable"])]
     pub status: Option<String>,
     /// Events at most (1 to 1000), the longest noted first.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(INBOX_MAX)))]

@@ -3,5 +3,7 @@ INSERT INTO idempotency_inbox (source, event_id, status, reason, body, deliverie
 VALUES ($1, $2, $3, $4, $5, 1, strftime('%Y-%m-%d %H:%M:%f', $6 / 1000.0, 'unixepoch'),
     strftime('%Y-%m-%d %H:%M:%f', $7 / 1000.0, 'unixepoch'))
 ON CONFLICT (source, event_id) DO UPDATE SET status = CASE WHEN idempotency_inbox.status =
-    'unmatched' THEN 'unmatched' ELSE excluded.status END, reason = excluded.reason, deliveries =
-    idempotency_inbox.deliveries + 1, last_seen_at = excluded.last_seen_at
+    'unmatched' THEN 'unmatched' ELSE excluded.status END, reason = excluded.reason, body = CASE
+    WHEN idempotency_inbox.status = 'unparseable' AND excluded.status <> 'unparseable' THEN
+    excluded.body ELSE idempotency_inbox.body END, deliveries = idempotency_inbox.deliveries + 1,
+    last_seen_at = excluded.last_seen_at

@@ -13,7 +13,8 @@ use crate::output::{Report, Table, fields};
 /// The longest reason a listing shows (`inbox show` shows all of it).
 const REASON_WIDTH: usize = 60;
 
-/// `inbox list [--status waiting|unmatched] [--limit N]`: events, the longest noted first.
+/// `inbox list [--status waiting|unmatched|unparseable] [--limit N]`: events, the longest
+/// noted first.
 pub(super) async fn list(context: &Context, args: InboxListArgs) -> Result<Report, CommandError> {
     let now = format::now_ms();
     let status = args
@@ -109,6 +110,10 @@ fn event_text(event: &InboxEvent, now: i64) -> String {
         InboxStatus::Unmatched => {
             "unmatched (acknowledged without being applied: settle it with its sender or by \
              hand; the inbox is read-only)"
+        }
+        InboxStatus::Unparseable => {
+            "unparseable (signed by its sender, but its body does not read as the receiver's \
+             event: refused without being applied; settle it with its sender or by hand)"
         }
     };
     let mut text = fields(&[

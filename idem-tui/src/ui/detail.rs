@@ -369,12 +369,13 @@ pub fn event_lines(row: Option<&InboxEvent>, now_ms: i64, tz: &TimeZone) -> Vec<
         Span::raw(match row.status {
             InboxStatus::Waiting => " (its sender is told to deliver it again)",
             InboxStatus::Unmatched => " (acknowledged without being applied)",
+            InboxStatus::Unparseable => " (signed, but its body does not read: refused)",
         }),
     ]));
     lines.push(field("deliveries", row.deliveries.to_string()));
     lines.push(field("first seen", when(row.first_seen_at_ms)));
     lines.push(field("last seen", when(row.last_seen_at_ms)));
-    if row.status == InboxStatus::Unmatched {
+    if row.status != InboxStatus::Waiting {
         lines.push(Line::styled(
             "read-only: settle it with its sender, or by hand",
             Style::new().yellow(),

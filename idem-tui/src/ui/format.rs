@@ -266,12 +266,14 @@ pub fn status_style(status: KeyStatus) -> Style {
     }
 }
 
-/// The colour of an inbox event's status: unmatched red (an operator settles it), waiting
-/// yellow.
+/// The colour of an inbox event's status: unmatched and unparseable red (an operator settles
+/// it), waiting yellow.
 #[must_use]
 pub fn event_style(status: InboxStatus) -> Style {
     match status {
-        InboxStatus::Unmatched => Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        InboxStatus::Unmatched | InboxStatus::Unparseable => {
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+        }
         InboxStatus::Waiting => Style::new().fg(Color::Yellow),
     }
 }

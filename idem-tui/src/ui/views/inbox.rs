@@ -104,7 +104,8 @@ impl InboxView {
         let status = match self.status {
             None => Some(InboxStatus::Waiting),
             Some(InboxStatus::Waiting) => Some(InboxStatus::Unmatched),
-            Some(InboxStatus::Unmatched) => None,
+            // Unparseable events are shown with every status.
+            Some(InboxStatus::Unmatched | InboxStatus::Unparseable) => None,
         };
         self.set_status(status);
         Action::Refresh(Some(Note::Filter(FilterSet::Inbox(status))))

@@ -64,6 +64,28 @@
 //! let secret = WebhookSecret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?;
 //! # Ok(()) }
 //! ```
+//!
+//! # A signed event that does not read
+//!
+//! A delivery whose signature verifies but whose body the receiver's extractor refuses (its
+//! sender renamed a field, say) is answered with the extractor's refusal (`422`, whose
+//! detail names no value of the body). Its sender may give up on a `4xx`: with
+//! [`WebhookSecret::keep_unparseable`] the event is kept first, in the inbox as
+//! `unparseable` ([`crate::inbox`], `idem inbox list --status unparseable`) with its
+//! `webhook-id`, its body as sent (sealed with the storage keys) and the refusal's reason,
+//! and logged at `WARN`; a redelivery counts on the same row. When it cannot be kept the
+//! answer is `503` with `Retry-After` instead: deliver it again.
+//!
+//! ```no_run
+//! # use idem_runtime::Idem;
+//! # use idem_runtime::webhooks::WebhookSecret;
+//! # fn secret(idem: &Idem<idem_runtime::sqlx::Sqlite>) -> Result<WebhookSecret, idem_runtime::webhooks::InvalidSecret> {
+//! let secret = WebhookSecret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")?
+//!     .keep_unparseable(idem, "provider_event:v1");
+//! # Ok(secret) }
+//! ```
+
+mod unparseable;
 
 use std::fmt;
 use std::sync::Arc;
@@ -75,6 +97,9 @@ use http::{HeaderMap, StatusCode};
 
 use crate::fingerprint::{FingerprintError, Input, InputWriter};
 use crate::problem::Problem;
+use crate::protocol::Idem;
+use crate::store::Backend;
+use unparseable::Keeper;
 
 pub use standardwebhooks::{HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, HEADER_WEBHOOK_TIMESTAMP};
 
@@ -84,14 +109,22 @@ pub const UNVERIFIED: &str = idem_docs::contract::WEBHOOK_UNVERIFIED;
 
 /// A Standard Webhooks secret (`whsec_` and the key in base64), or several while one is
 /// rotated: a delivery verifies when its signature matches any of them; the first signs.
-/// Cheap to clone.
+/// With [`WebhookSecret::keep_unparseable`], also where [`Verified`] keeps a delivery that
+/// verifies but does not read. Cheap to clone.
 #[derive(Clone)]
-pub struct WebhookSecret(Arc<[Arc<standardwebhooks::Webhook>]>);
+pub struct WebhookSecret {
+    keys: Arc<[Arc<standardwebhooks::Webhook>]>,
+    unparseable: Option<Keeper>,
+}
 
 impl fmt::Debug for WebhookSecret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Never the key.
-        write!(f, "WebhookSecret({} key(s))", self.0.len())
+        write!(f, "WebhookSecret({} key(s)", self.keys.len())?;
+        if let Some(keeper) = &self.unparseable {
+            write!(f, ", {keeper:?}")?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -106,7 +139,10 @@ impl WebhookSecret {
     /// # Errors
     /// When the key is not base64 or is empty.
     pub fn new(secret: &str) -> Result<Self, InvalidSecret> {
-        Ok(Self(Arc::new([Arc::new(Self::key(secret)?)])))
+        Ok(Self {
+            keys: Arc::new([Arc::new(Self::key(secret)?)]),
+            unparseable: None,
+        })
     }
 
     /// Also accepts deliveries signed with `secret` (rotation: the new secret first, the old
@@ -116,7 +152,20 @@ impl WebhookSecret {
     /// As [`WebhookSecret::new`].
     pub fn or(self, secret: &str) -> Result<Self, InvalidSecret> {
         let added = Arc::new(Self::key(secret)?);
-        Ok(Self(self.0.iter().cloned().chain([added]).collect()))
+        Ok(Self {
+            keys: self.keys.iter().cloned().chain([added]).collect(),
+            unparseable: self.unparseable,
+        })
+    }
+
+    /// Keeps the deliveries that verify with this secret but whose body the receiver's
+    /// extractor refuses ([`Verified`]): in `idem`'s inbox as `unparseable`, from `source`
+    /// (the receiving operation's id, `provider_event:v1`), before the refusal is answered
+    /// ([`Idem::unparseable`]). See [the module](self#a-signed-event-that-does-not-read).
+    #[must_use]
+    pub fn keep_unparseable<DB: Backend>(mut self, idem: &Idem<DB>, source: &str) -> Self {
+        self.unparseable = Some(Keeper::new(idem, source));
+        self
     }
 
     fn key(secret: &str) -> Result<standardwebhooks::Webhook, InvalidSecret> {
@@ -144,7 +193,7 @@ impl WebhookSecret {
     /// `None` when `body` is not UTF-8 (Standard Webhooks signs text).
     #[must_use]
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
-        self.0.first()?.sign(id, timestamp, body).ok()
+        self.keys.first()?.sign(id, timestamp, body).ok()
     }
 
     /// Verifies a delivery: its `webhook-id`, `webhook-timestamp` (within 5 minutes of now)
@@ -155,7 +204,7 @@ impl WebhookSecret {
     /// old or too far in the future, no signature matching).
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
         let mut last = VerifyError::NoSecret;
-        for key in self.0.iter() {
+        for key in self.keys.iter() {
             match key.verify(body, headers) {
                 Ok(()) => return Ok(()),
                 Err(error) => last = VerifyError::from(error),
@@ -250,7 +299,9 @@ where
 /// A delivery whose signature is missing, wrong or more than 5 minutes old is refused with
 /// `401` `application/problem+json` ([`UNVERIFIED`]) before its body is parsed and before
 /// any idempotency key is looked at: it changes nothing. The body is read within idem's
-/// limits, as idem's body extractors read it. The fingerprint is `E`'s: the signature
+/// limits, as idem's body extractors read it. A delivery that verifies but that `E` refuses
+/// is answered with `E`'s refusal, and kept first where the secret says
+/// ([`WebhookSecret::keep_unparseable`]). The fingerprint is `E`'s: the signature
 /// headers, different on each delivery, are not part of it, so a repeated delivery of an
 /// event replays the stored response.
 #[derive(Debug, Clone, Copy, Default)]
@@ -265,14 +316,15 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
         let (parts, body) = req.into_parts();
+        let headers = parts.headers.clone();
         let mut read = Request::new(body);
         read.extensions_mut().clone_from(&parts.extensions);
-        *read.headers_mut() = parts.headers.clone();
+        *read.headers_mut() = headers.clone();
         let bytes = crate::extract::read_body(read)
             .await
             .map_err(IntoResponse::into_response)?;
         let secret = state.webhook_secret();
-        if let Err(reason) = secret.verify(&parts.headers, &bytes) {
+        if let Err(reason) = secret.verify(&headers, &bytes) {
             tracing::warn!(%reason, "webhook refused: its signature does not verify");
             return Err(Problem::new(
                 StatusCode::UNAUTHORIZED,
@@ -285,10 +337,13 @@ where
             ))
             .into_response());
         }
-        E::from_request(Request::from_parts(parts, Body::from(bytes)), state)
-            .await
-            .map(Self)
-            .map_err(IntoResponse::into_response)
+        let request = Request::from_parts(parts, Body::from(bytes.clone()));
+        let refusal = match E::from_request(request, state).await {
+            Ok(value) => return Ok(Self(value)),
+            Err(refusal) => refusal.into_response(),
+        };
+        let keeper = secret.unparseable.as_ref();
+        Err(unparseable::refused(keeper, &headers, &bytes, refusal).await)
     }
 }
 
